@@ -3,5 +3,7 @@
 //! * [`format`]: MX element formats, E8M0 scales, scale modes, packing, [`format::MxTensor`].
 //! * [`scheme`]: the OCP MX MoE schemes (weight format, activation format).
 
+pub mod backend;
 pub mod format;
+pub mod moe;
 pub mod scheme;

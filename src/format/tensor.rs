@@ -76,7 +76,12 @@ pub fn qdq_block(fmt: MxFormat, mode: ScaleMode, x: &[f32], out: &mut [f32]) {
 }
 
 /// QDQ a whole row-major buffer whose last dimension `k` is a multiple of 32.
-pub fn qdq_slice(fmt: MxFormat, mode: ScaleMode, x: &[f32], k: usize) -> Result<Vec<f32>, FormatError> {
+pub fn qdq_slice(
+    fmt: MxFormat,
+    mode: ScaleMode,
+    x: &[f32],
+    k: usize,
+) -> Result<Vec<f32>, FormatError> {
     if k == 0 || k % BLOCK != 0 {
         return Err(FormatError::NotBlockMultiple(k));
     }
@@ -191,7 +196,9 @@ impl MxTensor {
     }
     /// Rows = product of all dimensions but the last.
     pub fn rows(&self) -> usize {
-        self.shape[..self.shape.len().saturating_sub(1)].iter().product()
+        self.shape[..self.shape.len().saturating_sub(1)]
+            .iter()
+            .product()
     }
     /// Packed bytes per row.
     pub fn row_bytes(&self) -> usize {

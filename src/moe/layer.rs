@@ -1,0 +1,188 @@
+//! The MoE layer: packed expert weights (vLLM/Quark layout), biases and configuration.
+
+use super::{Activation, MoeError, RouterConfig};
+use crate::format::{MxTensor, ScaleMode, BLOCK};
+use crate::scheme::Scheme;
+
+/// One MoE layer. Weights stay packed (`MxTensor`s); backends dequantize on the fly.
+///
+/// * `w13`: `[E_local, 2I, H]`, rows `[0, I)` gate and `[I, 2I)` up for `silu`; interleaved
+///   (even = gate, odd = linear) for `swigluoai`.
+/// * `w2`: `[E_local, H, I]`.
+/// * `w13_bias`: `[E_local * 2I]`, `w2_bias`: `[E_local * H]` (f32), optional.
+/// * `n_experts`: the router's width (global experts). Without `expert_map` it equals E_local.
+/// * `expert_map`: `[n_experts]`, global id -> local expert index, or -1 for experts that live
+///   elsewhere (they contribute nothing).
+#[derive(Clone, Debug)]
+pub struct MoeLayer {
+    pub scheme: Scheme,
+    pub activation: Activation,
+    pub router: RouterConfig,
+    /// Scale mode of both activation QDQ points (default `even`, NUMERICS.md decision 1).
+    pub act_scale_mode: ScaleMode,
+    pub n_experts: usize,
+    pub hidden: usize,
+    pub inter: usize,
+    pub w13: MxTensor,
+    pub w2: MxTensor,
+    pub w13_bias: Option<Vec<f32>>,
+    pub w2_bias: Option<Vec<f32>>,
+    /// DeepSeek-V3 `e_score_correction_bias` `[n_experts]`: used for selection only.
+    pub e_score_correction_bias: Option<Vec<f32>>,
+    pub expert_map: Option<Vec<i32>>,
+}
+
+impl MoeLayer {
+    /// Experts whose weights this layer holds.
+    pub fn local_experts(&self) -> usize {
+        self.w13.shape.first().copied().unwrap_or(0)
+    }
+
+    /// The local expert index of a global id, if local.
+    pub fn local_id(&self, global: usize) -> Option<usize> {
+        match &self.expert_map {
+            None => Some(global),
+            Some(m) => {
+                let l = m[global];
+                (l >= 0).then_some(l as usize)
+            }
+        }
+    }
+
+    /// Check every shape and configuration invariant once; backends rely on it.
+    pub fn validate(&self) -> Result<(), MoeError> {
+        let (h, i, e) = (self.hidden, self.inter, self.n_experts);
+        if h == 0 || h % BLOCK != 0 {
+            return Err(MoeError::Shape(format!(
+                "hidden size H = {h} must be a positive multiple of 32"
+            )));
+        }
+        if i == 0 || i % BLOCK != 0 {
+            return Err(MoeError::Shape(format!(
+                "intermediate size I = {i} must be a positive multiple of 32"
+            )));
+        }
+        if e == 0 {
+            return Err(MoeError::Config("the layer has no experts".into()));
+        }
+        let el = self.local_experts();
+        if self.w13.format != self.scheme.weight || self.w2.format != self.scheme.weight {
+            return Err(MoeError::Config(format!(
+                "weights are {} / {} but scheme {} wants {}",
+                self.w13.format, self.w2.format, self.scheme, self.scheme.weight
+            )));
+        }
+        if self.w13.shape != [el, 2 * i, h] {
+            return Err(MoeError::Shape(format!(
+                "w13_weight has logical shape {:?}, expected [{el}, {}, {h}] ([E, 2I, H])",
+                self.w13.shape,
+                2 * i
+            )));
+        }
+        if self.w2.shape != [el, h, i] {
+            return Err(MoeError::Shape(format!(
+                "w2_weight has logical shape {:?}, expected [{el}, {h}, {i}] ([E, H, I])",
+                self.w2.shape
+            )));
+        }
+        if let Some(b) = &self.w13_bias {
+            if b.len() != el * 2 * i {
+                return Err(MoeError::Shape(format!(
+                    "w13_bias has {} elements, expected {el} x {} = {}",
+                    b.len(),
+                    2 * i,
+                    el * 2 * i
+                )));
+            }
+        }
+        if let Some(b) = &self.w2_bias {
+            if b.len() != el * h {
+                return Err(MoeError::Shape(format!(
+                    "w2_bias has {} elements, expected {el} x {h} = {}",
+                    b.len(),
+                    el * h
+                )));
+            }
+        }
+        match &self.expert_map {
+            None if el != e => {
+                return Err(MoeError::Shape(format!(
+                    "the router has {e} experts but the weights hold {el}; an expert_map is needed"
+                )))
+            }
+            None => {}
+            Some(m) => {
+                if m.len() != e {
+                    return Err(MoeError::Shape(format!(
+                        "expert_map has {} entries, expected one per router expert ({e})",
+                        m.len()
+                    )));
+                }
+                if let Some(bad) = m.iter().find(|&&v| v < -1 || v >= el as i32) {
+                    return Err(MoeError::Config(format!(
+                        "expert_map entry {bad} is outside [-1, {el}) (local experts: {el})"
+                    )));
+                }
+            }
+        }
+        if let Some(b) = &self.e_score_correction_bias {
+            if b.len() != e {
+                return Err(MoeError::Shape(format!(
+                    "e_score_correction_bias has {} entries, expected {e}",
+                    b.len()
+                )));
+            }
+        }
+        let r = &self.router;
+        if r.top_k == 0 || r.top_k > e {
+            return Err(MoeError::Config(format!(
+                "top_k = {} must be in [1, {e}] (the number of experts)",
+                r.top_k
+            )));
+        }
+        match (r.n_group, r.topk_group) {
+            (None, None) => {}
+            (Some(g), Some(tg)) => {
+                if g == 0 || e % g != 0 {
+                    return Err(MoeError::Config(format!(
+                        "n_group = {g} must divide the number of experts ({e})"
+                    )));
+                }
+                if tg == 0 || tg > g {
+                    return Err(MoeError::Config(format!(
+                        "topk_group = {tg} must be in [1, n_group = {g}]"
+                    )));
+                }
+                if r.top_k > tg * (e / g) {
+                    return Err(MoeError::Config(format!(
+                        "top_k = {} exceeds the experts in the {tg} eligible groups ({})",
+                        r.top_k,
+                        tg * (e / g)
+                    )));
+                }
+            }
+            _ => {
+                return Err(MoeError::Config(
+                    "n_group and topk_group must be given together".into(),
+                ))
+            }
+        }
+        if r.apply_router_weight_on_input && r.top_k != 1 {
+            return Err(MoeError::Config(format!(
+                "apply_router_weight_on_input needs top_k = 1 (got {}), as in vLLM",
+                r.top_k
+            )));
+        }
+        if !r.routed_scaling_factor.is_finite() {
+            return Err(MoeError::Config(
+                "routed_scaling_factor must be finite".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes of packed weights + scales.
+    pub fn weight_bytes(&self) -> usize {
+        self.w13.data.len() + self.w13.scales.len() + self.w2.data.len() + self.w2.scales.len()
+    }
+}

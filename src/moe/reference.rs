@@ -1,0 +1,351 @@
+//! The CPU reference forward pass (the oracle) and its naive twin.
+//!
+//! `forward` streams packed weights row by row (dequantizing one row at a time, exactly) and
+//! runs experts in parallel with rayon; `forward_naive` dequantizes whole tensors and loops
+//! plainly. Tests hold the two together.
+
+use super::{routing, Accumulate, Activation, Intermediate, MoeError, MoeLayer, Routing};
+use crate::format::{qdq_slice, MxTensor};
+use rayon::prelude::*;
+
+/// Options of a forward run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoeOptions {
+    pub accumulate: Accumulate,
+    pub intermediate: Intermediate,
+}
+
+/// A forward result: `output` `[M, H]` and the routing that produced it.
+#[derive(Clone, Debug)]
+pub struct MoeOutput {
+    pub output: Vec<f32>,
+    pub routing: Routing,
+}
+
+/// SwiGLU-OAI constants (gpt-oss `swiglu_limit`, `alpha`; NUMERICS.md 11).
+pub const SWIGLU_LIMIT: f64 = 7.0;
+pub const SWIGLU_ALPHA: f64 = 1.702;
+
+/// The real type the epilogues run in (f32 or f64), so both accumulation modes share one code
+/// path. Dot products use 8 interleaved partial sums (lane l sums elements i = l mod 8), then
+/// a pairwise tree: vectorizable and deterministic.
+trait Real:
+    Copy + Send + Sync + Default + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
+{
+    fn of(x: f32) -> Self;
+    fn of64(x: f64) -> Self;
+    fn f32(self) -> f32;
+    fn f64(self) -> f64;
+    fn dot(a: &[f32], b: &[f32]) -> Self;
+}
+
+impl Real for f64 {
+    fn of(x: f32) -> Self {
+        x as f64
+    }
+    fn of64(x: f64) -> Self {
+        x
+    }
+    fn f32(self) -> f32 {
+        self as f32
+    }
+    fn f64(self) -> f64 {
+        self
+    }
+    #[inline]
+    fn dot(a: &[f32], b: &[f32]) -> f64 {
+        let mut acc = [0f64; 8];
+        for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+            for l in 0..8 {
+                acc[l] += ca[l] as f64 * cb[l] as f64;
+            }
+        }
+        ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+    }
+}
+
+impl Real for f32 {
+    fn of(x: f32) -> Self {
+        x
+    }
+    fn of64(x: f64) -> Self {
+        x as f32
+    }
+    fn f32(self) -> f32 {
+        self
+    }
+    fn f64(self) -> f64 {
+        self as f64
+    }
+    #[inline]
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let mut acc = [0f32; 8];
+        for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+            for l in 0..8 {
+                acc[l] += ca[l] * cb[l];
+            }
+        }
+        ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+    }
+}
+
+#[inline]
+fn bf16_round(x: f32) -> f32 {
+    half::bf16::from_f32(x).to_f32()
+}
+
+/// Apply the activation to one GEMM1 output row `h` (`2I`) into `out` (`I`), in the epilogue
+/// precision (computed in f64 for both modes, rounded to the mode's type: the transcendental
+/// is not where the two modes are meant to differ).
+fn activate<R: Real>(act: Activation, h: &[R], out: &mut [R]) {
+    let i = out.len();
+    for j in 0..i {
+        let (g, u) = match act {
+            Activation::Silu => (h[j].f64(), h[i + j].f64()),
+            Activation::SwigluOai => (h[2 * j].f64(), h[2 * j + 1].f64()),
+        };
+        let v = match act {
+            Activation::Silu => g / (1.0 + (-g).exp()) * u,
+            Activation::SwigluOai => swiglu_oai(g, u),
+        };
+        out[j] = R::of64(v);
+    }
+}
+
+/// gpt-oss SwiGLU: `g = min(g, 7)`, `l = clamp(l, -7, 7)`, `g * sigmoid(1.702 g) * (l + 1)`.
+pub fn swiglu_oai(glu: f64, lin: f64) -> f64 {
+    let g = glu.min(SWIGLU_LIMIT);
+    let l = lin.clamp(-SWIGLU_LIMIT, SWIGLU_LIMIT);
+    g / (1.0 + (-SWIGLU_ALPHA * g).exp()) * (l + 1.0)
+}
+
+/// Check the batch against the layer; returns M.
+pub fn check_batch(layer: &MoeLayer, hidden: &[f32], logits: &[f32]) -> Result<usize, MoeError> {
+    layer.validate()?;
+    let h = layer.hidden;
+    if hidden.is_empty() || hidden.len() % h != 0 {
+        return Err(MoeError::Shape(format!(
+            "hidden_states has {} values, expected [M, {h}] with M >= 1",
+            hidden.len()
+        )));
+    }
+    let m = hidden.len() / h;
+    if logits.len() != m * layer.n_experts {
+        return Err(MoeError::Shape(format!(
+            "router_logits has {} values, expected [M = {m}, E = {}] = {}",
+            logits.len(),
+            layer.n_experts,
+            m * layer.n_experts
+        )));
+    }
+    Ok(m)
+}
+
+/// Run the layer on a token batch: `hidden` `[M, H]`, `logits` `[M, n_experts]`.
+pub fn forward(
+    layer: &MoeLayer,
+    hidden: &[f32],
+    logits: &[f32],
+    opts: MoeOptions,
+) -> Result<MoeOutput, MoeError> {
+    let m = check_batch(layer, hidden, logits)?;
+    let routing = routing::route(
+        &layer.router,
+        logits,
+        layer.n_experts,
+        layer.e_score_correction_bias.as_deref(),
+    )?;
+    let output = match opts.accumulate {
+        Accumulate::F64 => run::<f64>(layer, hidden, m, &routing, opts.intermediate)?,
+        Accumulate::F32 => run::<f32>(layer, hidden, m, &routing, opts.intermediate)?,
+    };
+    Ok(MoeOutput { output, routing })
+}
+
+/// Group the `[M*k]` assignments by local expert.
+pub fn assignments_by_expert(layer: &MoeLayer, routing: &Routing) -> Vec<Vec<usize>> {
+    let mut lists = vec![Vec::new(); layer.local_experts()];
+    for (a, &id) in routing.topk_ids.iter().enumerate() {
+        if let Some(l) = layer.local_id(id as usize) {
+            lists[l].push(a);
+        }
+    }
+    lists
+}
+
+fn run<R: Real>(
+    layer: &MoeLayer,
+    hidden: &[f32],
+    m: usize,
+    routing: &Routing,
+    inter: Intermediate,
+) -> Result<Vec<f32>, MoeError> {
+    let (h, i, k) = (layer.hidden, layer.inter, routing.top_k);
+    let act_fmt = layer.scheme.activation;
+    let mode = layer.act_scale_mode;
+    // 1. Input QDQ, once per token (skipped for weight-only schemes).
+    let xq = match act_fmt {
+        Some(f) => qdq_slice(f, mode, hidden, h)?,
+        None => hidden.to_vec(),
+    };
+    let lists = assignments_by_expert(layer, routing);
+    let on_input = layer.router.apply_router_weight_on_input;
+    let bf16 = inter == Intermediate::Bf16;
+    let round = |v: R| if bf16 { R::of(bf16_round(v.f32())) } else { v };
+
+    // 2. Per expert: GEMM1 -> activation -> intermediate QDQ -> GEMM2 (rows streamed).
+    let per_expert: Vec<(Vec<usize>, Vec<R>)> = lists
+        .par_iter()
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(e, list)| -> Result<(Vec<usize>, Vec<R>), MoeError> {
+            let t = list.len();
+            let mut row = vec![0f32; h.max(i)];
+            // GEMM1: g1[t][r], r in 0..2I.
+            let mut g1 = vec![R::default(); t * 2 * i];
+            for r in 0..2 * i {
+                let wrow = &mut row[..h];
+                layer.w13.dequantize_rows(e * 2 * i + r, wrow);
+                let b = layer.w13_bias.as_ref().map_or(0.0, |b| b[e * 2 * i + r]);
+                for (ti, &a) in list.iter().enumerate() {
+                    let tok = a / k;
+                    let mut v = R::dot(wrow, &xq[tok * h..(tok + 1) * h]) + R::of(b);
+                    if on_input {
+                        v = v * R::of(routing.topk_weights[a]);
+                    }
+                    g1[ti * 2 * i + r] = round(v);
+                }
+            }
+            // Activation and the intermediate QDQ (per token-expert, blocks along I).
+            let mut act = vec![R::default(); t * i];
+            for ti in 0..t {
+                activate(
+                    layer.activation,
+                    &g1[ti * 2 * i..(ti + 1) * 2 * i],
+                    &mut act[ti * i..(ti + 1) * i],
+                );
+            }
+            let act32: Vec<f32> = act.iter().map(|v| round(*v).f32()).collect();
+            let aq = match act_fmt {
+                Some(f) => qdq_slice(f, mode, &act32, i)?,
+                None => act32,
+            };
+            // GEMM2: y[t][r], r in 0..H, + bias, x router weight.
+            let mut y = vec![R::default(); t * h];
+            for r in 0..h {
+                let wrow = &mut row[..i];
+                layer.w2.dequantize_rows(e * h + r, wrow);
+                let b = layer.w2_bias.as_ref().map_or(0.0, |b| b[e * h + r]);
+                for (ti, &a) in list.iter().enumerate() {
+                    let mut v = R::dot(wrow, &aq[ti * i..(ti + 1) * i]) + R::of(b);
+                    if !on_input {
+                        v = v * R::of(routing.topk_weights[a]);
+                    }
+                    y[ti * h + r] = round(v);
+                }
+            }
+            Ok((list.clone(), y))
+        })
+        .collect::<Result<_, _>>()?;
+
+    // 3. Combine: per token, sum the k slots in slot order (deterministic, no atomics).
+    let mut slot: Vec<Option<(usize, usize)>> = vec![None; m * k];
+    for (pe, (list, _)) in per_expert.iter().enumerate() {
+        for (ti, &a) in list.iter().enumerate() {
+            slot[a] = Some((pe, ti));
+        }
+    }
+    let mut out = vec![0f32; m * h];
+    out.par_chunks_mut(h).enumerate().for_each(|(tok, orow)| {
+        let mut acc = vec![R::default(); h];
+        for j in 0..k {
+            if let Some((pe, ti)) = slot[tok * k + j] {
+                let y = &per_expert[pe].1[ti * h..(ti + 1) * h];
+                for (a, &v) in acc.iter_mut().zip(y) {
+                    *a = *a + v;
+                }
+            }
+        }
+        for (o, a) in orow.iter_mut().zip(acc) {
+            *o = if bf16 { bf16_round(a.f32()) } else { a.f32() };
+        }
+    });
+    Ok(out)
+}
+
+/// The naive twin: dequantize whole weight tensors, plain loops, f64 sequential sums, the same
+/// dataflow. Slow; for tests on small layers only.
+pub fn forward_naive(
+    layer: &MoeLayer,
+    hidden: &[f32],
+    logits: &[f32],
+) -> Result<MoeOutput, MoeError> {
+    let m = check_batch(layer, hidden, logits)?;
+    let routing = routing::route(
+        &layer.router,
+        logits,
+        layer.n_experts,
+        layer.e_score_correction_bias.as_deref(),
+    )?;
+    let (h, i, k) = (layer.hidden, layer.inter, layer.router.top_k);
+    let deq = |t: &MxTensor| t.dequantize();
+    let w13 = deq(&layer.w13);
+    let w2 = deq(&layer.w2);
+    let xq = match layer.scheme.activation {
+        Some(f) => qdq_slice(f, layer.act_scale_mode, hidden, h)?,
+        None => hidden.to_vec(),
+    };
+    let mut out = vec![0f32; m * h];
+    for tok in 0..m {
+        let mut acc = vec![0f64; h];
+        for j in 0..k {
+            let a = tok * k + j;
+            let Some(e) = layer.local_id(routing.topk_ids[a] as usize) else {
+                continue;
+            };
+            let w = routing.topk_weights[a] as f64;
+            let mut g1 = vec![0f64; 2 * i];
+            for (r, g) in g1.iter_mut().enumerate() {
+                let base = (e * 2 * i + r) * h;
+                let mut s = 0f64;
+                for c in 0..h {
+                    s += w13[base + c] as f64 * xq[tok * h + c] as f64;
+                }
+                s += layer
+                    .w13_bias
+                    .as_ref()
+                    .map_or(0.0, |b| b[e * 2 * i + r] as f64);
+                if layer.router.apply_router_weight_on_input {
+                    s *= w;
+                }
+                *g = s;
+            }
+            let mut act = vec![0f64; i];
+            activate(layer.activation, &g1, &mut act);
+            let act32: Vec<f32> = act.iter().map(|&v| v as f32).collect();
+            let aq = match layer.scheme.activation {
+                Some(f) => qdq_slice(f, layer.act_scale_mode, &act32, i)?,
+                None => act32,
+            };
+            for (r, o) in acc.iter_mut().enumerate() {
+                let base = (e * h + r) * i;
+                let mut s = 0f64;
+                for c in 0..i {
+                    s += w2[base + c] as f64 * aq[c] as f64;
+                }
+                s += layer.w2_bias.as_ref().map_or(0.0, |b| b[e * h + r] as f64);
+                if !layer.router.apply_router_weight_on_input {
+                    s *= w;
+                }
+                *o += s;
+            }
+        }
+        for (o, a) in out[tok * h..(tok + 1) * h].iter_mut().zip(acc) {
+            *o = a as f32;
+        }
+    }
+    Ok(MoeOutput {
+        output: out,
+        routing,
+    })
+}

@@ -1,0 +1,167 @@
+//! Routing: router logits `[M, E]` -> top-k expert ids and weights.
+//!
+//! Selection is exact and backend-independent: ties always go to the **lower expert index**.
+//! For `softmax` scoring without a correction bias, experts are ranked by their logits, which
+//! orders them exactly as the softmax probabilities do (softmax is strictly increasing) but
+//! without the ties that fp32 rounding of `exp` can create; so every backend picks the same ids.
+
+use super::{MoeError, RouterConfig, Scoring};
+use rayon::prelude::*;
+
+/// The result of routing `M` tokens: `[M, k]` ids (global expert ids) and weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Routing {
+    pub top_k: usize,
+    pub topk_ids: Vec<i32>,
+    pub topk_weights: Vec<f32>,
+}
+
+impl Routing {
+    pub fn tokens(&self) -> usize {
+        self.topk_ids.len() / self.top_k.max(1)
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// fp32 softmax of a row (max-subtracted, sequential sum).
+pub fn softmax(row: &[f32]) -> Vec<f32> {
+    let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = row.iter().map(|&v| (v - mx).exp()).collect();
+    let s: f32 = e.iter().sum();
+    e.iter().map(|&v| v / s).collect()
+}
+
+/// The per-expert scores a router shows for one token (softmax probabilities or sigmoids; for
+/// `topk_softmax`, the full softmax, for display). Used by the viewer's heatmap.
+pub fn scores(scoring: Scoring, row: &[f32]) -> Vec<f32> {
+    match scoring {
+        Scoring::Softmax | Scoring::TopkSoftmax => softmax(row),
+        Scoring::Sigmoid => row.iter().map(|&v| sigmoid(v)).collect(),
+    }
+}
+
+/// Indices of the `k` largest keys among `eligible`, largest first, ties to the lower index.
+fn top_k_indices(keys: &[f32], k: usize, eligible: impl Fn(usize) -> bool) -> Vec<usize> {
+    let mut chosen: Vec<usize> = Vec::with_capacity(k);
+    for _ in 0..k {
+        let mut best: Option<usize> = None;
+        for (i, &v) in keys.iter().enumerate() {
+            if !eligible(i) || chosen.contains(&i) {
+                continue;
+            }
+            match best {
+                None => best = Some(i),
+                Some(b) if v > keys[b] => best = Some(i),
+                _ => {}
+            }
+        }
+        match best {
+            Some(b) => chosen.push(b),
+            None => break,
+        }
+    }
+    chosen
+}
+
+/// Route one token's logits.
+fn route_row(
+    cfg: &RouterConfig,
+    row: &[f32],
+    bias: Option<&[f32]>,
+    ids: &mut [i32],
+    weights: &mut [f32],
+) {
+    let e = row.len();
+    let k = cfg.top_k;
+    if cfg.scoring == Scoring::TopkSoftmax {
+        let sel = top_k_indices(row, k, |_| true);
+        let vals: Vec<f32> = sel.iter().map(|&i| row[i]).collect();
+        let w = softmax(&vals);
+        for j in 0..k {
+            ids[j] = sel[j] as i32;
+            weights[j] = w[j] * cfg.routed_scaling_factor;
+        }
+        return;
+    }
+    let sc = scores(cfg.scoring, row);
+    // Selection keys: score + correction bias (DeepSeek-V3), else the logits themselves.
+    let keys: Vec<f32> = match bias {
+        Some(b) => sc.iter().zip(b).map(|(s, b)| s + b).collect(),
+        None => row.to_vec(),
+    };
+    let sel = match (cfg.n_group, cfg.topk_group) {
+        (Some(g), Some(tg)) => {
+            let per = e / g;
+            // Group score: sum of the two best keys with a correction bias (DeepSeek-V3),
+            // else the best key (DeepSeek-V2), as vLLM `grouped_topk`.
+            let gscore: Vec<f32> = (0..g)
+                .map(|gi| {
+                    let ks = &keys[gi * per..(gi + 1) * per];
+                    if bias.is_some() {
+                        let t = top_k_indices(ks, 2.min(per), |_| true);
+                        t.iter().map(|&i| ks[i]).sum()
+                    } else {
+                        ks.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+                    }
+                })
+                .collect();
+            let groups = top_k_indices(&gscore, tg, |_| true);
+            top_k_indices(&keys, k, |i| groups.contains(&(i / per)))
+        }
+        _ => top_k_indices(&keys, k, |_| true),
+    };
+    let mut w: Vec<f32> = sel.iter().map(|&i| sc[i]).collect();
+    if cfg.renormalize {
+        let s: f32 = w.iter().sum();
+        w.iter_mut().for_each(|v| *v /= s);
+    }
+    for j in 0..k {
+        ids[j] = sel[j] as i32;
+        weights[j] = w[j] * cfg.routed_scaling_factor;
+    }
+}
+
+/// Route `M` tokens. `logits` is `[M, n_experts]`; NaN/Inf logits are rejected with the token.
+pub fn route(
+    cfg: &RouterConfig,
+    logits: &[f32],
+    n_experts: usize,
+    correction_bias: Option<&[f32]>,
+) -> Result<Routing, MoeError> {
+    if n_experts == 0 || logits.len() % n_experts != 0 {
+        return Err(MoeError::Shape(format!(
+            "router_logits has {} values, not a multiple of the expert count {n_experts}",
+            logits.len()
+        )));
+    }
+    if cfg.top_k == 0 || cfg.top_k > n_experts {
+        return Err(MoeError::Config(format!(
+            "top_k = {} must be in [1, {n_experts}]",
+            cfg.top_k
+        )));
+    }
+    if let Some(pos) = logits.iter().position(|v| !v.is_finite()) {
+        return Err(MoeError::Input(format!(
+            "router_logits[{}, {}] is {} (NaN/Inf logits cannot be routed)",
+            pos / n_experts,
+            pos % n_experts,
+            logits[pos]
+        )));
+    }
+    let m = logits.len() / n_experts;
+    let k = cfg.top_k;
+    let mut ids = vec![0i32; m * k];
+    let mut weights = vec![0f32; m * k];
+    ids.par_chunks_mut(k)
+        .zip(weights.par_chunks_mut(k))
+        .zip(logits.par_chunks(n_experts))
+        .for_each(|((i, w), row)| route_row(cfg, row, correction_bias, i, w));
+    Ok(Routing {
+        top_k: k,
+        topk_ids: ids,
+        topk_weights: weights,
+    })
+}
