@@ -5,5 +5,6 @@
 
 pub mod backend;
 pub mod format;
+pub mod io;
 pub mod moe;
 pub mod scheme;
