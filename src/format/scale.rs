@@ -1,5 +1,6 @@
 //! E8M0 scale bytes and the four scale modes of NUMERICS.md 5.2, from exponent bits only.
 
+use super::codec::pow2_f64;
 use super::{ElemKind, FormatError, MxFormat, SCALE_NAN};
 use std::fmt;
 use std::str::FromStr;
@@ -120,21 +121,19 @@ pub fn scale_byte(fmt: MxFormat, mode: ScaleMode, amax_bits: u32) -> u8 {
             }
         }
         ScaleMode::RCeil => {
-            // torchao `_to_mx_rceil`: d = f32(amax * f32(1/max)); byte = E(d) + (M(d) != 0) for
-            // a normal d, (M(d) > 0x400000) for a subnormal d. NUMERICS.md 5.2 checked that this
-            // equals the exact rational ceil for every normal d. The fp32 multiply is IEEE RNE
-            // (Rust does not flush subnormals).
-            let recip = 1.0f32 / spec.max_normal as f32;
-            let d = f32::from_bits(a) * recip;
-            let db = d.to_bits();
-            let e = (db >> 23) & 0xFF;
-            let m = db & 0x7F_FFFF;
-            let byte = if e == 0 {
-                (m > 0x40_0000) as u32
-            } else {
-                e + (m != 0) as u32
-            };
-            return byte.min(254) as u8;
+            // NUMERICS.md 5.2: the smallest e with 2^e >= amax / max, decided exactly: 2^e * max
+            // and amax are both exact in f64 (max has at most 7 significant bits). torchao's fp32
+            // form `d = f32(amax * f32(1/max))`, byte = E(d) + (M(d) != 0), equals this for every
+            // normal amax of the five float formats (NUMERICS.md 5.2), but not for MXINT8, whose
+            // f32(64/127) is inexact: amax a few ulps above 127/64 * 2^k got 2^k and saturated.
+            let af = f32::from_bits(a) as f64;
+            let max = spec.max_normal;
+            // Start where 2^s * max < amax surely holds (max < 2^(emax + 1)).
+            let mut s = floor_log2_bits(a) - emax - 2;
+            while pow2_f64(s) * max < af {
+                s += 1;
+            }
+            s
         }
     };
     (s.clamp(-127, 127) + 127) as u8
