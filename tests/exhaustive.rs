@@ -39,7 +39,9 @@ fn hand_rows_match_spec() {
         assert_eq!(s.max_normal, p.max, "{fmt}");
         assert_eq!(s.sign_bit(), 1 << (p.code_bits - 1), "{fmt}");
         match p.kind {
-            Kind::Float { ebits, mbits, bias, .. } => {
+            Kind::Float {
+                ebits, mbits, bias, ..
+            } => {
                 assert_eq!((s.ebits, s.mbits, s.bias), (ebits, mbits, bias), "{fmt}");
             }
             Kind::Int8 => assert_eq!(s.kind, mxmoe::format::ElemKind::Int, "{fmt}"),
@@ -54,15 +56,71 @@ fn hand_rows_match_spec() {
 fn hand_table(fmt: MxFormat) -> Option<Vec<f64>> {
     let fp4 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
     let e2m3 = [
-        0.0, 1.0 / 8.0, 1.0 / 4.0, 3.0 / 8.0, 1.0 / 2.0, 5.0 / 8.0, 3.0 / 4.0, 7.0 / 8.0, 1.0,
-        9.0 / 8.0, 5.0 / 4.0, 11.0 / 8.0, 3.0 / 2.0, 13.0 / 8.0, 7.0 / 4.0, 15.0 / 8.0, 2.0,
-        9.0 / 4.0, 5.0 / 2.0, 11.0 / 4.0, 3.0, 13.0 / 4.0, 7.0 / 2.0, 15.0 / 4.0, 4.0, 9.0 / 2.0,
-        5.0, 11.0 / 2.0, 6.0, 13.0 / 2.0, 7.0, 15.0 / 2.0,
+        0.0,
+        1.0 / 8.0,
+        1.0 / 4.0,
+        3.0 / 8.0,
+        1.0 / 2.0,
+        5.0 / 8.0,
+        3.0 / 4.0,
+        7.0 / 8.0,
+        1.0,
+        9.0 / 8.0,
+        5.0 / 4.0,
+        11.0 / 8.0,
+        3.0 / 2.0,
+        13.0 / 8.0,
+        7.0 / 4.0,
+        15.0 / 8.0,
+        2.0,
+        9.0 / 4.0,
+        5.0 / 2.0,
+        11.0 / 4.0,
+        3.0,
+        13.0 / 4.0,
+        7.0 / 2.0,
+        15.0 / 4.0,
+        4.0,
+        9.0 / 2.0,
+        5.0,
+        11.0 / 2.0,
+        6.0,
+        13.0 / 2.0,
+        7.0,
+        15.0 / 2.0,
     ];
     let e3m2 = [
-        0.0, 1.0 / 16.0, 1.0 / 8.0, 3.0 / 16.0, 1.0 / 4.0, 5.0 / 16.0, 3.0 / 8.0, 7.0 / 16.0,
-        1.0 / 2.0, 5.0 / 8.0, 3.0 / 4.0, 7.0 / 8.0, 1.0, 5.0 / 4.0, 3.0 / 2.0, 7.0 / 4.0, 2.0,
-        5.0 / 2.0, 3.0, 7.0 / 2.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0,
+        0.0,
+        1.0 / 16.0,
+        1.0 / 8.0,
+        3.0 / 16.0,
+        1.0 / 4.0,
+        5.0 / 16.0,
+        3.0 / 8.0,
+        7.0 / 16.0,
+        1.0 / 2.0,
+        5.0 / 8.0,
+        3.0 / 4.0,
+        7.0 / 8.0,
+        1.0,
+        5.0 / 4.0,
+        3.0 / 2.0,
+        7.0 / 4.0,
+        2.0,
+        5.0 / 2.0,
+        3.0,
+        7.0 / 2.0,
+        4.0,
+        5.0,
+        6.0,
+        7.0,
+        8.0,
+        10.0,
+        12.0,
+        14.0,
+        16.0,
+        20.0,
+        24.0,
         28.0,
     ];
     match fmt.name() {
@@ -85,8 +143,14 @@ fn decode_tables() {
             assert_eq!(pos.len(), half);
             for c in 0..n as usize {
                 let want = if c < half { pos[c] } else { -pos[c - half] };
-                assert!(same_f64(decode_elem_f64(fmt, c as u8), want), "{fmt} {c:#x}");
-                assert!(same_f64(oracle::decode(&p, c as u8), want), "oracle {fmt} {c:#x}");
+                assert!(
+                    same_f64(decode_elem_f64(fmt, c as u8), want),
+                    "{fmt} {c:#x}"
+                );
+                assert!(
+                    same_f64(oracle::decode(&p, c as u8), want),
+                    "oracle {fmt} {c:#x}"
+                );
             }
         }
         for c in 0..n {
@@ -96,21 +160,24 @@ fn decode_tables() {
             }
             let got = decode_elem_f64(fmt, c as u8);
             let want = oracle::decode(&p, c as u8);
-            assert!(same_f64(got, want), "{fmt} code {c:#x}: {got} vs oracle {want}");
+            assert!(
+                same_f64(got, want),
+                "{fmt} code {c:#x}: {got} vs oracle {want}"
+            );
         }
     }
     // Spot values from the NUMERICS.md section 1 table.
     let spots: [(MxFormat, u8, f64); 16] = [
         (MxFormat::Fp8E4M3, 0x7E, 448.0),
         (MxFormat::Fp8E4M3, 0xFE, -448.0),
-        (MxFormat::Fp8E4M3, 0x08, 1.0 / 64.0),           // min normal 2^-6
-        (MxFormat::Fp8E4M3, 0x07, 0.875 / 64.0),         // max subnormal
-        (MxFormat::Fp8E4M3, 0x01, 1.0 / 512.0),          // min subnormal 2^-9
+        (MxFormat::Fp8E4M3, 0x08, 1.0 / 64.0), // min normal 2^-6
+        (MxFormat::Fp8E4M3, 0x07, 0.875 / 64.0), // max subnormal
+        (MxFormat::Fp8E4M3, 0x01, 1.0 / 512.0), // min subnormal 2^-9
         (MxFormat::Fp8E4M3, 0x80, -0.0),
         (MxFormat::Fp8E5M2, 0x7B, 57344.0),
-        (MxFormat::Fp8E5M2, 0x04, 1.0 / 16384.0),        // min normal 2^-14
-        (MxFormat::Fp8E5M2, 0x03, 0.75 / 16384.0),       // max subnormal
-        (MxFormat::Fp8E5M2, 0x01, 1.0 / 65536.0),        // min subnormal 2^-16
+        (MxFormat::Fp8E5M2, 0x04, 1.0 / 16384.0), // min normal 2^-14
+        (MxFormat::Fp8E5M2, 0x03, 0.75 / 16384.0), // max subnormal
+        (MxFormat::Fp8E5M2, 0x01, 1.0 / 65536.0), // min subnormal 2^-16
         (MxFormat::Fp8E5M2, 0x7C, f64::INFINITY),
         (MxFormat::Fp8E5M2, 0xFC, f64::NEG_INFINITY),
         (MxFormat::Int8, 0x7F, 127.0 / 64.0),
@@ -122,10 +189,16 @@ fn decode_tables() {
         assert!(same_f64(decode_elem_f64(fmt, c), want), "{fmt} {c:#x}");
     }
     for c in [0x7Fu8, 0xFF] {
-        assert!(decode_elem_f64(MxFormat::Fp8E4M3, c).is_nan(), "E4M3 {c:#x} is NaN");
+        assert!(
+            decode_elem_f64(MxFormat::Fp8E4M3, c).is_nan(),
+            "E4M3 {c:#x} is NaN"
+        );
     }
     for c in [0x7Du8, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF] {
-        assert!(decode_elem_f64(MxFormat::Fp8E5M2, c).is_nan(), "E5M2 {c:#x} is NaN");
+        assert!(
+            decode_elem_f64(MxFormat::Fp8E5M2, c).is_nan(),
+            "E5M2 {c:#x} is NaN"
+        );
     }
 }
 
@@ -169,7 +242,10 @@ fn dequant_every_code_every_scale() {
         let td = t.dequantize();
         for b in 0..=255u8 {
             let mut out = vec![0f32; k];
-            for (o, cb) in out.chunks_exact_mut(BLOCK).zip(codes[b as usize * k..].chunks_exact(BLOCK)) {
+            for (o, cb) in out
+                .chunks_exact_mut(BLOCK)
+                .zip(codes[b as usize * k..].chunks_exact(BLOCK))
+            {
                 dequantize_block(fmt, cb, b, o);
             }
             for c in 0..n {
@@ -182,9 +258,15 @@ fn dequant_every_code_every_scale() {
                     (oracle::decode(&p, c as u8) * oracle::pow2(b as i32 - 127)) as f32
                 };
                 let got = out[c];
-                assert!(same_f32(got, want), "{fmt} code {c:#x} byte {b}: {got:e} vs {want:e}");
+                assert!(
+                    same_f32(got, want),
+                    "{fmt} code {c:#x} byte {b}: {got:e} vs {want:e}"
+                );
                 let got_t = td[b as usize * k + c];
-                assert!(same_f32(got_t, want), "MxTensor {fmt} code {c:#x} byte {b}: {got_t:e} vs {want:e}");
+                assert!(
+                    same_f32(got_t, want),
+                    "MxTensor {fmt} code {c:#x} byte {b}: {got_t:e} vs {want:e}"
+                );
             }
         }
     }
@@ -205,7 +287,11 @@ fn encode_decode_roundtrip() {
             .collect();
         for &c in &canon {
             let v = oracle::decode(&p, c) as f32;
-            assert_eq!(encode_elem(fmt, v.to_bits(), 0), c, "{fmt} code {c:#x} ({v})");
+            assert_eq!(
+                encode_elem(fmt, v.to_bits(), 0),
+                c,
+                "{fmt} code {c:#x} ({v})"
+            );
         }
         // Blocks of 31 codes plus the max (scale 127 under Floor for every format).
         for chunk in canon.chunks(BLOCK - 1) {
@@ -227,7 +313,11 @@ fn encode_decode_roundtrip() {
                 if !vf.is_finite() || vf as f64 != v {
                     continue; // not an f32: cannot be an input
                 }
-                assert_eq!(encode_elem(fmt, vf.to_bits(), s), c, "{fmt} code {c:#x} scale 2^{s}");
+                assert_eq!(
+                    encode_elem(fmt, vf.to_bits(), s),
+                    c,
+                    "{fmt} code {c:#x} scale 2^{s}"
+                );
             }
         }
     }
@@ -241,7 +331,14 @@ fn edge_inputs(p: &oracle::Params, s: i32) -> Vec<f32> {
     for w in g.windows(2) {
         pts.push((w[0].0 + w[1].0) / 2.0);
     }
-    pts.extend([p.max * 1.0001, p.max * 1.5, p.max * 2.0, p.max * 1e6, g[1].0 / 4.0, g[1].0 / 3.0]);
+    pts.extend([
+        p.max * 1.0001,
+        p.max * 1.5,
+        p.max * 2.0,
+        p.max * 1e6,
+        g[1].0 / 4.0,
+        g[1].0 / 3.0,
+    ]);
     let mut out = Vec::new();
     for v in pts {
         let x = (v * oracle::pow2(s)) as f32;
@@ -275,7 +372,11 @@ fn encode_matches_nearest_oracle() {
             // Random values near this scale's range, and random bit patterns.
             for _ in 0..3000 {
                 let mag = p.max * oracle::pow2(s) * gen.unit() * 1.2;
-                xs.push(if gen.below(2) == 0 { mag as f32 } else { -mag as f32 });
+                xs.push(if gen.below(2) == 0 {
+                    mag as f32
+                } else {
+                    -mag as f32
+                });
                 xs.push(gen.any_finite_f32());
             }
             for x in xs {
@@ -285,7 +386,8 @@ fn encode_matches_nearest_oracle() {
                 let want = oracle::nearest_code(&p, &g, x, s);
                 let got = encode_elem(fmt, x.to_bits(), s);
                 assert_eq!(
-                    got, want,
+                    got,
+                    want,
                     "{fmt}: encode({x:e} = {:#010x}, scale 2^{s}) = {got:#x}, oracle {want:#x}",
                     x.to_bits()
                 );
@@ -298,7 +400,15 @@ fn encode_matches_nearest_oracle() {
 /// their neighbours, across the whole fp32 range (subnormals included), plus random values.
 fn amax_inputs(p: &oracle::Params, gen: &mut Gen) -> Vec<f32> {
     let even_thr = 2.0 - oracle::pow2(-(p.even_mbits as i32) - 1);
-    let bases = [1.0, 1.5, 1.75, even_thr, p.max, p.max / 2.0, 1.0 + 1.0 / 64.0];
+    let bases = [
+        1.0,
+        1.5,
+        1.75,
+        even_thr,
+        p.max,
+        p.max / 2.0,
+        1.0 + 1.0 / 64.0,
+    ];
     let mut out = vec![f32::MIN_POSITIVE, f32::MAX, f32::from_bits(1), 1e-38, 1e38];
     for k in -160..=130 {
         for b in bases {
@@ -332,7 +442,9 @@ fn scale_byte_matches_oracle() {
             for mode in ScaleMode::ALL {
                 let got = scale_byte(fmt, mode, a.to_bits());
                 match oracle::scale_byte(&p, mode, a) {
-                    Some(want) => assert_eq!(got, want, "{fmt} {mode} amax {a:e} ({:#010x})", a.to_bits()),
+                    Some(want) => {
+                        assert_eq!(got, want, "{fmt} {mode} amax {a:e} ({:#010x})", a.to_bits())
+                    }
                     None => assert!(got <= 1, "{fmt} {mode} amax {a:e}: {got}"),
                 }
                 // The sign of amax is ignored.
@@ -360,7 +472,11 @@ fn even_rule_in_words() {
             let rounded = ((mant / unit) + 0.5).floor() * unit; // half-up
             let e = if rounded >= 2.0 { fl + 1 } else { fl };
             let want = ((e - p.emax_elem).clamp(-127, 127) + 127) as u8;
-            assert_eq!(scale_byte(fmt, ScaleMode::Even, a.to_bits()), want, "{fmt} amax {a:e}");
+            assert_eq!(
+                scale_byte(fmt, ScaleMode::Even, a.to_bits()),
+                want,
+                "{fmt} amax {a:e}"
+            );
         }
     }
 }

@@ -28,7 +28,12 @@ pub enum Specials {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Kind {
-    Float { ebits: u32, mbits: u32, bias: i32, specials: Specials },
+    Float {
+        ebits: u32,
+        mbits: u32,
+        bias: i32,
+        specials: Specials,
+    },
     /// Two's complement, value n / 64, |n| <= 127.
     Int8,
 }
@@ -47,14 +52,55 @@ pub struct Params {
 
 /// Hand-written rows (NUMERICS.md section 1 table and decisions 4).
 pub fn hand_params(fmt: MxFormat) -> Option<Params> {
-    let fl = |ebits, mbits, bias, specials| Kind::Float { ebits, mbits, bias, specials };
+    let fl = |ebits, mbits, bias, specials| Kind::Float {
+        ebits,
+        mbits,
+        bias,
+        specials,
+    };
     Some(match fmt.name() {
-        "mxfp4" => Params { kind: fl(2, 1, 1, Specials::None), code_bits: 4, emax_elem: 2, even_mbits: 1, max: 6.0 },
-        "mxfp6_e2m3" => Params { kind: fl(2, 3, 1, Specials::None), code_bits: 6, emax_elem: 2, even_mbits: 3, max: 7.5 },
-        "mxfp6_e3m2" => Params { kind: fl(3, 2, 3, Specials::None), code_bits: 6, emax_elem: 4, even_mbits: 2, max: 28.0 },
-        "mxfp8_e4m3" => Params { kind: fl(4, 3, 7, Specials::E4M3), code_bits: 8, emax_elem: 8, even_mbits: 3, max: 448.0 },
-        "mxfp8_e5m2" => Params { kind: fl(5, 2, 15, Specials::Ieee), code_bits: 8, emax_elem: 15, even_mbits: 2, max: 57344.0 },
-        "mxint8" => Params { kind: Kind::Int8, code_bits: 8, emax_elem: 0, even_mbits: 6, max: 127.0 / 64.0 },
+        "mxfp4" => Params {
+            kind: fl(2, 1, 1, Specials::None),
+            code_bits: 4,
+            emax_elem: 2,
+            even_mbits: 1,
+            max: 6.0,
+        },
+        "mxfp6_e2m3" => Params {
+            kind: fl(2, 3, 1, Specials::None),
+            code_bits: 6,
+            emax_elem: 2,
+            even_mbits: 3,
+            max: 7.5,
+        },
+        "mxfp6_e3m2" => Params {
+            kind: fl(3, 2, 3, Specials::None),
+            code_bits: 6,
+            emax_elem: 4,
+            even_mbits: 2,
+            max: 28.0,
+        },
+        "mxfp8_e4m3" => Params {
+            kind: fl(4, 3, 7, Specials::E4M3),
+            code_bits: 8,
+            emax_elem: 8,
+            even_mbits: 3,
+            max: 448.0,
+        },
+        "mxfp8_e5m2" => Params {
+            kind: fl(5, 2, 15, Specials::Ieee),
+            code_bits: 8,
+            emax_elem: 15,
+            even_mbits: 2,
+            max: 57344.0,
+        },
+        "mxint8" => Params {
+            kind: Kind::Int8,
+            code_bits: 8,
+            emax_elem: 0,
+            even_mbits: 6,
+            max: 127.0 / 64.0,
+        },
         _ => return None,
     })
 }
@@ -74,7 +120,13 @@ pub fn params(fmt: MxFormat) -> Params {
             specials: Specials::AboveMaxCode(s.max_code),
         },
     };
-    Params { kind, code_bits: s.code_bits, emax_elem: s.emax_elem, even_mbits: s.mbits, max: s.max_normal }
+    Params {
+        kind,
+        code_bits: s.code_bits,
+        emax_elem: s.emax_elem,
+        even_mbits: s.mbits,
+        max: s.max_normal,
+    }
 }
 
 /// 2^k exactly, for k in the normal f64 range.
@@ -87,7 +139,12 @@ pub fn pow2(k: i32) -> f64 {
 pub fn decode(p: &Params, code: u8) -> f64 {
     match p.kind {
         Kind::Int8 => (code as i8) as f64 / 64.0,
-        Kind::Float { ebits, mbits, bias, specials } => {
+        Kind::Float {
+            ebits,
+            mbits,
+            bias,
+            specials,
+        } => {
             let c = code as u32 & ((1 << p.code_bits) - 1);
             let neg = (c >> (ebits + mbits)) & 1 == 1;
             let e = (c >> mbits) & ((1 << ebits) - 1);
@@ -98,7 +155,9 @@ pub fn decode(p: &Params, code: u8) -> f64 {
             let special = match specials {
                 Specials::None => None,
                 Specials::E4M3 => (e == eall && m == mall).then_some(f64::NAN),
-                Specials::Ieee => (e == eall).then_some(if m == 0 { f64::INFINITY } else { f64::NAN }),
+                Specials::Ieee => {
+                    (e == eall).then_some(if m == 0 { f64::INFINITY } else { f64::NAN })
+                }
                 Specials::AboveMaxCode(mc) => (mag_code > mc).then_some(f64::NAN),
             };
             let v = match special {
