@@ -1,0 +1,362 @@
+// moe.wgsl: the MoE layer after routing (ARCHITECTURE.md "MoE forward dataflow").
+//
+//   lists   expert histogram + prefix sum -> per-expert row lists and a tile list
+//   gemm1   grouped GEMM over tiles of one expert's rows: gather x rows, dequantize W13 in the
+//           prologue (exact integer decode into workgroup memory), fp32 accumulate, then in the
+//           epilogue bias (+ router weight on input), activation and the intermediate QDQ
+//           (a 32-block along I is exactly the tile's 32 columns)
+//   gemm2   the same shape over W2 with bias and the router weight
+//   combine per (token, h): fp32 sum over the k slots in slot order (no float atomics)
+//
+// Weights may be split into chunks of whole experts (binding-size limits): gemm1/gemm2 run once
+// per chunk and skip tiles whose expert lies outside [e0, e1).
+
+override WFMT: u32 = 0u;   // weight MxFormat::id
+override AFMT: u32 = 255u; // activation MxFormat::id, 255 = weight-only (no intermediate QDQ)
+override AMODE: u32 = 1u;  // activation ScaleMode::id
+override ACT: u32 = 0u;    // 0 silu (gate rows [0, I), up rows [I, 2I)), 1 swigluoai (interleaved)
+
+const TM: u32 = 32u;       // rows (token-expert pairs) per tile
+const XS: u32 = 33u;       // padded workgroup row stride
+
+struct MoeParams {
+    m: u32,
+    top_k: u32,
+    hidden: u32,
+    inter: u32,
+    n_experts: u32,
+    e_local: u32,
+    has_map: u32,
+    has_bias13: u32,
+    has_bias2: u32,
+    on_input: u32,
+    e0: u32,
+    e1: u32,
+}
+
+@group(0) @binding(0) var<uniform> mp: MoeParams;
+@group(0) @binding(1) var<storage, read> m_ids: array<i32>;
+@group(0) @binding(2) var<storage, read> m_map: array<i32>;
+@group(0) @binding(3) var<storage, read_write> m_rows: array<u32>;
+@group(0) @binding(4) var<storage, read_write> m_slot: array<i32>;
+@group(0) @binding(5) var<storage, read_write> m_tiles: array<u32>;
+@group(0) @binding(6) var<storage, read> m_x: array<f32>;
+@group(0) @binding(7) var<storage, read> m_wdata: array<u32>;
+@group(0) @binding(8) var<storage, read> m_wscale: array<u32>;
+@group(0) @binding(9) var<storage, read_write> m_out: array<u32>;
+@group(0) @binding(10) var<storage, read> m_bias: array<f32>;
+@group(0) @binding(11) var<storage, read> m_topw: array<f32>;
+@group(0) @binding(12) var<storage, read> m_y: array<f32>;
+
+var<workgroup> l_cnt: array<atomic<u32>, 1024>;
+var<workgroup> l_off: array<u32, 1024>;
+
+var<workgroup> g_xs: array<f32, 1056>; // TM x XS
+var<workgroup> g_ws: array<f32, 2112>; // 64 x XS
+var<workgroup> g_tile: vec4<u32>;
+var<workgroup> g_amax: array<atomic<u32>, 32>;
+
+fn l_local(a: u32) -> i32 {
+    let id = m_ids[a];
+    if mp.has_map != 0u {
+        return m_map[id];
+    }
+    return id;
+}
+
+// One workgroup. Row order inside an expert's list depends on atomics, but no result does:
+// every row is computed independently and the combine reads rows through m_slot.
+@compute @workgroup_size(256)
+fn lists(@builtin(local_invocation_index) lid: u32) {
+    let el = mp.e_local;
+    let na = mp.m * mp.top_k;
+    for (var e = lid; e < el; e = e + 256u) {
+        atomicStore(&l_cnt[e], 0u);
+    }
+    workgroupBarrier();
+    for (var a = lid; a < na; a = a + 256u) {
+        let l = l_local(a);
+        if l >= 0 {
+            atomicAdd(&l_cnt[u32(l)], 1u);
+        }
+    }
+    workgroupBarrier();
+    if lid == 0u {
+        var acc = 0u;
+        var nt = 0u;
+        for (var e = 0u; e < el; e = e + 1u) {
+            let c = atomicLoad(&l_cnt[e]);
+            l_off[e] = acc;
+            for (var s = 0u; s < c; s = s + TM) {
+                m_tiles[1u + 3u * nt] = e;
+                m_tiles[2u + 3u * nt] = acc + s;
+                m_tiles[3u + 3u * nt] = acc + min(s + TM, c);
+                nt = nt + 1u;
+            }
+            acc = acc + c;
+            atomicStore(&l_cnt[e], 0u);
+        }
+        m_tiles[0] = nt;
+    }
+    workgroupBarrier();
+    for (var a = lid; a < na; a = a + 256u) {
+        let l = l_local(a);
+        if l >= 0 {
+            let p = l_off[u32(l)] + atomicAdd(&l_cnt[u32(l)], 1u);
+            m_rows[p] = a;
+            m_slot[a] = i32(p);
+        } else {
+            m_slot[a] = -1;
+        }
+    }
+}
+
+// The tile of this workgroup, uniformly: (expert, start, end, valid).
+fn g_load_tile(lid: u32, slot: u32) -> vec4<u32> {
+    if lid == 0u {
+        var t = vec4<u32>(0u, 0u, 0u, 0u);
+        if slot < m_tiles[0] {
+            t = vec4<u32>(m_tiles[1u + 3u * slot], m_tiles[2u + 3u * slot], m_tiles[3u + 3u * slot], 1u);
+        }
+        g_tile = t;
+    }
+    return workgroupUniformLoad(&g_tile);
+}
+
+// Dequantize 8 consecutive weights (elements j0..j0+7 of block kb of chunk row `row`) into
+// g_ws[wr * XS + j0 ..].
+fn g_load_w(row: u32, kblocks: u32, kb: u32, wr: u32, j0: u32, valid: bool) {
+    let cb = mx_spec(WFMT).code_bits;
+    if !valid {
+        for (var q = 0u; q < 8u; q = q + 1u) {
+            g_ws[wr * XS + j0 + q] = 0.0;
+        }
+        return;
+    }
+    let sidx = row * kblocks + kb;
+    let byte = (m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+    let wb = sidx * cb;
+    for (var q = 0u; q < 8u; q = q + 1u) {
+        let bp = (j0 + q) * cb;
+        let w = wb + bp / 32u;
+        let off = bp & 31u;
+        var w1 = 0u;
+        if off + cb > 32u {
+            w1 = m_wdata[w + 1u];
+        }
+        let code = mx_code_at(m_wdata[w], w1, off, cb);
+        g_ws[wr * XS + j0 + q] = bitcast<f32>(mx_dequant_bits(WFMT, code, byte));
+    }
+}
+
+fn g_act(g: f32, u: f32) -> f32 {
+    if ACT == 0u {
+        return g / (1.0 + exp(-g)) * u;
+    }
+    let gc = min(g, 7.0);
+    let lc = clamp(u, -7.0, 7.0);
+    return gc / (1.0 + exp(-1.702 * gc)) * (lc + 1.0);
+}
+
+// Grid: x = tile slot, y = I / 32 column tiles. Output m_out = intermediate [rows, I] (f32 bits).
+@compute @workgroup_size(256)
+fn gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = g_load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < mp.e0 || tile.x >= mp.e1 {
+        return;
+    }
+    let e = tile.x;
+    let start = tile.y;
+    let cnt = tile.z - tile.y;
+    let h = mp.hidden;
+    let inter = mp.inter;
+    let jb = wid.y * 32u;
+    let kblocks = h / 32u;
+    // Loader roles: x rows (8 threads x 4 values per row), weight rows (4 threads x 8 values).
+    let xr = lid / 8u;
+    let xc = (lid % 8u) * 4u;
+    let xvalid = xr < cnt;
+    var xtok = 0u;
+    if xvalid {
+        xtok = m_rows[start + xr] / mp.top_k;
+    }
+    let wr = lid / 4u;
+    let wp = (lid % 4u) * 8u;
+    var wrow: u32;
+    if ACT == 0u {
+        wrow = select(inter + jb + wr - 32u, jb + wr, wr < 32u);
+    } else {
+        wrow = 2u * jb + wr;
+    }
+    let crow = (e - mp.e0) * 2u * inter + wrow;
+    // Compute roles: token row tr, columns cg*4 .. cg*4+3 (gate and up of each).
+    let tr = lid / 8u;
+    let cg = lid % 8u;
+    var acc_g = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    var acc_u = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    for (var kb = 0u; kb < kblocks; kb = kb + 1u) {
+        for (var q = 0u; q < 4u; q = q + 1u) {
+            var v = 0.0;
+            if xvalid {
+                v = m_x[xtok * h + kb * 32u + xc + q];
+            }
+            g_xs[xr * XS + xc + q] = v;
+        }
+        g_load_w(crow, kblocks, kb, wr, wp, true);
+        workgroupBarrier();
+        for (var kk = 0u; kk < 32u; kk = kk + 1u) {
+            let x = g_xs[tr * XS + kk];
+            for (var q = 0u; q < 4u; q = q + 1u) {
+                let c = cg * 4u + q;
+                var gi: u32;
+                var ui: u32;
+                if ACT == 0u {
+                    gi = c;
+                    ui = 32u + c;
+                } else {
+                    gi = 2u * c;
+                    ui = 2u * c + 1u;
+                }
+                acc_g[q] = acc_g[q] + x * g_ws[gi * XS + kk];
+                acc_u[q] = acc_u[q] + x * g_ws[ui * XS + kk];
+            }
+        }
+        workgroupBarrier();
+    }
+    // Epilogue: bias, router weight on input, activation, intermediate QDQ.
+    var a = 0u;
+    if tr < cnt {
+        a = m_rows[start + tr];
+    }
+    var vals: array<u32, 4>;
+    for (var q = 0u; q < 4u; q = q + 1u) {
+        let j = jb + cg * 4u + q;
+        var grow: u32;
+        var urow: u32;
+        if ACT == 0u {
+            grow = j;
+            urow = inter + j;
+        } else {
+            grow = 2u * j;
+            urow = 2u * j + 1u;
+        }
+        var g = acc_g[q];
+        var u = acc_u[q];
+        if mp.has_bias13 != 0u {
+            g = g + m_bias[e * 2u * inter + grow];
+            u = u + m_bias[e * 2u * inter + urow];
+        }
+        if mp.on_input != 0u && tr < cnt {
+            let rw = m_topw[a];
+            g = g * rw;
+            u = u * rw;
+        }
+        vals[q] = bitcast<u32>(g_act(g, u));
+    }
+    if lid < 32u {
+        atomicStore(&g_amax[lid], 0u);
+    }
+    workgroupBarrier();
+    if AFMT != 255u {
+        for (var q = 0u; q < 4u; q = q + 1u) {
+            atomicMax(&g_amax[tr], vals[q] & 0x7FFFFFFFu);
+        }
+    }
+    workgroupBarrier();
+    if tr < cnt {
+        if AFMT != 255u {
+            let byte = mx_scale_byte(AFMT, AMODE, atomicLoad(&g_amax[tr]));
+            for (var q = 0u; q < 4u; q = q + 1u) {
+                var code = 0u;
+                if byte != 255u {
+                    code = mx_encode(AFMT, vals[q], i32(byte) - 127);
+                }
+                vals[q] = mx_dequant_bits(AFMT, code, byte);
+            }
+        }
+        for (var q = 0u; q < 4u; q = q + 1u) {
+            m_out[(start + tr) * inter + jb + cg * 4u + q] = vals[q];
+        }
+    }
+}
+
+// Grid: x = tile slot, y = ceil(H / 64). m_x = intermediate [rows, I]; m_out = y [rows, H].
+@compute @workgroup_size(256)
+fn gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = g_load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < mp.e0 || tile.x >= mp.e1 {
+        return;
+    }
+    let e = tile.x;
+    let start = tile.y;
+    let cnt = tile.z - tile.y;
+    let h = mp.hidden;
+    let inter = mp.inter;
+    let nb = wid.y * 64u;
+    let kblocks = inter / 32u;
+    let xr = lid / 8u;
+    let xc = (lid % 8u) * 4u;
+    let xvalid = xr < cnt;
+    let wr = lid / 4u;
+    let wp = (lid % 4u) * 8u;
+    let wvalid = nb + wr < h;
+    let crow = (e - mp.e0) * h + nb + wr;
+    let tr = lid / 8u;
+    let cg = lid % 8u;
+    var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    for (var kb = 0u; kb < kblocks; kb = kb + 1u) {
+        for (var q = 0u; q < 4u; q = q + 1u) {
+            var v = 0.0;
+            if xvalid {
+                v = m_x[(start + xr) * inter + kb * 32u + xc + q];
+            }
+            g_xs[xr * XS + xc + q] = v;
+        }
+        g_load_w(crow, kblocks, kb, wr, wp, wvalid);
+        workgroupBarrier();
+        for (var kk = 0u; kk < 32u; kk = kk + 1u) {
+            let x = g_xs[tr * XS + kk];
+            for (var q = 0u; q < 8u; q = q + 1u) {
+                acc[q] = acc[q] + x * g_ws[(cg + 8u * q) * XS + kk];
+            }
+        }
+        workgroupBarrier();
+    }
+    if tr < cnt {
+        let a = m_rows[start + tr];
+        for (var q = 0u; q < 8u; q = q + 1u) {
+            let n = nb + cg + 8u * q;
+            if n < h {
+                var v = acc[q];
+                if mp.has_bias2 != 0u {
+                    v = v + m_bias[e * h + n];
+                }
+                if mp.on_input == 0u {
+                    v = v * m_topw[a];
+                }
+                m_out[(start + tr) * h + n] = bitcast<u32>(v);
+            }
+        }
+    }
+}
+
+// One invocation per output element; 2-D grid of 256-wide workgroups.
+@compute @workgroup_size(256)
+fn combine(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = (wid.y * nwg.x + wid.x) * 256u + lid;
+    let h = mp.hidden;
+    if idx >= mp.m * h {
+        return;
+    }
+    let t = idx / h;
+    let n = idx % h;
+    var acc = 0.0;
+    for (var j = 0u; j < mp.top_k; j = j + 1u) {
+        let p = m_slot[t * mp.top_k + j];
+        if p >= 0 {
+            acc = acc + m_y[u32(p) * h + n];
+        }
+    }
+    m_out[idx] = bitcast<u32>(acc);
+}

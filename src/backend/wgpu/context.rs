@@ -1,0 +1,504 @@
+//! The wgpu context, created once: instance, adapter choice, device, queue, the pipeline cache
+//! (keyed by shader + entry + overrides) and a buffer pool. Thin per-call helpers live here too
+//! (upload, readback, dispatch-grid sizing).
+
+use super::source;
+use crate::backend::BackendError;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use wgpu::util::DeviceExt;
+
+/// The bit pattern outputs are filled with before a run when poisoning is on (a NaN no kernel
+/// writes), so an element a kernel forgot to write fails a bit-exact or tolerance comparison.
+pub const POISON: u32 = 0x7FC0_DEAD;
+
+/// One adapter as `mxmoe info` lists it.
+#[derive(Clone, Debug)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub driver_info: String,
+    /// The features mxmoe uses that this adapter has (SHADER_F16, SUBGROUP, TIMESTAMP_QUERY).
+    pub features: Vec<&'static str>,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_buffer_size: u64,
+    pub max_storage_buffers_per_shader_stage: u32,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+    pub max_compute_workgroups_per_dimension: u32,
+    /// Whether this adapter can run compute shaders at all (GL adapters may not).
+    pub compute: bool,
+}
+
+impl std::fmt::Display for AdapterSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}, {}, driver {} {}); features [{}]; max storage binding {} MiB, max buffer {} MiB, \
+             {} storage buffers/stage, {} B workgroup memory, {} invocations/workgroup{}",
+            self.name,
+            self.backend,
+            self.device_type,
+            self.driver,
+            self.driver_info,
+            self.features.join(", "),
+            self.max_storage_buffer_binding_size >> 20,
+            self.max_buffer_size >> 20,
+            self.max_storage_buffers_per_shader_stage,
+            self.max_compute_workgroup_storage_size,
+            self.max_compute_invocations_per_workgroup,
+            if self.compute { "" } else { "; NO COMPUTE" }
+        )
+    }
+}
+
+const WANTED: [(wgpu::Features, &str); 3] = [
+    (wgpu::Features::SHADER_F16, "SHADER_F16"),
+    (wgpu::Features::SUBGROUP, "SUBGROUP"),
+    (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
+];
+
+fn summarize(a: &wgpu::Adapter) -> AdapterSummary {
+    let info = a.get_info();
+    let l = a.limits();
+    let feats = a.features();
+    AdapterSummary {
+        name: info.name.clone(),
+        backend: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        driver: info.driver.clone(),
+        driver_info: info.driver_info.clone(),
+        features: WANTED
+            .iter()
+            .filter(|(f, _)| feats.contains(*f))
+            .map(|(_, n)| *n)
+            .collect(),
+        max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+        max_buffer_size: l.max_buffer_size,
+        max_storage_buffers_per_shader_stage: l.max_storage_buffers_per_shader_stage,
+        max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
+        max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+        max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+        compute: a
+            .get_downlevel_capabilities()
+            .flags
+            .contains(wgpu::DownlevelFlags::COMPUTE_SHADERS),
+    }
+}
+
+fn instance() -> wgpu::Instance {
+    // WGPU_BACKEND (e.g. "vulkan", "gl") and the other WGPU_* variables are honoured here.
+    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+}
+
+fn all_adapters(inst: &wgpu::Instance) -> Vec<wgpu::Adapter> {
+    let backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all());
+    pollster::block_on(inst.enumerate_adapters(backends))
+}
+
+/// Every adapter wgpu can see (honouring `WGPU_BACKEND`), best first, for `mxmoe info`.
+pub fn enumerate_adapters() -> Vec<AdapterSummary> {
+    let inst = instance();
+    let mut v = all_adapters(&inst);
+    v.sort_by_key(rank);
+    v.iter().map(summarize).collect()
+}
+
+/// Lower is better: discrete > integrated > virtual > CPU > other; Vulkan/Metal/DX12 before GL.
+fn rank(a: &wgpu::Adapter) -> (u32, u32) {
+    let info = a.get_info();
+    let t = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    };
+    let b = match info.backend {
+        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 => 0,
+        wgpu::Backend::Gl => 2,
+        _ => 1,
+    };
+    let compute = a
+        .get_downlevel_capabilities()
+        .flags
+        .contains(wgpu::DownlevelFlags::COMPUTE_SHADERS);
+    (if compute { 0 } else { 100 } + t, b)
+}
+
+/// What was asked for and what we got.
+#[derive(Clone, Debug)]
+pub struct ContextInfo {
+    pub adapter: AdapterSummary,
+    /// Features enabled on the device (the subset of [`AdapterSummary::features`]).
+    pub enabled_features: Vec<&'static str>,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct PipeKey {
+    shader: &'static str,
+    entry: &'static str,
+    overrides: Vec<(&'static str, u32)>,
+}
+
+/// The device context. Cheap to share (`Arc`), `Sync`.
+pub struct Context {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: ContextInfo,
+    pub limits: wgpu::Limits,
+    modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
+    pipelines: Mutex<HashMap<PipeKey, wgpu::ComputePipeline>>,
+    pool: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
+    /// Test hook: the largest weight chunk (bytes) instead of the adapter's binding limit.
+    pub chunk_override: AtomicU64,
+    pub poison: AtomicBool,
+    /// Serializes ops: error scopes and the pool are per-op state.
+    pub op_lock: Mutex<()>,
+    uncaptured: Arc<Mutex<Option<String>>>,
+}
+
+impl Context {
+    /// Create the context on the best adapter matching `filter` (a case-insensitive substring of
+    /// the adapter name, driver, backend or type; `MXMOE_ADAPTER` when `filter` is None).
+    pub fn new(filter: Option<&str>) -> Result<Context, BackendError> {
+        let env = std::env::var("MXMOE_ADAPTER").ok();
+        let filter = filter.map(str::to_owned).or(env).filter(|s| !s.is_empty());
+        let inst = instance();
+        let mut adapters = all_adapters(&inst);
+        let seen: Vec<String> = adapters
+            .iter()
+            .map(|a| {
+                let i = a.get_info();
+                format!("{} ({:?})", i.name, i.backend)
+            })
+            .collect();
+        if let Some(f) = &filter {
+            let f = f.to_ascii_lowercase();
+            adapters.retain(|a| {
+                let i = a.get_info();
+                format!(
+                    "{} {} {:?} {:?}",
+                    i.name, i.driver, i.backend, i.device_type
+                )
+                .to_ascii_lowercase()
+                .contains(&f)
+            });
+        }
+        adapters.sort_by_key(rank);
+        let adapter = adapters
+            .into_iter()
+            .find(|a| rank(a).0 < 100)
+            .ok_or_else(|| {
+                BackendError::NoAdapter(match &filter {
+                    Some(f) => format!(
+                        " matching '{f}' with compute support (adapters seen: [{}])",
+                        seen.join(", ")
+                    ),
+                    None => format!(
+                        " with compute support (adapters seen: [{}]; on a machine without a GPU \
+                         install Mesa lavapipe, e.g. the mesa-vulkan-drivers package)",
+                        seen.join(", ")
+                    ),
+                })
+            })?;
+        let summary = summarize(&adapter);
+        let feats = adapter.features();
+        let mut required = wgpu::Features::empty();
+        let mut enabled = Vec::new();
+        for (f, n) in WANTED {
+            if feats.contains(f) {
+                required |= f;
+                enabled.push(n);
+            }
+        }
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("mxmoe"),
+            required_features: required,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| BackendError::Device(format!("request_device on {}: {e}", summary.name)))?;
+        let uncaptured = Arc::new(Mutex::new(None));
+        let u2 = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut g = u2.lock().unwrap_or_else(|p| p.into_inner());
+            if g.is_none() {
+                *g = Some(e.to_string());
+            }
+        }));
+        Ok(Context {
+            device,
+            queue,
+            info: ContextInfo {
+                adapter: summary,
+                enabled_features: enabled,
+            },
+            limits,
+            modules: Mutex::new(HashMap::new()),
+            pipelines: Mutex::new(HashMap::new()),
+            pool: Mutex::new(HashMap::new()),
+            chunk_override: AtomicU64::new(0),
+            poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
+            op_lock: Mutex::new(()),
+            uncaptured,
+        })
+    }
+
+    /// The largest storage buffer we bind (and so the largest weight chunk).
+    pub fn max_binding(&self) -> u64 {
+        let hw = self
+            .limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size);
+        match self.chunk_override.load(Ordering::Relaxed) {
+            0 => hw,
+            o => o.min(hw),
+        }
+    }
+
+    /// The cached pipeline of `entry` in shader `shader` with `overrides` (name, u32 value).
+    /// Compiles the module and builds the pipeline on first use only.
+    pub fn pipeline(
+        &self,
+        shader: &'static str,
+        entry: &'static str,
+        overrides: &[(&'static str, u32)],
+    ) -> Result<wgpu::ComputePipeline, BackendError> {
+        let key = PipeKey {
+            shader,
+            entry,
+            overrides: overrides.to_vec(),
+        };
+        if let Some(p) = self.pipelines.lock().unwrap().get(&key) {
+            return Ok(p.clone());
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = {
+            let mut mods = self.modules.lock().unwrap();
+            match mods.get(shader) {
+                Some(m) => m.clone(),
+                None => {
+                    let src = source::compose(shader).ok_or_else(|| {
+                        BackendError::Device(format!("unknown shader '{shader}'"))
+                    })?;
+                    let m = self
+                        .device
+                        .create_shader_module(wgpu::ShaderModuleDescriptor {
+                            label: Some(shader),
+                            source: wgpu::ShaderSource::Wgsl(src.into()),
+                        });
+                    mods.insert(shader, m.clone());
+                    m
+                }
+            }
+        };
+        let consts: Vec<(&str, f64)> = overrides.iter().map(|(n, v)| (*n, *v as f64)).collect();
+        let label = format!("{shader}/{entry}{overrides:?}");
+        let p = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&label),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &consts,
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(BackendError::Device(format!(
+                "building pipeline {label}: {e}"
+            )));
+        }
+        self.pipelines.lock().unwrap().insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// A pooled buffer of at least `size` bytes (storage + copy src/dst).
+    pub fn storage(&self, size: u64) -> wgpu::Buffer {
+        self.take(
+            size,
+            wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+        )
+    }
+
+    /// A pooled uniform buffer holding `data`.
+    pub fn uniform(&self, data: &[u8]) -> wgpu::Buffer {
+        let b = self.take(
+            data.len() as u64,
+            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        );
+        self.queue.write_buffer(&b, 0, data);
+        b
+    }
+
+    fn take(&self, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+        let class = size.max(256).next_power_of_two();
+        let key = (usage.bits(), class);
+        if let Some(b) = self
+            .pool
+            .lock()
+            .unwrap()
+            .get_mut(&key)
+            .and_then(|v| v.pop())
+        {
+            return b;
+        }
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("mxmoe pool"),
+            size: class,
+            usage,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Return pooled buffers after the op's submission completed.
+    pub fn give(&self, bufs: impl IntoIterator<Item = wgpu::Buffer>) {
+        let mut pool = self.pool.lock().unwrap();
+        for b in bufs {
+            pool.entry((b.usage().bits(), b.size()))
+                .or_default()
+                .push(b);
+        }
+    }
+
+    /// A pooled storage buffer holding `data` (padded to 4 bytes).
+    pub fn upload(&self, data: &[u8]) -> wgpu::Buffer {
+        let b = self.storage(data.len() as u64);
+        if !data.is_empty() {
+            if data.len() % 4 == 0 {
+                self.queue.write_buffer(&b, 0, data);
+            } else {
+                let mut v = data.to_vec();
+                v.resize(data.len().next_multiple_of(4), 0);
+                self.queue.write_buffer(&b, 0, &v);
+            }
+        }
+        b
+    }
+
+    /// An unpooled storage buffer holding `data` exactly (weights that live with a layer).
+    pub fn upload_owned(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
+        let mut v;
+        let bytes = if data.len() % 4 == 0 && !data.is_empty() {
+            data
+        } else {
+            v = data.to_vec();
+            v.resize(data.len().next_multiple_of(4).max(4), 0);
+            &v
+        };
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytes,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            })
+    }
+
+    /// Fill the first `bytes` of an output buffer with [`POISON`] when poisoning is on.
+    pub fn maybe_poison(&self, b: &wgpu::Buffer, bytes: u64) {
+        if self.poison.load(Ordering::Relaxed) && bytes > 0 {
+            let n = (bytes / 4) as usize;
+            let v = vec![POISON; n];
+            self.queue.write_buffer(b, 0, bytemuck::cast_slice(&v));
+        }
+    }
+
+    /// A bind group for `pipeline` with the given (binding, buffer) entries (whole buffers).
+    pub fn bind(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        entries: &[(u32, &wgpu::Buffer)],
+    ) -> wgpu::BindGroup {
+        let layout = pipeline.get_bind_group_layout(0);
+        let e: Vec<wgpu::BindGroupEntry> = entries
+            .iter()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: *i,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &e,
+        })
+    }
+
+    /// A grid of `n` workgroups laid out in 2-D when `n` exceeds the per-dimension limit.
+    pub fn grid(&self, n: u32) -> (u32, u32) {
+        let max = self.limits.max_compute_workgroups_per_dimension.max(1);
+        if n <= max {
+            (n.max(1), 1)
+        } else {
+            let y = n.div_ceil(max);
+            (n.div_ceil(y), y)
+        }
+    }
+
+    /// Record copies of `(buffer, bytes)` into mappable buffers, submit `enc`, wait, and read
+    /// them back. Device errors raised meanwhile are returned as [`BackendError::Device`].
+    pub fn submit_and_read(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        reads: &[(&wgpu::Buffer, u64)],
+    ) -> Result<Vec<Vec<u8>>, BackendError> {
+        let staging: Vec<wgpu::Buffer> = reads
+            .iter()
+            .map(|(_, n)| {
+                self.take(
+                    (*n).max(4),
+                    wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                )
+            })
+            .collect();
+        for ((b, n), s) in reads.iter().zip(&staging) {
+            if *n > 0 {
+                enc.copy_buffer_to_buffer(b, 0, s, 0, *n);
+            }
+        }
+        self.queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for ((_, n), s) in reads.iter().zip(&staging) {
+            let tx = tx.clone();
+            s.slice(0..(*n).max(4))
+                .map_async(wgpu::MapMode::Read, move |r| {
+                    let _ = tx.send(r);
+                });
+        }
+        drop(tx);
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
+        for r in rx.iter() {
+            r.map_err(|e| BackendError::Device(format!("map_async: {e}")))?;
+        }
+        let mut out = Vec::with_capacity(reads.len());
+        for ((_, n), s) in reads.iter().zip(&staging) {
+            {
+                let v = s
+                    .slice(0..(*n).max(4))
+                    .get_mapped_range()
+                    .map_err(|e| BackendError::Device(format!("mapped range: {e}")))?;
+                out.push(v[..*n as usize].to_vec());
+            }
+            s.unmap();
+        }
+        self.give(staging);
+        if let Some(e) = self.uncaptured.lock().unwrap().take() {
+            return Err(BackendError::Device(e));
+        }
+        Ok(out)
+    }
+}

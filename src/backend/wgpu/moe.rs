@@ -1,0 +1,405 @@
+//! The MoE layer on the GPU (shaders/moe.wgsl): one submit per forward, no host round trips
+//! between passes, weights stay packed (dequantized in the GEMM prologues).
+//!
+//! Passes: route -> lists (histogram, prefix sum, row lists, tile list) -> input QDQ
+//! (quant.wgsl) -> gemm1 per weight chunk (bias, activation, intermediate QDQ fused) -> gemm2 per
+//! weight chunk (bias, router weight) -> combine (slot order, no float atomics).
+//!
+//! Weights larger than one storage binding are split into chunks of whole experts, each its own
+//! buffer; the GEMMs run once per chunk and skip the other chunks' tiles.
+
+use super::context::Context;
+use super::route;
+use crate::backend::BackendError;
+use crate::format::MxTensor;
+use crate::moe::{Activation, Intermediate, MoeLayer, MoeOptions, MoeOutput, Routing};
+
+/// Rows per GEMM tile (TM in moe.wgsl).
+const TM: usize = 32;
+/// Output columns per gemm2 workgroup.
+const TN2: usize = 64;
+/// moe.wgsl's workgroup arrays hold this many local experts.
+pub const MAX_LOCAL_EXPERTS: usize = 1024;
+
+struct WeightChunk {
+    e0: usize,
+    e1: usize,
+    w13: wgpu::Buffer,
+    s13: wgpu::Buffer,
+    w2: wgpu::Buffer,
+    s2: wgpu::Buffer,
+}
+
+/// A layer's weights resident on the device (upload once, run many times).
+pub struct GpuLayer {
+    layer: MoeLayer, // configuration; its weight vectors are emptied
+    chunks: Vec<WeightChunk>,
+    bias13: Option<wgpu::Buffer>,
+    bias2: Option<wgpu::Buffer>,
+    map: Option<wgpu::Buffer>,
+    dummy: wgpu::Buffer,
+    /// Bytes of packed weights + scales on the device.
+    pub bytes: u64,
+}
+
+impl GpuLayer {
+    /// How many buffers the weights were split into (1 unless they exceed a binding).
+    pub fn chunks(&self) -> usize {
+        self.chunks.len()
+    }
+}
+
+fn unsupported(op: String) -> BackendError {
+    BackendError::Unsupported {
+        backend: "wgpu".into(),
+        op,
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+}
+
+/// Upload a layer's weights, split into chunks of whole experts that fit one binding.
+pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError> {
+    layer.validate()?;
+    let el = layer.local_experts();
+    if el > MAX_LOCAL_EXPERTS || layer.n_experts > route::MAX_EXPERTS {
+        return Err(unsupported(format!(
+            "moe with {el} local / {} router experts (limit {MAX_LOCAL_EXPERTS})",
+            layer.n_experts
+        )));
+    }
+    let max = ctx.max_binding();
+    let per13 = (layer.w13.data.len() / el) as u64;
+    let per2 = (layer.w2.data.len() / el) as u64;
+    let per_expert = per13.max(per2);
+    if per_expert > max {
+        return Err(BackendError::OutOfMemory(format!(
+            "one expert's packed weights ({} for w13, {} for w2) exceed the largest storage \
+             binding of {} ({})",
+            mib(per13),
+            mib(per2),
+            mib(max),
+            ctx.info.adapter.name
+        )));
+    }
+    let per_chunk = ((max / per_expert) as usize).clamp(1, el);
+    let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let sl = |t: &MxTensor, e0: usize, e1: usize, scales: bool| -> Vec<u8> {
+        let v = if scales { &t.scales } else { &t.data };
+        let per = v.len() / el;
+        v[e0 * per..e1 * per].to_vec()
+    };
+    let mut chunks = Vec::new();
+    let mut e0 = 0;
+    while e0 < el {
+        let e1 = (e0 + per_chunk).min(el);
+        chunks.push(WeightChunk {
+            e0,
+            e1,
+            w13: ctx.upload_owned("w13", &sl(&layer.w13, e0, e1, false)),
+            s13: ctx.upload_owned("w13_scale", &sl(&layer.w13, e0, e1, true)),
+            w2: ctx.upload_owned("w2", &sl(&layer.w2, e0, e1, false)),
+            s2: ctx.upload_owned("w2_scale", &sl(&layer.w2, e0, e1, true)),
+        });
+        e0 = e1;
+    }
+    let f32s = |v: &[f32]| -> Vec<u8> { bytemuck::cast_slice(v).to_vec() };
+    let bias13 = layer
+        .w13_bias
+        .as_deref()
+        .map(|b| ctx.upload_owned("w13_bias", &f32s(b)));
+    let bias2 = layer
+        .w2_bias
+        .as_deref()
+        .map(|b| ctx.upload_owned("w2_bias", &f32s(b)));
+    let map = layer
+        .expert_map
+        .as_deref()
+        .map(|m| ctx.upload_owned("expert_map", bytemuck::cast_slice(m)));
+    let dummy = ctx.upload_owned("dummy", &[0u8; 16]);
+    let bytes = layer.weight_bytes() as u64;
+    if let Some(e) = pollster::block_on(scope.pop()) {
+        return Err(BackendError::OutOfMemory(format!(
+            "uploading {} of packed weights in {} chunk(s) to {}: {e}",
+            mib(bytes),
+            chunks.len(),
+            ctx.info.adapter.name
+        )));
+    }
+    let mut cfg = layer.clone();
+    cfg.w13.data = Vec::new();
+    cfg.w13.scales = Vec::new();
+    cfg.w2.data = Vec::new();
+    cfg.w2.scales = Vec::new();
+    Ok(GpuLayer {
+        layer: cfg,
+        chunks,
+        bias13,
+        bias2,
+        map,
+        dummy,
+        bytes,
+    })
+}
+
+fn params(l: &MoeLayer, m: usize, e0: usize, e1: usize) -> [u32; 12] {
+    [
+        m as u32,
+        l.router.top_k as u32,
+        l.hidden as u32,
+        l.inter as u32,
+        l.n_experts as u32,
+        l.local_experts() as u32,
+        l.expert_map.is_some() as u32,
+        l.w13_bias.is_some() as u32,
+        l.w2_bias.is_some() as u32,
+        l.router.apply_router_weight_on_input as u32,
+        e0 as u32,
+        e1 as u32,
+    ]
+}
+
+fn pass<'e>(enc: &'e mut wgpu::CommandEncoder, label: &str) -> wgpu::ComputePass<'e> {
+    enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(label),
+        timestamp_writes: None,
+    })
+}
+
+/// Run a resident layer on a token batch.
+pub fn forward(
+    ctx: &Context,
+    g: &GpuLayer,
+    hidden: &[f32],
+    logits: &[f32],
+    opts: MoeOptions,
+) -> Result<MoeOutput, BackendError> {
+    let l = &g.layer;
+    if opts.intermediate == Intermediate::Bf16 {
+        return Err(unsupported(format!(
+            "moe/{}/{} with bf16 intermediates",
+            l.scheme, l.activation
+        )));
+    }
+    // Shapes (the weight vectors of `l` are emptied, so check against a fake full layer).
+    let h = l.hidden;
+    let inter = l.inter;
+    if hidden.is_empty() || hidden.len() % h != 0 {
+        return Err(crate::moe::MoeError::Shape(format!(
+            "hidden_states has {} values, expected [M, {h}] with M >= 1",
+            hidden.len()
+        ))
+        .into());
+    }
+    let m = hidden.len() / h;
+    let mr = route::check(
+        &l.router,
+        logits,
+        l.n_experts,
+        l.e_score_correction_bias.as_deref(),
+    )?;
+    if mr != m {
+        return Err(crate::moe::MoeError::Shape(format!(
+            "router_logits has {} values, expected [M = {m}, E = {}] = {}",
+            logits.len(),
+            l.n_experts,
+            m * l.n_experts
+        ))
+        .into());
+    }
+    let k = l.router.top_k;
+    let na = m * k;
+    let el = l.local_experts();
+    let max_tiles = na.div_ceil(TM) + el.min(na);
+    let big = [
+        ("hidden_states", (m * h * 4) as u64),
+        ("intermediate [M*k, I]", (na * inter * 4) as u64),
+        ("expert outputs [M*k, H]", (na * h * 4) as u64),
+    ];
+    for (what, b) in big {
+        if b > ctx.max_binding() {
+            return Err(BackendError::OutOfMemory(format!(
+                "{what} needs {} but one storage binding holds at most {} on {} (run fewer \
+                 tokens per call)",
+                mib(b),
+                mib(ctx.max_binding()),
+                ctx.info.adapter.name
+            )));
+        }
+    }
+    let wg_max = ctx.limits.max_compute_workgroups_per_dimension as usize;
+    if max_tiles > wg_max {
+        return Err(unsupported(format!(
+            "moe with {na} token-expert pairs ({max_tiles} tiles > {wg_max} workgroups)"
+        )));
+    }
+
+    // Buffers.
+    let bytes = |n: usize| (n * 4) as u64;
+    let mut owned: Vec<wgpu::Buffer> = Vec::new();
+    let rparams = ctx.uniform(bytemuck::cast_slice(&route::params(
+        &l.router,
+        m,
+        l.n_experts,
+    )));
+    let base_params = ctx.uniform(bytemuck::cast_slice(&params(l, m, 0, el)));
+    let logits_b = ctx.upload(bytemuck::cast_slice(logits));
+    let hidden_b = ctx.upload(bytemuck::cast_slice(hidden));
+    let out_bufs = [
+        bytes(na),                // ids
+        bytes(na),                // weights
+        bytes(na),                // rows
+        bytes(na),                // slot
+        bytes(1 + 3 * max_tiles), // tiles
+        bytes(na * inter),        // intermediate
+        bytes(na * h),            // y
+        bytes(m * h),             // out
+        bytes(m * h),             // xq
+    ];
+    let bufs: Vec<wgpu::Buffer> = out_bufs
+        .iter()
+        .map(|&n| {
+            let b = ctx.storage(n);
+            ctx.maybe_poison(&b, n);
+            b
+        })
+        .collect();
+    let (ids, topw, rows, slot, tiles, a2, y2, out, xq) = (
+        &bufs[0], &bufs[1], &bufs[2], &bufs[3], &bufs[4], &bufs[5], &bufs[6], &bufs[7], &bufs[8],
+    );
+    let map = g.map.as_ref().unwrap_or(&g.dummy);
+    let wfmt = l.scheme.weight.id();
+    let afmt = l.scheme.activation.map_or(255, |f| f.id());
+    let act = match l.activation {
+        Activation::Silu => 0,
+        Activation::SwigluOai => 1,
+    };
+    let ov: [(&'static str, u32); 4] = [
+        ("WFMT", wfmt),
+        ("AFMT", afmt),
+        ("AMODE", l.act_scale_mode.id()),
+        ("ACT", act),
+    ];
+    let p_lists = ctx.pipeline("moe", "lists", &[])?;
+    let p_g1 = ctx.pipeline("moe", "gemm1", &ov)?;
+    let p_g2 = ctx.pipeline("moe", "gemm2", &ov)?;
+    let p_comb = ctx.pipeline("moe", "combine", &[])?;
+
+    let mut enc = ctx
+        .device
+        .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
+    route::record(ctx, &mut enc, &rparams, &logits_b, ids, topw, m)?;
+    {
+        let bg = ctx.bind(
+            &p_lists,
+            &[
+                (0, &base_params),
+                (1, ids),
+                (2, map),
+                (3, rows),
+                (4, slot),
+                (5, tiles),
+            ],
+        );
+        let mut p = pass(&mut enc, "moe/lists");
+        p.set_pipeline(&p_lists);
+        p.set_bind_group(0, &bg, &[]);
+        p.dispatch_workgroups(1, 1, 1);
+    }
+    // Input QDQ, once per token (weight-only schemes read the hidden states directly).
+    let x_in = match l.scheme.activation {
+        Some(f) => {
+            let pq = ctx.pipeline(
+                "quant",
+                "qdq",
+                &[("FMT", f.id()), ("MODE", l.act_scale_mode.id())],
+            )?;
+            let nb = m * h / 32;
+            let qp = ctx.uniform(bytemuck::cast_slice(&[nb as u32, 0, 0, 0]));
+            let bg = ctx.bind(&pq, &[(0, &qp), (1, &hidden_b), (3, xq)]);
+            {
+                let mut p = pass(&mut enc, "moe/input_qdq");
+                p.set_pipeline(&pq);
+                p.set_bind_group(0, &bg, &[]);
+                let (x, y) = ctx.grid(nb.div_ceil(8) as u32);
+                p.dispatch_workgroups(x, y, 1);
+            }
+            owned.push(qp);
+            xq
+        }
+        None => &hidden_b,
+    };
+    let b13 = g.bias13.as_ref().unwrap_or(&g.dummy);
+    let b2 = g.bias2.as_ref().unwrap_or(&g.dummy);
+    let mut chunk_params = Vec::new();
+    for c in &g.chunks {
+        chunk_params.push(ctx.uniform(bytemuck::cast_slice(&params(l, m, c.e0, c.e1))));
+    }
+    for (c, cp) in g.chunks.iter().zip(&chunk_params) {
+        let bg = ctx.bind(
+            &p_g1,
+            &[
+                (0, cp),
+                (3, rows),
+                (5, tiles),
+                (6, x_in),
+                (7, &c.w13),
+                (8, &c.s13),
+                (9, a2),
+                (10, b13),
+                (11, topw),
+            ],
+        );
+        let mut p = pass(&mut enc, "moe/gemm1");
+        p.set_pipeline(&p_g1);
+        p.set_bind_group(0, &bg, &[]);
+        p.dispatch_workgroups(max_tiles as u32, (inter / 32) as u32, 1);
+    }
+    for (c, cp) in g.chunks.iter().zip(&chunk_params) {
+        let bg = ctx.bind(
+            &p_g2,
+            &[
+                (0, cp),
+                (3, rows),
+                (5, tiles),
+                (6, a2),
+                (7, &c.w2),
+                (8, &c.s2),
+                (9, y2),
+                (10, b2),
+                (11, topw),
+            ],
+        );
+        let mut p = pass(&mut enc, "moe/gemm2");
+        p.set_pipeline(&p_g2);
+        p.set_bind_group(0, &bg, &[]);
+        p.dispatch_workgroups(max_tiles as u32, h.div_ceil(TN2) as u32, 1);
+    }
+    {
+        let bg = ctx.bind(&p_comb, &[(0, &base_params), (4, slot), (9, out), (12, y2)]);
+        let mut p = pass(&mut enc, "moe/combine");
+        p.set_pipeline(&p_comb);
+        p.set_bind_group(0, &bg, &[]);
+        let (x, y) = ctx.grid((m * h).div_ceil(256) as u32);
+        p.dispatch_workgroups(x, y, 1);
+    }
+    let r = ctx.submit_and_read(
+        enc,
+        &[(out, bytes(m * h)), (ids, bytes(na)), (topw, bytes(na))],
+    );
+    ctx.give(bufs);
+    ctx.give(owned);
+    ctx.give(chunk_params);
+    ctx.give([rparams, base_params, logits_b, hidden_b]);
+    let r = r?;
+    Ok(MoeOutput {
+        output: bytemuck::pod_collect_to_vec(&r[0]),
+        routing: Routing {
+            top_k: k,
+            topk_ids: bytemuck::pod_collect_to_vec(&r[1]),
+            topk_weights: bytemuck::pod_collect_to_vec(&r[2]),
+        },
+    })
+}

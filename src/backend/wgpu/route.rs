@@ -1,0 +1,152 @@
+//! Routing on the GPU (shaders/route.wgsl): exact CPU ids (selection compares logits only),
+//! weights within float tolerance.
+
+use super::context::Context;
+use crate::backend::BackendError;
+use crate::moe::{MoeError, RouterConfig, Routing, Scoring};
+
+/// route.wgsl's limits (private arrays and bit sets).
+pub const MAX_EXPERTS: usize = 1024;
+pub const MAX_TOP_K: usize = 32;
+pub const MAX_GROUPS: usize = 32;
+
+/// Whether route.wgsl can run this configuration (a correction bias is checked separately).
+pub fn supports(cfg: &RouterConfig) -> bool {
+    cfg.top_k >= 1 && cfg.top_k <= MAX_TOP_K && cfg.n_group.is_none_or(|g| g <= MAX_GROUPS)
+}
+
+/// The same input checks (and messages) as the CPU `moe::route`, plus our limits.
+pub fn check(
+    cfg: &RouterConfig,
+    logits: &[f32],
+    n_experts: usize,
+    bias: Option<&[f32]>,
+) -> Result<usize, BackendError> {
+    if bias.is_some() {
+        return Err(BackendError::Unsupported {
+            backend: "wgpu".into(),
+            op: "route with e_score_correction_bias (selection on float scores + bias cannot \
+                 match the CPU ids exactly)"
+                .into(),
+        });
+    }
+    if n_experts == 0 || logits.len() % n_experts != 0 {
+        return Err(MoeError::Shape(format!(
+            "router_logits has {} values, not a multiple of the expert count {n_experts}",
+            logits.len()
+        ))
+        .into());
+    }
+    if cfg.top_k == 0 || cfg.top_k > n_experts {
+        return Err(
+            MoeError::Config(format!("top_k = {} must be in [1, {n_experts}]", cfg.top_k)).into(),
+        );
+    }
+    if let Some(pos) = logits.iter().position(|v| !v.is_finite()) {
+        return Err(MoeError::Input(format!(
+            "router_logits[{}, {}] is {} (NaN/Inf logits cannot be routed)",
+            pos / n_experts,
+            pos % n_experts,
+            logits[pos]
+        ))
+        .into());
+    }
+    if let (Some(g), Some(tg)) = (cfg.n_group, cfg.topk_group) {
+        if g == 0 || n_experts % g != 0 || tg == 0 || tg > g {
+            return Err(MoeError::Config(format!(
+                "n_group = {g}, topk_group = {tg} do not fit {n_experts} experts"
+            ))
+            .into());
+        }
+    }
+    if n_experts > MAX_EXPERTS || !supports(cfg) {
+        return Err(BackendError::Unsupported {
+            backend: "wgpu".into(),
+            op: format!(
+                "route with {n_experts} experts, top_k {}, n_group {:?} (limits: {MAX_EXPERTS} \
+                 experts, top_k {MAX_TOP_K}, {MAX_GROUPS} groups)",
+                cfg.top_k, cfg.n_group
+            ),
+        });
+    }
+    Ok(logits.len() / n_experts)
+}
+
+/// The uniform block of route.wgsl.
+pub fn params(cfg: &RouterConfig, m: usize, n_experts: usize) -> [u32; 8] {
+    // The CPU's top-k-then-softmax ignores groups (src/moe/routing.rs), so do we.
+    let (ng, tg) = match (cfg.scoring, cfg.n_group, cfg.topk_group) {
+        (Scoring::TopkSoftmax, _, _) => (0, 0),
+        (_, Some(g), Some(t)) => (g as u32, t as u32),
+        _ => (0, 0),
+    };
+    [
+        m as u32,
+        n_experts as u32,
+        cfg.top_k as u32,
+        match cfg.scoring {
+            Scoring::Softmax => 0,
+            Scoring::TopkSoftmax => 1,
+            Scoring::Sigmoid => 2,
+        },
+        cfg.renormalize as u32,
+        ng,
+        tg,
+        cfg.routed_scaling_factor.to_bits(),
+    ]
+}
+
+/// Record the routing dispatch into `enc`.
+pub fn record(
+    ctx: &Context,
+    enc: &mut wgpu::CommandEncoder,
+    params: &wgpu::Buffer,
+    logits: &wgpu::Buffer,
+    ids: &wgpu::Buffer,
+    weights: &wgpu::Buffer,
+    m: usize,
+) -> Result<(), BackendError> {
+    let pipe = ctx.pipeline("route", "route", &[])?;
+    let bg = ctx.bind(&pipe, &[(0, params), (1, logits), (2, ids), (3, weights)]);
+    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some("route"),
+        timestamp_writes: None,
+    });
+    pass.set_pipeline(&pipe);
+    pass.set_bind_group(0, &bg, &[]);
+    let (x, y) = ctx.grid(m.div_ceil(64) as u32);
+    pass.dispatch_workgroups(x, y, 1);
+    Ok(())
+}
+
+pub fn route(
+    ctx: &Context,
+    cfg: &RouterConfig,
+    logits: &[f32],
+    n_experts: usize,
+    bias: Option<&[f32]>,
+) -> Result<Routing, BackendError> {
+    let m = check(cfg, logits, n_experts, bias)?;
+    let k = cfg.top_k;
+    let p = ctx.uniform(bytemuck::cast_slice(&params(cfg, m, n_experts)));
+    let lb = ctx.upload(bytemuck::cast_slice(logits));
+    let n = (m * k * 4) as u64;
+    let ids = ctx.storage(n);
+    let w = ctx.storage(n);
+    ctx.maybe_poison(&ids, n);
+    ctx.maybe_poison(&w, n);
+    let mut enc = ctx
+        .device
+        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("route"),
+        });
+    record(ctx, &mut enc, &p, &lb, &ids, &w, m)?;
+    let r = ctx.submit_and_read(enc, &[(&ids, n), (&w, n)]);
+    ctx.give([p, lb, ids, w]);
+    let r = r?;
+    Ok(Routing {
+        top_k: k,
+        topk_ids: bytemuck::pod_collect_to_vec(&r[0]),
+        topk_weights: bytemuck::pod_collect_to_vec(&r[1]),
+    })
+}

@@ -1,0 +1,584 @@
+//! CPU-vs-wgpu agreement on the same inputs (ARCHITECTURE.md "Testing model").
+//!
+//! * quantize / dequantize / QDQ: BIT-EXACT (bits compared; any NaN equals any NaN) for every
+//!   format x scale mode on special inputs: NaN/Inf blocks, zero and -0 blocks, fp32 subnormals,
+//!   ties, saturating values, scale-edge amax values, random heavy-tailed and random-bit data.
+//! * routing: exactly the CPU ids; weights within 1e-5 relative.
+//! * MoE: relative L2 against `forward(.., Accumulate::F32)` within [`MOE_REL_L2`].
+//!
+//! Outputs are POISONED (0x7FC0DEAD) by the backend before every run, so an element a kernel
+//! does not write fails. Without an adapter the tests print SKIPPED, and FAIL when
+//! `MXMOE_REQUIRE_GPU=1` (CI).
+
+use mxmoe::backend::wgpu::WgpuBackend;
+use mxmoe::backend::BackendError;
+use mxmoe::format::{MxFormat, MxTensor, ScaleMode, BLOCK};
+use mxmoe::moe::synth::{synth_batch, synth_layer, Rng, SynthSpec};
+use mxmoe::moe::{
+    self, Accumulate, Activation, Intermediate, MoeLayer, MoeOptions, RouterConfig, Scoring,
+};
+use mxmoe::scheme::Scheme;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// MoE outputs: relative L2 error bound against the f32 CPU reference. The GPU evaluates the
+/// activation in f32 (the CPU in f64) and sums in another order; the intermediate QDQ can then
+/// round an element the other way at a code boundary, which costs one code step of that
+/// element. Measured on lavapipe: well below 1e-3 typically; the bound leaves margin.
+const MOE_REL_L2: f64 = 5e-3;
+
+static BACKEND: OnceLock<Option<WgpuBackend>> = OnceLock::new();
+
+fn backend() -> Option<&'static WgpuBackend> {
+    BACKEND
+        .get_or_init(|| match WgpuBackend::new(None) {
+            Ok(b) => {
+                b.set_poison(true);
+                eprintln!("wgpu adapter: {}", b.adapter());
+                Some(b)
+            }
+            Err(e) => {
+                if std::env::var("MXMOE_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                    panic!("MXMOE_REQUIRE_GPU=1 but no wgpu adapter: {e}");
+                }
+                None
+            }
+        })
+        .as_ref()
+}
+
+macro_rules! gpu {
+    ($name:expr) => {
+        match backend() {
+            Some(b) => b,
+            None => {
+                println!(
+                    "SKIPPED {}: no wgpu adapter (set MXMOE_REQUIRE_GPU=1 to fail)",
+                    $name
+                );
+                return;
+            }
+        }
+    };
+}
+
+fn same_bits(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+fn assert_bits(what: &str, cpu: &[f32], gpu: &[f32], input: &[f32]) {
+    assert_eq!(cpu.len(), gpu.len(), "{what}: lengths");
+    let bad: Vec<usize> = (0..cpu.len())
+        .filter(|&i| !same_bits(cpu[i], gpu[i]))
+        .collect();
+    if let Some(&i) = bad.first() {
+        let blk = i / BLOCK;
+        panic!(
+            "{what}: {} of {} elements differ; first at {i} (block {blk}): cpu {:#010x} gpu {:#010x} \
+             input {:#010x}; block input {:08x?}",
+            bad.len(),
+            cpu.len(),
+            cpu[i].to_bits(),
+            gpu[i].to_bits(),
+            input.get(i).map_or(0, |v| v.to_bits()),
+            input.get(blk * BLOCK..(blk + 1) * BLOCK).map(|s| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+        );
+    }
+}
+
+/// Special and random blocks for a format: every block is 32 values.
+fn special_inputs(fmt: MxFormat, seed: u64) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    let mut v: Vec<f32> = Vec::new();
+    fn push(v: &mut Vec<f32>, vals: &[f32], fill: f32) {
+        let mut b = [fill; BLOCK];
+        for (i, x) in vals.iter().enumerate().take(BLOCK) {
+            b[i] = *x;
+        }
+        v.extend_from_slice(&b);
+    }
+    macro_rules! block {
+        ($vals:expr, $fill:expr $(,)?) => {
+            push(&mut v, $vals, $fill)
+        };
+    }
+    let maxn = fmt.spec().max_normal as f32;
+    // NaN / Inf blocks, zero blocks, signed zeros.
+    block!(&[1.0, f32::NAN, 3.0], 0.5);
+    block!(&[f32::INFINITY, -2.0], 1.0);
+    block!(&[-1.0, f32::NEG_INFINITY], -0.0);
+    block!(&[f32::from_bits(0xFFC0_0001)], 0.0);
+    block!(&[], 0.0);
+    block!(&[], -0.0);
+    block!(&[0.0, -0.0, 0.0, -0.0], 0.0);
+    // fp32 subnormals: tiny amax, the smallest subnormal, the normal boundary.
+    block!(
+        &[f32::from_bits(1), f32::from_bits(2), -f32::from_bits(3)],
+        0.0
+    );
+    block!(
+        &[
+            f32::from_bits(0x7F_FFFF),
+            f32::from_bits(0x40_0000),
+            -f32::from_bits(0x40_0001)
+        ],
+        f32::from_bits(0x1234)
+    );
+    block!(
+        &[
+            f32::from_bits(0x80_0000),
+            f32::from_bits(0x7F_FFFF),
+            f32::from_bits(0x3F_FFFF)
+        ],
+        0.0
+    );
+    // Saturation and the scale edges.
+    block!(&[maxn, -maxn, maxn * 1.0625, maxn * 1.5, maxn * 1.999], 0.0);
+    block!(&[f32::MAX, -f32::MAX, 1.0], 0.0);
+    block!(
+        &[f32::from_bits(0x7F7F_FFFF), f32::from_bits(0x7F00_0000)],
+        3.0
+    );
+    block!(&[f32::from_bits(0x437F_FFFF), 100.0, -37.0, 3.0], 0.0); // G8
+    block!(&[f32::from_bits(0x4380_0001), 100.0], 0.0); // G9
+    block!(&[7.0, -6.5, 3.25, 1.0], 0.0); // G7
+    block!(
+        &[
+            5.0,
+            0.25,
+            0.75,
+            1.25,
+            1.75,
+            2.5,
+            3.5,
+            -0.25,
+            -0.75,
+            -1.25,
+            -2.5,
+            -3.5,
+            0.1,
+            -0.1,
+            f32::from_bits(0x3E80_0001),
+            f32::from_bits(0x3E80_0004),
+            4.75,
+            5.5,
+            -0.0,
+            0.0,
+        ],
+        0.0,
+    ); // G5
+    block!(&[957.0, 957.0, 902.4, 960.0, 832.0, 291.7882], 1.0); // G10
+                                                                 // Ties at every scale: odd multiples of a power of two around the element grid.
+    for _ in 0..64 {
+        let e = rng.below(40) as i32 - 20;
+        let mut b = [0f32; BLOCK];
+        for x in b.iter_mut() {
+            let n = (2 * rng.below(64) + 1) as f32;
+            let s = if rng.below(2) == 0 { 1.0 } else { -1.0 };
+            *x = s * n * 2f32.powi(e - rng.below(6) as i32);
+        }
+        v.extend_from_slice(&b);
+    }
+    // amax just below / above powers of two and of max_normal * 2^k (RCeil, Even, Ceil edges).
+    for k in -140i32..=120 {
+        if k % 7 != 0 && k > -125 && k < 110 {
+            continue;
+        }
+        let p = 2f64.powi(k);
+        let a = (maxn as f64 * p) as f32;
+        for d in [-2i32, -1, 0, 1, 2] {
+            let bits = (a.to_bits() as i32 + d).max(1) as u32;
+            let x = f32::from_bits(bits);
+            let mut b = [0f32; BLOCK];
+            b[0] = x;
+            for (i, y) in b.iter_mut().enumerate().skip(1) {
+                *y = x * ((i as f32) / 37.0) * if i % 3 == 0 { -1.0 } else { 1.0 };
+            }
+            v.extend_from_slice(&b);
+        }
+        let q = p as f32;
+        if q.is_finite() && q > 0.0 {
+            for d in [-1i32, 0, 1] {
+                let x = f32::from_bits((q.to_bits() as i32 + d).max(1) as u32);
+                block!(&[x, -x * 0.3], x * 0.01);
+            }
+        }
+    }
+    // Random bit patterns over the whole finite range (every exponent, subnormals included).
+    for _ in 0..256 {
+        let e = rng.below(255) as u32; // never 255: finite
+        let mut b = [0f32; BLOCK];
+        for x in b.iter_mut() {
+            let ee = e.saturating_sub(rng.below(30) as u32);
+            let bits = (rng.next_u64() as u32 & 0x807F_FFFF) | (ee << 23);
+            *x = f32::from_bits(bits);
+        }
+        v.extend_from_slice(&b);
+    }
+    // Heavy-tailed data at several scales.
+    for sc in [1e-30f64, 1e-3, 1.0, 37.0, 1e6, 1e30] {
+        for _ in 0..32 * 16 {
+            v.push((rng.heavy() * sc) as f32);
+        }
+    }
+    v
+}
+
+#[test]
+fn qdq_bit_exact_all_formats_modes() {
+    let b = gpu!("qdq_bit_exact_all_formats_modes");
+    let t = Instant::now();
+    for f in MxFormat::ALL {
+        let x = special_inputs(f, 11 + f.id() as u64);
+        for m in ScaleMode::ALL {
+            let cpu = mxmoe::format::qdq_slice(f, m, &x, 64).unwrap();
+            let gpu = b.qdq(f, m, &x, 64).unwrap();
+            assert_bits(&format!("qdq/{f}/{m}"), &cpu, &gpu, &x);
+        }
+    }
+    eprintln!("qdq: {:?}", t.elapsed());
+}
+
+#[test]
+fn quantize_bit_exact_all_formats_modes() {
+    let b = gpu!("quantize_bit_exact_all_formats_modes");
+    for f in MxFormat::ALL {
+        let mut x = special_inputs(f, 23 + f.id() as u64);
+        x.resize(x.len().next_multiple_of(96), -0.0);
+        let shape = [x.len() / 96, 96];
+        for m in ScaleMode::ALL {
+            let cpu = MxTensor::quantize(f, m, &x, &shape).unwrap();
+            let gpu = b.quantize(f, m, &x, &shape).unwrap();
+            assert_eq!(cpu.shape, gpu.shape);
+            if let Some(i) = (0..cpu.scales.len()).find(|&i| cpu.scales[i] != gpu.scales[i]) {
+                panic!(
+                    "quantize/{f}/{m}: scale byte {i} cpu {} gpu {}; block {:08x?}",
+                    cpu.scales[i],
+                    gpu.scales[i],
+                    x[i * 32..i * 32 + 32]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>()
+                );
+            }
+            let bb = f.spec().block_bytes();
+            if let Some(i) = (0..cpu.data.len()).find(|&i| cpu.data[i] != gpu.data[i]) {
+                let blk = i / bb;
+                panic!(
+                    "quantize/{f}/{m}: data byte {i} (block {blk}) cpu {:#04x} gpu {:#04x}; block {:08x?}",
+                    cpu.data[i],
+                    gpu.data[i],
+                    x[blk * 32..blk * 32 + 32].iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn dequantize_bit_exact_all_formats() {
+    let b = gpu!("dequantize_bit_exact_all_formats");
+    let mut rng = Rng::new(5);
+    for f in MxFormat::ALL {
+        let rows = 97;
+        let k = 64;
+        let mut data = vec![0u8; rows * f.packed_len(k)];
+        data.iter_mut().for_each(|d| *d = rng.next_u64() as u8);
+        // Every scale byte appears, including 0 (2^-127), 254 and 255 (NaN).
+        let scales: Vec<u8> = (0..rows * k / 32).map(|i| (i * 37 % 256) as u8).collect();
+        let t = MxTensor::new(f, vec![rows, k], data, scales).unwrap();
+        let cpu = t.dequantize();
+        let gpu = b.dequantize(&t).unwrap();
+        assert_bits(&format!("dequantize/{f}"), &cpu, &gpu, &[]);
+        // Every code of the format at every scale byte, one block per (scale, code group).
+        let n = f.spec().n_codes() as usize;
+        let mut codes = Vec::new();
+        let mut sc = Vec::new();
+        for s in 0..256usize {
+            for g in 0..n.div_ceil(32) {
+                for j in 0..32 {
+                    codes.push(((g * 32 + j) % n) as u8);
+                }
+                sc.push(s as u8);
+            }
+        }
+        let mut packed = vec![0u8; f.packed_len(codes.len())];
+        mxmoe::format::pack_codes(f, &codes, &mut packed);
+        let t = MxTensor::new(f, vec![codes.len() / 32, 32], packed, sc).unwrap();
+        assert_bits(
+            &format!("dequantize-all-codes/{f}"),
+            &t.dequantize(),
+            &b.dequantize(&t).unwrap(),
+            &[],
+        );
+    }
+}
+
+#[test]
+fn routing_exact_ids() {
+    let b = gpu!("routing_exact_ids");
+    for (e, k, m) in [
+        (8usize, 1usize, 1usize),
+        (8, 2, 17),
+        (16, 8, 64),
+        (64, 4, 33),
+        (128, 8, 5),
+    ] {
+        let (_, mut logits) = synth_batch(m, 32, e, 3 + e as u64);
+        // Exact ties (ties to the lower index) in the first token.
+        logits[1] = logits[0];
+        logits[e - 1] = logits[0];
+        for scoring in [Scoring::Softmax, Scoring::TopkSoftmax, Scoring::Sigmoid] {
+            for renormalize in [false, true] {
+                for group in [None, Some((4usize, 2usize))] {
+                    if group.is_some_and(|(g, tg)| k > tg * (e / g)) {
+                        continue;
+                    }
+                    let cfg = RouterConfig {
+                        scoring,
+                        top_k: k,
+                        renormalize,
+                        n_group: group.map(|g| g.0),
+                        topk_group: group.map(|g| g.1),
+                        routed_scaling_factor: if renormalize { 2.5 } else { 1.0 },
+                        apply_router_weight_on_input: false,
+                    };
+                    let cpu = moe::route(&cfg, &logits, e, None).unwrap();
+                    let gpu = b.route(&cfg, &logits, e, None).unwrap();
+                    assert_eq!(cpu.topk_ids, gpu.topk_ids, "ids: {cfg:?} e={e} m={m}");
+                    for (c, g) in cpu.topk_weights.iter().zip(&gpu.topk_weights) {
+                        assert!(
+                            (c - g).abs() <= 1e-5 * c.abs().max(1e-6),
+                            "weights {c} vs {g}: {cfg:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // A correction bias is reported UNSUPPORTED, not silently ignored.
+    let cfg = RouterConfig::default();
+    let bias = vec![0.1f32; 8];
+    assert!(matches!(
+        b.route(&cfg, &[0.0; 8], 8, Some(&bias)),
+        Err(BackendError::Unsupported { .. })
+    ));
+}
+
+fn rel_l2(cpu: &[f32], gpu: &[f32]) -> f64 {
+    let mut num = 0f64;
+    let mut den = 0f64;
+    for (c, g) in cpu.iter().zip(gpu) {
+        let d = *c as f64 - *g as f64;
+        num += d * d;
+        den += (*c as f64) * (*c as f64);
+    }
+    if !num.is_finite() {
+        return f64::INFINITY;
+    }
+    (num / den.max(1e-300)).sqrt()
+}
+
+fn check_moe(b: &WgpuBackend, layer: &MoeLayer, m: usize, seed: u64, what: &str) -> f64 {
+    let (hs, logits) = synth_batch(m, layer.hidden, layer.n_experts, seed);
+    let opts = MoeOptions {
+        accumulate: Accumulate::F32,
+        intermediate: Intermediate::F32,
+    };
+    let cpu = moe::forward(layer, &hs, &logits, opts).unwrap();
+    let gpu = b
+        .moe(layer, &hs, &logits, opts)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(
+        cpu.routing.topk_ids, gpu.routing.topk_ids,
+        "{what}: routing ids"
+    );
+    assert_eq!(gpu.output.len(), cpu.output.len());
+    if let Some(i) = gpu.output.iter().position(|v| v.to_bits() == 0x7FC0_DEAD) {
+        panic!("{what}: output element {i} was never written (poison)");
+    }
+    let r = rel_l2(&cpu.output, &gpu.output);
+    assert!(
+        r <= MOE_REL_L2,
+        "{what}: relative L2 {r:e} > {MOE_REL_L2:e}"
+    );
+    r
+}
+
+fn spec(scheme: Scheme, act: Activation, e: usize, h: usize, i: usize, k: usize) -> SynthSpec {
+    let mut s = SynthSpec::new(scheme, e, h, i, k);
+    s.activation = act;
+    s
+}
+
+#[test]
+fn moe_all_ocp_schemes_both_activations() {
+    let b = gpu!("moe_all_ocp_schemes_both_activations");
+    let mut schemes: Vec<Scheme> = Scheme::OCP_MX.to_vec();
+    schemes.push(Scheme::new(MxFormat::Fp4E2M1, None));
+    let mut worst = 0f64;
+    let t = Instant::now();
+    for (si, &scheme) in schemes.iter().enumerate() {
+        for act in [Activation::Silu, Activation::SwigluOai] {
+            let mut sp = spec(scheme, act, 8, 96, 64, 2);
+            sp.bias = si % 2 == 0;
+            sp.seed = 100 + si as u64;
+            let layer = synth_layer(&sp).unwrap().layer;
+            for m in [1usize, 3, 17, 64] {
+                let what = format!("{scheme}/{act}/M={m}/bias={}", sp.bias);
+                worst = worst.max(check_moe(b, &layer, m, 7 + m as u64, &what));
+            }
+        }
+    }
+    eprintln!(
+        "moe schemes: worst relative L2 {worst:e} ({:?})",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn moe_topk_1_and_8_other_formats() {
+    let b = gpu!("moe_topk_1_and_8_other_formats");
+    let cases = [
+        (
+            Scheme::new(MxFormat::Fp4E2M1, Some(MxFormat::Fp4E2M1)),
+            1usize,
+        ),
+        (Scheme::new(MxFormat::Fp4E2M1, Some(MxFormat::Fp6E2M3)), 8),
+        (Scheme::new(MxFormat::Fp8E4M3, Some(MxFormat::Fp8E4M3)), 8),
+        (Scheme::new(MxFormat::Fp8E5M2, Some(MxFormat::Fp8E5M2)), 2),
+        (Scheme::new(MxFormat::Int8, Some(MxFormat::Int8)), 4),
+        (Scheme::new(MxFormat::Fp6E3M2, None), 8),
+    ];
+    for (scheme, k) in cases {
+        let mut sp = spec(scheme, Activation::Silu, 16, 64, 96, k);
+        sp.bias = true;
+        let layer = synth_layer(&sp).unwrap().layer;
+        for m in [1usize, 17, 64] {
+            check_moe(b, &layer, m, 31, &format!("{scheme}/k={k}/M={m}"));
+        }
+    }
+}
+
+#[test]
+fn moe_expert_map_router_weight_on_input_and_scoring() {
+    let b = gpu!("moe_expert_map_router_weight_on_input_and_scoring");
+    let scheme = Scheme::OCP_MX[0];
+    // expert_map: 16 router experts, 8 local (even ids), the rest elsewhere.
+    let mut sp = spec(scheme, Activation::SwigluOai, 8, 64, 64, 4);
+    sp.bias = true;
+    let mut layer = synth_layer(&sp).unwrap().layer;
+    layer.n_experts = 16;
+    layer.expert_map = Some(
+        (0..16)
+            .map(|g| if g % 2 == 0 { g / 2 } else { -1 })
+            .collect(),
+    );
+    for m in [1usize, 3, 17] {
+        check_moe(b, &layer, m, 41, &format!("expert_map/M={m}"));
+    }
+    // apply_router_weight_on_input (top-1), sigmoid scoring, floor activation scales.
+    let mut sp = spec(scheme, Activation::Silu, 8, 64, 64, 1);
+    sp.router.apply_router_weight_on_input = true;
+    sp.router.scoring = Scoring::Sigmoid;
+    let mut layer = synth_layer(&sp).unwrap().layer;
+    layer.act_scale_mode = ScaleMode::Floor;
+    for m in [1usize, 17] {
+        check_moe(b, &layer, m, 43, &format!("on_input/sigmoid/M={m}"));
+    }
+    // gpt-oss routing (top-k then softmax), grouped softmax routing, rceil scales.
+    let mut sp = spec(Scheme::OCP_MX[1], Activation::SwigluOai, 16, 64, 64, 4);
+    sp.router.scoring = Scoring::TopkSoftmax;
+    let mut layer = synth_layer(&sp).unwrap().layer;
+    layer.act_scale_mode = ScaleMode::RCeil;
+    check_moe(b, &layer, 17, 47, "topk_softmax/rceil");
+    layer.router.scoring = Scoring::Softmax;
+    layer.router.n_group = Some(4);
+    layer.router.topk_group = Some(2);
+    check_moe(b, &layer, 17, 53, "grouped");
+}
+
+#[test]
+fn moe_unsupported_variants_are_reported() {
+    let b = gpu!("moe_unsupported_variants_are_reported");
+    let layer = synth_layer(&SynthSpec::new(Scheme::OCP_MX[0], 4, 32, 32, 2))
+        .unwrap()
+        .layer;
+    let (hs, logits) = synth_batch(2, 32, 4, 1);
+    let r = b.moe(
+        &layer,
+        &hs,
+        &logits,
+        MoeOptions {
+            accumulate: Accumulate::F32,
+            intermediate: Intermediate::Bf16,
+        },
+    );
+    assert!(
+        matches!(r, Err(BackendError::Unsupported { .. })),
+        "bf16: {r:?}"
+    );
+    let mut l2 = layer.clone();
+    l2.e_score_correction_bias = Some(vec![0.0; 4]);
+    let r = b.moe(&l2, &hs, &logits, MoeOptions::default());
+    assert!(
+        matches!(r, Err(BackendError::Unsupported { .. })),
+        "correction bias: {r:?}"
+    );
+}
+
+/// Weights split across several buffers (a chunk-size override far below the binding limit):
+/// the layer must give the same result as unsplit. Uses its own backend instance, so the
+/// override does not leak into the other tests.
+#[test]
+fn moe_weights_split_across_buffers() {
+    if backend().is_none() {
+        println!("SKIPPED moe_weights_split_across_buffers: no wgpu adapter");
+        return;
+    }
+    let b = WgpuBackend::new(None).unwrap();
+    b.set_poison(true);
+    let sp = spec(Scheme::OCP_MX[3], Activation::Silu, 8, 64, 64, 4);
+    let layer = synth_layer(&sp).unwrap().layer;
+    let per_expert = (layer.w13.data.len() / 8).max(layer.w2.data.len() / 8) as u64;
+    b.set_max_chunk_bytes(per_expert * 3);
+    let g = b.upload_layer(&layer).unwrap();
+    assert_eq!(g.chunks(), 3, "8 experts, 3 per chunk");
+    check_moe(&b, &layer, 17, 61, "split weights");
+    // One expert larger than a binding: a clear OutOfMemory naming sizes.
+    b.set_max_chunk_bytes(per_expert - 4);
+    match b.upload_layer(&layer) {
+        Err(BackendError::OutOfMemory(msg)) => assert!(msg.contains("MiB"), "{msg}"),
+        other => panic!("expected OutOfMemory, got {:?}", other.map(|g| g.chunks())),
+    }
+    // Quant ops chunk too: 8 blocks per chunk.
+    b.set_max_chunk_bytes(8 * 128);
+    let x = special_inputs(MxFormat::Fp6E2M3, 3);
+    let cpu = mxmoe::format::qdq_slice(MxFormat::Fp6E2M3, ScaleMode::RCeil, &x, 32).unwrap();
+    let gpu = b
+        .qdq(MxFormat::Fp6E2M3, ScaleMode::RCeil, &x[..32 * 100], 32)
+        .unwrap();
+    assert_bits("qdq chunked", &cpu[..32 * 100], &gpu, &x);
+    let t = MxTensor::quantize(
+        MxFormat::Fp4E2M1,
+        ScaleMode::Even,
+        &x[..32 * 100],
+        &[100, 32],
+    )
+    .unwrap();
+    let tg = b
+        .quantize(
+            MxFormat::Fp4E2M1,
+            ScaleMode::Even,
+            &x[..32 * 100],
+            &[100, 32],
+        )
+        .unwrap();
+    assert_eq!(t, tg, "quantize chunked");
+    assert_bits(
+        "dequantize chunked",
+        &t.dequantize(),
+        &b.dequantize(&t).unwrap(),
+        &[],
+    );
+}
