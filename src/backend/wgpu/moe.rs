@@ -194,12 +194,8 @@ pub fn forward(
         .into());
     }
     let m = hidden.len() / h;
-    let mr = route::check(
-        &l.router,
-        logits,
-        l.n_experts,
-        l.e_score_correction_bias.as_deref(),
-    )?;
+    // Same input checks as the GPU router; a correction bias is handled below.
+    let mr = route::check(&l.router, logits, l.n_experts, None)?;
     if mr != m {
         return Err(crate::moe::MoeError::Shape(format!(
             "router_logits has {} values, expected [M = {m}, E = {}] = {}",
@@ -290,7 +286,19 @@ pub fn forward(
     let mut enc = ctx
         .device
         .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
-    route::record(ctx, &mut enc, &rparams, &logits_b, ids, topw, m)?;
+    match l.e_score_correction_bias.as_deref() {
+        // DeepSeek-V3 selection ranks sigmoid(x) + bias, float values a GPU's exp cannot
+        // reproduce bit for bit; the ids come from the CPU router (exact by construction),
+        // computed before the submit, so the layer still runs in one submit with no round trip.
+        Some(bias) => {
+            let r = crate::moe::route(&l.router, logits, l.n_experts, Some(bias))?;
+            ctx.queue
+                .write_buffer(ids, 0, bytemuck::cast_slice(&r.topk_ids));
+            ctx.queue
+                .write_buffer(topw, 0, bytemuck::cast_slice(&r.topk_weights));
+        }
+        None => route::record(ctx, &mut enc, &rparams, &logits_b, ids, topw, m)?,
+    }
     {
         let bg = ctx.bind(
             &p_lists,
