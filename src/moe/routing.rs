@@ -143,6 +143,14 @@ pub fn route(
             cfg.top_k
         )));
     }
+    if let Some(b) = correction_bias {
+        if b.len() != n_experts {
+            return Err(MoeError::Shape(format!(
+                "e_score_correction_bias has {} entries, expected one per expert ({n_experts})",
+                b.len()
+            )));
+        }
+    }
     if let Some(pos) = logits.iter().position(|v| !v.is_finite()) {
         return Err(MoeError::Input(format!(
             "router_logits[{}, {}] is {} (NaN/Inf logits cannot be routed)",
