@@ -15,6 +15,7 @@ override WFMT: u32 = 0u;   // weight MxFormat::id
 override AFMT: u32 = 255u; // activation MxFormat::id, 255 = weight-only (no intermediate QDQ)
 override AMODE: u32 = 1u;  // activation ScaleMode::id
 override ACT: u32 = 0u;    // 0 silu (gate rows [0, I), up rows [I, 2I)), 1 swigluoai (interleaved)
+override BF16: u32 = 0u;   // 1: round intermediates to bf16 where vLLM does (Intermediate::Bf16)
 
 const TM: u32 = 32u;       // rows (token-expert pairs) per tile
 const XS: u32 = 33u;       // padded workgroup row stride
@@ -55,6 +56,18 @@ var<workgroup> g_xs: array<f32, 1056>; // TM x XS
 var<workgroup> g_ws: array<f32, 2112>; // 64 x XS
 var<workgroup> g_tile: vec4<u32>;
 var<workgroup> g_amax: array<atomic<u32>, 32>;
+
+// Round to bf16 (RNE on the bits, NaN stays NaN) when BF16 is set; identity otherwise.
+fn m_bf16(x: f32) -> f32 {
+    if BF16 == 0u {
+        return x;
+    }
+    let b = bitcast<u32>(x);
+    if (b & 0x7FFFFFFFu) > 0x7F800000u {
+        return bitcast<f32>((b | 0x00400000u) & 0xFFFF0000u);
+    }
+    return bitcast<f32>((b + 0x7FFFu + ((b >> 16u) & 1u)) & 0xFFFF0000u);
+}
 
 fn l_local(a: u32) -> i32 {
     let id = m_ids[a];
@@ -251,7 +264,7 @@ fn gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
             g = g * rw;
             u = u * rw;
         }
-        vals[q] = bitcast<u32>(g_act(g, u));
+        vals[q] = bitcast<u32>(m_bf16(g_act(m_bf16(g), m_bf16(u))));
     }
     if lid < 32u {
         atomicStore(&g_amax[lid], 0u);
@@ -334,7 +347,7 @@ fn gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
                 if mp.on_input == 0u {
                     v = v * m_topw[a];
                 }
-                m_out[(start + tr) * h + n] = bitcast<u32>(v);
+                m_out[(start + tr) * h + n] = bitcast<u32>(m_bf16(v));
             }
         }
     }
@@ -358,5 +371,5 @@ fn combine(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
             acc = acc + m_y[u32(p) * h + n];
         }
     }
-    m_out[idx] = bitcast<u32>(acc);
+    m_out[idx] = bitcast<u32>(m_bf16(acc));
 }

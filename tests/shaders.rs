@@ -125,7 +125,7 @@ fn moe_all_variants() {
                         &m,
                         &i,
                         entry,
-                        &[("WFMT", w.id()), ("AFMT", a), ("AMODE", 1), ("ACT", act)],
+                        &[("WFMT", w.id()), ("AFMT", a), ("AMODE", 1), ("ACT", act), ("BF16", act)],
                     );
                 }
             }

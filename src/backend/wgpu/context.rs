@@ -89,9 +89,16 @@ fn summarize(a: &wgpu::Adapter) -> AdapterSummary {
     }
 }
 
+/// An instance over `backends` (`WGPU_BACKEND`, e.g. "vulkan" or "gl", overrides them; the other
+/// WGPU_* variables are honoured too).
+fn instance_for(backends: wgpu::Backends) -> wgpu::Instance {
+    let mut d = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    d.backends = wgpu::Backends::from_env().unwrap_or(backends);
+    wgpu::Instance::new(d)
+}
+
 fn instance() -> wgpu::Instance {
-    // WGPU_BACKEND (e.g. "vulkan", "gl") and the other WGPU_* variables are honoured here.
-    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+    instance_for(wgpu::Backends::all())
 }
 
 fn all_adapters(inst: &wgpu::Instance) -> Vec<wgpu::Adapter> {
@@ -167,8 +174,14 @@ impl Context {
     pub fn new(filter: Option<&str>) -> Result<Context, BackendError> {
         let env = std::env::var("MXMOE_ADAPTER").ok();
         let filter = filter.map(str::to_owned).or(env).filter(|s| !s.is_empty());
-        let inst = instance();
-        let mut adapters = all_adapters(&inst);
+        // Vulkan / Metal / DX12 first; GL (EGL probing, often without compute) only when they
+        // offer nothing.
+        let mut inst = instance_for(wgpu::Backends::PRIMARY);
+        let mut adapters = pollster::block_on(inst.enumerate_adapters(wgpu::Backends::all()));
+        if adapters.iter().all(|a| rank(a).0 >= 100) {
+            inst = instance();
+            adapters = all_adapters(&inst);
+        }
         let seen: Vec<String> = adapters
             .iter()
             .map(|a| {

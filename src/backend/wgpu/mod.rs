@@ -9,7 +9,7 @@
 //!   activation + intermediate QDQ in the GEMM1 epilogue).
 //! * [`source`]: every WGSL source (`include_str!`) and how they are composed.
 //!
-//! UNSUPPORTED (reported, never silently run): `Intermediate::Bf16`; the standalone route op
+//! UNSUPPORTED (reported, never silently run): the standalone route op
 //! with an `e_score_correction_bias` (its selection ranks float scores that a GPU's `exp` cannot
 //! reproduce bit for bit; in a MoE forward such a layer takes its ids from the CPU router before
 //! the single submit); more than 1024 experts, top_k > 32 or more than 32 groups.

@@ -177,12 +177,6 @@ pub fn forward(
     opts: MoeOptions,
 ) -> Result<MoeOutput, BackendError> {
     let l = &g.layer;
-    if opts.intermediate == Intermediate::Bf16 {
-        return Err(unsupported(format!(
-            "moe/{}/{} with bf16 intermediates",
-            l.scheme, l.activation
-        )));
-    }
     // Shapes (the weight vectors of `l` are emptied, so check against a fake full layer).
     let h = l.hidden;
     let inter = l.inter;
@@ -272,16 +266,18 @@ pub fn forward(
         Activation::Silu => 0,
         Activation::SwigluOai => 1,
     };
-    let ov: [(&'static str, u32); 4] = [
+    let bf16 = (opts.intermediate == Intermediate::Bf16) as u32;
+    let ov: [(&'static str, u32); 5] = [
         ("WFMT", wfmt),
         ("AFMT", afmt),
         ("AMODE", l.act_scale_mode.id()),
         ("ACT", act),
+        ("BF16", bf16),
     ];
     let p_lists = ctx.pipeline("moe", "lists", &[])?;
     let p_g1 = ctx.pipeline("moe", "gemm1", &ov)?;
     let p_g2 = ctx.pipeline("moe", "gemm2", &ov)?;
-    let p_comb = ctx.pipeline("moe", "combine", &[])?;
+    let p_comb = ctx.pipeline("moe", "combine", &[("BF16", bf16)])?;
 
     let mut enc = ctx
         .device
