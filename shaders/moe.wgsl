@@ -6,6 +6,9 @@
 //           epilogue bias (+ router weight on input), activation and the intermediate QDQ
 //           (a 32-block along I is exactly the tile's 32 columns)
 //   gemm2   the same shape over W2 with bias and the router weight
+//   gemv1/2 the decode shape (few rows per expert): a tile of <= 8 rows x 64 weight rows, lanes
+//           along K (consecutive lanes read consecutive packed words: coalesced), partial sums
+//           reduced in workgroup memory in a fixed order; same epilogues as gemm1/gemm2
 //   combine per (token, h): fp32 sum over the k slots in slot order (no float atomics)
 //
 // Weights may be split into chunks of whole experts (binding-size limits): gemm1/gemm2 run once
@@ -17,7 +20,9 @@ override AMODE: u32 = 1u;  // activation ScaleMode::id
 override ACT: u32 = 0u;    // 0 silu (gate rows [0, I), up rows [I, 2I)), 1 swigluoai (interleaved)
 override BF16: u32 = 0u;   // 1: round intermediates to bf16 where vLLM does (Intermediate::Bf16)
 
-const TM: u32 = 32u;       // rows (token-expert pairs) per tile
+const TM: u32 = 32u;       // rows (token-expert pairs) per GEMM tile
+const TG: u32 = 8u;        // rows per GEMV tile
+override TILE_M: u32 = 32u; // rows per tile in the list built by `lists` (TM or TG)
 const XS: u32 = 33u;       // padded workgroup row stride
 
 struct MoeParams {
@@ -100,10 +105,10 @@ fn lists(@builtin(local_invocation_index) lid: u32) {
         for (var e = 0u; e < el; e = e + 1u) {
             let c = atomicLoad(&l_cnt[e]);
             l_off[e] = acc;
-            for (var s = 0u; s < c; s = s + TM) {
+            for (var s = 0u; s < c; s = s + TILE_M) {
                 m_tiles[1u + 3u * nt] = e;
                 m_tiles[2u + 3u * nt] = acc + s;
-                m_tiles[3u + 3u * nt] = acc + min(s + TM, c);
+                m_tiles[3u + 3u * nt] = acc + min(s + TILE_M, c);
                 nt = nt + 1u;
             }
             acc = acc + c;
@@ -349,6 +354,208 @@ fn gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
                 }
                 m_out[(start + tr) * h + n] = bitcast<u32>(m_bf16(v));
             }
+        }
+    }
+}
+
+var<workgroup> v_buf: array<f32, 2048>; // x chunk [TG][256]; then lane partials [8][TG][32]
+var<workgroup> v_res: array<f32, 512>;  // [64 weight rows][TG]
+
+// Row (within the expert) of weight-tile row wr: gemv1 maps 64 rows to the gate and up rows of
+// 32 intermediate columns starting at jb; gemv2 takes rows jb + wr.
+fn v_row(is1: bool, wr: u32, jb: u32, inter: u32) -> u32 {
+    if !is1 {
+        return jb + wr;
+    }
+    if ACT == 0u {
+        return select(inter + jb + wr - 32u, jb + wr, wr < 32u);
+    }
+    return 2u * jb + wr;
+}
+
+// v_res[wr * TG + t] = sum_k W[row(wr), k] * x[t, k] for the tile's cnt rows.
+// gemv1: x rows are gathered tokens of m_x (K = H); gemv2: rows start + t of m_x (K = I).
+fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
+    let h = mp.hidden;
+    let inter = mp.inter;
+    var kk = inter;
+    var nrows = h;
+    var per_e = h;
+    if is1 {
+        kk = h;
+        nrows = 2u * inter;
+        per_e = 2u * inter;
+    }
+    let kblocks = kk / 32u;
+    let cb = mx_spec(WFMT).code_bits;
+    let rowbase = (e - mp.e0) * per_e;
+    let r = lid / 32u;
+    let lane = lid % 32u;
+    let b = lane / 4u;
+    let part = lane % 4u;
+    // The x row each staging thread loads (t = lid / 32).
+    let st = lid / 32u;
+    var xoff = 0u;
+    if st < cnt {
+        if is1 {
+            xoff = (m_rows[start + st] / mp.top_k) * kk;
+        } else {
+            xoff = (start + st) * kk;
+        }
+    }
+    var acc: array<f32, 64>; // [8 rows][TG]
+    let nchunks = (kblocks + 7u) / 8u;
+    for (var c = 0u; c < nchunks; c = c + 1u) {
+        let e0 = (lid % 32u) * 8u;
+        for (var q = 0u; q < 8u; q = q + 1u) {
+            let k = c * 256u + e0 + q;
+            var v = 0.0;
+            if st < cnt && k < kk {
+                v = m_x[xoff + k];
+            }
+            v_buf[st * 256u + e0 + q] = v;
+        }
+        workgroupBarrier();
+        let kb = c * 8u + b;
+        if kb < kblocks {
+            for (var i = 0u; i < 8u; i = i + 1u) {
+                let row = v_row(is1, r + 8u * i, jb, inter);
+                if row >= nrows {
+                    continue;
+                }
+                let sidx = (rowbase + row) * kblocks + kb;
+                let byte = (m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+                let wb = sidx * cb;
+                var w: array<f32, 8>;
+                for (var q = 0u; q < 8u; q = q + 1u) {
+                    let bp = (part * 8u + q) * cb;
+                    let wi = wb + bp / 32u;
+                    let off = bp & 31u;
+                    var w1 = 0u;
+                    if off + cb > 32u {
+                        w1 = m_wdata[wi + 1u];
+                    }
+                    w[q] = bitcast<f32>(mx_dequant_bits(WFMT, mx_code_at(m_wdata[wi], w1, off, cb), byte));
+                }
+                for (var t = 0u; t < cnt; t = t + 1u) {
+                    let xb = t * 256u + b * 32u + part * 8u;
+                    var s = 0.0;
+                    for (var q = 0u; q < 8u; q = q + 1u) {
+                        s = s + w[q] * v_buf[xb + q];
+                    }
+                    acc[i * TG + t] = acc[i * TG + t] + s;
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    // Reduce the 32 lanes of each row group, row by row, in a fixed order.
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        for (var t = 0u; t < TG; t = t + 1u) {
+            v_buf[(r * TG + t) * 32u + lane] = acc[i * TG + t];
+        }
+        workgroupBarrier();
+        if lane < TG {
+            var s = 0.0;
+            for (var l = 0u; l < 32u; l = l + 1u) {
+                s = s + v_buf[(r * TG + lane) * 32u + l];
+            }
+            v_res[(r + 8u * i) * TG + lane] = s;
+        }
+        workgroupBarrier();
+    }
+}
+
+// Grid: x = tile slot (tiles of TG rows), y = I / 32. Same epilogue as gemm1.
+@compute @workgroup_size(256)
+fn gemv1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = g_load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < mp.e0 || tile.x >= mp.e1 {
+        return;
+    }
+    let e = tile.x;
+    let start = tile.y;
+    let cnt = tile.z - tile.y;
+    let inter = mp.inter;
+    let jb = wid.y * 32u;
+    v_core(lid, true, e, start, cnt, jb);
+    let t = lid / 32u;
+    let c = lid % 32u;
+    let j = jb + c;
+    var gi: u32;
+    var ui: u32;
+    var grow: u32;
+    var urow: u32;
+    if ACT == 0u {
+        gi = c;
+        ui = 32u + c;
+        grow = j;
+        urow = inter + j;
+    } else {
+        gi = 2u * c;
+        ui = 2u * c + 1u;
+        grow = 2u * j;
+        urow = 2u * j + 1u;
+    }
+    var g = v_res[gi * TG + t];
+    var u = v_res[ui * TG + t];
+    if mp.has_bias13 != 0u {
+        g = g + m_bias[e * 2u * inter + grow];
+        u = u + m_bias[e * 2u * inter + urow];
+    }
+    if mp.on_input != 0u && t < cnt {
+        let rw = m_topw[m_rows[start + t]];
+        g = g * rw;
+        u = u * rw;
+    }
+    var val = bitcast<u32>(m_bf16(g_act(m_bf16(g), m_bf16(u))));
+    if lid < 32u {
+        atomicStore(&g_amax[lid], 0u);
+    }
+    workgroupBarrier();
+    if AFMT != 255u {
+        atomicMax(&g_amax[t], val & 0x7FFFFFFFu);
+    }
+    workgroupBarrier();
+    if t < cnt {
+        if AFMT != 255u {
+            let byte = mx_scale_byte(AFMT, AMODE, atomicLoad(&g_amax[t]));
+            var code = 0u;
+            if byte != 255u {
+                code = mx_encode(AFMT, val, i32(byte) - 127);
+            }
+            val = mx_dequant_bits(AFMT, code, byte);
+        }
+        m_out[(start + t) * inter + j] = val;
+    }
+}
+
+// Grid: x = tile slot (tiles of TG rows), y = ceil(H / 64). Same epilogue as gemm2.
+@compute @workgroup_size(256)
+fn gemv2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = g_load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < mp.e0 || tile.x >= mp.e1 {
+        return;
+    }
+    let e = tile.x;
+    let start = tile.y;
+    let cnt = tile.z - tile.y;
+    let h = mp.hidden;
+    let nb = wid.y * 64u;
+    v_core(lid, false, e, start, cnt, nb);
+    for (var idx = lid; idx < 64u * TG; idx = idx + 256u) {
+        let wr = idx % 64u;
+        let t = idx / 64u;
+        let n = nb + wr;
+        if t < cnt && n < h {
+            var v = v_res[wr * TG + t];
+            if mp.has_bias2 != 0u {
+                v = v + m_bias[e * h + n];
+            }
+            if mp.on_input == 0u {
+                v = v * m_topw[m_rows[start + t]];
+            }
+            m_out[(start + t) * h + n] = bitcast<u32>(m_bf16(v));
         }
     }
 }

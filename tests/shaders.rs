@@ -114,18 +114,25 @@ fn moe_all_variants() {
     for entry in ["lists", "combine"] {
         specialise("moe", &m, &i, entry, &[]);
     }
+    specialise("moe", &m, &i, "lists", &[("TILE_M", 8)]);
     let mut afmts: Vec<u32> = MxFormat::ALL.iter().map(|f| f.id()).collect();
     afmts.push(255);
     for w in MxFormat::ALL {
         for &a in &afmts {
             for act in [0u32, 1] {
-                for entry in ["gemm1", "gemm2"] {
+                for entry in ["gemm1", "gemm2", "gemv1", "gemv2"] {
                     specialise(
                         "moe",
                         &m,
                         &i,
                         entry,
-                        &[("WFMT", w.id()), ("AFMT", a), ("AMODE", 1), ("ACT", act), ("BF16", act)],
+                        &[
+                            ("WFMT", w.id()),
+                            ("AFMT", a),
+                            ("AMODE", 1),
+                            ("ACT", act),
+                            ("BF16", act),
+                        ],
                     );
                 }
             }

@@ -10,7 +10,7 @@
 //! does not write fails. Without an adapter the tests print SKIPPED, and FAIL when
 //! `MXMOE_REQUIRE_GPU=1` (CI).
 
-use mxmoe::backend::wgpu::WgpuBackend;
+use mxmoe::backend::wgpu::{MoePath, WgpuBackend};
 use mxmoe::backend::BackendError;
 use mxmoe::format::{MxFormat, MxTensor, ScaleMode, BLOCK};
 use mxmoe::moe::synth::{synth_batch, synth_layer, Rng, SynthSpec};
@@ -390,23 +390,35 @@ fn check_moe(b: &WgpuBackend, layer: &MoeLayer, m: usize, seed: u64, what: &str)
         intermediate: Intermediate::F32,
     };
     let cpu = moe::forward(layer, &hs, &logits, opts).unwrap();
-    let gpu = b
-        .moe(layer, &hs, &logits, opts)
+    let g = b
+        .upload_layer(layer)
         .unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert_eq!(
-        cpu.routing.topk_ids, gpu.routing.topk_ids,
-        "{what}: routing ids"
-    );
-    assert_eq!(gpu.output.len(), cpu.output.len());
-    if let Some(i) = gpu.output.iter().position(|v| v.to_bits() == 0x7FC0_DEAD) {
-        panic!("{what}: output element {i} was never written (poison)");
+    let mut worst = 0f64;
+    for path in [MoePath::Gemm, MoePath::Gemv] {
+        let what = format!("{what}/{path:?}");
+        let t = Instant::now();
+        let gpu = b
+            .moe_resident_path(&g, &hs, &logits, opts, path)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        if std::env::var("MXMOE_TEST_TIMES").is_ok() {
+            eprintln!("{what}: {:?}", t.elapsed());
+        }
+        assert_eq!(
+            cpu.routing.topk_ids, gpu.routing.topk_ids,
+            "{what}: routing ids"
+        );
+        assert_eq!(gpu.output.len(), cpu.output.len());
+        if let Some(i) = gpu.output.iter().position(|v| v.to_bits() == 0x7FC0_DEAD) {
+            panic!("{what}: output element {i} was never written (poison)");
+        }
+        let r = rel_l2(&cpu.output, &gpu.output);
+        assert!(
+            r <= MOE_REL_L2,
+            "{what}: relative L2 {r:e} > {MOE_REL_L2:e}"
+        );
+        worst = worst.max(r);
     }
-    let r = rel_l2(&cpu.output, &gpu.output);
-    assert!(
-        r <= MOE_REL_L2,
-        "{what}: relative L2 {r:e} > {MOE_REL_L2:e}"
-    );
-    r
+    worst
 }
 
 fn spec(scheme: Scheme, act: Activation, e: usize, h: usize, i: usize, k: usize) -> SynthSpec {

@@ -21,7 +21,7 @@ pub mod route;
 pub mod source;
 
 pub use context::{enumerate_adapters, AdapterSummary, ContextInfo, POISON};
-pub use moe::GpuLayer;
+pub use moe::{GpuLayer, MoePath};
 
 use super::{BackendError, Op};
 use crate::format::{MxFormat, MxTensor, ScaleMode};
@@ -149,8 +149,21 @@ impl WgpuBackend {
         logits: &[f32],
         opts: MoeOptions,
     ) -> Result<MoeOutput, BackendError> {
+        self.moe_resident_path(layer, hidden, logits, opts, MoePath::Auto)
+    }
+
+    /// [`WgpuBackend::moe_resident`] with the expert kernels chosen explicitly (tests and
+    /// benchmarks run both paths on the same inputs).
+    pub fn moe_resident_path(
+        &self,
+        layer: &GpuLayer,
+        hidden: &[f32],
+        logits: &[f32],
+        opts: MoeOptions,
+        path: MoePath,
+    ) -> Result<MoeOutput, BackendError> {
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-        moe::forward(&self.ctx, layer, hidden, logits, opts)
+        moe::forward(&self.ctx, layer, hidden, logits, opts, path)
     }
 
     /// Upload the layer, then run it. Callers running a layer repeatedly should upload once.

@@ -14,8 +14,25 @@ use crate::backend::BackendError;
 use crate::format::MxTensor;
 use crate::moe::{Activation, Intermediate, MoeLayer, MoeOptions, MoeOutput, Routing};
 
-/// Rows per GEMM tile (TM in moe.wgsl).
+/// Rows per GEMM tile (TM in moe.wgsl) and per GEMV tile (TG).
 const TM: usize = 32;
+const TG: usize = 8;
+
+/// Which expert kernels a forward uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MoePath {
+    /// GEMV when there are few token-expert pairs (decode), GEMM otherwise.
+    #[default]
+    Auto,
+    /// Grouped GEMM: tiles of 32 rows x 32 (gemm1) / 64 (gemm2) columns.
+    Gemm,
+    /// Grouped GEMV: tiles of 8 rows, lanes along K, weights streamed once per tile.
+    Gemv,
+}
+
+/// Auto picks the GEMV while the pairs are at most this many per local expert on average
+/// (tiles of 8 rows then read each expert's weights about once).
+const GEMV_PAIRS_PER_EXPERT: usize = 4;
 /// Output columns per gemm2 workgroup.
 const TN2: usize = 64;
 /// moe.wgsl's workgroup arrays hold this many local experts.
@@ -175,6 +192,7 @@ pub fn forward(
     hidden: &[f32],
     logits: &[f32],
     opts: MoeOptions,
+    path: MoePath,
 ) -> Result<MoeOutput, BackendError> {
     let l = &g.layer;
     // Shapes (the weight vectors of `l` are emptied, so check against a fake full layer).
@@ -202,7 +220,13 @@ pub fn forward(
     let k = l.router.top_k;
     let na = m * k;
     let el = l.local_experts();
-    let max_tiles = na.div_ceil(TM) + el.min(na);
+    let gemv = match path {
+        MoePath::Gemv => true,
+        MoePath::Gemm => false,
+        MoePath::Auto => na <= GEMV_PAIRS_PER_EXPERT * el.max(1) || m <= 4,
+    };
+    let tile_m = if gemv { TG } else { TM };
+    let max_tiles = na.div_ceil(tile_m) + el.min(na);
     let big = [
         ("hidden_states", (m * h * 4) as u64),
         ("intermediate [M*k, I]", (na * inter * 4) as u64),
@@ -274,9 +298,14 @@ pub fn forward(
         ("ACT", act),
         ("BF16", bf16),
     ];
-    let p_lists = ctx.pipeline("moe", "lists", &[])?;
-    let p_g1 = ctx.pipeline("moe", "gemm1", &ov)?;
-    let p_g2 = ctx.pipeline("moe", "gemm2", &ov)?;
+    let p_lists = ctx.pipeline("moe", "lists", &[("TILE_M", tile_m as u32)])?;
+    let (e1, e2) = if gemv {
+        ("gemv1", "gemv2")
+    } else {
+        ("gemm1", "gemm2")
+    };
+    let p_g1 = ctx.pipeline("moe", e1, &ov)?;
+    let p_g2 = ctx.pipeline("moe", e2, &ov)?;
     let p_comb = ctx.pipeline("moe", "combine", &[("BF16", bf16)])?;
 
     let mut enc = ctx
