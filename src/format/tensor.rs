@@ -28,13 +28,22 @@ pub fn quantize_block(fmt: MxFormat, mode: ScaleMode, x: &[f32], codes: &mut [u8
 }
 
 /// A table of element values as f32 for every code of a format (exact: at most 8 significant
-/// bits, all within f32's normal range).
-pub(crate) fn code_lut(fmt: MxFormat) -> [f32; 256] {
-    let mut t = [0f32; 256];
-    for (c, v) in t.iter_mut().enumerate().take(fmt.spec().n_codes() as usize) {
-        *v = super::decode_elem_f64(fmt, c as u8) as f32;
-    }
-    t
+/// bits, all within f32's normal range). Built once per process.
+pub(crate) fn code_lut(fmt: MxFormat) -> &'static [f32; 256] {
+    static LUTS: std::sync::OnceLock<Vec<[f32; 256]>> = std::sync::OnceLock::new();
+    let luts = LUTS.get_or_init(|| {
+        MxFormat::ALL
+            .iter()
+            .map(|&f| {
+                let mut t = [0f32; 256];
+                for (c, v) in t.iter_mut().enumerate().take(f.spec().n_codes() as usize) {
+                    *v = super::decode_elem_f64(f, c as u8) as f32;
+                }
+                t
+            })
+            .collect()
+    });
+    &luts[fmt.id() as usize]
 }
 
 /// `decode(code) * 2^(byte-127)` as f32, exactly (NUMERICS.md 5.4). Computed in f64 from the
@@ -226,8 +235,16 @@ impl MxTensor {
                 .zip(prow.chunks_exact(bb))
                 .zip(srow)
             {
-                unpack_codes(self.format, pb, &mut codes);
                 let sc = e8m0_to_f32(byte);
+                if bb == 16 {
+                    // FP4 fast path: two codes per byte, low nibble first.
+                    for (o2, &b) in ob.chunks_exact_mut(2).zip(pb) {
+                        o2[0] = lut[(b & 0xF) as usize] * sc;
+                        o2[1] = lut[(b >> 4) as usize] * sc;
+                    }
+                    continue;
+                }
+                unpack_codes(self.format, pb, &mut codes);
                 // Power-of-two times an element value of <= 8 significant bits: exact in f32,
                 // including subnormal results (checked against `dequant_elem` in the tests).
                 for (o, &c) in ob.iter_mut().zip(&codes) {

@@ -74,6 +74,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
         .map_err(|e| os(path, e))?;
     tmp.write_all(bytes).map_err(|e| os(path, e))?;
     tmp.as_file().sync_all().map_err(|e| os(path, e))?;
+    // tempfile creates 0600; an output file should get the usual 0644.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
     tmp.persist(path).map_err(|e| os(path, e.error))?;
     Ok(())
 }
