@@ -2,7 +2,7 @@
 //
 //   lists   expert histogram + prefix sum -> per-expert row lists and a tile list
 //   gemm1   grouped GEMM over tiles of one expert's rows: gather x rows, dequantize W13 in the
-//           prologue (exact integer decode into workgroup memory), fp32 accumulate, then in the
+//           prologue (code table x E8M0 scale into workgroup memory), fp32 accumulate, then in the
 //           epilogue bias (+ router weight on input), activation and the intermediate QDQ
 //           (a 32-block along I is exactly the tile's 32 columns)
 //   gemm2   the same shape over W2 with bias and the router weight
@@ -60,6 +60,7 @@ var<workgroup> l_off: array<u32, 1024>;
 var<workgroup> g_xs: array<f32, 1056>; // TM x XS
 var<workgroup> g_ws: array<f32, 2112>; // 64 x XS
 var<workgroup> g_tile: vec4<u32>;
+var<workgroup> w_lut: array<f32, 256>; // element value of every weight code (scale 1), exact
 var<workgroup> g_amax: array<atomic<u32>, 32>;
 
 // Round to bf16 (RNE on the bits, NaN stays NaN) when BF16 is set; identity otherwise.
@@ -129,8 +130,21 @@ fn lists(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
-// The tile of this workgroup, uniformly: (expert, start, end, valid).
+// The weight's E8M0 scale as f32 (exact; 255 = NaN block).
+fn w_scale(byte: u32) -> f32 {
+    if byte == 255u {
+        return bitcast<f32>(MX_NAN);
+    }
+    if byte == 0u {
+        return bitcast<f32>(0x00400000u);
+    }
+    return bitcast<f32>(byte << 23u);
+}
+
+// The tile of this workgroup, uniformly: (expert, start, end, valid). Also fills the weight
+// code table (the barrier inside workgroupUniformLoad publishes it).
 fn g_load_tile(lid: u32, slot: u32) -> vec4<u32> {
+    w_lut[lid] = bitcast<f32>(mx_dequant_bits(WFMT, lid, 127u));
     if lid == 0u {
         var t = vec4<u32>(0u, 0u, 0u, 0u);
         if slot < m_tiles[0] {
@@ -152,7 +166,7 @@ fn g_load_w(row: u32, kblocks: u32, kb: u32, wr: u32, j0: u32, valid: bool) {
         return;
     }
     let sidx = row * kblocks + kb;
-    let byte = (m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+    let sc = w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
     let wb = sidx * cb;
     for (var q = 0u; q < 8u; q = q + 1u) {
         let bp = (j0 + q) * cb;
@@ -162,8 +176,7 @@ fn g_load_w(row: u32, kblocks: u32, kb: u32, wr: u32, j0: u32, valid: bool) {
         if off + cb > 32u {
             w1 = m_wdata[w + 1u];
         }
-        let code = mx_code_at(m_wdata[w], w1, off, cb);
-        g_ws[wr * XS + j0 + q] = bitcast<f32>(mx_dequant_bits(WFMT, code, byte));
+        g_ws[wr * XS + j0 + q] = w_lut[mx_code_at(m_wdata[w], w1, off, cb)] * sc;
     }
 }
 
@@ -424,7 +437,7 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
                     continue;
                 }
                 let sidx = (rowbase + row) * kblocks + kb;
-                let byte = (m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+                let sc = w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
                 let wb = sidx * cb;
                 var w: array<f32, 8>;
                 for (var q = 0u; q < 8u; q = q + 1u) {
@@ -435,7 +448,7 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
                     if off + cb > 32u {
                         w1 = m_wdata[wi + 1u];
                     }
-                    w[q] = bitcast<f32>(mx_dequant_bits(WFMT, mx_code_at(m_wdata[wi], w1, off, cb), byte));
+                    w[q] = w_lut[mx_code_at(m_wdata[wi], w1, off, cb)] * sc;
                 }
                 for (var t = 0u; t < cnt; t = t + 1u) {
                     let xb = t * 256u + b * 32u + part * 8u;
