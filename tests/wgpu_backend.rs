@@ -648,3 +648,44 @@ fn check_suite_quick_has_no_failures() {
     );
     assert!(failed.is_empty(), "FAIL: {failed:#?}");
 }
+
+/// Timing hooks for benchmarks: a timed forward gives the same output and, with
+/// TIMESTAMP_QUERY, one non-negative duration per pass.
+#[test]
+fn moe_timed_forward() {
+    let b = gpu!("moe_timed_forward");
+    let layer = synth_layer(&SynthSpec::new(Scheme::OCP_MX[0], 8, 64, 64, 2))
+        .unwrap()
+        .layer;
+    let (hs, logits) = synth_batch(5, 64, 8, 3);
+    let g = b.upload_layer(&layer).unwrap();
+    let opts = MoeOptions {
+        accumulate: Accumulate::F32,
+        intermediate: Intermediate::F32,
+    };
+    let plain = b
+        .moe_resident_path(&g, &hs, &logits, opts, MoePath::Gemv)
+        .unwrap();
+    let (timed, times) = b
+        .moe_resident_timed(&g, &hs, &logits, opts, MoePath::Gemv)
+        .unwrap();
+    assert_eq!(plain.output, timed.output);
+    eprintln!("pass times (ms): {times:?}");
+    if b.has_timestamps() {
+        let names: Vec<&str> = times.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "route",
+                "moe/lists",
+                "moe/input_qdq",
+                "moe/gemv1",
+                "moe/gemv2",
+                "moe/combine"
+            ]
+        );
+        assert!(times.iter().all(|(_, t)| *t >= 0.0 && t.is_finite()));
+    } else {
+        println!("UNSUPPORTED timestamps on {}", b.adapter());
+    }
+}

@@ -21,7 +21,7 @@ pub mod route;
 pub mod source;
 
 pub use context::{enumerate_adapters, AdapterSummary, ContextInfo, POISON};
-pub use moe::{GpuLayer, MoePath};
+pub use moe::{GpuLayer, MoePath, PassTimes};
 
 use super::{BackendError, Op};
 use crate::format::{MxFormat, MxTensor, ScaleMode};
@@ -163,7 +163,29 @@ impl WgpuBackend {
         path: MoePath,
     ) -> Result<MoeOutput, BackendError> {
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-        moe::forward(&self.ctx, layer, hidden, logits, opts, path)
+        moe::forward(&self.ctx, layer, hidden, logits, opts, path, false).map(|(o, _)| o)
+    }
+
+    /// Whether [`WgpuBackend::moe_resident_timed`] can report GPU times (TIMESTAMP_QUERY).
+    pub fn has_timestamps(&self) -> bool {
+        self.ctx
+            .device
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY)
+    }
+
+    /// A resident forward with GPU timestamps around every pass: (output, [(pass, ms)]).
+    /// The times are empty when the adapter lacks TIMESTAMP_QUERY (lavapipe has it).
+    pub fn moe_resident_timed(
+        &self,
+        layer: &GpuLayer,
+        hidden: &[f32],
+        logits: &[f32],
+        opts: MoeOptions,
+        path: MoePath,
+    ) -> Result<(MoeOutput, PassTimes), BackendError> {
+        let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
+        moe::forward(&self.ctx, layer, hidden, logits, opts, path, true)
     }
 
     /// Upload the layer, then run it. Callers running a layer repeatedly should upload once.

@@ -8,7 +8,7 @@
 //! Weights larger than one storage binding are split into chunks of whole experts, each its own
 //! buffer; the GEMMs run once per chunk and skip the other chunks' tiles.
 
-use super::context::Context;
+use super::context::{Context, Timer};
 use super::route;
 use crate::backend::BackendError;
 use crate::format::MxTensor;
@@ -178,12 +178,19 @@ fn params(l: &MoeLayer, m: usize, e0: usize, e1: usize) -> [u32; 12] {
     ]
 }
 
-fn pass<'e>(enc: &'e mut wgpu::CommandEncoder, label: &str) -> wgpu::ComputePass<'e> {
+fn pass<'e>(
+    enc: &'e mut wgpu::CommandEncoder,
+    label: &str,
+    timer: &mut Option<Timer>,
+) -> wgpu::ComputePass<'e> {
     enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: Some(label),
-        timestamp_writes: None,
+        timestamp_writes: timer.as_mut().and_then(|t| t.writes(label)),
     })
 }
+
+/// GPU time per pass in milliseconds (empty without TIMESTAMP_QUERY), in submission order.
+pub type PassTimes = Vec<(String, f64)>;
 
 /// Run a resident layer on a token batch.
 pub fn forward(
@@ -193,7 +200,8 @@ pub fn forward(
     logits: &[f32],
     opts: MoeOptions,
     path: MoePath,
-) -> Result<MoeOutput, BackendError> {
+    timed: bool,
+) -> Result<(MoeOutput, PassTimes), BackendError> {
     let l = &g.layer;
     // Shapes (the weight vectors of `l` are emptied, so check against a fake full layer).
     let h = l.hidden;
@@ -308,6 +316,11 @@ pub fn forward(
     let p_g2 = ctx.pipeline("moe", e2, &ov)?;
     let p_comb = ctx.pipeline("moe", "combine", &[("BF16", bf16)])?;
 
+    let mut timer = if timed {
+        ctx.timer(4 + 2 * g.chunks.len() as u32)
+    } else {
+        None
+    };
     let mut enc = ctx
         .device
         .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
@@ -322,7 +335,16 @@ pub fn forward(
             ctx.queue
                 .write_buffer(topw, 0, bytemuck::cast_slice(&r.topk_weights));
         }
-        None => route::record(ctx, &mut enc, &rparams, &logits_b, ids, topw, m)?,
+        None => route::record(
+            ctx,
+            &mut enc,
+            &rparams,
+            &logits_b,
+            ids,
+            topw,
+            m,
+            timer.as_mut(),
+        )?,
     }
     {
         let bg = ctx.bind(
@@ -336,7 +358,7 @@ pub fn forward(
                 (5, tiles),
             ],
         );
-        let mut p = pass(&mut enc, "moe/lists");
+        let mut p = pass(&mut enc, "moe/lists", &mut timer);
         p.set_pipeline(&p_lists);
         p.set_bind_group(0, &bg, &[]);
         p.dispatch_workgroups(1, 1, 1);
@@ -353,7 +375,7 @@ pub fn forward(
             let qp = ctx.uniform(bytemuck::cast_slice(&[nb as u32, 0, 0, 0]));
             let bg = ctx.bind(&pq, &[(0, &qp), (1, &hidden_b), (3, xq)]);
             {
-                let mut p = pass(&mut enc, "moe/input_qdq");
+                let mut p = pass(&mut enc, "moe/input_qdq", &mut timer);
                 p.set_pipeline(&pq);
                 p.set_bind_group(0, &bg, &[]);
                 let (x, y) = ctx.grid(nb.div_ceil(8) as u32);
@@ -385,7 +407,7 @@ pub fn forward(
                 (11, topw),
             ],
         );
-        let mut p = pass(&mut enc, "moe/gemm1");
+        let mut p = pass(&mut enc, &format!("moe/{e1}"), &mut timer);
         p.set_pipeline(&p_g1);
         p.set_bind_group(0, &bg, &[]);
         p.dispatch_workgroups(max_tiles as u32, (inter / 32) as u32, 1);
@@ -405,34 +427,49 @@ pub fn forward(
                 (11, topw),
             ],
         );
-        let mut p = pass(&mut enc, "moe/gemm2");
+        let mut p = pass(&mut enc, &format!("moe/{e2}"), &mut timer);
         p.set_pipeline(&p_g2);
         p.set_bind_group(0, &bg, &[]);
         p.dispatch_workgroups(max_tiles as u32, h.div_ceil(TN2) as u32, 1);
     }
     {
         let bg = ctx.bind(&p_comb, &[(0, &base_params), (4, slot), (9, out), (12, y2)]);
-        let mut p = pass(&mut enc, "moe/combine");
+        let mut p = pass(&mut enc, "moe/combine", &mut timer);
         p.set_pipeline(&p_comb);
         p.set_bind_group(0, &bg, &[]);
         let (x, y) = ctx.grid((m * h).div_ceil(256) as u32);
         p.dispatch_workgroups(x, y, 1);
     }
-    let r = ctx.submit_and_read(
-        enc,
-        &[(out, bytes(m * h)), (ids, bytes(na)), (topw, bytes(na))],
-    );
+    let resolve = timer.as_ref().map(|t| {
+        let b = ctx.resolve_buffer(t.bytes());
+        t.resolve(&mut enc, &b);
+        b
+    });
+    let mut reads = vec![(out, bytes(m * h)), (ids, bytes(na)), (topw, bytes(na))];
+    if let (Some(t), Some(b)) = (&timer, &resolve) {
+        reads.push((b, t.bytes()));
+    }
+    let r = ctx.submit_and_read(enc, &reads);
+    drop(reads);
+    ctx.give(resolve);
     ctx.give(bufs);
     ctx.give(owned);
     ctx.give(chunk_params);
     ctx.give([rparams, base_params, logits_b, hidden_b]);
     let r = r?;
-    Ok(MoeOutput {
-        output: bytemuck::pod_collect_to_vec(&r[0]),
-        routing: Routing {
-            top_k: k,
-            topk_ids: bytemuck::pod_collect_to_vec(&r[1]),
-            topk_weights: bytemuck::pod_collect_to_vec(&r[2]),
+    let times = match &timer {
+        Some(t) => t.durations(&r[3], ctx.queue.get_timestamp_period()),
+        None => Vec::new(),
+    };
+    Ok((
+        MoeOutput {
+            output: bytemuck::pod_collect_to_vec(&r[0]),
+            routing: Routing {
+                top_k: k,
+                topk_ids: bytemuck::pod_collect_to_vec(&r[1]),
+                topk_weights: bytemuck::pod_collect_to_vec(&r[2]),
+            },
         },
-    })
+        times,
+    ))
 }

@@ -1,7 +1,7 @@
 //! Routing on the GPU (shaders/route.wgsl): exact CPU ids (selection compares logits only),
 //! weights within float tolerance.
 
-use super::context::Context;
+use super::context::{Context, Timer};
 use crate::backend::BackendError;
 use crate::moe::{MoeError, RouterConfig, Routing, Scoring};
 
@@ -105,12 +105,13 @@ pub fn record(
     ids: &wgpu::Buffer,
     weights: &wgpu::Buffer,
     m: usize,
+    timer: Option<&mut Timer>,
 ) -> Result<(), BackendError> {
     let pipe = ctx.pipeline("route", "route", &[])?;
     let bg = ctx.bind(&pipe, &[(0, params), (1, logits), (2, ids), (3, weights)]);
     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: Some("route"),
-        timestamp_writes: None,
+        timestamp_writes: timer.and_then(|t| t.writes("route")),
     });
     pass.set_pipeline(&pipe);
     pass.set_bind_group(0, &bg, &[]);
@@ -140,7 +141,7 @@ pub fn route(
         .create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("route"),
         });
-    record(ctx, &mut enc, &p, &lb, &ids, &w, m)?;
+    record(ctx, &mut enc, &p, &lb, &ids, &w, m, None)?;
     let r = ctx.submit_and_read(enc, &[(&ids, n), (&w, n)]);
     ctx.give([p, lb, ids, w]);
     let r = r?;
