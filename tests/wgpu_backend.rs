@@ -587,6 +587,16 @@ fn moe_weights_split_across_buffers() {
     let g = b.upload_layer(&layer).unwrap();
     assert_eq!(g.chunks(), 3, "8 experts, 3 per chunk");
     check_moe(&b, &layer, 17, 61, "split weights");
+    // 40 tokens need more than one binding of activations here: several submits.
+    check_moe(&b, &layer, 40, 62, "split weights and tokens");
+    if b.has_timestamps() {
+        let (hs, logits) = synth_batch(40, 64, 8, 62);
+        let (_, times) = b
+            .moe_resident_timed(&g, &hs, &logits, MoeOptions::default(), MoePath::Gemm)
+            .unwrap();
+        let submits = times.iter().filter(|(n, _)| n == "route").count();
+        assert_eq!(submits, 3, "40 tokens at 18 per binding: {times:?}");
+    }
     // One expert larger than a binding: a clear OutOfMemory naming sizes.
     b.set_max_chunk_bytes(per_expert - 4);
     match b.upload_layer(&layer) {

@@ -214,6 +214,55 @@ pub fn forward(
         .into());
     }
     let m = hidden.len() / h;
+    // Batches whose activations exceed one binding (or the workgroup grid) run as several
+    // submits over consecutive tokens; routing is per token, so this changes no result.
+    let k = l.router.top_k;
+    let per_token = (4 * h.max(k * inter).max(k * h)) as u64;
+    let wg_max = ctx.limits.max_compute_workgroups_per_dimension as usize;
+    let by_grid = (wg_max.saturating_sub(l.local_experts()) * TG / k).max(1);
+    let max_tokens = ((ctx.max_binding() / per_token) as usize).min(by_grid);
+    if max_tokens == 0 {
+        return Err(BackendError::OutOfMemory(format!(
+            "one token's activations need {} but one storage binding holds at most {} on {}",
+            mib(per_token),
+            mib(ctx.max_binding()),
+            ctx.info.adapter.name
+        )));
+    }
+    if m > max_tokens {
+        let ne = l.n_experts;
+        let mut out = Vec::with_capacity(m * h);
+        let mut ids = Vec::with_capacity(m * k);
+        let mut ws = Vec::with_capacity(m * k);
+        let mut times = Vec::new();
+        for t0 in (0..m).step_by(max_tokens) {
+            let t1 = (t0 + max_tokens).min(m);
+            let (o, t) = forward(
+                ctx,
+                g,
+                &hidden[t0 * h..t1 * h],
+                &logits[t0 * ne..t1 * ne],
+                opts,
+                path,
+                timed,
+            )?;
+            out.extend(o.output);
+            ids.extend(o.routing.topk_ids);
+            ws.extend(o.routing.topk_weights);
+            times.extend(t);
+        }
+        return Ok((
+            MoeOutput {
+                output: out,
+                routing: Routing {
+                    top_k: k,
+                    topk_ids: ids,
+                    topk_weights: ws,
+                },
+            },
+            times,
+        ));
+    }
     // Same input checks as the GPU router; a correction bias is handled below.
     let mr = route::check(&l.router, logits, l.n_experts, None)?;
     if mr != m {
@@ -225,7 +274,6 @@ pub fn forward(
         ))
         .into());
     }
-    let k = l.router.top_k;
     let na = m * k;
     let el = l.local_experts();
     let gemv = match path {
