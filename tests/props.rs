@@ -43,7 +43,9 @@ fn mode_s() -> impl Strategy<Value = ScaleMode> {
 /// sometimes zero (either sign), an arbitrary finite f32, or an fp32 subnormal.
 fn elem_s(e: i32) -> impl Strategy<Value = f32> {
     prop_oneof![
-        6 => (-8.0f64..8.0).prop_map(move |m| (m * 2f64.powi(e)) as f32),
+        5 => (-8.0f64..8.0).prop_map(move |m| (m * 2f64.powi(e)) as f32),
+        // Multiples of 2^(e-4): exact ties for every grid (and exact grid values).
+        3 => (-128i32..128).prop_map(move |n| (n as f64 * 2f64.powi(e - 4)) as f32),
         1 => Just(0.0f32),
         1 => Just(-0.0f32),
         1 => any::<f32>().prop_filter("finite", |v| v.is_finite()),
