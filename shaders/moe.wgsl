@@ -4,7 +4,7 @@
 //   gemm1   grouped GEMM over tiles of one expert's rows: gather x rows, dequantize W13 in the
 //           prologue (code table x E8M0 scale into workgroup memory), fp32 accumulate, then in the
 //           epilogue bias (+ router weight on input), activation and the intermediate QDQ
-//           (a 32-block along I is exactly the tile's 32 columns)
+//           (a tile holds 64 intermediate columns: two whole 32-blocks along I)
 //   gemm2   the same shape over W2 with bias and the router weight
 //   gemv1/2 the decode shape (few rows per expert): a tile of <= 8 rows x 64 weight rows, lanes
 //           along K (consecutive lanes read consecutive packed words: coalesced), partial sums
@@ -20,10 +20,9 @@ override AMODE: u32 = 1u;  // activation ScaleMode::id
 override ACT: u32 = 0u;    // 0 silu (gate rows [0, I), up rows [I, 2I)), 1 swigluoai (interleaved)
 override BF16: u32 = 0u;   // 1: round intermediates to bf16 where vLLM does (Intermediate::Bf16)
 
-const TM: u32 = 32u;       // rows (token-expert pairs) per GEMM tile
+const TM: u32 = 64u;       // rows (token-expert pairs) per GEMM tile
 const TG: u32 = 8u;        // rows per GEMV tile
 override TILE_M: u32 = 32u; // rows per tile in the list built by `lists` (TM or TG)
-const XS: u32 = 33u;       // padded workgroup row stride
 
 struct MoeParams {
     m: u32,
@@ -57,11 +56,11 @@ struct MoeParams {
 var<workgroup> l_cnt: array<atomic<u32>, 1024>;
 var<workgroup> l_off: array<u32, 1024>;
 
-var<workgroup> g_xs: array<f32, 1056>; // TM x XS
-var<workgroup> g_ws: array<f32, 2112>; // 64 x XS
+var<workgroup> g_xs: array<vec4<f32>, 256>; // [BK][64 rows / 4]
+var<workgroup> g_ws: array<vec4<f32>, 512>; // [BK][128 weight columns / 4]
 var<workgroup> g_tile: vec4<u32>;
 var<workgroup> w_lut: array<f32, 256>; // element value of every weight code (scale 1), exact
-var<workgroup> g_amax: array<atomic<u32>, 32>;
+var<workgroup> g_amax: array<atomic<u32>, 128>; // gemm1: [64 rows][2 blocks]; gemv1: [8 rows]
 
 // Round to bf16 (RNE on the bits, NaN stays NaN) when BF16 is set; identity otherwise.
 fn m_bf16(x: f32) -> f32 {
@@ -155,29 +154,79 @@ fn g_load_tile(lid: u32, slot: u32) -> vec4<u32> {
     return workgroupUniformLoad(&g_tile);
 }
 
-// Dequantize 8 consecutive weights (elements j0..j0+7 of block kb of chunk row `row`) into
-// g_ws[wr * XS + j0 ..].
-fn g_load_w(row: u32, kblocks: u32, kb: u32, wr: u32, j0: u32, valid: bool) {
-    let cb = mx_spec(WFMT).code_bits;
+// GEMM tiles: TM = 64 rows x 128 weight rows, K steps of BK = 16 (half an MX block).
+// 256 threads as 16 x 16; thread (ty, tx) owns rows ty*4..+3 and, per half of the weight tile,
+// columns tx*4..+3: 32 accumulators, three vec4 workgroup loads per 32 FMAs.
+// g_xs[k][m] and g_ws[k][n] are k-major so the inner loop reads whole vec4s.
+const BK: u32 = 16u;
+
+// Decode 8 consecutive weights of chunk row `row` (elements k0..k0+7, k0 a multiple of 8) into
+// column `col` of g_ws (zeros when the row is out of range).
+fn g_load_w8(row: u32, kblocks: u32, k0: u32, col: u32, valid: bool) {
     if !valid {
         for (var q = 0u; q < 8u; q = q + 1u) {
-            g_ws[wr * XS + j0 + q] = 0.0;
+            let kk = (k0 % BK) + q;
+            g_ws[kk * 32u + col / 4u][col % 4u] = 0.0;
         }
         return;
     }
-    let sidx = row * kblocks + kb;
+    let cb = mx_spec(WFMT).code_bits;
+    let sidx = row * kblocks + k0 / 32u;
     let sc = w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
     let wb = sidx * cb;
     for (var q = 0u; q < 8u; q = q + 1u) {
-        let bp = (j0 + q) * cb;
+        let bp = ((k0 % 32u) + q) * cb;
         let w = wb + bp / 32u;
         let off = bp & 31u;
         var w1 = 0u;
         if off + cb > 32u {
             w1 = m_wdata[w + 1u];
         }
-        g_ws[wr * XS + j0 + q] = w_lut[mx_code_at(m_wdata[w], w1, off, cb)] * sc;
+        let kk = (k0 % BK) + q;
+        g_ws[kk * 32u + col / 4u][col % 4u] = w_lut[mx_code_at(m_wdata[w], w1, off, cb)] * sc;
     }
+}
+
+// The shared k-loop of gemm1/gemm2: acc[i][j] (i = 4 rows, j = 8 columns: tx*4+0..3 of each
+// half) += x[row] . W[col]. x rows come from m_x at xoff (0xFFFFFFFF = no row);
+// the weight tile column of tile row wr is wcol(wr), its chunk row wrow, valid wv.
+fn g_kloop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: bool) -> array<f32, 32> {
+    let kblocks = kk_total / 32u;
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    let xm = lid / 4u;          // x loader: row xm, k offset (lid % 4) * 4
+    let xk = (lid % 4u) * 4u;
+    let wk = (lid % 2u) * 8u;   // weight loader: tile row lid / 2, k offset 0 or 8
+    var acc: array<f32, 32>;
+    for (var k0 = 0u; k0 < kk_total; k0 = k0 + BK) {
+        for (var q = 0u; q < 4u; q = q + 1u) {
+            var v = 0.0;
+            if xoff != 0xFFFFFFFFu {
+                v = m_x[xoff + k0 + xk + q];
+            }
+            g_xs[(xk + q) * 16u + xm / 4u][xm % 4u] = v;
+        }
+        g_load_w8(wrow, kblocks, k0 + wk, wcol, wv);
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk = kk + 1u) {
+            let a = g_xs[kk * 16u + ty];
+            let b0 = g_ws[kk * 32u + tx];
+            let b1 = g_ws[kk * 32u + 16u + tx];
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                let ai = a[i];
+                acc[i * 8u + 0u] = acc[i * 8u + 0u] + ai * b0.x;
+                acc[i * 8u + 1u] = acc[i * 8u + 1u] + ai * b0.y;
+                acc[i * 8u + 2u] = acc[i * 8u + 2u] + ai * b0.z;
+                acc[i * 8u + 3u] = acc[i * 8u + 3u] + ai * b0.w;
+                acc[i * 8u + 4u] = acc[i * 8u + 4u] + ai * b1.x;
+                acc[i * 8u + 5u] = acc[i * 8u + 5u] + ai * b1.y;
+                acc[i * 8u + 6u] = acc[i * 8u + 6u] + ai * b1.z;
+                acc[i * 8u + 7u] = acc[i * 8u + 7u] + ai * b1.w;
+            }
+        }
+        workgroupBarrier();
+    }
+    return acc;
 }
 
 fn g_act(g: f32, u: f32) -> f32 {
@@ -189,7 +238,10 @@ fn g_act(g: f32, u: f32) -> f32 {
     return gc / (1.0 + exp(-1.702 * gc)) * (lc + 1.0);
 }
 
-// Grid: x = tile slot, y = I / 32 column tiles. Output m_out = intermediate [rows, I] (f32 bits).
+// Grid: x = tile slot, y = ceil(I / 64). A tile covers 64 intermediate columns: weight-tile
+// columns 0..63 hold their gate rows and 64..127 their up rows (for either row layout), so the
+// epilogue has gate and up of a column in one thread, and each row's two 32-blocks in the tile.
+// Output m_out = intermediate [rows, I] (f32 bits).
 @compute @workgroup_size(256)
 fn gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let tile = g_load_tile(lid, wid.x);
@@ -201,117 +253,104 @@ fn gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     let cnt = tile.z - tile.y;
     let h = mp.hidden;
     let inter = mp.inter;
-    let jb = wid.y * 32u;
-    let kblocks = h / 32u;
-    // Loader roles: x rows (8 threads x 4 values per row), weight rows (4 threads x 8 values).
-    let xr = lid / 8u;
-    let xc = (lid % 8u) * 4u;
-    let xvalid = xr < cnt;
-    var xtok = 0u;
-    if xvalid {
-        xtok = m_rows[start + xr] / mp.top_k;
+    let jb = wid.y * 64u;
+    // x loader row.
+    let xm = lid / 4u;
+    var xoff = 0xFFFFFFFFu;
+    if xm < cnt {
+        xoff = (m_rows[start + xm] / mp.top_k) * h;
     }
-    let wr = lid / 4u;
-    let wp = (lid % 4u) * 8u;
-    var wrow: u32;
+    // Weight loader: tile row wr = lid / 2 in the expert's natural order, mapped to its column.
+    let wr = lid / 2u;
+    var c: u32;    // intermediate column within the tile
+    var isup: u32;
+    var row: u32;  // row within the expert
     if ACT == 0u {
-        wrow = select(inter + jb + wr - 32u, jb + wr, wr < 32u);
+        c = wr % 64u;
+        isup = wr / 64u;
+        row = isup * inter + jb + c;
     } else {
-        wrow = 2u * jb + wr;
+        c = wr / 2u;
+        isup = wr % 2u;
+        row = 2u * jb + wr;
     }
-    let crow = (e - mp.e0) * 2u * inter + wrow;
-    // Compute roles: token row tr, columns cg*4 .. cg*4+3 (gate and up of each).
-    let tr = lid / 8u;
-    let cg = lid % 8u;
-    var acc_g = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    var acc_u = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    for (var kb = 0u; kb < kblocks; kb = kb + 1u) {
-        for (var q = 0u; q < 4u; q = q + 1u) {
-            var v = 0.0;
-            if xvalid {
-                v = m_x[xtok * h + kb * 32u + xc + q];
-            }
-            g_xs[xr * XS + xc + q] = v;
+    let wv = jb + c < inter;
+    let acc = g_kloop(lid, h, xoff, (e - mp.e0) * 2u * inter + row, isup * 64u + c, wv);
+    // Epilogue: thread (ty, tx) has rows ty*4+i, columns tx*4+j (gate: acc[i*8+j], up: acc[i*8+4+j]).
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    let half = tx / 8u; // which 32-block of the tile's 64 columns
+    var vals: array<u32, 16>;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let r = ty * 4u + i;
+        var rw = 1.0;
+        if mp.on_input != 0u && r < cnt {
+            rw = m_topw[m_rows[start + r]];
         }
-        g_load_w(crow, kblocks, kb, wr, wp, true);
-        workgroupBarrier();
-        for (var kk = 0u; kk < 32u; kk = kk + 1u) {
-            let x = g_xs[tr * XS + kk];
-            for (var q = 0u; q < 4u; q = q + 1u) {
-                let c = cg * 4u + q;
-                var gi: u32;
-                var ui: u32;
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let col = jb + tx * 4u + j;
+            var g = acc[i * 8u + j];
+            var u = acc[i * 8u + 4u + j];
+            if mp.has_bias13 != 0u && col < inter {
+                var grow: u32;
+                var urow: u32;
                 if ACT == 0u {
-                    gi = c;
-                    ui = 32u + c;
+                    grow = col;
+                    urow = inter + col;
                 } else {
-                    gi = 2u * c;
-                    ui = 2u * c + 1u;
+                    grow = 2u * col;
+                    urow = 2u * col + 1u;
                 }
-                acc_g[q] = acc_g[q] + x * g_ws[gi * XS + kk];
-                acc_u[q] = acc_u[q] + x * g_ws[ui * XS + kk];
+                g = g + m_bias[e * 2u * inter + grow];
+                u = u + m_bias[e * 2u * inter + urow];
             }
+            if mp.on_input != 0u {
+                g = g * rw;
+                u = u * rw;
+            }
+            vals[i * 4u + j] = bitcast<u32>(m_bf16(g_act(m_bf16(g), m_bf16(u))));
         }
-        workgroupBarrier();
     }
-    // Epilogue: bias, router weight on input, activation, intermediate QDQ.
-    var a = 0u;
-    if tr < cnt {
-        a = m_rows[start + tr];
-    }
-    var vals: array<u32, 4>;
-    for (var q = 0u; q < 4u; q = q + 1u) {
-        let j = jb + cg * 4u + q;
-        var grow: u32;
-        var urow: u32;
-        if ACT == 0u {
-            grow = j;
-            urow = inter + j;
-        } else {
-            grow = 2u * j;
-            urow = 2u * j + 1u;
-        }
-        var g = acc_g[q];
-        var u = acc_u[q];
-        if mp.has_bias13 != 0u {
-            g = g + m_bias[e * 2u * inter + grow];
-            u = u + m_bias[e * 2u * inter + urow];
-        }
-        if mp.on_input != 0u && tr < cnt {
-            let rw = m_topw[a];
-            g = g * rw;
-            u = u * rw;
-        }
-        vals[q] = bitcast<u32>(m_bf16(g_act(m_bf16(g), m_bf16(u))));
-    }
-    if lid < 32u {
+    if lid < 128u {
         atomicStore(&g_amax[lid], 0u);
     }
     workgroupBarrier();
     if AFMT != 255u {
-        for (var q = 0u; q < 4u; q = q + 1u) {
-            atomicMax(&g_amax[tr], vals[q] & 0x7FFFFFFFu);
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                atomicMax(&g_amax[(ty * 4u + i) * 2u + half], vals[i * 4u + j] & 0x7FFFFFFFu);
+            }
         }
     }
     workgroupBarrier();
-    if tr < cnt {
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let r = ty * 4u + i;
+        if r >= cnt {
+            continue;
+        }
+        var byte = 0u;
         if AFMT != 255u {
-            let byte = mx_scale_byte(AFMT, AMODE, atomicLoad(&g_amax[tr]));
-            for (var q = 0u; q < 4u; q = q + 1u) {
+            byte = mx_scale_byte(AFMT, AMODE, atomicLoad(&g_amax[r * 2u + half]));
+        }
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let col = jb + tx * 4u + j;
+            if col >= inter {
+                continue;
+            }
+            var v = vals[i * 4u + j];
+            if AFMT != 255u {
                 var code = 0u;
                 if byte != 255u {
-                    code = mx_encode(AFMT, vals[q], i32(byte) - 127);
+                    code = mx_encode(AFMT, v, i32(byte) - 127);
                 }
-                vals[q] = mx_dequant_bits(AFMT, code, byte);
+                v = mx_dequant_bits(AFMT, code, byte);
             }
-        }
-        for (var q = 0u; q < 4u; q = q + 1u) {
-            m_out[(start + tr) * inter + jb + cg * 4u + q] = vals[q];
+            m_out[(start + r) * inter + col] = v;
         }
     }
 }
 
-// Grid: x = tile slot, y = ceil(H / 64). m_x = intermediate [rows, I]; m_out = y [rows, H].
+// Grid: x = tile slot, y = ceil(H / 128). m_x = intermediate [rows, I]; m_out = y [rows, H].
 @compute @workgroup_size(256)
 fn gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let tile = g_load_tile(lid, wid.x);
@@ -323,49 +362,34 @@ fn gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     let cnt = tile.z - tile.y;
     let h = mp.hidden;
     let inter = mp.inter;
-    let nb = wid.y * 64u;
-    let kblocks = inter / 32u;
-    let xr = lid / 8u;
-    let xc = (lid % 8u) * 4u;
-    let xvalid = xr < cnt;
-    let wr = lid / 4u;
-    let wp = (lid % 4u) * 8u;
-    let wvalid = nb + wr < h;
-    let crow = (e - mp.e0) * h + nb + wr;
-    let tr = lid / 8u;
-    let cg = lid % 8u;
-    var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    for (var kb = 0u; kb < kblocks; kb = kb + 1u) {
-        for (var q = 0u; q < 4u; q = q + 1u) {
-            var v = 0.0;
-            if xvalid {
-                v = m_x[(start + xr) * inter + kb * 32u + xc + q];
-            }
-            g_xs[xr * XS + xc + q] = v;
-        }
-        g_load_w(crow, kblocks, kb, wr, wp, wvalid);
-        workgroupBarrier();
-        for (var kk = 0u; kk < 32u; kk = kk + 1u) {
-            let x = g_xs[tr * XS + kk];
-            for (var q = 0u; q < 8u; q = q + 1u) {
-                acc[q] = acc[q] + x * g_ws[(cg + 8u * q) * XS + kk];
-            }
-        }
-        workgroupBarrier();
+    let nb = wid.y * 128u;
+    let xm = lid / 4u;
+    var xoff = 0xFFFFFFFFu;
+    if xm < cnt {
+        xoff = (start + xm) * inter;
     }
-    if tr < cnt {
-        let a = m_rows[start + tr];
-        for (var q = 0u; q < 8u; q = q + 1u) {
-            let n = nb + cg + 8u * q;
+    let wr = lid / 2u;
+    let wv = nb + wr < h;
+    let acc = g_kloop(lid, inter, xoff, (e - mp.e0) * h + nb + wr, wr, wv);
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let r = ty * 4u + i;
+        if r >= cnt {
+            continue;
+        }
+        let a = m_rows[start + r];
+        for (var j = 0u; j < 8u; j = j + 1u) {
+            let n = nb + (j / 4u) * 64u + tx * 4u + (j % 4u);
             if n < h {
-                var v = acc[q];
+                var v = acc[i * 8u + j];
                 if mp.has_bias2 != 0u {
                     v = v + m_bias[e * h + n];
                 }
                 if mp.on_input == 0u {
                     v = v * m_topw[a];
                 }
-                m_out[(start + tr) * h + n] = bitcast<u32>(m_bf16(v));
+                m_out[(start + r) * h + n] = bitcast<u32>(m_bf16(v));
             }
         }
     }

@@ -514,6 +514,16 @@ fn moe_expert_map_router_weight_on_input_and_scoring() {
     check_moe(b, &layer, 17, 53, "grouped");
 }
 
+/// More rows per expert than one GEMM tile (64): several tiles of one expert, the last partial.
+#[test]
+fn moe_many_rows_per_expert() {
+    let b = gpu!("moe_many_rows_per_expert");
+    let mut sp = spec(Scheme::OCP_MX[2], Activation::SwigluOai, 4, 96, 96, 2);
+    sp.bias = true;
+    let layer = synth_layer(&sp).unwrap().layer;
+    check_moe(b, &layer, 200, 77, "200 tokens on 4 experts");
+}
+
 /// `Intermediate::Bf16` (vLLM parity): bf16 rounding after the GEMM1 epilogue, the activation,
 /// the GEMM2 epilogue and the final sum, as the CPU reference does.
 #[test]

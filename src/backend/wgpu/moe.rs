@@ -15,7 +15,7 @@ use crate::format::MxTensor;
 use crate::moe::{Activation, Intermediate, MoeLayer, MoeOptions, MoeOutput, Routing};
 
 /// Rows per GEMM tile (TM in moe.wgsl) and per GEMV tile (TG).
-const TM: usize = 32;
+const TM: usize = 64;
 const TG: usize = 8;
 
 /// Which expert kernels a forward uses.
@@ -24,7 +24,7 @@ pub enum MoePath {
     /// GEMV when there are few token-expert pairs (decode), GEMM otherwise.
     #[default]
     Auto,
-    /// Grouped GEMM: tiles of 32 rows x 32 (gemm1) / 64 (gemm2) columns.
+    /// Grouped GEMM: tiles of 64 rows x 64 intermediate (gemm1) / 128 output (gemm2) columns.
     Gemm,
     /// Grouped GEMV: tiles of 8 rows, lanes along K, weights streamed once per tile.
     Gemv,
@@ -33,8 +33,12 @@ pub enum MoePath {
 /// Auto picks the GEMV while the pairs are at most this many per local expert on average
 /// (tiles of 8 rows then read each expert's weights about once).
 const GEMV_PAIRS_PER_EXPERT: usize = 4;
-/// Output columns per gemm2 workgroup.
-const TN2: usize = 64;
+/// Intermediate columns per gemm1 workgroup, output columns per gemm2 workgroup, and the same
+/// for the GEMV kernels.
+const TN1: usize = 64;
+const TN2: usize = 128;
+const TN1_GEMV: usize = 32;
+const TN2_GEMV: usize = 64;
 /// moe.wgsl's workgroup arrays hold this many local experts.
 pub const MAX_LOCAL_EXPERTS: usize = 1024;
 
@@ -458,7 +462,8 @@ pub fn forward(
         let mut p = pass(&mut enc, &format!("moe/{e1}"), &mut timer);
         p.set_pipeline(&p_g1);
         p.set_bind_group(0, &bg, &[]);
-        p.dispatch_workgroups(max_tiles as u32, (inter / 32) as u32, 1);
+        let tn = if gemv { TN1_GEMV } else { TN1 };
+        p.dispatch_workgroups(max_tiles as u32, inter.div_ceil(tn) as u32, 1);
     }
     for (c, cp) in g.chunks.iter().zip(&chunk_params) {
         let bg = ctx.bind(
@@ -478,7 +483,8 @@ pub fn forward(
         let mut p = pass(&mut enc, &format!("moe/{e2}"), &mut timer);
         p.set_pipeline(&p_g2);
         p.set_bind_group(0, &bg, &[]);
-        p.dispatch_workgroups(max_tiles as u32, h.div_ceil(TN2) as u32, 1);
+        let tn = if gemv { TN2_GEMV } else { TN2 };
+        p.dispatch_workgroups(max_tiles as u32, h.div_ceil(tn) as u32, 1);
     }
     {
         let bg = ctx.bind(&p_comb, &[(0, &base_params), (4, slot), (9, out), (12, y2)]);
