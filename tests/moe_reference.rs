@@ -10,7 +10,8 @@
 use mxmoe::format::{qdq_slice, MxFormat, BLOCK};
 use mxmoe::moe::synth::{synth_batch, synth_layer, SynthSpec};
 use mxmoe::moe::{
-    forward, route, Accumulate, Activation, MoeLayer, MoeOptions, RouterConfig, Scoring,
+    forward, route, Accumulate, Activation, Intermediate, MoeLayer, MoeOptions, RouterConfig,
+    Scoring,
 };
 use mxmoe::scheme::Scheme;
 
@@ -56,6 +57,14 @@ struct Variant {
     on_input_weight_at_output: bool,
     /// expert_map ignored: every global id used as a local one modulo E_local.
     ignore_expert_map: bool,
+    /// Round to bf16 where vLLM does (NUMERICS.md 10.3): the GEMM1 epilogue, the activation
+    /// output, the GEMM2 epilogue (after the router weight) and the final top-k sum.
+    bf16: bool,
+}
+
+/// f32 -> bf16 -> f32, round to nearest even (the `half` crate's conversion).
+fn bf16(x: f32) -> f32 {
+    half::bf16::from_f32(x).to_f32()
 }
 
 fn silu(g: f64) -> f64 {
@@ -122,7 +131,7 @@ fn pipeline(layer: &MoeLayer, hidden: &[f32], ids: &[i32], wts: &[f32], v: Varia
                 if on_input && !v.on_input_qdq_after_weight && !v.on_input_weight_at_output {
                     s *= w as f64;
                 }
-                *g = s;
+                *g = if v.bf16 { bf16(s as f32) as f64 } else { s };
             }
             let act: Vec<f32> = (0..i)
                 .map(|c| {
@@ -144,7 +153,11 @@ fn pipeline(layer: &MoeLayer, hidden: &[f32], ids: &[i32], wts: &[f32], v: Varia
                             swiglu(g, l, !v.no_clamp)
                         }
                     };
-                    a as f32
+                    if v.bf16 {
+                        bf16(a as f32)
+                    } else {
+                        a as f32
+                    }
                 })
                 .collect();
             let aq = if v.no_mid_qdq { act } else { qdq(&act, i) };
@@ -157,15 +170,18 @@ fn pipeline(layer: &MoeLayer, hidden: &[f32], ids: &[i32], wts: &[f32], v: Varia
                     .map(|(&a, &b)| a as f64 * b as f64)
                     .sum();
                 let b2 = layer.w2_bias.as_ref().map_or(0.0, |b| b[e * h + r] as f64);
-                out[t * h + r] += match (weight_out, v.w2_bias_unweighted) {
+                let yo = match (weight_out, v.w2_bias_unweighted) {
                     (true, false) => (y + b2) * w as f64,
                     (true, true) => y * w as f64 + b2,
                     (false, _) => y + b2,
                 };
+                out[t * h + r] += if v.bf16 { bf16(yo as f32) as f64 } else { yo };
             }
         }
     }
-    out.iter().map(|&v| v as f32).collect()
+    out.iter()
+        .map(|&o| if v.bf16 { bf16(o as f32) } else { o as f32 })
+        .collect()
 }
 
 fn make_layer(
@@ -489,6 +505,40 @@ fn apply_router_weight_on_input() {
     // top_k = 2 with apply_router_weight_on_input is rejected, not run.
     layer.router.top_k = 2;
     assert!(forward(&layer, &hs, &lg, MoeOptions::default()).is_err());
+}
+
+/// `Intermediate::Bf16` rounds exactly where vLLM does (GEMM1 epilogue, activation, GEMM2
+/// epilogue after the router weight, final sum), and that differs materially from fp32
+/// intermediates.
+#[test]
+fn bf16_intermediates() {
+    let scheme: Scheme = "w_mxfp4_a_mxfp6_e2m3".parse().unwrap();
+    let (e, h, i, m) = (4, 64, 64, 8);
+    let mut layer = make_layer(scheme, Activation::Silu, e, h, i, 2, 23);
+    let mut rng = mxmoe::moe::synth::Rng::new(6);
+    layer.w2_bias = Some((0..e * h).map(|_| rng.normal() as f32 * 0.3).collect());
+    let (hs, lg) = synth_batch(m, h, e, 23);
+    let c = Case::new(layer, hs, &lg);
+    let opts = MoeOptions {
+        accumulate: Accumulate::F64,
+        intermediate: Intermediate::Bf16,
+    };
+    let o = forward(&c.layer, &c.hidden, &lg, opts).unwrap();
+    let want = c.run(Variant {
+        bf16: true,
+        ..Default::default()
+    });
+    let err = rel_l2(&o.output, &want);
+    assert!(err <= TOL, "bf16 intermediates vs pipeline: {err:e}");
+    assert!(
+        o.output.iter().all(|v| bf16(*v) == *v),
+        "outputs are bf16 values"
+    );
+    let d = rel_l2(&o.output, &c.out);
+    assert!(
+        d >= MATERIAL,
+        "bf16 vs f32 intermediates differ by only {d:e}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
