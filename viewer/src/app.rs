@@ -1,0 +1,731 @@
+//! The application: state, a worker thread for everything heavy, and the frame layout.
+//!
+//! The UI thread never computes: a [`Job`] goes to the worker over a channel, the worker sends
+//! each finished view back as a [`Msg`] and calls `request_repaint()`, so views appear one by one
+//! while a progress bar shows the stage. A newer job cancels an older one between stages (and
+//! between schemes), and results of an old generation are dropped.
+
+use crate::analysis::{self, ActView, BackendView, Dataset, RoutingView, SchemeView, WeightView};
+use crate::data::{self, Source, SynthParams};
+use crate::panels;
+use eframe::egui::{self, Color32, RichText, Ui};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// A view's data: not computed yet, ready, or failed with a message.
+#[derive(Clone, Debug, Default)]
+pub enum Slot<T> {
+    #[default]
+    Waiting,
+    Ready(Arc<T>),
+    Failed(String),
+}
+
+impl<T> Slot<T> {
+    pub fn is_waiting(&self) -> bool {
+        matches!(self, Slot::Waiting)
+    }
+}
+
+/// Everything the views show, for one dataset.
+#[derive(Clone, Debug, Default)]
+pub struct Results {
+    pub generation: u64,
+    pub dataset: Slot<Dataset>,
+    pub routing: Slot<RoutingView>,
+    pub acts: Slot<ActView>,
+    /// `None` inside: the file has no unquantized weights.
+    pub weights: Slot<Option<WeightView>>,
+    pub schemes: Slot<SchemeView>,
+    pub backends: Slot<BackendView>,
+}
+
+impl Results {
+    /// Compute every view synchronously (tests, and the worker's building blocks).
+    pub fn compute(src: &Source) -> Results {
+        let mut r = Results::default();
+        let d = match data::load(src) {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                r.dataset = Slot::Failed(e);
+                return r;
+            }
+        };
+        r.dataset = Slot::Ready(d.clone());
+        match analysis::routing_view(&d) {
+            Ok(rv) => {
+                r.acts = Slot::Ready(Arc::new(analysis::act_view(&d, &rv.routing)));
+                r.routing = Slot::Ready(Arc::new(rv));
+            }
+            Err(e) => {
+                r.routing = Slot::Failed(e.clone());
+                r.acts = Slot::Failed(e);
+            }
+        }
+        r.weights = Slot::Ready(Arc::new(analysis::weight_view(&d)));
+        r.schemes = match analysis::scheme_view(&d, |_| true) {
+            Some(Ok(s)) => Slot::Ready(Arc::new(s)),
+            Some(Err(e)) => Slot::Failed(e),
+            None => Slot::Failed("cancelled".into()),
+        };
+        r.backends = Slot::Ready(Arc::new(analysis::backend_view(&d)));
+        r
+    }
+
+    pub fn all_done(&self) -> bool {
+        if let Slot::Failed(_) = self.dataset {
+            return true;
+        }
+        !(self.dataset.is_waiting()
+            || self.routing.is_waiting()
+            || self.acts.is_waiting()
+            || self.weights.is_waiting()
+            || self.schemes.is_waiting()
+            || self.backends.is_waiting())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Tab {
+    #[default]
+    Routing,
+    Weights,
+    Activations,
+    Schemes,
+    Backends,
+}
+
+impl Tab {
+    pub const ALL: [Tab; 5] = [
+        Tab::Routing,
+        Tab::Weights,
+        Tab::Activations,
+        Tab::Schemes,
+        Tab::Backends,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Tab::Routing => "Routing",
+            Tab::Weights => "Weight error",
+            Tab::Activations => "Activation error",
+            Tab::Schemes => "Schemes",
+            Tab::Backends => "CPU vs GPU",
+        }
+    }
+    pub fn slug(self) -> &'static str {
+        match self {
+            Tab::Routing => "routing",
+            Tab::Weights => "weights",
+            Tab::Activations => "activations",
+            Tab::Schemes => "schemes",
+            Tab::Backends => "backends",
+        }
+    }
+    pub fn from_slug(s: &str) -> Option<Tab> {
+        Tab::ALL.into_iter().find(|t| t.slug() == s)
+    }
+}
+
+/// Per-view UI choices (selected expert, tensor, QDQ point).
+#[derive(Clone, Debug, Default)]
+pub struct ViewUi {
+    pub weights: panels::weights::WeightsUi,
+    pub acts: panels::activations::ActsUi,
+}
+
+/// What the user asked for; applied after the frame is drawn (egui_demo_app's deferred-command
+/// shape), so panels only push commands and never mutate the app mid-frame.
+#[derive(Clone, Debug)]
+pub enum Command {
+    Load(Source),
+    ExportCsv,
+    ExportPng,
+}
+
+/// Work for the worker thread.
+enum Job {
+    Load { gen: u64, src: Source },
+}
+
+/// What the worker sends back.
+enum Msg {
+    Progress {
+        gen: u64,
+        stage: String,
+        frac: f32,
+    },
+    Dataset {
+        gen: u64,
+        slot: Slot<Dataset>,
+    },
+    Routing {
+        gen: u64,
+        slot: Slot<RoutingView>,
+    },
+    Acts {
+        gen: u64,
+        slot: Slot<ActView>,
+    },
+    Weights {
+        gen: u64,
+        slot: Slot<Option<WeightView>>,
+    },
+    Schemes {
+        gen: u64,
+        slot: Slot<SchemeView>,
+    },
+    Backends {
+        gen: u64,
+        slot: Slot<BackendView>,
+    },
+    Done {
+        gen: u64,
+        seconds: f64,
+    },
+}
+
+/// The worker handle: a job channel, a message channel, the latest generation.
+struct Jobs {
+    tx: Sender<Job>,
+    rx: Receiver<Msg>,
+    latest: Arc<AtomicU64>,
+}
+
+/// Run `f`, turning a panic into an error message (a bug in a view must not kill the worker).
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        format!("internal error: {msg}")
+    })
+}
+
+fn slot<T>(r: Result<Result<T, String>, String>) -> Slot<T> {
+    match r {
+        Ok(Ok(v)) => Slot::Ready(Arc::new(v)),
+        Ok(Err(e)) | Err(e) => Slot::Failed(e),
+    }
+}
+
+fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui::Context) {
+    while let Ok(mut job) = rx.recv() {
+        // Skip to the newest queued job.
+        while let Ok(j) = rx.try_recv() {
+            job = j;
+        }
+        let Job::Load { gen, src } = job;
+        let t0 = Instant::now();
+        let live = || latest.load(Ordering::SeqCst) == gen;
+        let send = |m: Msg| {
+            let _ = tx.send(m);
+            ctx.request_repaint();
+        };
+        let progress = |stage: &str, frac: f32| {
+            send(Msg::Progress {
+                gen,
+                stage: stage.into(),
+                frac,
+            })
+        };
+        const STAGES: f32 = 6.0;
+        progress("loading", 0.0);
+        let d = match guarded(|| data::load(&src)) {
+            Ok(Ok(d)) => Arc::new(d),
+            Ok(Err(e)) | Err(e) => {
+                send(Msg::Dataset {
+                    gen,
+                    slot: Slot::Failed(e),
+                });
+                send(Msg::Done {
+                    gen,
+                    seconds: t0.elapsed().as_secs_f64(),
+                });
+                continue;
+            }
+        };
+        send(Msg::Dataset {
+            gen,
+            slot: Slot::Ready(d.clone()),
+        });
+        if !live() {
+            continue;
+        }
+        progress("routing", 1.0 / STAGES);
+        let rv = guarded(|| analysis::routing_view(&d));
+        let routing = match &rv {
+            Ok(Ok(r)) => Some(r.routing.clone()),
+            _ => None,
+        };
+        send(Msg::Routing {
+            gen,
+            slot: slot(rv),
+        });
+        if !live() {
+            continue;
+        }
+        progress("activation QDQ error", 2.0 / STAGES);
+        let acts = match routing {
+            Some(r) => slot(guarded(|| Ok::<_, String>(analysis::act_view(&d, &r)))),
+            None => Slot::Failed("routing failed".into()),
+        };
+        send(Msg::Acts { gen, slot: acts });
+        if !live() {
+            continue;
+        }
+        progress("weight error under 4 scale modes", 3.0 / STAGES);
+        send(Msg::Weights {
+            gen,
+            slot: slot(guarded(|| Ok::<_, String>(analysis::weight_view(&d)))),
+        });
+        if !live() {
+            continue;
+        }
+        progress("schemes: quantize + forward x6", 4.0 / STAGES);
+        let r = guarded(|| {
+            analysis::scheme_view(&d, |f| {
+                progress("schemes: quantize + forward x6", (4.0 + f) / STAGES);
+                live()
+            })
+        });
+        let s = match r {
+            Ok(None) => continue,
+            Ok(Some(x)) => slot(Ok(x)),
+            Err(e) => Slot::Failed(e),
+        };
+        send(Msg::Schemes { gen, slot: s });
+        progress("GPU backend", 5.0 / STAGES);
+        send(Msg::Backends {
+            gen,
+            slot: slot(guarded(|| Ok::<_, String>(analysis::backend_view(&d)))),
+        });
+        send(Msg::Done {
+            gen,
+            seconds: t0.elapsed().as_secs_f64(),
+        });
+    }
+}
+
+/// Options from the command line that drive an unattended run (smoke test, screenshots).
+#[derive(Clone, Debug, Default)]
+pub struct AutoRun {
+    /// Save a PNG of the window once every view is computed, then exit.
+    pub screenshot: Option<PathBuf>,
+    /// Exit after this many frames regardless.
+    pub exit_after_frames: Option<u64>,
+    /// Set by the screenshot callback: `Ok(path)` or the error.
+    pub outcome: Arc<Mutex<Option<Result<PathBuf, String>>>>,
+}
+
+pub struct ViewerApp {
+    pub results: Results,
+    pub tab: Tab,
+    pub view_ui: ViewUi,
+    pub synth: SynthParams,
+    pub layer_path: String,
+    pub batch_path: String,
+    pub file_tokens: usize,
+    pub export_dir: String,
+    pub status: Option<(bool, String)>,
+    progress: Option<(String, f32)>,
+    started: Option<Instant>,
+    jobs: Jobs,
+    commands: Vec<Command>,
+    auto: AutoRun,
+    frames: u64,
+    done_frames: u64,
+    screenshot_sent: bool,
+    central_rect: egui::Rect,
+    png_outcome: Arc<Mutex<Option<Result<PathBuf, String>>>>,
+}
+
+impl ViewerApp {
+    /// Start the worker and load `src`.
+    pub fn new(ctx: &egui::Context, src: Source, tab: Tab, auto: AutoRun) -> Self {
+        let mut app = Self::idle(ctx, tab, auto);
+        if let Source::Synthetic(p) = &src {
+            app.synth = p.clone();
+        }
+        if let Source::Files { layer, batch, .. } = &src {
+            app.layer_path = layer.display().to_string();
+            app.batch_path = batch
+                .as_ref()
+                .map(|b| b.display().to_string())
+                .unwrap_or_default();
+        }
+        app.commands.push(Command::Load(src));
+        app.apply_commands(ctx);
+        app
+    }
+
+    /// Start the worker with nothing loaded (tests set `results` themselves).
+    pub fn idle(ctx: &egui::Context, tab: Tab, auto: AutoRun) -> Self {
+        let (jtx, jrx) = channel();
+        let (mtx, mrx) = channel();
+        let latest = Arc::new(AtomicU64::new(0));
+        {
+            let (latest, ctx) = (latest.clone(), ctx.clone());
+            std::thread::Builder::new()
+                .name("mxmoe-viewer-worker".into())
+                .spawn(move || worker(jrx, mtx, latest, ctx))
+                .expect("spawn the worker thread");
+        }
+        ViewerApp {
+            results: Results::default(),
+            tab,
+            view_ui: ViewUi::default(),
+            synth: SynthParams::default(),
+            layer_path: String::new(),
+            batch_path: String::new(),
+            file_tokens: 64,
+            export_dir: ".".into(),
+            status: None,
+            progress: None,
+            started: None,
+            jobs: Jobs {
+                tx: jtx,
+                rx: mrx,
+                latest,
+            },
+            commands: Vec::new(),
+            auto,
+            frames: 0,
+            done_frames: 0,
+            screenshot_sent: false,
+            central_rect: egui::Rect::NOTHING,
+            png_outcome: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn apply_commands(&mut self, ctx: &egui::Context) {
+        for c in std::mem::take(&mut self.commands) {
+            match c {
+                Command::Load(src) => {
+                    let gen = self.jobs.latest.fetch_add(1, Ordering::SeqCst) + 1;
+                    self.results = Results {
+                        generation: gen,
+                        ..Default::default()
+                    };
+                    self.progress = Some(("queued".into(), 0.0));
+                    self.started = Some(Instant::now());
+                    self.done_frames = 0;
+                    let _ = self.jobs.tx.send(Job::Load { gen, src });
+                }
+                Command::ExportCsv => self.export_csv(),
+                Command::ExportPng => self.export_png(ctx),
+            }
+        }
+    }
+
+    fn poll(&mut self) {
+        let gen = self.results.generation;
+        while let Ok(m) = self.jobs.rx.try_recv() {
+            let r = &mut self.results;
+            match m {
+                Msg::Progress {
+                    gen: g,
+                    stage,
+                    frac,
+                } if g == gen => self.progress = Some((stage, frac)),
+                Msg::Dataset { gen: g, slot } if g == gen => r.dataset = slot,
+                Msg::Routing { gen: g, slot } if g == gen => r.routing = slot,
+                Msg::Acts { gen: g, slot } if g == gen => r.acts = slot,
+                Msg::Weights { gen: g, slot } if g == gen => r.weights = slot,
+                Msg::Schemes { gen: g, slot } if g == gen => r.schemes = slot,
+                Msg::Backends { gen: g, slot } if g == gen => r.backends = slot,
+                Msg::Done { gen: g, seconds } if g == gen => {
+                    self.progress = None;
+                    if let Slot::Failed(e) = &r.dataset {
+                        self.status = Some((true, e.clone()));
+                    } else {
+                        self.status =
+                            Some((false, format!("computed all views in {seconds:.1} s")));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn csv_of(&self, tab: Tab) -> Option<String> {
+        let r = &self.results;
+        match tab {
+            Tab::Routing => match &r.routing {
+                Slot::Ready(v) => Some(v.csv()),
+                _ => None,
+            },
+            Tab::Weights => match &r.weights {
+                Slot::Ready(v) => v.as_ref().as_ref().map(|w| w.csv()),
+                _ => None,
+            },
+            Tab::Activations => match &r.acts {
+                Slot::Ready(v) => Some(v.csv()),
+                _ => None,
+            },
+            Tab::Schemes => match &r.schemes {
+                Slot::Ready(v) => Some(v.csv()),
+                _ => None,
+            },
+            Tab::Backends => match &r.backends {
+                Slot::Ready(v) => Some(v.csv()),
+                _ => None,
+            },
+        }
+    }
+
+    fn export_path(&self, ext: &str) -> PathBuf {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Path::new(&self.export_dir).join(format!("mxmoe-{}-{stamp}.{ext}", self.tab.slug()))
+    }
+
+    fn export_csv(&mut self) {
+        let Some(csv) = self.csv_of(self.tab) else {
+            self.status = Some((true, "nothing to export in this view yet".into()));
+            return;
+        };
+        let p = self.export_path("csv");
+        self.status = Some(match std::fs::write(&p, csv) {
+            Ok(()) => (false, format!("wrote {}", p.display())),
+            Err(e) => (true, format!("{}: {e}", p.display())),
+        });
+    }
+
+    fn export_png(&mut self, ctx: &egui::Context) {
+        let p = self.export_path("png");
+        request_png(ctx, p, Some(self.central_rect), self.png_outcome.clone());
+        self.status = Some((false, "taking a screenshot…".into()));
+    }
+
+    fn side_panel(&mut self, ui: &mut Ui) {
+        ui.heading("Data");
+        ui.label(RichText::new("Synthetic layer").strong());
+        panels::side::synth_form(ui, &mut self.synth);
+        if ui
+            .button("Generate")
+            .on_hover_text("build the layer and a token batch, then compute every view")
+            .clicked()
+        {
+            match self.synth.check() {
+                Ok(()) => self
+                    .commands
+                    .push(Command::Load(Source::Synthetic(self.synth.clone()))),
+                Err(e) => self.status = Some((true, e)),
+            }
+        }
+        ui.separator();
+        ui.label(RichText::new("Files (safetensors)").strong());
+        egui::Grid::new("files").num_columns(2).show(ui, |ui| {
+            let l = ui.label("layer");
+            ui.text_edit_singleline(&mut self.layer_path)
+                .labelled_by(l.id)
+                .on_hover_text("a layer bundle (vLLM/Quark names) or a gpt-oss checkpoint");
+            ui.end_row();
+            let b = ui.label("tokens");
+            ui.text_edit_singleline(&mut self.batch_path)
+                .labelled_by(b.id)
+                .on_hover_text(
+                    "a token batch (hidden_states, router_logits); empty = synthetic batch",
+                );
+            ui.end_row();
+        });
+        if ui.button("Load files").clicked() {
+            if self.layer_path.trim().is_empty() {
+                self.status = Some((true, "enter the path of a layer file".into()));
+            } else {
+                let batch = self.batch_path.trim();
+                self.commands.push(Command::Load(Source::Files {
+                    layer: PathBuf::from(self.layer_path.trim()),
+                    batch: (!batch.is_empty()).then(|| PathBuf::from(batch)),
+                    tokens: self.file_tokens,
+                }));
+            }
+        }
+        ui.separator();
+        ui.label(RichText::new("Export").strong());
+        ui.horizontal(|ui| {
+            let l = ui.label("folder");
+            ui.text_edit_singleline(&mut self.export_dir)
+                .labelled_by(l.id);
+        });
+        ui.horizontal(|ui| {
+            if ui
+                .button("CSV")
+                .on_hover_text("this view's data as CSV")
+                .clicked()
+            {
+                self.commands.push(Command::ExportCsv);
+            }
+            if ui
+                .button("PNG")
+                .on_hover_text("a screenshot of this view")
+                .clicked()
+            {
+                self.commands.push(Command::ExportPng);
+            }
+        });
+        ui.separator();
+        if let Slot::Ready(d) = &self.results.dataset {
+            panels::side::dataset_info(ui, d);
+        }
+    }
+
+    fn top_bar(&mut self, ui: &mut Ui) {
+        ui.horizontal(|ui| {
+            ui.strong("mxmoe viewer");
+            ui.separator();
+            for t in Tab::ALL {
+                ui.selectable_value(&mut self.tab, t, t.name());
+            }
+            ui.separator();
+            if let Some((stage, frac)) = &self.progress {
+                ui.spinner();
+                ui.add(
+                    egui::ProgressBar::new(*frac)
+                        .desired_width(180.0)
+                        .text(stage.clone()),
+                );
+                if let Some(t) = self.started {
+                    ui.weak(format!("{:.1} s", t.elapsed().as_secs_f32()));
+                }
+            } else if let Some((err, msg)) = &self.status {
+                let color = if *err {
+                    ui.visuals().error_fg_color
+                } else {
+                    ui.visuals().weak_text_color()
+                };
+                ui.label(RichText::new(msg).color(color));
+            }
+        });
+    }
+
+    /// Draw one frame inside `ui` (also used by tests without eframe).
+    pub fn draw(&mut self, ui: &mut Ui) {
+        self.poll();
+        if let Some(r) = self.png_outcome.lock().ok().and_then(|mut o| o.take()) {
+            self.status = Some(match r {
+                Ok(p) => (false, format!("wrote {}", p.display())),
+                Err(e) => (true, e),
+            });
+        }
+        egui::Panel::top("top").show(ui, |ui| self.top_bar(ui));
+        egui::Panel::left("side")
+            .resizable(true)
+            .default_size(240.0)
+            .show(ui, |ui| {
+                egui::ScrollArea::vertical().show(ui, |ui| self.side_panel(ui));
+            });
+        let resp = egui::CentralPanel::default().show(ui, |ui| {
+            if let Slot::Failed(e) = &self.results.dataset {
+                ui.colored_label(ui.visuals().error_fg_color, format!("Could not load: {e}"));
+                return;
+            }
+            egui::ScrollArea::both().show(ui, |ui| {
+                panels::show_tab(ui, self.tab, &self.results, &mut self.view_ui);
+            });
+        });
+        self.central_rect = resp.response.rect;
+        self.apply_commands(ui.ctx());
+        if self.progress.is_some() {
+            ui.ctx()
+                .request_repaint_after(std::time::Duration::from_millis(100));
+        }
+    }
+
+    fn auto_run(&mut self, ctx: &egui::Context) {
+        self.frames += 1;
+        if let Some(n) = self.auto.exit_after_frames {
+            if self.frames >= n {
+                ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            }
+        }
+        let Some(path) = self.auto.screenshot.clone() else {
+            return;
+        };
+        if self
+            .auto
+            .outcome
+            .lock()
+            .map(|o| o.is_some())
+            .unwrap_or(true)
+        {
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            return;
+        }
+        if self.results.all_done() && self.progress.is_none() {
+            self.done_frames += 1;
+            // A few frames for textures and plot bounds to settle before the capture.
+            if self.done_frames >= 5 && !self.screenshot_sent {
+                self.screenshot_sent = true;
+                request_png(ctx, path, None, self.auto.outcome.clone());
+            }
+        }
+        ctx.request_repaint();
+    }
+}
+
+/// Ask eframe for a screenshot of the next frame and write it as PNG (cropped to `crop`, in
+/// points, when given). The outcome lands in `out`.
+fn request_png(
+    ctx: &egui::Context,
+    path: PathBuf,
+    crop: Option<egui::Rect>,
+    out: Arc<Mutex<Option<Result<PathBuf, String>>>>,
+) {
+    let ppp = ctx.pixels_per_point();
+    let ctx2 = ctx.clone();
+    ctx.request_screenshot(move |img| {
+        let r = save_png(&img, crop.map(|c| c * ppp), &path).map(|()| path.clone());
+        if let Ok(mut o) = out.lock() {
+            *o = Some(r);
+        }
+        ctx2.request_repaint();
+    });
+}
+
+fn save_png(img: &egui::ColorImage, crop: Option<egui::Rect>, path: &Path) -> Result<(), String> {
+    let [w, h] = img.size;
+    let (x0, y0, x1, y1) = match crop {
+        Some(c) if c.is_positive() => (
+            (c.min.x.max(0.0) as usize).min(w),
+            (c.min.y.max(0.0) as usize).min(h),
+            (c.max.x.max(0.0) as usize).min(w),
+            (c.max.y.max(0.0) as usize).min(h),
+        ),
+        _ => (0, 0, w, h),
+    };
+    let (cw, ch) = (x1.saturating_sub(x0), y1.saturating_sub(y0));
+    if cw == 0 || ch == 0 {
+        return Err("empty screenshot".into());
+    }
+    let mut buf = Vec::with_capacity(cw * ch * 4);
+    for y in y0..y1 {
+        for x in x0..x1 {
+            let c: Color32 = img.pixels[y * w + x];
+            buf.extend_from_slice(&c.to_srgba_unmultiplied());
+        }
+    }
+    image::save_buffer(
+        path,
+        &buf,
+        cw as u32,
+        ch as u32,
+        image::ExtendedColorType::Rgba8,
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+impl eframe::App for ViewerApp {
+    fn ui(&mut self, ui: &mut Ui, _frame: &mut eframe::Frame) {
+        self.draw(ui);
+        let ctx = ui.ctx().clone();
+        self.auto_run(&ctx);
+    }
+}

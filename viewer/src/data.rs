@@ -1,0 +1,138 @@
+//! Where a [`Dataset`] comes from: a synthetic layer built from a few parameters, or a layer
+//! bundle / gpt-oss checkpoint plus a token batch on disk.
+
+use crate::analysis::Dataset;
+use mxmoe::moe::synth::{synth_batch, synth_layer, SynthSpec};
+use mxmoe::moe::Scoring;
+use mxmoe::scheme::Scheme;
+use std::path::PathBuf;
+
+/// The synthetic-layer panel's parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SynthParams {
+    pub scheme: Scheme,
+    pub n_experts: usize,
+    pub hidden: usize,
+    pub inter: usize,
+    pub top_k: usize,
+    pub tokens: usize,
+    pub scoring: Scoring,
+    pub seed: u64,
+}
+
+impl Default for SynthParams {
+    fn default() -> Self {
+        SynthParams {
+            scheme: Scheme::OCP_MX[0],
+            n_experts: 64,
+            hidden: 512,
+            inter: 512,
+            top_k: 4,
+            tokens: 64,
+            scoring: Scoring::Softmax,
+            seed: 1,
+        }
+    }
+}
+
+impl SynthParams {
+    /// A small fixed layer: the snapshot tests and the smoke test use it.
+    pub fn small() -> Self {
+        SynthParams {
+            n_experts: 8,
+            hidden: 64,
+            inter: 64,
+            top_k: 2,
+            tokens: 24,
+            ..Default::default()
+        }
+    }
+
+    /// Reject sizes the library would reject, with a message for the panel.
+    pub fn check(&self) -> Result<(), String> {
+        if self.hidden == 0 || self.hidden % 32 != 0 || self.inter == 0 || self.inter % 32 != 0 {
+            return Err("H and I must be positive multiples of 32 (the MX block size)".into());
+        }
+        if self.n_experts == 0 || self.top_k == 0 || self.top_k > self.n_experts {
+            return Err(format!(
+                "top-k = {} must be in [1, experts = {}]",
+                self.top_k, self.n_experts
+            ));
+        }
+        if self.tokens == 0 {
+            return Err("the batch needs at least one token".into());
+        }
+        Ok(())
+    }
+}
+
+/// What to load.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    Synthetic(SynthParams),
+    /// A layer bundle (or gpt-oss checkpoint) and a token batch. Without a batch, a synthetic
+    /// batch of `tokens` tokens is generated to fit the layer.
+    Files {
+        layer: PathBuf,
+        batch: Option<PathBuf>,
+        tokens: usize,
+    },
+}
+
+pub fn load(src: &Source) -> Result<Dataset, String> {
+    let d = match src {
+        Source::Synthetic(p) => {
+            p.check()?;
+            let mut spec = SynthSpec::new(p.scheme, p.n_experts, p.hidden, p.inter, p.top_k);
+            spec.router.scoring = p.scoring;
+            if p.scoring == Scoring::TopkSoftmax {
+                spec.router.renormalize = false;
+            }
+            spec.seed = p.seed;
+            let s = synth_layer(&spec).map_err(|e| e.to_string())?;
+            let (hidden, logits) = synth_batch(p.tokens, p.hidden, p.n_experts, p.seed);
+            Dataset {
+                source: format!("synthetic (seed {})", p.seed),
+                layer: s.layer,
+                w13_orig: Some(s.w13_f32),
+                w2_orig: Some(s.w2_f32),
+                hidden,
+                logits,
+                m: p.tokens,
+            }
+        }
+        Source::Files {
+            layer,
+            batch,
+            tokens,
+        } => {
+            let l = mxmoe::io::load_layer(layer).map_err(|e| e.to_string())?;
+            let (hidden, logits, m, bname) = match batch {
+                Some(b) => {
+                    let tb = mxmoe::io::load_batch(b).map_err(|e| e.to_string())?;
+                    let name = b.file_name().map(|n| n.to_string_lossy().to_string());
+                    (tb.hidden, tb.logits, tb.m, name.unwrap_or_default())
+                }
+                None => {
+                    let (h, lg) = synth_batch(*tokens, l.layer.hidden, l.layer.n_experts, 1);
+                    (h, lg, *tokens, format!("synthetic batch ({tokens} tokens)"))
+                }
+            };
+            let lname = layer
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
+            Dataset {
+                source: format!("{lname} + {bname}"),
+                layer: l.layer,
+                w13_orig: l.w13_orig,
+                w2_orig: l.w2_orig,
+                hidden,
+                logits,
+                m,
+            }
+        }
+    };
+    d.validate()?;
+    Ok(d)
+}

@@ -1,0 +1,135 @@
+//! `mxmoe-viewer`: the desktop viewer's entry point (arguments -> a first dataset -> eframe).
+
+use clap::Parser;
+use mxmoe::moe::Scoring;
+use mxmoe::scheme::Scheme;
+use mxmoe_viewer::app::{AutoRun, Tab, ViewerApp};
+use mxmoe_viewer::data::{Source, SynthParams};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mxmoe-viewer",
+    version,
+    about = "See expert routing and MX quantization error of a MoE layer"
+)]
+struct Args {
+    /// A layer bundle (vLLM/Quark names) or a gpt-oss-style safetensors checkpoint.
+    #[arg(long)]
+    layer: Option<PathBuf>,
+    /// A token batch (hidden_states [M, H], router_logits [M, E]); without it, a synthetic batch.
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Start with a synthetic layer (the default when no --layer is given).
+    #[arg(long)]
+    synthetic: bool,
+    /// Synthetic layer: scheme (e.g. w_mxfp4_a_mxfp4).
+    #[arg(long, default_value = "w_mxfp4_a_mxfp4")]
+    scheme: String,
+    /// Synthetic layer: number of experts.
+    #[arg(long, default_value_t = 64)]
+    experts: usize,
+    /// Synthetic layer: hidden size H.
+    #[arg(long, default_value_t = 512)]
+    hidden: usize,
+    /// Synthetic layer: intermediate size I.
+    #[arg(long, default_value_t = 512)]
+    inter: usize,
+    /// Synthetic layer: top-k.
+    #[arg(long, default_value_t = 4)]
+    top_k: usize,
+    /// Tokens of a synthetic batch.
+    #[arg(long, default_value_t = 64)]
+    tokens: usize,
+    /// Synthetic layer: router scoring (softmax, topk_softmax, sigmoid).
+    #[arg(long, default_value = "softmax")]
+    scoring: String,
+    /// Synthetic layer: seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The view shown first: routing, weights, activations, schemes, backends.
+    #[arg(long, default_value = "routing")]
+    tab: String,
+    /// Once every view is computed, save a PNG of the window here and exit (0 on success).
+    #[arg(long)]
+    screenshot: Option<PathBuf>,
+    /// Exit after this many frames (smoke tests).
+    #[arg(long)]
+    exit_after_frames: Option<u64>,
+    /// Window size in points, WxH.
+    #[arg(long, default_value = "1440x900")]
+    size: String,
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("mxmoe-viewer: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let a = Args::parse();
+    let tab = Tab::from_slug(&a.tab).ok_or_else(|| {
+        format!(
+            "unknown --tab '{}' (routing, weights, activations, schemes, backends)",
+            a.tab
+        )
+    })?;
+    let src = match (&a.layer, a.synthetic) {
+        (Some(l), false) => Source::Files {
+            layer: l.clone(),
+            batch: a.input.clone(),
+            tokens: a.tokens,
+        },
+        (Some(_), true) => return Err("--layer and --synthetic exclude each other".into()),
+        (None, _) => {
+            if a.input.is_some() {
+                return Err("--input needs --layer".into());
+            }
+            let p = SynthParams {
+                scheme: a.scheme.parse::<Scheme>().map_err(|e| e.to_string())?,
+                n_experts: a.experts,
+                hidden: a.hidden,
+                inter: a.inter,
+                top_k: a.top_k,
+                tokens: a.tokens,
+                scoring: a.scoring.parse::<Scoring>().map_err(|e| e.to_string())?,
+                seed: a.seed,
+            };
+            p.check()?;
+            Source::Synthetic(p)
+        }
+    };
+    let (w, h) = a
+        .size
+        .split_once('x')
+        .and_then(|(w, h)| Some((w.parse::<f32>().ok()?, h.parse::<f32>().ok()?)))
+        .ok_or_else(|| format!("--size '{}' is not WxH", a.size))?;
+    let auto = AutoRun {
+        screenshot: a.screenshot.clone(),
+        exit_after_frames: a.exit_after_frames,
+        ..Default::default()
+    };
+    let outcome = auto.outcome.clone();
+    let options = eframe::NativeOptions {
+        viewport: eframe::egui::ViewportBuilder::default()
+            .with_title("mxmoe viewer")
+            .with_inner_size([w, h]),
+        ..Default::default()
+    };
+    eframe::run_native(
+        "mxmoe-viewer",
+        options,
+        Box::new(move |cc| Ok(Box::new(ViewerApp::new(&cc.egui_ctx, src, tab, auto)))),
+    )
+    .map_err(|e| format!("could not start the window: {e}"))?;
+    if a.screenshot.is_some() {
+        match outcome.lock().ok().and_then(|mut o| o.take()) {
+            Some(Ok(p)) => eprintln!("mxmoe-viewer: wrote {}", p.display()),
+            Some(Err(e)) => return Err(e),
+            None => return Err("the window closed before the screenshot was taken".into()),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! Activation QDQ error of the token batch at both QDQ points (the input, per token along H, and
+//! the intermediate, per token-expert slot along I) under each scale mode, side by side.
+
+use super::{exp_histograms, rule_color, summary_grid};
+use crate::analysis::{ActView, Rule, TensorStats};
+use crate::widgets::{legend, num, Colormap, Heatmap};
+use eframe::egui::{RichText, Ui, Vec2};
+
+#[derive(Clone, Debug, Default)]
+pub struct ActsUi {
+    /// 0 = input QDQ, 1 = intermediate QDQ.
+    pub point: usize,
+}
+
+pub fn show(ui: &mut Ui, v: &ActView, st: &mut ActsUi) {
+    let (Some(fmt), Some(input), Some(inter)) = (v.format, &v.input, &v.intermediate) else {
+        ui.label(RichText::new("Weight-only scheme: activations are not quantized.").strong());
+        ui.label("Pick a scheme with an activation format (w_…_a_…) to see activation QDQ error.");
+        return;
+    };
+    let layer_rule = Some(Rule::Mode(v.layer_mode));
+    ui.label(format!(
+        "Activations QDQ'd to {fmt}; the layer itself uses scale mode \"{}\" at both points.",
+        v.layer_mode
+    ));
+    ui.columns(2, |c| {
+        c[0].label(RichText::new("1. input (per token, 32-blocks along H)").strong());
+        summary_grid(&mut c[0], "act-in", &input.by_rule, layer_rule);
+        c[1].label(RichText::new("2. intermediate (per token-expert, 32-blocks along I)").strong());
+        summary_grid(&mut c[1], "act-mid", &inter.by_rule, layer_rule);
+    });
+    ui.add_space(6.0);
+    ui.horizontal(|ui| {
+        ui.label("QDQ point");
+        ui.selectable_value(&mut st.point, 0, "input");
+        ui.selectable_value(&mut st.point, 1, "intermediate");
+    });
+    let t: &TensorStats = if st.point == 0 { input } else { inter };
+    let k = v.top_k;
+    let q0 = &t.by_rule[0];
+    let rows = q0.groups();
+    let bpr = q0.blocks_per_row();
+    let hi = t
+        .by_rule
+        .iter()
+        .map(|q| crate::widgets::finite_range(&q.block_rel).1)
+        .fold(0.0f32, f32::max);
+    let row_name = if st.point == 0 {
+        "token"
+    } else {
+        "token·k + slot"
+    };
+    ui.label(RichText::new(format!(
+        "Relative error per 32-block ({rows} {row_name}s × {bpr} blocks), one map per scale mode, shared color scale"
+    )).strong());
+    legend(ui, Colormap::Inferno, 0.0, hi, "rel. error");
+    let n = t.by_rule.len() as f32;
+    let cw = ((ui.available_width() - 10.0 * n) / n).clamp(120.0, 360.0);
+    let ch = (rows as f32 * 4.0).clamp(160.0, 360.0) + 28.0;
+    ui.horizontal_top(|ui| {
+        for (ri, q) in t.by_rule.iter().enumerate() {
+            ui.vertical(|ui| {
+                ui.colored_label(rule_color(q.rule), q.rule.name());
+                Heatmap::new(("act-block", st.point, ri), rows, bpr, &q.block_rel)
+                    .range(0.0, hi)
+                    .cmap(Colormap::Inferno)
+                    .size(Vec2::new(cw, ch))
+                    .names(row_name, "block")
+                    .show(ui, |ui, r, b| {
+                        let who = if st.point == 0 {
+                            format!("token {r}")
+                        } else {
+                            format!("token {}, slot {}", r / k, r % k)
+                        };
+                        ui.label(
+                            RichText::new(format!(
+                                "{who}, block {b} (elements {}..{})",
+                                b * 32,
+                                b * 32 + 31
+                            ))
+                            .strong(),
+                        );
+                        for (rj, q2) in t.by_rule.iter().enumerate() {
+                            let line = format!(
+                                "{:>6}: block {}  row {}",
+                                q2.rule.name(),
+                                num(q2.block_rel[r * bpr + b] as f64),
+                                num(q2.group_rel[r] as f64)
+                            );
+                            if rj == ri {
+                                ui.label(RichText::new(line).monospace().strong());
+                            } else {
+                                ui.monospace(line);
+                            }
+                        }
+                    });
+            });
+        }
+    });
+    ui.add_space(6.0);
+    ui.label(RichText::new(format!("E8M0 scale exponents at the {} QDQ point", t.name)).strong());
+    exp_histograms(ui, &format!("act-hist-{}", st.point), &t.by_rule);
+}

@@ -1,0 +1,152 @@
+//! One module per view: functions over `&mut Ui` plus the view's data (egui_demo_app shape), so
+//! the snapshot tests draw exactly what the app draws.
+
+pub mod activations;
+pub mod backends;
+pub mod routing;
+pub mod schemes;
+pub mod side;
+pub mod weights;
+
+use crate::analysis::{QuantStats, Rule};
+use crate::app::{Results, Slot, Tab, ViewUi};
+use crate::widgets::{num, pct};
+use eframe::egui::{self, Color32, Ui};
+use egui_plot::{Bar, BarChart, Plot};
+
+/// Draw the selected tab's view.
+pub fn show_tab(ui: &mut Ui, tab: Tab, r: &Results, vu: &mut ViewUi) {
+    match tab {
+        Tab::Routing => with_slot(ui, &r.routing, "routing", |ui, v| routing::show(ui, v)),
+        Tab::Weights => with_slot(ui, &r.weights, "weight error", |ui, v| {
+            weights::show(ui, v.as_ref(), &mut vu.weights)
+        }),
+        Tab::Activations => with_slot(ui, &r.acts, "activation error", |ui, v| {
+            activations::show(ui, v, &mut vu.acts)
+        }),
+        Tab::Schemes => with_slot(ui, &r.schemes, "scheme comparison", |ui, v| {
+            schemes::show(ui, v)
+        }),
+        Tab::Backends => with_slot(ui, &r.backends, "CPU vs GPU", |ui, v| backends::show(ui, v)),
+    }
+}
+
+fn with_slot<T>(ui: &mut Ui, s: &Slot<T>, what: &str, f: impl FnOnce(&mut Ui, &T)) {
+    match s {
+        Slot::Waiting => {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(format!("computing {what}…"));
+            });
+        }
+        Slot::Failed(e) => {
+            ui.colored_label(ui.visuals().error_fg_color, format!("{what} failed: {e}"));
+        }
+        Slot::Ready(v) => f(ui, v),
+    }
+}
+
+/// One color per scale rule, the same in every view.
+pub fn rule_color(r: Rule) -> Color32 {
+    match r {
+        Rule::Mode(m) => match m {
+            mxmoe::format::ScaleMode::Floor => Color32::from_rgb(220, 90, 60),
+            mxmoe::format::ScaleMode::Even => Color32::from_rgb(70, 140, 220),
+            mxmoe::format::ScaleMode::Ceil => Color32::from_rgb(90, 180, 90),
+            mxmoe::format::ScaleMode::RCeil => Color32::from_rgb(200, 150, 40),
+        },
+        Rule::Stored => Color32::from_rgb(160, 110, 200),
+    }
+}
+
+/// A summary table: one row per rule (relative L2, max |error|, saturated share, scale range).
+pub fn summary_grid(ui: &mut Ui, id: &str, stats: &[QuantStats], highlight: Option<Rule>) {
+    egui::Grid::new(id)
+        .striped(true)
+        .num_columns(6)
+        .show(ui, |ui| {
+            ui.strong("scale rule");
+            ui.strong("rel. L2 error");
+            ui.strong("max |error|");
+            ui.strong("saturated");
+            ui.strong("E8M0 exponents");
+            ui.strong("elements");
+            ui.end_row();
+            for q in stats {
+                let name = if Some(q.rule) == highlight {
+                    format!("{} (layer)", q.rule.name())
+                } else {
+                    q.rule.name().to_string()
+                };
+                ui.colored_label(rule_color(q.rule), name);
+                ui.monospace(num(q.rel_l2));
+                ui.monospace(num(q.max_abs));
+                ui.monospace(format!("{} ({})", pct(q.saturated), q.n_saturated));
+                ui.monospace(match q.exp_range() {
+                    Some((a, b)) => format!("[{a}, {b}]"),
+                    None => "-".into(),
+                });
+                ui.monospace(q.n_elems.to_string());
+                ui.end_row();
+            }
+        });
+}
+
+/// Histograms of E8M0 scale exponents, one small plot per rule, side by side, on one x range.
+pub fn exp_histograms(ui: &mut Ui, id: &str, stats: &[QuantStats]) {
+    let lo = stats
+        .iter()
+        .filter_map(|q| q.exp_range())
+        .map(|r| r.0)
+        .min()
+        .unwrap_or(-10);
+    let hi = stats
+        .iter()
+        .filter_map(|q| q.exp_range())
+        .map(|r| r.1)
+        .max()
+        .unwrap_or(0);
+    let ymax = stats
+        .iter()
+        .flat_map(|q| q.scale_hist.iter().copied())
+        .max()
+        .unwrap_or(1) as f64;
+    let n = stats.len().max(1) as f32;
+    let w = ((ui.available_width() - 8.0 * n) / n).clamp(140.0, 320.0);
+    ui.horizontal(|ui| {
+        for q in stats {
+            ui.vertical(|ui| {
+                ui.label(
+                    egui::RichText::new(format!("{} — {} blocks", q.rule.name(), q.n_elems / 32))
+                        .color(rule_color(q.rule))
+                        .small(),
+                );
+                let total = (q.n_elems / 32).max(1) as f64;
+                let bars: Vec<Bar> = (lo..=hi)
+                    .map(|e| {
+                        let n = q.scale_hist[(e + 127) as usize] as f64;
+                        Bar::new(e as f64, n)
+                            .width(0.8)
+                            .name(format!("2^{e}: {n} blocks ({})", pct(n / total)))
+                    })
+                    .collect();
+                let chart = BarChart::new(q.rule.name(), bars)
+                    .color(rule_color(q.rule))
+                    .element_formatter(Box::new(|b: &Bar, _| b.name.clone()));
+                Plot::new(format!("{id}-{}", q.rule.name()))
+                    .width(w)
+                    .height(120.0)
+                    .allow_zoom(false)
+                    .allow_drag(false)
+                    .allow_scroll(false)
+                    .allow_boxed_zoom(false)
+                    .include_y(0.0)
+                    .include_y(ymax * 1.05)
+                    .include_x(lo as f64 - 0.6)
+                    .include_x(hi as f64 + 0.6)
+                    .x_axis_label("scale exponent")
+                    .show(ui, |p| p.bar_chart(chart));
+            });
+        }
+    });
+}

@@ -1,0 +1,101 @@
+//! The side panel's forms: synthetic-layer parameters and the loaded dataset's description.
+
+use crate::analysis::Dataset;
+use crate::data::SynthParams;
+use eframe::egui::{self, Ui};
+use mxmoe::moe::Scoring;
+use mxmoe::scheme::Scheme;
+
+pub fn synth_form(ui: &mut Ui, p: &mut SynthParams) {
+    egui::Grid::new("synth").num_columns(2).show(ui, |ui| {
+        let l = ui.label("scheme");
+        egui::ComboBox::from_id_salt("scheme")
+            .selected_text(p.scheme.name())
+            .width(150.0)
+            .show_ui(ui, |ui| {
+                for s in Scheme::ALL {
+                    ui.selectable_value(&mut p.scheme, s, s.name());
+                }
+            })
+            .response
+            .labelled_by(l.id);
+        ui.end_row();
+        let l = ui.label("router");
+        egui::ComboBox::from_id_salt("scoring")
+            .selected_text(p.scoring.name())
+            .show_ui(ui, |ui| {
+                for s in [Scoring::Softmax, Scoring::TopkSoftmax, Scoring::Sigmoid] {
+                    ui.selectable_value(&mut p.scoring, s, s.name());
+                }
+            })
+            .response
+            .labelled_by(l.id);
+        ui.end_row();
+        let row = |ui: &mut Ui, name: &str, v: &mut usize, lo: usize, hi: usize, step: f64| {
+            let l = ui.label(name);
+            ui.add(egui::DragValue::new(v).range(lo..=hi).speed(step))
+                .labelled_by(l.id);
+            ui.end_row();
+        };
+        row(ui, "experts", &mut p.n_experts, 1, 512, 0.5);
+        row(ui, "H (hidden)", &mut p.hidden, 32, 8192, 32.0);
+        row(ui, "I (intermediate)", &mut p.inter, 32, 8192, 32.0);
+        row(ui, "top-k", &mut p.top_k, 1, 64, 0.1);
+        row(ui, "tokens", &mut p.tokens, 1, 4096, 1.0);
+        let l = ui.label("seed");
+        ui.add(egui::DragValue::new(&mut p.seed)).labelled_by(l.id);
+        ui.end_row();
+    });
+    // Keep H and I on the block grid while dragging.
+    p.hidden = (p.hidden / 32).max(1) * 32;
+    p.inter = (p.inter / 32).max(1) * 32;
+}
+
+pub fn dataset_info(ui: &mut Ui, d: &Dataset) {
+    let l = &d.layer;
+    ui.label(egui::RichText::new("Loaded").strong());
+    egui::Grid::new("info")
+        .num_columns(2)
+        .striped(true)
+        .show(ui, |ui| {
+            let mut kv = |k: &str, v: String| {
+                ui.label(k);
+                ui.monospace(v);
+                ui.end_row();
+            };
+            kv("source", d.source.clone());
+            kv("scheme", l.scheme.name());
+            kv("activation", l.activation.name().into());
+            kv(
+                "router",
+                format!(
+                    "{} top-{}{}",
+                    l.router.scoring,
+                    l.router.top_k,
+                    if l.router.renormalize { " renorm" } else { "" }
+                ),
+            );
+            kv("act. scale mode", l.act_scale_mode.name().into());
+            kv(
+                "experts",
+                format!("{} ({} local)", l.n_experts, l.local_experts()),
+            );
+            kv("H x I", format!("{} x {}", l.hidden, l.inter));
+            kv("tokens", d.m.to_string());
+            kv(
+                "weights",
+                format!(
+                    "{:.1} MiB packed",
+                    l.weight_bytes() as f64 / (1 << 20) as f64
+                ),
+            );
+            kv(
+                "unquantized",
+                if d.w13_orig.is_some() {
+                    "yes".into()
+                } else {
+                    "no".into()
+                },
+            );
+        });
+}

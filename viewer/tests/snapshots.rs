@@ -1,0 +1,201 @@
+//! Snapshot tests of every view on a small fixed synthetic layer (8 experts, H = I = 64, top-2,
+//! 24 tokens, seed 1), rendered with egui_kittest's wgpu renderer (lavapipe in CI).
+//!
+//! Update with `UPDATE_SNAPSHOTS=true cargo test -p mxmoe-viewer --test snapshots`, then LOOK at
+//! `viewer/tests/snapshots/*.png`: they are the views a user sees.
+
+use eframe::egui;
+use egui_kittest::kittest::Queryable as _;
+use egui_kittest::{Harness, SnapshotResults};
+use mxmoe_viewer::analysis::{BackendDiff, BackendView};
+use mxmoe_viewer::app::{AutoRun, Results, Slot, Tab, ViewUi, ViewerApp};
+use mxmoe_viewer::data::{Source, SynthParams};
+use mxmoe_viewer::panels;
+use std::sync::{Arc, OnceLock};
+
+/// The fixed results, computed once; timings zeroed so the pictures are deterministic.
+fn results() -> Results {
+    static R: OnceLock<Results> = OnceLock::new();
+    R.get_or_init(|| {
+        let mut r = Results::compute(&Source::Synthetic(SynthParams::small()));
+        if let Slot::Ready(s) = &r.schemes {
+            let mut s = (**s).clone();
+            for row in &mut s.rows {
+                row.seconds = 0.0;
+            }
+            r.schemes = Slot::Ready(Arc::new(s));
+        }
+        // The live GPU result depends on the machine; the backend views get fixed data below.
+        r.backends = Slot::Ready(Arc::new(BackendView::Skipped(
+            "no GPU adapter found (test fixture)".into(),
+        )));
+        r
+    })
+    .clone()
+}
+
+fn harness<'a>(
+    size: egui::Vec2,
+    tab: Tab,
+    r: Results,
+    vu: ViewUi,
+) -> Harness<'a, (Results, ViewUi)> {
+    Harness::builder().with_size(size).build_ui_state(
+        move |ui, (r, vu): &mut (Results, ViewUi)| {
+            egui::CentralPanel::default().show(ui, |ui| panels::show_tab(ui, tab, r, vu));
+        },
+        (r, vu),
+    )
+}
+
+fn snap(
+    results: &mut SnapshotResults,
+    name: &str,
+    size: [f32; 2],
+    tab: Tab,
+    r: Results,
+    vu: ViewUi,
+) {
+    let mut h = harness(size.into(), tab, r, vu);
+    h.run();
+    results.add(h.try_snapshot(name));
+}
+
+#[test]
+fn views() {
+    let mut res = SnapshotResults::new();
+    let r = results();
+    snap(
+        &mut res,
+        "routing",
+        [1100.0, 520.0],
+        Tab::Routing,
+        r.clone(),
+        ViewUi::default(),
+    );
+    let mut vu = ViewUi::default();
+    vu.weights.expert = 3;
+    snap(
+        &mut res,
+        "weights_w13",
+        [1100.0, 900.0],
+        Tab::Weights,
+        r.clone(),
+        vu.clone(),
+    );
+    vu.weights.tensor = 1;
+    snap(
+        &mut res,
+        "weights_w2",
+        [1100.0, 900.0],
+        Tab::Weights,
+        r.clone(),
+        vu,
+    );
+    snap(
+        &mut res,
+        "activations_input",
+        [1100.0, 760.0],
+        Tab::Activations,
+        r.clone(),
+        ViewUi::default(),
+    );
+    let mut vu = ViewUi::default();
+    vu.acts.point = 1;
+    snap(
+        &mut res,
+        "activations_intermediate",
+        [1100.0, 760.0],
+        Tab::Activations,
+        r.clone(),
+        vu,
+    );
+    snap(
+        &mut res,
+        "schemes",
+        [1000.0, 560.0],
+        Tab::Schemes,
+        r.clone(),
+        ViewUi::default(),
+    );
+    snap(
+        &mut res,
+        "backends_skipped",
+        [800.0, 160.0],
+        Tab::Backends,
+        r.clone(),
+        ViewUi::default(),
+    );
+
+    // A fixed CPU-vs-GPU difference (what a GPU run shows), independent of the machine.
+    let (m, h) = (24, 64);
+    let diff: Vec<f32> = (0..m * h)
+        .map(|x| {
+            if x % 7 == 0 {
+                0.0
+            } else {
+                ((x as f32 * 0.37).sin()) * 3e-6 * ((x / h) as f32 / m as f32)
+            }
+        })
+        .collect();
+    let mut rd = r.clone();
+    rd.backends = Slot::Ready(Arc::new(BackendView::Diff(BackendDiff {
+        adapter: "llvmpipe (LLVM 15.0.6, 256 bits) (wgpu), fixture".into(),
+        m,
+        h,
+        n_exact: diff.iter().filter(|v| **v == 0.0).count(),
+        max_abs: diff.iter().fold(0.0f64, |a, &b| a.max(b.abs() as f64)),
+        rel_l2: 2.5e-7,
+        routing_mismatch: 0,
+        cpu_seconds: 0.0,
+        gpu_seconds: 0.0,
+        diff,
+    })));
+    snap(
+        &mut res,
+        "backends_diff",
+        [900.0, 520.0],
+        Tab::Backends,
+        rd,
+        ViewUi::default(),
+    );
+}
+
+/// Hovering a heatmap cell shows the exact score and the token's top-k weights.
+#[test]
+fn routing_tooltip() {
+    let mut h = harness(
+        [1100.0, 520.0].into(),
+        Tab::Routing,
+        results(),
+        ViewUi::default(),
+    );
+    h.run();
+    let node = h.get_by_label("heatmap token x expert");
+    let rect = node.rect();
+    // Token 5, expert 2 of the 24 x 8 map.
+    let p = rect.min
+        + egui::vec2(
+            34.0 + (rect.width() - 34.0) * (2.5 / 8.0),
+            (rect.height() - 28.0) * (5.5 / 24.0),
+        );
+    h.hover_at(p);
+    h.run();
+    h.snapshot("routing_tooltip");
+}
+
+/// The whole window: side panel, tab bar and the routing view, with results injected.
+#[test]
+fn whole_window() {
+    let mut h = Harness::builder()
+        .with_size([1440.0, 820.0])
+        .build_ui_state(|ui, app: &mut ViewerApp| app.draw(ui), {
+            let ctx = egui::Context::default();
+            let mut app = ViewerApp::idle(&ctx, Tab::Routing, AutoRun::default());
+            app.synth = SynthParams::small();
+            app.results = results();
+            app
+        });
+    h.run();
+    h.snapshot("window");
+}
