@@ -160,6 +160,37 @@ fn g_load_tile(lid: u32, slot: u32) -> vec4<u32> {
 // g_xs[k][m] and g_ws[k][n] are k-major so the inner loop reads whole vec4s.
 const BK: u32 = 16u;
 
+// The 8 codes of elements el0..el0+7 (el0 a multiple of 8) of the block whose first word is
+// wb: at most three word loads (8 codes span 32, 48 or 64 bits).
+fn w_codes8(wb: u32, el0: u32) -> array<u32, 8> {
+    let cb = mx_spec(WFMT).code_bits;
+    let bit0 = el0 * cb;
+    let wi = wb + bit0 / 32u;
+    let b0 = bit0 % 32u;
+    let end = b0 + 8u * cb;
+    let w0 = m_wdata[wi];
+    var w1 = 0u;
+    var w2 = 0u;
+    if end > 32u {
+        w1 = m_wdata[wi + 1u];
+    }
+    if end > 64u {
+        w2 = m_wdata[wi + 2u];
+    }
+    var out: array<u32, 8>;
+    for (var q = 0u; q < 8u; q = q + 1u) {
+        let bit = b0 + q * cb;
+        if bit < 32u {
+            out[q] = mx_code_at(w0, w1, bit, cb);
+        } else if bit < 64u {
+            out[q] = mx_code_at(w1, w2, bit - 32u, cb);
+        } else {
+            out[q] = mx_code_at(w2, 0u, bit - 64u, cb);
+        }
+    }
+    return out;
+}
+
 // Decode 8 consecutive weights of chunk row `row` (elements k0..k0+7, k0 a multiple of 8) into
 // column `col` of g_ws (zeros when the row is out of range).
 fn g_load_w8(row: u32, kblocks: u32, k0: u32, col: u32, valid: bool) {
@@ -173,17 +204,10 @@ fn g_load_w8(row: u32, kblocks: u32, k0: u32, col: u32, valid: bool) {
     let cb = mx_spec(WFMT).code_bits;
     let sidx = row * kblocks + k0 / 32u;
     let sc = w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
-    let wb = sidx * cb;
+    let codes = w_codes8(sidx * cb, k0 % 32u);
     for (var q = 0u; q < 8u; q = q + 1u) {
-        let bp = ((k0 % 32u) + q) * cb;
-        let w = wb + bp / 32u;
-        let off = bp & 31u;
-        var w1 = 0u;
-        if off + cb > 32u {
-            w1 = m_wdata[w + 1u];
-        }
         let kk = (k0 % BK) + q;
-        g_ws[kk * 32u + col / 4u][col % 4u] = w_lut[mx_code_at(m_wdata[w], w1, off, cb)] * sc;
+        g_ws[kk * 32u + col / 4u][col % 4u] = w_lut[codes[q]] * sc;
     }
 }
 
@@ -462,17 +486,10 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
                 }
                 let sidx = (rowbase + row) * kblocks + kb;
                 let sc = w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
-                let wb = sidx * cb;
+                let codes = w_codes8(sidx * cb, part * 8u);
                 var w: array<f32, 8>;
                 for (var q = 0u; q < 8u; q = q + 1u) {
-                    let bp = (part * 8u + q) * cb;
-                    let wi = wb + bp / 32u;
-                    let off = bp & 31u;
-                    var w1 = 0u;
-                    if off + cb > 32u {
-                        w1 = m_wdata[wi + 1u];
-                    }
-                    w[q] = w_lut[mx_code_at(m_wdata[wi], w1, off, cb)] * sc;
+                    w[q] = w_lut[codes[q]] * sc;
                 }
                 for (var t = 0u; t < cnt; t = t + 1u) {
                     let xb = t * 256u + b * 32u + part * 8u;
