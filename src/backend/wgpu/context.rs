@@ -13,6 +13,9 @@ use wgpu::util::DeviceExt;
 /// writes), so an element a kernel forgot to write fails a bit-exact or tolerance comparison.
 pub const POISON: u32 = 0x7FC0_DEAD;
 
+/// Pooled buffers kept per (usage, power-of-two size) class.
+const POOL_PER_CLASS: usize = 12;
+
 /// One adapter as `mxmoe info` lists it.
 #[derive(Clone, Debug)]
 pub struct AdapterSummary {
@@ -457,9 +460,11 @@ impl Context {
     pub fn give(&self, bufs: impl IntoIterator<Item = wgpu::Buffer>) {
         let mut pool = self.pool.lock().unwrap();
         for b in bufs {
-            pool.entry((b.usage().bits(), b.size()))
-                .or_default()
-                .push(b);
+            let v = pool.entry((b.usage().bits(), b.size())).or_default();
+            // A few per size class cover one op's needs; more would only pin memory.
+            if v.len() < POOL_PER_CLASS {
+                v.push(b);
+            }
         }
     }
 

@@ -117,8 +117,28 @@ pub fn quantize(
 }
 
 pub fn dequantize(ctx: &Context, t: &MxTensor) -> Result<Vec<f32>, BackendError> {
-    // Re-check the invariants (the fields are public).
-    let t = MxTensor::new(t.format, t.shape.clone(), t.data.clone(), t.scales.clone())?;
+    // Re-check the invariants (the fields are public) without copying the data.
+    let k = *t.shape.last().ok_or(FormatError::EmptyShape)?;
+    if k == 0 || k % BLOCK != 0 {
+        return Err(FormatError::NotBlockMultiple(k).into());
+    }
+    let rows = t.rows();
+    if t.data.len() != rows * t.format.packed_len(k) {
+        return Err(FormatError::BadLength {
+            what: "packed data",
+            expected: rows * t.format.packed_len(k),
+            got: t.data.len(),
+        }
+        .into());
+    }
+    if t.scales.len() != rows * (k / BLOCK) {
+        return Err(FormatError::BadLength {
+            what: "scales",
+            expected: rows * (k / BLOCK),
+            got: t.scales.len(),
+        }
+        .into());
+    }
     let blocks = t.numel() / BLOCK;
     let bb = t.format.spec().block_bytes();
     let per = chunk_blocks(ctx, (BLOCK * 4) as u64);
