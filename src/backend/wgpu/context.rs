@@ -344,12 +344,16 @@ impl Context {
         )
     }
 
+    /// The adapter's largest bindable storage buffer (no test override).
+    fn max_binding_hw(&self) -> u64 {
+        self.limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size)
+    }
+
     /// The largest storage buffer we bind (and so the largest weight chunk).
     pub fn max_binding(&self) -> u64 {
-        let hw = self
-            .limits
-            .max_storage_buffer_binding_size
-            .min(self.limits.max_buffer_size);
+        let hw = self.max_binding_hw();
         match self.chunk_override.load(Ordering::Relaxed) {
             0 => hw,
             o => o.min(hw),
@@ -437,7 +441,14 @@ impl Context {
     }
 
     fn take(&self, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
-        let class = size.max(256).next_power_of_two();
+        // Power-of-two classes for reuse, but never above what one binding may hold (a storage
+        // buffer is always bound whole).
+        let pow2 = size.max(256).next_power_of_two();
+        let class = if pow2 <= self.max_binding_hw() {
+            pow2
+        } else {
+            size.next_multiple_of(256)
+        };
         let key = (usage.bits(), class);
         if let Some(b) = self
             .pool
