@@ -491,13 +491,16 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
                 for (var q = 0u; q < 8u; q = q + 1u) {
                     w[q] = w_lut[codes[q]] * sc;
                 }
-                for (var t = 0u; t < cnt; t = t + 1u) {
-                    let xb = t * 256u + b * 32u + part * 8u;
-                    var s = 0.0;
-                    for (var q = 0u; q < 8u; q = q + 1u) {
-                        s = s + w[q] * v_buf[xb + q];
+                // Constant trip counts (unrolled: acc stays in registers); rows past cnt skip.
+                for (var t = 0u; t < TG; t = t + 1u) {
+                    if t < cnt {
+                        let xb = t * 256u + b * 32u + part * 8u;
+                        var s = 0.0;
+                        for (var q = 0u; q < 8u; q = q + 1u) {
+                            s = s + w[q] * v_buf[xb + q];
+                        }
+                        acc[i * TG + t] = acc[i * TG + t] + s;
                     }
-                    acc[i * TG + t] = acc[i * TG + t] + s;
                 }
             }
         }

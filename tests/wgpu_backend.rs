@@ -709,3 +709,46 @@ fn moe_timed_forward() {
         println!("UNSUPPORTED timestamps on {}", b.adapter());
     }
 }
+
+/// Not a correctness test: GPU pass times for a few shapes on both paths (run with
+/// `cargo test --release --test wgpu_backend -- --ignored --nocapture timing_report`).
+#[test]
+#[ignore]
+fn timing_report() {
+    let b = gpu!("timing_report");
+    let opts = MoeOptions {
+        accumulate: Accumulate::F32,
+        intermediate: Intermediate::F32,
+    };
+    for (e, h, i, k, m) in [
+        (32usize, 1024usize, 512usize, 4usize, 1usize),
+        (32, 1024, 512, 4, 16),
+        (32, 1024, 512, 4, 256),
+    ] {
+        let layer = mxmoe::moe::synth::synth_layer_packed(&spec(
+            Scheme::OCP_MX[0],
+            Activation::Silu,
+            e,
+            h,
+            i,
+            k,
+        ))
+        .unwrap();
+        let g = b.upload_layer(&layer).unwrap();
+        let (hs, logits) = synth_batch(m, h, e, 1);
+        for path in [MoePath::Gemm, MoePath::Gemv] {
+            let _ = b.moe_resident_timed(&g, &hs, &logits, opts, path).unwrap();
+            let t = Instant::now();
+            let (_, times) = b.moe_resident_timed(&g, &hs, &logits, opts, path).unwrap();
+            let wall = t.elapsed().as_secs_f64() * 1e3;
+            let gpu: f64 = times.iter().map(|(_, t)| t).sum();
+            let flops = 2.0 * (m * k) as f64 * (3 * h * i) as f64;
+            eprintln!(
+                "E={e} H={h} I={i} k={k} M={m} {path:?}: wall {wall:.2} ms, GPU {gpu:.2} ms \
+                 ({:.2} GFLOP/s, weights {:.1} MiB) {times:.3?}",
+                flops / gpu.max(1e-9) / 1e6,
+                g.bytes as f64 / (1 << 20) as f64
+            );
+        }
+    }
+}
