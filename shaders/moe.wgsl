@@ -479,6 +479,15 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
         workgroupBarrier();
         let kb = c * 8u + b;
         if kb < kblocks {
+            // This lane's 8 x values of every row, read once for all 8 weight rows.
+            var xv: array<f32, 64>;
+            for (var t = 0u; t < TG; t = t + 1u) {
+                if t < cnt {
+                    for (var q = 0u; q < 8u; q = q + 1u) {
+                        xv[t * 8u + q] = v_buf[t * 256u + b * 32u + part * 8u + q];
+                    }
+                }
+            }
             for (var i = 0u; i < 8u; i = i + 1u) {
                 let row = v_row(is1, r + 8u * i, jb, inter);
                 if row >= nrows {
@@ -494,10 +503,9 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
                 // Constant trip counts (unrolled: acc stays in registers); rows past cnt skip.
                 for (var t = 0u; t < TG; t = t + 1u) {
                     if t < cnt {
-                        let xb = t * 256u + b * 32u + part * 8u;
                         var s = 0.0;
                         for (var q = 0u; q < 8u; q = q + 1u) {
-                            s = s + w[q] * v_buf[xb + q];
+                            s = s + w[q] * xv[t * 8u + q];
                         }
                         acc[i * TG + t] = acc[i * TG + t] + s;
                     }

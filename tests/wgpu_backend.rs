@@ -720,11 +720,15 @@ fn timing_report() {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::F32,
     };
-    for (e, h, i, k, m) in [
-        (32usize, 1024usize, 512usize, 4usize, 1usize),
-        (32, 1024, 512, 4, 16),
-        (32, 1024, 512, 4, 256),
-    ] {
+    let shapes: Vec<(usize, usize, usize, usize, usize)> = match std::env::var("MXMOE_TIMING_M") {
+        Ok(v) => vec![(32, 1024, 512, 4, v.parse().unwrap())],
+        Err(_) => vec![
+            (32, 1024, 512, 4, 1),
+            (32, 1024, 512, 4, 16),
+            (32, 1024, 512, 4, 256),
+        ],
+    };
+    for (e, h, i, k, m) in shapes {
         let layer = mxmoe::moe::synth::synth_layer_packed(&spec(
             Scheme::OCP_MX[0],
             Activation::Silu,
