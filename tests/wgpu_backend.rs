@@ -756,3 +756,23 @@ fn timing_report() {
         }
     }
 }
+
+/// `mxmoe info`'s adapter list: non-empty when a backend opened, and it names the chosen one.
+#[test]
+fn adapters_are_listed() {
+    let b = gpu!("adapters_are_listed");
+    let list = WgpuBackend::enumerate_adapters();
+    for a in &list {
+        eprintln!("adapter: {a}");
+    }
+    let chosen = &b.info().adapter;
+    assert!(
+        list.iter()
+            .any(|a| a.name == chosen.name && a.backend == chosen.backend),
+        "{} not in the adapter list",
+        chosen.name
+    );
+    assert!(chosen.compute);
+    assert!(chosen.max_storage_buffer_binding_size >= 128 << 20);
+    eprintln!("enabled features: {:?}", b.info().enabled_features);
+}

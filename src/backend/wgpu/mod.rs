@@ -1,16 +1,26 @@
 //! The wgpu backend: WGSL compute shaders (`shaders/`) through wgpu, on any Vulkan / Metal /
-//! DX12 GPU and on Mesa lavapipe.
+//! DX12 GPU and on Mesa lavapipe (GL adapters with compute work too: `WGPU_BACKEND=gl`).
 //!
 //! * [`context`]: the device context, created once (adapter choice, limits, features, pipeline
-//!   cache, buffer pool).
-//! * [`quant`]: quantize / dequantize / QDQ, bit-exact against the CPU reference.
-//! * [`route`]: routing with exactly the CPU's ids.
-//! * [`moe`]: the whole layer in one submit (grouped GEMMs with dequant in the prologue and the
-//!   activation + intermediate QDQ in the GEMM1 epilogue).
-//! * [`source`]: every WGSL source (`include_str!`) and how they are composed.
+//!   cache keyed by shader + entry + overrides, buffer pool, timestamp timers).
+//! * [`quant`]: quantize / dequantize / QDQ, bit-exact against the CPU reference (integer
+//!   arithmetic on fp32 bits; inputs larger than a binding are processed in chunks).
+//! * [`route`]: routing with exactly the CPU's ids (selection compares logits only).
+//! * [`moe`]: the whole layer in one submit: route, expert histogram + prefix sum + row lists,
+//!   input QDQ, grouped GEMM (prefill) or grouped GEMV (decode) with weights dequantized in the
+//!   prologue and bias + activation + intermediate QDQ in the GEMM1 epilogue, GEMM2 with bias and
+//!   router weight, a deterministic combine. Weights larger than a binding are split into
+//!   chunks of whole experts; batches whose activations exceed a binding run as several submits.
+//! * [`source`]: every WGSL source (`include_str!`) and how they are composed (a preamble
+//!   generated from the Rust format table + `mx_common.wgsl` + the op shader).
 //!
-//! UNSUPPORTED (reported, never silently run): the standalone route op
-//! with an `e_score_correction_bias` (its selection ranks float scores that a GPU's `exp` cannot
+//! Numerics: quantize / dequantize / QDQ and the scale bytes are bit-exact; routing ids are
+//! exact; MoE outputs agree with `moe::forward(.., Accumulate::F32)` within
+//! `check::MOE_REL_L2` (activation in f32 on the GPU, f64 on the CPU; other summation order).
+//! `Intermediate::Bf16` rounds at the same four points as the CPU.
+//!
+//! UNSUPPORTED (reported, never silently run): the standalone route op with an
+//! `e_score_correction_bias` (its selection ranks float scores that a GPU's `exp` cannot
 //! reproduce bit for bit; in a MoE forward such a layer takes its ids from the CPU router before
 //! the single submit); more than 1024 experts, top_k > 32 or more than 32 groups.
 
