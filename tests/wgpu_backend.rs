@@ -279,6 +279,52 @@ fn quantize_bit_exact_all_formats_modes() {
     }
 }
 
+/// A sweep of block maxima over the whole finite fp32 range (subnormals included, every binade,
+/// many mantissas), each block's other elements random fractions of it with random signs:
+/// scale bytes and codes bit-exact for every format and mode.
+#[test]
+fn quantize_amax_sweep_bit_exact() {
+    let b = gpu!("quantize_amax_sweep_bit_exact");
+    let mut rng = Rng::new(77);
+    let blocks = 16384usize;
+    let mut x = Vec::with_capacity(blocks * BLOCK);
+    for i in 0..blocks {
+        // 0x7F7FFFFF / 16384 ~ 0x7FE0: stride through every exponent, jittered mantissas.
+        let amax =
+            ((i as u32).wrapping_mul(0x7FE0) ^ (rng.next_u64() as u32 & 0x1FFF)).min(0x7F7F_FFFF);
+        let a = f32::from_bits(amax.max(1));
+        let p = rng.below(BLOCK);
+        for j in 0..BLOCK {
+            let v = if j == p {
+                a
+            } else {
+                let f = f32::from_bits(rng.next_u64() as u32 & 0x3F7F_FFFF); // [0, 1)
+                a * f
+            };
+            x.push(if rng.below(2) == 0 { v } else { -v });
+        }
+    }
+    let shape = [blocks / 4, 4 * BLOCK];
+    for f in MxFormat::ALL {
+        for m in ScaleMode::ALL {
+            let cpu = MxTensor::quantize(f, m, &x, &shape).unwrap();
+            let gpu = b.quantize(f, m, &x, &shape).unwrap();
+            if let Some(i) = (0..cpu.scales.len()).find(|&i| cpu.scales[i] != gpu.scales[i]) {
+                panic!(
+                    "sweep {f}/{m}: scale {i}: cpu {} gpu {}, block {:08x?}",
+                    cpu.scales[i],
+                    gpu.scales[i],
+                    x[i * 32..i * 32 + 32]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>()
+                );
+            }
+            assert!(cpu.data == gpu.data, "sweep {f}/{m}: codes differ");
+        }
+    }
+}
+
 #[test]
 fn dequantize_bit_exact_all_formats() {
     let b = gpu!("dequantize_bit_exact_all_formats");
