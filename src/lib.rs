@@ -4,6 +4,7 @@
 //! * [`scheme`]: the OCP MX MoE schemes (weight format, activation format).
 
 pub mod backend;
+pub mod bench;
 pub mod check;
 pub mod format;
 pub mod io;

@@ -199,6 +199,50 @@ scale mode (floor/even/ceil/rceil) and with/without bf16 intermediates, and name
         #[arg(long, default_value_t = 1e-2)]
         tolerance: f64,
     },
+    /// Time a MoE layer on a backend at several token counts; JSON with ratios to the floor.
+    #[command(
+        after_help = "Example:\n  mxmoe bench --backend wgpu --shape gpt-oss-120b --tokens 1,4,16,64 --json bench.json\n\n\
+Shapes: gpt-oss-120b (128 experts, H = I = 2880, top-4, swigluoai, w_mxfp4), deepseek-r1 (256 experts,\n\
+H 7168, I 2048, top-8, w_mxfp4_a_mxfp4), or custom with --experts/--hidden/--inter/--top-k. Weights are\n\
+random finite codes with plausible scales. The floor is the packed bytes of the experts the tokens\n\
+touch divided by --hbm-gbps (default 4550: the WGSL streaming read measured on an H200)."
+    )]
+    Bench {
+        #[arg(long, default_value = "auto")]
+        backend: BackendKind,
+        #[arg(long)]
+        adapter: Option<String>,
+        /// gpt-oss-120b, deepseek-r1 or custom.
+        #[arg(long, default_value = "gpt-oss-120b")]
+        shape: String,
+        /// Scheme (overrides the shape's).
+        #[arg(long)]
+        scheme: Option<Scheme>,
+        #[arg(long)]
+        experts: Option<usize>,
+        #[arg(long)]
+        hidden: Option<usize>,
+        #[arg(long)]
+        inter: Option<usize>,
+        #[arg(long)]
+        top_k: Option<usize>,
+        /// Comma-separated token counts.
+        #[arg(long, default_value = "1,4,16,64")]
+        tokens: String,
+        #[arg(long, default_value_t = 20)]
+        iters: usize,
+        /// Distinct token batches cycled through (defeats L2 reuse between iterations).
+        #[arg(long, default_value_t = 8)]
+        rotate: usize,
+        /// Memory bandwidth used for the floor, GB/s.
+        #[arg(long, default_value_t = 4550.0)]
+        hbm_gbps: f64,
+        /// Skip the correctness check against the CPU reference.
+        #[arg(long)]
+        no_check: bool,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// List the backends and adapters present, with features and limits.
     Info,
     /// Build a realistic synthetic layer, run it on every available backend, check each against
@@ -327,6 +371,75 @@ fn run(cli: Cli) -> Result<()> {
             tolerance,
         } => cmd_verify(&layer, &input, &result, tolerance),
         Cmd::Info => cmd_info(),
+        Cmd::Bench {
+            backend,
+            adapter,
+            shape,
+            scheme,
+            experts,
+            hidden,
+            inter,
+            top_k,
+            tokens,
+            iters,
+            rotate,
+            hbm_gbps,
+            no_check,
+            json,
+        } => {
+            let mut spec = match shape.as_str() {
+                "gpt-oss-120b" => {
+                    let mut s =
+                        SynthSpec::new(Scheme::new(MxFormat::Fp4E2M1, None), 128, 2880, 2880, 4);
+                    s.activation = Activation::SwigluOai;
+                    s.bias = true;
+                    s.router.scoring = Scoring::TopkSoftmax;
+                    s.router.renormalize = false;
+                    s
+                }
+                "deepseek-r1" => SynthSpec::new(Scheme::OCP_MX[0], 256, 7168, 2048, 8),
+                "custom" => SynthSpec::new(Scheme::OCP_MX[0], 32, 1024, 1024, 4),
+                s => bail!("unknown shape '{s}' (expected gpt-oss-120b, deepseek-r1 or custom)"),
+            };
+            if let Some(s) = scheme {
+                spec.scheme = s;
+            }
+            if let Some(x) = experts {
+                spec.n_experts = x;
+            }
+            if let Some(x) = hidden {
+                spec.hidden = x;
+            }
+            if let Some(x) = inter {
+                spec.inter = x;
+            }
+            if let Some(x) = top_k {
+                spec.router.top_k = x;
+            }
+            let tokens: Vec<usize> = tokens
+                .split(',')
+                .map(|t| {
+                    t.trim()
+                        .parse::<usize>()
+                        .map_err(|_| anyhow!("--tokens: '{t}' is not a number"))
+                })
+                .collect::<Result<_>>()?;
+            if tokens.contains(&0) || iters == 0 {
+                bail!("--tokens values and --iters must be at least 1");
+            }
+            cmd_bench(
+                &spec,
+                BackendArgs { backend, adapter },
+                mxmoe::bench::BenchParams {
+                    tokens,
+                    iters,
+                    rotate,
+                    hbm_gbps,
+                    check: !no_check,
+                },
+                json.as_deref(),
+            )
+        }
         Cmd::Demo {
             experts,
             hidden,
@@ -762,6 +875,63 @@ fn cmd_verify(layer: &PathBuf, input: &PathBuf, result: &PathBuf, tol: f64) -> R
     }
 }
 
+fn cmd_bench(
+    spec: &SynthSpec,
+    ba: BackendArgs,
+    p: mxmoe::bench::BenchParams,
+    json: Option<&std::path::Path>,
+) -> Result<()> {
+    let b = ba.open()?;
+    eprintln!("bench: {} on {} [{}]", spec.scheme, b.name(), b.adapter());
+    eprintln!(
+        "generating {} experts, H {}, I {}, top-{} ...",
+        spec.n_experts, spec.hidden, spec.inter, spec.router.top_k
+    );
+    let layer = synth_layer_packed(spec)?;
+    let res = mxmoe::bench::run(&b, &layer, &p, |s| eprintln!("  {s}"))?;
+    println!(
+        "{:>6} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8} {:>10}",
+        "tokens",
+        "experts",
+        "wall ms",
+        "gpu ms",
+        "floor ms",
+        "GB/s",
+        "TFLOP/s",
+        "x floor",
+        "rel-L2"
+    );
+    for r in &res {
+        println!(
+            "{:>6} {:>8.1} {:>10.3} {:>10} {:>10.4} {:>9.0} {:>9.2} {:>8.1} {:>10}",
+            r.tokens,
+            r.active_experts,
+            r.wall_ms,
+            r.gpu_ms.map_or("-".into(), |g| format!("{g:.3}")),
+            r.floor_ms,
+            r.gbps,
+            r.tflops,
+            r.ratio_to_floor,
+            r.rel_l2_vs_cpu.map_or("-".into(), |x| format!("{x:.2e}"))
+        );
+    }
+    if let Some(path) = json {
+        io::write_atomic(path, serde_json::to_string_pretty(&res)?.as_bytes())?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(bad) = res
+        .iter()
+        .find(|r| r.rel_l2_vs_cpu.is_some_and(|x| !(x <= check::MOE_REL_L2)))
+    {
+        bail!(
+            "M = {}: output disagrees with the CPU reference (rel-L2 {:?})",
+            bad.tokens,
+            bad.rel_l2_vs_cpu
+        );
+    }
+    Ok(())
+}
+
 fn cmd_info() -> Result<()> {
     println!("mxmoe {}", env!("CARGO_PKG_VERSION"));
     println!("backends:");
@@ -770,8 +940,13 @@ fn cmd_info() -> Result<()> {
         Backend::open(BackendKind::Cpu, None)?.adapter()
     );
     match Backend::open(BackendKind::Wgpu, None) {
-        Ok(b) => println!("  wgpu  available   {}", b.adapter()),
+        Ok(b) => println!("  wgpu  available   picks: {}", b.adapter()),
         Err(e) => println!("  wgpu  unavailable ({e})"),
+    }
+    let adapters = mxmoe::backend::wgpu::enumerate_adapters();
+    println!("wgpu adapters ({}):", adapters.len());
+    for a in &adapters {
+        println!("  - {a}");
     }
     match Backend::open(BackendKind::Hip, None) {
         Ok(b) => println!("  hip   available   {}", b.adapter()),

@@ -704,3 +704,48 @@ fn failed_write_leaves_no_partial_file() {
         "{left:?}"
     );
 }
+
+#[test]
+fn bench_writes_json_with_floor_ratios() {
+    let d = tempfile::tempdir().unwrap();
+    let j = p(d.path(), "bench.json");
+    let r = run(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--shape",
+        "custom",
+        "--experts",
+        "4",
+        "--hidden",
+        "64",
+        "--inter",
+        "64",
+        "--top-k",
+        "2",
+        "--tokens",
+        "1,3",
+        "--iters",
+        "2",
+        "--rotate",
+        "2",
+        "--json",
+        s(&j),
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).unwrap()).unwrap();
+    let a = v.as_array().unwrap();
+    assert_eq!(a.len(), 2);
+    for (row, m) in a.iter().zip([1, 3]) {
+        assert_eq!(row["tokens"], m);
+        let active = row["active_experts"].as_f64().unwrap();
+        assert!((1.0..=4.0).contains(&active));
+        // Each MXFP4 expert: (2*64*64 + 64*64) * 17/32 bytes.
+        let per = (3 * 64 * 64) as f64 * 17.0 / 32.0;
+        assert!((row["weight_bytes"].as_f64().unwrap() - active * per).abs() < 1e-6);
+        assert!(row["ratio_to_floor"].as_f64().unwrap() > 0.0);
+        assert_eq!(row["rel_l2_vs_cpu"].as_f64().unwrap(), 0.0);
+    }
+    let bad = run(&["bench", "--backend", "cpu", "--tokens", "1,x"]);
+    assert!(!bad.ok && bad.stderr.contains("not a number"));
+}
