@@ -810,18 +810,23 @@ pub fn scheme_view(
         return None;
     }
     let el = l.local_experts();
+    // Schemes that share a weight format share its quantized weights (3 formats for 5 schemes).
+    let mut cache: Vec<(MxFormat, MxTensor, MxTensor)> = Vec::new();
     for (si, &scheme) in Scheme::OCP_MX.iter().enumerate() {
         let f = scheme.weight;
-        let q13 = MxTensor::quantize(f, wmode, &w13, &[el, 2 * l.inter, l.hidden]);
-        let q2 = MxTensor::quantize(f, wmode, &w2, &[el, l.hidden, l.inter]);
-        let (q13, q2) = match (q13, q2) {
-            (Ok(a), Ok(b)) => (a, b),
-            (Err(e), _) | (_, Err(e)) => return Some(Err(e.to_string())),
-        };
+        if !cache.iter().any(|c| c.0 == f) {
+            let q13 = MxTensor::quantize(f, wmode, &w13, &[el, 2 * l.inter, l.hidden]);
+            let q2 = MxTensor::quantize(f, wmode, &w2, &[el, l.hidden, l.inter]);
+            match (q13, q2) {
+                (Ok(a), Ok(b)) => cache.push((f, a, b)),
+                (Err(e), _) | (_, Err(e)) => return Some(Err(e.to_string())),
+            }
+        }
+        let (_, q13, q2) = cache.iter().find(|c| c.0 == f).expect("cached above");
         let layer = MoeLayer {
             scheme,
-            w13: q13,
-            w2: q2,
+            w13: q13.clone(),
+            w2: q2.clone(),
             ..l.clone_without_weights()
         };
         match run(&layer, scheme.name(), false) {

@@ -181,9 +181,11 @@ enum Msg {
         gen: u64,
         slot: Slot<BackendView>,
     },
+    /// `stages`: seconds per stage, for the status line.
     Done {
         gen: u64,
         seconds: f64,
+        stages: String,
     },
 }
 
@@ -221,6 +223,14 @@ fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui:
         }
         let Job::Load { gen, src } = job;
         let t0 = Instant::now();
+        let timings = std::cell::RefCell::new(Vec::<(&'static str, f64)>::new());
+        let lap = std::cell::Cell::new(Instant::now());
+        let mark = |name: &'static str| {
+            timings
+                .borrow_mut()
+                .push((name, lap.get().elapsed().as_secs_f64()));
+            lap.set(Instant::now());
+        };
         let live = || latest.load(Ordering::SeqCst) == gen;
         let send = |m: Msg| {
             let _ = tx.send(m);
@@ -245,10 +255,12 @@ fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui:
                 send(Msg::Done {
                     gen,
                     seconds: t0.elapsed().as_secs_f64(),
+                    stages: String::new(),
                 });
                 continue;
             }
         };
+        mark("load");
         send(Msg::Dataset {
             gen,
             slot: Slot::Ready(d.clone()),
@@ -262,6 +274,7 @@ fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui:
             Ok(Ok(r)) => Some(r.routing.clone()),
             _ => None,
         };
+        mark("routing");
         send(Msg::Routing {
             gen,
             slot: slot(rv),
@@ -274,15 +287,15 @@ fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui:
             Some(r) => slot(guarded(|| Ok::<_, String>(analysis::act_view(&d, &r)))),
             None => Slot::Failed("routing failed".into()),
         };
+        mark("activations");
         send(Msg::Acts { gen, slot: acts });
         if !live() {
             continue;
         }
         progress("weight error under 4 scale modes", 3.0 / STAGES);
-        send(Msg::Weights {
-            gen,
-            slot: slot(guarded(|| Ok::<_, String>(analysis::weight_view(&d)))),
-        });
+        let w = slot(guarded(|| Ok::<_, String>(analysis::weight_view(&d))));
+        mark("weights");
+        send(Msg::Weights { gen, slot: w });
         if !live() {
             continue;
         }
@@ -298,15 +311,22 @@ fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui:
             Ok(Some(x)) => slot(Ok(x)),
             Err(e) => Slot::Failed(e),
         };
+        mark("schemes");
         send(Msg::Schemes { gen, slot: s });
         progress("GPU backend", 5.0 / STAGES);
-        send(Msg::Backends {
-            gen,
-            slot: slot(guarded(|| Ok::<_, String>(analysis::backend_view(&d)))),
-        });
+        let b = slot(guarded(|| Ok::<_, String>(analysis::backend_view(&d))));
+        mark("gpu");
+        send(Msg::Backends { gen, slot: b });
+        let stages = timings
+            .borrow()
+            .iter()
+            .map(|(n, s)| format!("{n} {s:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         send(Msg::Done {
             gen,
             seconds: t0.elapsed().as_secs_f64(),
+            stages,
         });
     }
 }
@@ -316,10 +336,31 @@ fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui:
 pub struct AutoRun {
     /// Save a PNG of the window once every view is computed, then exit.
     pub screenshot: Option<PathBuf>,
+    /// Save one PNG per tab into this folder (`routing.png`, ...), then exit.
+    pub screenshot_tabs: Option<PathBuf>,
     /// Exit after this many frames regardless.
     pub exit_after_frames: Option<u64>,
-    /// Set by the screenshot callback: `Ok(path)` or the error.
+    /// Set by the screenshot callback: `Ok(path)` or the error (one shot at a time).
     pub outcome: Arc<Mutex<Option<Result<PathBuf, String>>>>,
+    /// What was written, and the first error; read by `main` after the window closes.
+    pub report: Arc<Mutex<(Vec<PathBuf>, Option<String>)>>,
+}
+
+impl AutoRun {
+    fn queue(&self) -> Vec<(Option<Tab>, PathBuf)> {
+        let mut q: Vec<(Option<Tab>, PathBuf)> = Vec::new();
+        if let Some(p) = &self.screenshot {
+            q.push((None, p.clone()));
+        }
+        if let Some(d) = &self.screenshot_tabs {
+            q.extend(
+                Tab::ALL
+                    .iter()
+                    .map(|t| (Some(*t), d.join(format!("{}.png", t.slug())))),
+            );
+        }
+        q
+    }
 }
 
 pub struct ViewerApp {
@@ -339,7 +380,8 @@ pub struct ViewerApp {
     auto: AutoRun,
     frames: u64,
     done_frames: u64,
-    screenshot_sent: bool,
+    /// Unattended screenshots: index into `auto.queue()`, frames waited, one in flight.
+    shot: (usize, u64, bool),
     central_rect: egui::Rect,
     png_outcome: Arc<Mutex<Option<Result<PathBuf, String>>>>,
 }
@@ -396,7 +438,7 @@ impl ViewerApp {
             auto,
             frames: 0,
             done_frames: 0,
-            screenshot_sent: false,
+            shot: (0, 0, false),
             central_rect: egui::Rect::NOTHING,
             png_outcome: Arc::new(Mutex::new(None)),
         }
@@ -438,13 +480,18 @@ impl ViewerApp {
                 Msg::Weights { gen: g, slot } if g == gen => r.weights = slot,
                 Msg::Schemes { gen: g, slot } if g == gen => r.schemes = slot,
                 Msg::Backends { gen: g, slot } if g == gen => r.backends = slot,
-                Msg::Done { gen: g, seconds } if g == gen => {
+                Msg::Done {
+                    gen: g,
+                    seconds,
+                    stages,
+                } if g == gen => {
                     self.progress = None;
                     if let Slot::Failed(e) = &r.dataset {
                         self.status = Some((true, e.clone()));
                     } else {
-                        self.status =
-                            Some((false, format!("computed all views in {seconds:.1} s")));
+                        let msg = format!("computed all views in {seconds:.1} s ({stages} s)");
+                        eprintln!("mxmoe-viewer: {msg}");
+                        self.status = Some((false, msg));
                     }
                 }
                 _ => {}
@@ -646,28 +693,49 @@ impl ViewerApp {
                 ctx.send_viewport_cmd(egui::ViewportCommand::Close);
             }
         }
-        let Some(path) = self.auto.screenshot.clone() else {
+        let queue = self.auto.queue();
+        if queue.is_empty() {
             return;
-        };
-        if self
-            .auto
-            .outcome
-            .lock()
-            .map(|o| o.is_some())
-            .unwrap_or(true)
-        {
-            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
-            return;
-        }
-        if self.results.all_done() && self.progress.is_none() {
-            self.done_frames += 1;
-            // A few frames for textures and plot bounds to settle before the capture.
-            if self.done_frames >= 5 && !self.screenshot_sent {
-                self.screenshot_sent = true;
-                request_png(ctx, path, None, self.auto.outcome.clone());
-            }
         }
         ctx.request_repaint();
+        if !(self.results.all_done() && self.progress.is_none()) {
+            return;
+        }
+        self.done_frames += 1;
+        let (idx, wait, inflight) = self.shot;
+        if inflight {
+            let got = self.auto.outcome.lock().ok().and_then(|mut o| o.take());
+            match got {
+                Some(Ok(p)) => {
+                    if let Ok(mut r) = self.auto.report.lock() {
+                        r.0.push(p);
+                    }
+                    self.shot = (idx + 1, 0, false);
+                }
+                Some(Err(e)) => {
+                    if let Ok(mut r) = self.auto.report.lock() {
+                        r.1 = Some(e);
+                    }
+                    ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+                }
+                None => {}
+            }
+            return;
+        }
+        let Some((tab, path)) = queue.get(idx).cloned() else {
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            return;
+        };
+        if let Some(t) = tab {
+            self.tab = t;
+        }
+        // A few frames for textures and plot bounds to settle before each capture.
+        if self.done_frames >= 5 && wait >= 3 {
+            self.shot = (idx, 0, true);
+            request_png(ctx, path, None, self.auto.outcome.clone());
+        } else {
+            self.shot = (idx, wait + 1, false);
+        }
     }
 }
 
@@ -723,6 +791,18 @@ fn save_png(img: &egui::ColorImage, crop: Option<egui::Rect>, path: &Path) -> Re
 }
 
 impl eframe::App for ViewerApp {
+    /// Unattended screenshots must not show whatever the (virtual) pointer happens to hover.
+    fn raw_input_hook(&mut self, _ctx: &egui::Context, raw: &mut egui::RawInput) {
+        if !self.auto.queue().is_empty() {
+            raw.events.retain(|e| {
+                !matches!(
+                    e,
+                    egui::Event::PointerMoved(_) | egui::Event::PointerButton { .. }
+                )
+            });
+        }
+    }
+
     fn ui(&mut self, ui: &mut Ui, _frame: &mut eframe::Frame) {
         self.draw(ui);
         let ctx = ui.ctx().clone();

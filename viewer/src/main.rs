@@ -53,6 +53,9 @@ struct Args {
     /// Once every view is computed, save a PNG of the window here and exit (0 on success).
     #[arg(long)]
     screenshot: Option<PathBuf>,
+    /// Once every view is computed, save one PNG per view into this folder and exit.
+    #[arg(long)]
+    screenshot_tabs: Option<PathBuf>,
     /// Exit after this many frames (smoke tests).
     #[arg(long)]
     exit_after_frames: Option<u64>,
@@ -108,10 +111,14 @@ fn run() -> Result<(), String> {
         .ok_or_else(|| format!("--size '{}' is not WxH", a.size))?;
     let auto = AutoRun {
         screenshot: a.screenshot.clone(),
+        screenshot_tabs: a.screenshot_tabs.clone(),
         exit_after_frames: a.exit_after_frames,
         ..Default::default()
     };
-    let outcome = auto.outcome.clone();
+    let report = auto.report.clone();
+    if let Some(d) = &a.screenshot_tabs {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    }
     let options = eframe::NativeOptions {
         viewport: eframe::egui::ViewportBuilder::default()
             .with_title("mxmoe viewer")
@@ -124,11 +131,18 @@ fn run() -> Result<(), String> {
         Box::new(move |cc| Ok(Box::new(ViewerApp::new(&cc.egui_ctx, src, tab, auto)))),
     )
     .map_err(|e| format!("could not start the window: {e}"))?;
-    if a.screenshot.is_some() {
-        match outcome.lock().ok().and_then(|mut o| o.take()) {
-            Some(Ok(p)) => eprintln!("mxmoe-viewer: wrote {}", p.display()),
-            Some(Err(e)) => return Err(e),
-            None => return Err("the window closed before the screenshot was taken".into()),
+    if a.screenshot.is_some() || a.screenshot_tabs.is_some() {
+        let (written, err) = report.lock().map(|r| r.clone()).unwrap_or_default();
+        for p in &written {
+            eprintln!("mxmoe-viewer: wrote {}", p.display());
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        let want =
+            a.screenshot.is_some() as usize + if a.screenshot_tabs.is_some() { 5 } else { 0 };
+        if written.len() < want {
+            return Err("the window closed before every screenshot was taken".into());
         }
     }
     Ok(())

@@ -116,10 +116,17 @@ pub struct Heatmap<'a> {
     pub col_name: &'a str,
     /// Cells to outline (e.g. the chosen top-k).
     pub marked: Option<&'a dyn Fn(usize, usize) -> bool>,
+    /// Names for the rows (instead of row numbers), e.g. scale rules.
+    pub row_labels: Option<&'a [&'a str]>,
 }
 
 impl<'a> Heatmap<'a> {
-    pub fn new(id: impl Hash + std::fmt::Debug, rows: usize, cols: usize, values: &'a [f32]) -> Self {
+    pub fn new(
+        id: impl Hash + std::fmt::Debug,
+        rows: usize,
+        cols: usize,
+        values: &'a [f32],
+    ) -> Self {
         let (lo, hi) = finite_range(values);
         Heatmap {
             id: Id::unique(id),
@@ -133,7 +140,12 @@ impl<'a> Heatmap<'a> {
             row_name: "row",
             col_name: "col",
             marked: None,
+            row_labels: None,
         }
+    }
+    pub fn row_labels(mut self, l: &'a [&'a str]) -> Self {
+        self.row_labels = Some(l);
+        self
     }
     pub fn range(mut self, lo: f32, hi: f32) -> Self {
         self.lo = lo;
@@ -226,13 +238,18 @@ impl<'a> Heatmap<'a> {
     ) -> (Response, Option<(usize, usize)>) {
         let font = FontId::proportional(11.0);
         let text_color = ui.visuals().text_color();
-        let left = 34.0;
+        let left = if self.row_labels.is_some() {
+            52.0
+        } else {
+            34.0
+        };
         let bottom = 28.0;
+        let top = 14.0;
         let (outer, resp) = ui.allocate_exact_size(self.size, Sense::click());
         let label = format!("heatmap {} x {}", self.row_name, self.col_name);
         resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Figure, true, &label));
         let rect = Rect::from_min_max(
-            outer.min + Vec2::new(left, 0.0),
+            outer.min + Vec2::new(left, top),
             outer.max - Vec2::new(0.0, bottom),
         );
         if self.rows == 0 || self.cols == 0 || self.values.len() < self.rows * self.cols {
@@ -312,16 +329,20 @@ impl<'a> Heatmap<'a> {
         let rs = tick(self.rows, ch, 16.0);
         for r in (0..self.rows).step_by(rs) {
             let y = rect.min.y + (r as f32 + 0.5) * ch;
+            let label = match self.row_labels {
+                Some(l) if r < l.len() => l[r].to_string(),
+                _ => r.to_string(),
+            };
             p.text(
                 Pos2::new(rect.min.x - 3.0, y),
                 Align2::RIGHT_CENTER,
-                r,
+                label,
                 font.clone(),
                 text_color,
             );
         }
         p.text(
-            Pos2::new(outer.min.x, rect.max.y + 3.0),
+            outer.min,
             Align2::LEFT_TOP,
             format!("{} (rows)", self.row_name),
             font.clone(),
@@ -392,4 +413,30 @@ pub fn legend(ui: &mut Ui, cmap: Colormap, lo: f32, hi: f32, label: &str) {
         }
         ui.label(egui::RichText::new(hi_s).small().monospace());
     });
+}
+
+/// Grid marks at integers (experts, exponents): a step of 1, 2, 4, 5, 8, 10, ... chosen so
+/// labels stay about 40 points apart, so every bar of a small chart gets its own label.
+pub fn int_grid(input: egui_plot::GridInput) -> Vec<egui_plot::GridMark> {
+    let (lo, hi) = input.bounds;
+    // base_step_size spans the plot's minimum grid spacing (8 points by default); egui_plot
+    // fades tick labels in from about 70 points apart, so aim for that.
+    let min_step = (input.base_step_size * 9.0).max(1.0);
+    let step = [
+        1.0, 2.0, 4.0, 5.0, 8.0, 10.0, 16.0, 20.0, 25.0, 32.0, 50.0, 64.0, 100.0, 128.0, 256.0,
+        512.0, 1024.0,
+    ]
+    .into_iter()
+    .find(|&s| s >= min_step)
+    .unwrap_or(min_step.ceil());
+    let mut v = (lo / step).ceil() * step;
+    let mut out = Vec::new();
+    while v <= hi && out.len() < 1000 {
+        out.push(egui_plot::GridMark {
+            value: v,
+            step_size: step,
+        });
+        v += step;
+    }
+    out
 }

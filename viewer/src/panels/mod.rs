@@ -145,6 +145,7 @@ pub fn exp_histograms(ui: &mut Ui, id: &str, stats: &[QuantStats]) {
                     .include_x(lo as f64 - 0.6)
                     .include_x(hi as f64 + 0.6)
                     .x_axis_label("scale exponent")
+                    .x_grid_spacer(crate::widgets::int_grid)
                     .show(ui, |p| p.bar_chart(chart));
             });
         }

@@ -114,6 +114,7 @@ pub fn show(ui: &mut Ui, v: &RoutingView) {
                 .allow_boxed_zoom(false)
                 .include_y(0.0)
                 .x_axis_label("expert")
+                .x_grid_spacer(crate::widgets::int_grid)
                 .y_axis_label("tokens")
                 .show(ui, |p| {
                     p.bar_chart(chart);

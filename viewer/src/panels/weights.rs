@@ -55,10 +55,12 @@ pub fn show(ui: &mut Ui, v: Option<&WeightView>, st: &mut WeightsUi) {
     ui.label(RichText::new("Relative error per expert (rows: scale rule)").strong());
     legend(ui, Colormap::Inferno, 0.0, hi, "rel. error");
     let w = ui.available_width().min(1200.0) - 8.0;
+    let rule_names: Vec<&str> = rules.iter().map(|r| r.name()).collect();
     let (resp, hovered) = Heatmap::new(("w-expert", st.tensor), rules.len(), ne, &per_expert)
+        .row_labels(&rule_names)
         .range(0.0, hi)
         .cmap(Colormap::Inferno)
-        .size(Vec2::new(w, 5.0 * 20.0 + 28.0))
+        .size(Vec2::new(w, 5.0 * 20.0 + 42.0))
         .names("rule", "expert")
         .marked(&|_, e| e == st.expert)
         .show(ui, |ui, r, e| {
@@ -72,11 +74,6 @@ pub fn show(ui: &mut Ui, v: Option<&WeightView>, st: &mut WeightsUi) {
                 }
             }
         });
-    ui.horizontal(|ui| {
-        for (i, r) in rules.iter().enumerate() {
-            ui.colored_label(rule_color(*r), format!("row {i}: {}", r.name()));
-        }
-    });
     if resp.clicked() {
         if let Some((_, e)) = hovered {
             st.expert = e;
