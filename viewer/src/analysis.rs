@@ -10,7 +10,8 @@
 
 use mxmoe::backend::{Backend, BackendKind};
 use mxmoe::format::{
-    dequantize_block, e8m0_to_f32, quantize_block, MxFormat, MxTensor, ScaleMode, BLOCK,
+    decode_elem_f64, dequantize_block, e8m0_to_f32, quantize_block, MxFormat, MxTensor,
+    ScaleMode, BLOCK, SCALE_NAN,
 };
 use mxmoe::moe::reference::{assignments_by_expert, swiglu_oai};
 use mxmoe::moe::routing::scores;
@@ -231,6 +232,8 @@ pub struct QuantStats {
     /// Share of saturated (clipped) elements.
     pub saturated: f64,
     pub n_saturated: u64,
+    /// Blocks holding NaN/Inf (scale byte 0xFF): left out of the error sums.
+    pub nonfinite_blocks: u64,
     /// Blocks per E8M0 byte (index = byte; exponent = byte - 127).
     pub scale_hist: Vec<u64>,
     /// Relative error per group (per expert for weights, per token / token-expert for activations).
@@ -248,14 +251,15 @@ impl QuantStats {
     }
     /// The exponent range that holds any block, for the histogram's axis.
     pub fn exp_range(&self) -> Option<(i32, i32)> {
-        let lo = self.scale_hist.iter().position(|&n| n > 0)?;
-        let hi = self.scale_hist.iter().rposition(|&n| n > 0)?;
+        let lo = self.scale_hist[..255].iter().position(|&n| n > 0)?;
+        let hi = self.scale_hist[..255].iter().rposition(|&n| n > 0)?;
         Some((lo as i32 - 127, hi as i32 - 127))
     }
 }
 
 #[derive(Default)]
 struct Part {
+    nonfinite: u64,
     err2: f64,
     x2: f64,
     max_abs: f64,
@@ -266,6 +270,12 @@ struct Part {
 
 impl Part {
     fn add_block(&mut self, fmt_max: f64, x: &[f32], q: &[f32], byte: u8) {
+        if byte == SCALE_NAN {
+            // A block holding NaN/Inf: it has no error to speak of; shown as NaN (magenta).
+            self.nonfinite += 1;
+            self.block_rel.push(f32::NAN);
+            return;
+        }
         let scale = e8m0_to_f32(byte) as f64;
         let (mut e2, mut x2) = (0f64, 0f64);
         for (&a, &b) in x.iter().zip(q) {
@@ -308,6 +318,10 @@ pub fn quant_stats(
 ) -> QuantStats {
     let group_len = k * rows_per_group;
     let fmt_max = format.spec().max_normal;
+    let mut lut = [0f32; 256];
+    for (c, v) in lut.iter_mut().enumerate().take(format.spec().n_codes() as usize) {
+        *v = decode_elem_f64(format, c as u8) as f32;
+    }
     let parts: Vec<Part> = x
         .par_chunks(group_len)
         .enumerate()
@@ -340,7 +354,11 @@ pub fn quant_stats(
                     };
                     for xb in xs.chunks_exact(BLOCK) {
                         let byte = quantize_block(format, mode, xb, &mut codes);
-                        dequantize_block(format, &codes, byte, &mut q);
+                        // code value x 2^scale, exact in f32 (as MxTensor::dequantize_rows).
+                        let sc = e8m0_to_f32(byte);
+                        for (o, &c) in q.iter_mut().zip(&codes) {
+                            *o = lut[c as usize] * sc;
+                        }
                         p.add_block(fmt_max, xb, &q, byte);
                     }
                 }
@@ -349,7 +367,7 @@ pub fn quant_stats(
         })
         .collect();
     let mut hist = vec![0u64; 256];
-    let (mut err2, mut x2, mut max_abs, mut sat) = (0f64, 0f64, 0f64, 0u64);
+    let (mut err2, mut x2, mut max_abs, mut sat, mut nonfinite) = (0f64, 0f64, 0f64, 0u64, 0u64);
     let mut group_rel = Vec::with_capacity(parts.len());
     let mut block_rel = Vec::with_capacity(x.len() / BLOCK);
     for p in parts {
@@ -357,6 +375,7 @@ pub fn quant_stats(
         x2 += p.x2;
         max_abs = max_abs.max(p.max_abs);
         sat += p.sat;
+        nonfinite += p.nonfinite;
         for (h, n) in hist.iter_mut().zip(&p.hist) {
             *h += n;
         }
@@ -373,6 +392,7 @@ pub fn quant_stats(
         max_abs,
         saturated: sat as f64 / x.len().max(1) as f64,
         n_saturated: sat,
+        nonfinite_blocks: nonfinite,
         scale_hist: hist,
         group_rel,
         block_rel,
@@ -785,13 +805,24 @@ pub fn scheme_view(
     };
     let mut rows = Vec::new();
     let n = Scheme::OCP_MX.len() + 1;
+    // Weight error per (format, stored): schemes sharing a weight format share it.
+    type Werr = ((MxFormat, bool), ((f64, f64), (f64, f64)));
+    let werr: std::cell::RefCell<Vec<Werr>> = Default::default();
     let run = |layer: &MoeLayer, label: String, stored: bool| -> Result<SchemeRow, String> {
         let t0 = Instant::now();
         let y = forward(layer, &d.hidden, &d.logits, opts).map_err(|e| e.to_string())?;
         let seconds = t0.elapsed().as_secs_f64();
         let (rel_l2, max_abs) = out_err(&y.output, &refy);
-        let a = weight_err(&layer.w13, &w13);
-        let b = weight_err(&layer.w2, &w2);
+        let key = (layer.w13.format, stored);
+        let cached = werr.borrow().iter().find(|c| c.0 == key).map(|c| c.1);
+        let (a, b) = match cached {
+            Some(ab) => ab,
+            None => {
+                let ab = (weight_err(&layer.w13, &w13), weight_err(&layer.w2, &w2));
+                werr.borrow_mut().push((key, ab));
+                ab
+            }
+        };
         Ok(SchemeRow {
             label,
             scheme: layer.scheme,

@@ -86,7 +86,11 @@ pub fn summary_grid(ui: &mut Ui, id: &str, stats: &[QuantStats], highlight: Opti
                     Some((a, b)) => format!("[{a}, {b}]"),
                     None => "-".into(),
                 });
+                if q.nonfinite_blocks > 0 {
+                ui.monospace(format!("{} ({} NaN/Inf blocks)", q.n_elems, q.nonfinite_blocks));
+            } else {
                 ui.monospace(q.n_elems.to_string());
+            }
                 ui.end_row();
             }
         });
