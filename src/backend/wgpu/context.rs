@@ -483,7 +483,7 @@ impl Context {
     pub fn upload(&self, data: &[u8]) -> wgpu::Buffer {
         let b = self.storage(data.len() as u64);
         if !data.is_empty() {
-            if data.len() % 4 == 0 {
+            if data.len().is_multiple_of(4) {
                 self.queue.write_buffer(&b, 0, data);
             } else {
                 let mut v = data.to_vec();
@@ -497,7 +497,7 @@ impl Context {
     /// An unpooled storage buffer holding `data` exactly (weights that live with a layer).
     pub fn upload_owned(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
         let mut v;
-        let bytes = if data.len() % 4 == 0 && !data.is_empty() {
+        let bytes = if data.len().is_multiple_of(4) && !data.is_empty() {
             data
         } else {
             v = data.to_vec();

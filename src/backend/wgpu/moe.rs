@@ -210,7 +210,7 @@ pub fn forward(
     // Shapes (the weight vectors of `l` are emptied, so check against a fake full layer).
     let h = l.hidden;
     let inter = l.inter;
-    if hidden.is_empty() || hidden.len() % h != 0 {
+    if hidden.is_empty() || !hidden.len().is_multiple_of(h) {
         return Err(crate::moe::MoeError::Shape(format!(
             "hidden_states has {} values, expected [M, {h}] with M >= 1",
             hidden.len()

@@ -79,7 +79,7 @@ pub fn quantize(
     shape: &[usize],
 ) -> Result<MxTensor, BackendError> {
     let k = *shape.last().ok_or(FormatError::EmptyShape)?;
-    if k == 0 || k % BLOCK != 0 {
+    if k == 0 || !k.is_multiple_of(BLOCK) {
         return Err(FormatError::NotBlockMultiple(k).into());
     }
     let n: usize = shape.iter().product();
@@ -119,7 +119,7 @@ pub fn quantize(
 pub fn dequantize(ctx: &Context, t: &MxTensor) -> Result<Vec<f32>, BackendError> {
     // Re-check the invariants (the fields are public) without copying the data.
     let k = *t.shape.last().ok_or(FormatError::EmptyShape)?;
-    if k == 0 || k % BLOCK != 0 {
+    if k == 0 || !k.is_multiple_of(BLOCK) {
         return Err(FormatError::NotBlockMultiple(k).into());
     }
     let rows = t.rows();
@@ -174,10 +174,10 @@ pub fn qdq(
     x: &[f32],
     k: usize,
 ) -> Result<Vec<f32>, BackendError> {
-    if k == 0 || k % BLOCK != 0 {
+    if k == 0 || !k.is_multiple_of(BLOCK) {
         return Err(FormatError::NotBlockMultiple(k).into());
     }
-    if x.len() % k != 0 {
+    if !x.len().is_multiple_of(k) {
         return Err(FormatError::BadLength {
             what: "qdq input",
             expected: x.len().div_ceil(k) * k,

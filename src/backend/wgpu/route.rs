@@ -30,7 +30,7 @@ pub fn check(
                 .into(),
         });
     }
-    if n_experts == 0 || logits.len() % n_experts != 0 {
+    if n_experts == 0 || !logits.len().is_multiple_of(n_experts) {
         return Err(MoeError::Shape(format!(
             "router_logits has {} values, not a multiple of the expert count {n_experts}",
             logits.len()
@@ -52,7 +52,7 @@ pub fn check(
         .into());
     }
     if let (Some(g), Some(tg)) = (cfg.n_group, cfg.topk_group) {
-        if g == 0 || n_experts % g != 0 || tg == 0 || tg > g {
+        if g == 0 || !n_experts.is_multiple_of(g) || tg == 0 || tg > g {
             return Err(MoeError::Config(format!(
                 "n_group = {g}, topk_group = {tg} do not fit {n_experts} experts"
             ))
@@ -97,6 +97,7 @@ pub fn params(cfg: &RouterConfig, m: usize, n_experts: usize) -> [u32; 8] {
 }
 
 /// Record the routing dispatch into `enc`.
+#[allow(clippy::too_many_arguments, reason = "the buffers of one dispatch")]
 pub fn record(
     ctx: &Context,
     enc: &mut wgpu::CommandEncoder,
