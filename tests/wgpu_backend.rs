@@ -570,6 +570,27 @@ fn moe_many_rows_per_expert() {
     check_moe(b, &layer, 200, 77, "200 tokens on 4 experts");
 }
 
+/// gpt-oss-like awkward sizes: H = 2880 (90 blocks: not a multiple of the 256-element GEMV
+/// chunk nor of the 128-column GEMM2 tile), I = 704, top-k-then-softmax router, swigluoai,
+/// weight-only MXFP4 with biases.
+#[test]
+fn moe_gpt_oss_like_dims() {
+    let b = gpu!("moe_gpt_oss_like_dims");
+    let mut sp = spec(
+        Scheme::new(MxFormat::Fp4E2M1, None),
+        Activation::SwigluOai,
+        4,
+        2880,
+        704,
+        2,
+    );
+    sp.bias = true;
+    sp.router.scoring = Scoring::TopkSoftmax;
+    sp.router.renormalize = false;
+    let layer = synth_layer(&sp).unwrap().layer;
+    check_moe(b, &layer, 3, 5, "gpt-oss dims");
+}
+
 /// `Intermediate::Bf16` (vLLM parity): bf16 rounding after the GEMM1 epilogue, the activation,
 /// the GEMM2 epilogue and the final sum, as the CPU reference does.
 #[test]
