@@ -843,3 +843,49 @@ fn adapters_are_listed() {
     assert!(chosen.max_storage_buffer_binding_size >= 128 << 20);
     eprintln!("enabled features: {:?}", b.info().enabled_features);
 }
+
+/// Bad inputs give errors (the CPU's messages where it has them), never panics or garbage.
+#[test]
+fn bad_inputs_are_errors() {
+    let b = gpu!("bad_inputs_are_errors");
+    let layer = synth_layer(&SynthSpec::new(Scheme::OCP_MX[0], 4, 32, 32, 2))
+        .unwrap()
+        .layer;
+    let (hs, logits) = synth_batch(3, 32, 4, 1);
+    let o = MoeOptions::default();
+    assert!(
+        b.moe(&layer, &hs, &logits[..11], o).is_err(),
+        "short logits"
+    );
+    assert!(
+        b.moe(&layer, &hs[..40], &logits, o).is_err(),
+        "ragged hidden"
+    );
+    let mut nan = logits.clone();
+    nan[5] = f32::NAN;
+    let e = b.moe(&layer, &hs, &nan, o).unwrap_err().to_string();
+    assert!(e.contains("NaN"), "{e}");
+    assert!(b
+        .qdq(MxFormat::Fp4E2M1, ScaleMode::Even, &[0.0; 48], 48)
+        .is_err());
+    assert!(b
+        .qdq(MxFormat::Fp4E2M1, ScaleMode::Even, &[0.0; 40], 32)
+        .is_err());
+    assert!(b
+        .quantize(MxFormat::Fp4E2M1, ScaleMode::Even, &[0.0; 64], &[3, 32])
+        .is_err());
+    let mut t =
+        MxTensor::quantize(MxFormat::Fp6E3M2, ScaleMode::Even, &[1.0; 64], &[2, 32]).unwrap();
+    t.data.pop();
+    assert!(b.dequantize(&t).is_err());
+    let cfg = RouterConfig {
+        top_k: 2,
+        n_group: Some(64),
+        topk_group: Some(2),
+        ..RouterConfig::default()
+    };
+    assert!(matches!(
+        b.route(&cfg, &vec![0.0; 128], 128, None),
+        Err(BackendError::Unsupported { .. })
+    ));
+}

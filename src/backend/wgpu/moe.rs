@@ -207,7 +207,7 @@ pub fn forward(
     timed: bool,
 ) -> Result<(MoeOutput, PassTimes), BackendError> {
     let l = &g.layer;
-    // Shapes (the weight vectors of `l` are emptied, so check against a fake full layer).
+    // Batch shapes (the layer itself was validated at upload).
     let h = l.hidden;
     let inter = l.inter;
     if hidden.is_empty() || !hidden.len().is_multiple_of(h) {
@@ -218,6 +218,15 @@ pub fn forward(
         .into());
     }
     let m = hidden.len() / h;
+    if logits.len() != m * l.n_experts {
+        return Err(crate::moe::MoeError::Shape(format!(
+            "router_logits has {} values, expected [M = {m}, E = {}] = {}",
+            logits.len(),
+            l.n_experts,
+            m * l.n_experts
+        ))
+        .into());
+    }
     // Batches whose activations exceed one binding (or the workgroup grid) run as several
     // submits over consecutive tokens; routing is per token, so this changes no result.
     let k = l.router.top_k;
