@@ -421,6 +421,7 @@ fn gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
 
 var<workgroup> v_buf: array<f32, 2048>; // x chunk [TG][256]; then lane partials [8][TG][32]
 var<workgroup> v_res: array<f32, 512>;  // [64 weight rows][TG]
+var<workgroup> v_lut2: array<vec2<f32>, 256>; // FP4 byte -> (low nibble value, high nibble value)
 
 // Row (within the expert) of weight-tile row wr: gemv1 maps 64 rows to the gate and up rows of
 // 32 intermediate columns starting at jb; gemv2 takes rows jb + wr.
@@ -465,6 +466,8 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
         }
     }
     var acc: array<f32, 64>; // [8 rows][TG]
+    // Pairs of FP4 values by byte (published by the first barrier of the chunk loop).
+    v_lut2[lid] = vec2<f32>(w_lut[lid & 15u], w_lut[lid >> 4u]);
     let nchunks = (kblocks + 7u) / 8u;
     for (var c = 0u; c < nchunks; c = c + 1u) {
         let e0 = (lid % 32u) * 8u;
@@ -495,10 +498,21 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
                 }
                 let sidx = (rowbase + row) * kblocks + kb;
                 let sc = w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
-                let codes = w_codes8(sidx * cb, part * 8u);
+                // Unscaled element values; the block scale multiplies each 8-term dot once.
                 var w: array<f32, 8>;
-                for (var q = 0u; q < 8u; q = q + 1u) {
-                    w[q] = w_lut[codes[q]] * sc;
+                if cb == 4u {
+                    // FP4: one word = 8 codes; a byte-indexed table gives two values per load.
+                    let wv = m_wdata[sidx * 4u + part];
+                    for (var p = 0u; p < 4u; p = p + 1u) {
+                        let pr = v_lut2[(wv >> (8u * p)) & 0xFFu];
+                        w[2u * p] = pr.x;
+                        w[2u * p + 1u] = pr.y;
+                    }
+                } else {
+                    let codes = w_codes8(sidx * cb, part * 8u);
+                    for (var q = 0u; q < 8u; q = q + 1u) {
+                        w[q] = w_lut[codes[q]];
+                    }
                 }
                 // Constant trip counts (unrolled: acc stays in registers); rows past cnt skip.
                 for (var t = 0u; t < TG; t = t + 1u) {
@@ -507,7 +521,7 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
                         for (var q = 0u; q < 8u; q = q + 1u) {
                             s = s + w[q] * xv[t * 8u + q];
                         }
-                        acc[i * TG + t] = acc[i * TG + t] + s;
+                        acc[i * TG + t] = acc[i * TG + t] + s * sc;
                     }
                 }
             }
