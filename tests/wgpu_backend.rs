@@ -778,7 +778,8 @@ fn moe_timed_forward() {
 }
 
 /// Not a correctness test: GPU pass times for a few shapes on both paths (run with
-/// `cargo test --release --test wgpu_backend -- --ignored --nocapture timing_report`).
+/// `cargo test --release --test wgpu_backend -- --ignored --nocapture timing_report`;
+/// `MXMOE_TIMING="128,2880,2880,4,1;128,2880,2880,4,256"` for model shapes).
 #[test]
 #[ignore]
 fn timing_report() {
@@ -787,14 +788,25 @@ fn timing_report() {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::F32,
     };
-    let shapes: Vec<(usize, usize, usize, usize, usize)> = match std::env::var("MXMOE_TIMING_M") {
-        Ok(v) => vec![(32, 1024, 512, 4, v.parse().unwrap())],
-        Err(_) => vec![
-            (32, 1024, 512, 4, 1),
-            (32, 1024, 512, 4, 16),
-            (32, 1024, 512, 4, 256),
-        ],
-    };
+    // MXMOE_TIMING="E,H,I,k,M[;E,H,I,k,M...]" picks the shapes (e.g. gpt-oss-120b decode:
+    // "128,2880,2880,4,1"); MXMOE_TIMING_M=M keeps the default layer with M tokens.
+    let shapes: Vec<(usize, usize, usize, usize, usize)> =
+        if let Ok(v) = std::env::var("MXMOE_TIMING") {
+            v.split(';')
+                .map(|t| {
+                    let n: Vec<usize> = t.split(',').map(|x| x.trim().parse().unwrap()).collect();
+                    (n[0], n[1], n[2], n[3], n[4])
+                })
+                .collect()
+        } else if let Ok(v) = std::env::var("MXMOE_TIMING_M") {
+            vec![(32, 1024, 512, 4, v.parse().unwrap())]
+        } else {
+            vec![
+                (32, 1024, 512, 4, 1),
+                (32, 1024, 512, 4, 16),
+                (32, 1024, 512, 4, 256),
+            ]
+        };
     for (e, h, i, k, m) in shapes {
         let layer = mxmoe::moe::synth::synth_layer_packed(&spec(
             Scheme::OCP_MX[0],
