@@ -6,7 +6,7 @@
 //           epilogue bias (+ router weight on input), activation and the intermediate QDQ
 //           (a tile holds 64 intermediate columns: two whole 32-blocks along I)
 //   gemm2   the same shape over W2 with bias and the router weight
-//   gemv1/2 the decode shape (few rows per expert): a tile of <= 8 rows x 64 weight rows, lanes
+//   gemv1/2 the decode shape (few rows per expert): a tile of <= 4 rows x 64 weight rows, lanes
 //           along K (consecutive lanes read consecutive packed words: coalesced), partial sums
 //           reduced in workgroup memory in a fixed order; same epilogues as gemm1/gemm2
 //   combine per (token, h): fp32 sum over the k slots in slot order (no float atomics)
@@ -21,7 +21,7 @@ override ACT: u32 = 0u;    // 0 silu (gate rows [0, I), up rows [I, 2I)), 1 swig
 override BF16: u32 = 0u;   // 1: round intermediates to bf16 where vLLM does (Intermediate::Bf16)
 
 const TM: u32 = 64u;       // rows (token-expert pairs) per GEMM tile
-const TG: u32 = 8u;        // rows per GEMV tile
+const TG: u32 = 4u;        // rows per GEMV tile
 override TILE_M: u32 = 32u; // rows per tile in the list built by `lists` (TM or TG)
 
 struct MoeParams {
@@ -419,8 +419,8 @@ fn gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     }
 }
 
-var<workgroup> v_buf: array<f32, 2048>; // x chunk [TG][256]; then lane partials [8][TG][32]
-var<workgroup> v_res: array<f32, 512>;  // [64 weight rows][TG]
+var<workgroup> v_x: array<vec4<f32>, 512>;  // x chunk [TG][64 vec4]; then lane partials
+var<workgroup> v_res: array<f32, 256>;       // [64 weight rows][TG]
 var<workgroup> v_lut2: array<vec2<f32>, 256>; // FP4 byte -> (low nibble value, high nibble value)
 
 // Row (within the expert) of weight-tile row wr: gemv1 maps 64 rows to the gate and up rows of
@@ -435,8 +435,55 @@ fn v_row(is1: bool, wr: u32, jb: u32, inter: u32) -> u32 {
     return 2u * jb + wr;
 }
 
-// v_res[wr * TG + t] = sum_k W[row(wr), k] * x[t, k] for the tile's cnt rows.
+// The 8 unscaled weight values of elements el0..el0+7 of the block starting at word wb.
+struct W8 {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+
+fn v_w8(wb: u32, el0: u32) -> W8 {
+    let cb = mx_spec(WFMT).code_bits;
+    if cb == 4u {
+        // FP4: one word = 8 codes; a byte-indexed table gives two values per load.
+        let wv = m_wdata[wb + el0 / 8u];
+        let p0 = v_lut2[wv & 0xFFu];
+        let p1 = v_lut2[(wv >> 8u) & 0xFFu];
+        let p2 = v_lut2[(wv >> 16u) & 0xFFu];
+        let p3 = v_lut2[wv >> 24u];
+        return W8(vec4<f32>(p0, p1), vec4<f32>(p2, p3));
+    }
+    let c = w_codes8(wb, el0);
+    return W8(
+        vec4<f32>(w_lut[c[0]], w_lut[c[1]], w_lut[c[2]], w_lut[c[3]]),
+        vec4<f32>(w_lut[c[4]], w_lut[c[5]], w_lut[c[6]], w_lut[c[7]]),
+    );
+}
+
+// One weight row's partial dot with the TG = 4 staged x rows (x0..x3: lo/hi halves of this
+// lane's 8 elements), scaled once by the block scale. Zero for rows out of range.
+fn v_rowdot(row: u32, nrows: u32, rowbase: u32, kblocks: u32, kb: u32, el0: u32,
+            xl: array<vec4<f32>, 4>, xh: array<vec4<f32>, 4>) -> vec4<f32> {
+    if row >= nrows {
+        return vec4<f32>(0.0);
+    }
+    let cb = mx_spec(WFMT).code_bits;
+    let sidx = (rowbase + row) * kblocks + kb;
+    let sc = w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
+    let w = v_w8(sidx * cb, el0);
+    return vec4<f32>(
+        dot(w.lo, xl[0]) + dot(w.hi, xh[0]),
+        dot(w.lo, xl[1]) + dot(w.hi, xh[1]),
+        dot(w.lo, xl[2]) + dot(w.hi, xh[2]),
+        dot(w.lo, xl[3]) + dot(w.hi, xh[3]),
+    ) * sc;
+}
+
+// v_res[wr * TG + t] = sum_k W[row(wr), k] * x[t, k] for the tile's cnt (<= TG = 4) rows.
 // gemv1: x rows are gathered tokens of m_x (K = H); gemv2: rows start + t of m_x (K = I).
+// Thread (r = lid / 32, lane): weight rows r + 8i (i < 8), lanes along K (8 elements each of
+// 8 consecutive blocks per 256-element chunk: consecutive lanes read consecutive words).
+// Everything per thread lives in named vectors (no dynamically indexed private arrays, which
+// compilers may put in memory).
 fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
     let h = mp.hidden;
     let inter = mp.inter;
@@ -449,15 +496,15 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
         per_e = 2u * inter;
     }
     let kblocks = kk / 32u;
-    let cb = mx_spec(WFMT).code_bits;
     let rowbase = (e - mp.e0) * per_e;
     let r = lid / 32u;
     let lane = lid % 32u;
     let b = lane / 4u;
     let part = lane % 4u;
-    // The x row each staging thread loads (t = lid / 32).
-    let st = lid / 32u;
-    var xoff = 0u;
+    // Staging role: token st, elements e4*4 .. +3 of the chunk.
+    let st = lid / 64u;
+    let e4 = lid % 64u;
+    var xoff = 0xFFFFFFFFu;
     if st < cnt {
         if is1 {
             xoff = (m_rows[start + st] / mp.top_k) * kk;
@@ -465,81 +512,63 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
             xoff = (start + st) * kk;
         }
     }
-    var acc: array<f32, 64>; // [8 rows][TG]
-    // Pairs of FP4 values by byte (published by the first barrier of the chunk loop).
     v_lut2[lid] = vec2<f32>(w_lut[lid & 15u], w_lut[lid >> 4u]);
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    var a4 = vec4<f32>(0.0);
+    var a5 = vec4<f32>(0.0);
+    var a6 = vec4<f32>(0.0);
+    var a7 = vec4<f32>(0.0);
     let nchunks = (kblocks + 7u) / 8u;
     for (var c = 0u; c < nchunks; c = c + 1u) {
-        let e0 = (lid % 32u) * 8u;
-        for (var q = 0u; q < 8u; q = q + 1u) {
-            let k = c * 256u + e0 + q;
-            var v = 0.0;
-            if st < cnt && k < kk {
-                v = m_x[xoff + k];
-            }
-            v_buf[st * 256u + e0 + q] = v;
+        var xv = vec4<f32>(0.0);
+        let k = c * 256u + e4 * 4u;
+        if xoff != 0xFFFFFFFFu && k < kk {
+            xv = vec4<f32>(m_x[xoff + k], m_x[xoff + k + 1u], m_x[xoff + k + 2u], m_x[xoff + k + 3u]);
         }
+        v_x[st * 64u + e4] = xv;
         workgroupBarrier();
         let kb = c * 8u + b;
         if kb < kblocks {
-            // This lane's 8 x values of every row, read once for all 8 weight rows.
-            var xv: array<f32, 64>;
-            for (var t = 0u; t < TG; t = t + 1u) {
-                if t < cnt {
-                    for (var q = 0u; q < 8u; q = q + 1u) {
-                        xv[t * 8u + q] = v_buf[t * 256u + b * 32u + part * 8u + q];
-                    }
-                }
-            }
-            for (var i = 0u; i < 8u; i = i + 1u) {
-                let row = v_row(is1, r + 8u * i, jb, inter);
-                if row >= nrows {
-                    continue;
-                }
-                let sidx = (rowbase + row) * kblocks + kb;
-                let sc = w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
-                // Unscaled element values; the block scale multiplies each 8-term dot once.
-                var w: array<f32, 8>;
-                if cb == 4u {
-                    // FP4: one word = 8 codes; a byte-indexed table gives two values per load.
-                    let wv = m_wdata[sidx * 4u + part];
-                    for (var p = 0u; p < 4u; p = p + 1u) {
-                        let pr = v_lut2[(wv >> (8u * p)) & 0xFFu];
-                        w[2u * p] = pr.x;
-                        w[2u * p + 1u] = pr.y;
-                    }
-                } else {
-                    let codes = w_codes8(sidx * cb, part * 8u);
-                    for (var q = 0u; q < 8u; q = q + 1u) {
-                        w[q] = w_lut[codes[q]];
-                    }
-                }
-                // Constant trip counts (unrolled: acc stays in registers); rows past cnt skip.
-                for (var t = 0u; t < TG; t = t + 1u) {
-                    if t < cnt {
-                        var s = 0.0;
-                        for (var q = 0u; q < 8u; q = q + 1u) {
-                            s = s + w[q] * xv[t * 8u + q];
-                        }
-                        acc[i * TG + t] = acc[i * TG + t] + s * sc;
-                    }
-                }
-            }
+            let xi = b * 8u + part * 2u;
+            let xl = array<vec4<f32>, 4>(v_x[xi], v_x[64u + xi], v_x[128u + xi], v_x[192u + xi]);
+            let xh = array<vec4<f32>, 4>(v_x[xi + 1u], v_x[65u + xi], v_x[129u + xi], v_x[193u + xi]);
+            let el0 = part * 8u;
+            a0 = a0 + v_rowdot(v_row(is1, r, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
+            a1 = a1 + v_rowdot(v_row(is1, r + 8u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
+            a2 = a2 + v_rowdot(v_row(is1, r + 16u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
+            a3 = a3 + v_rowdot(v_row(is1, r + 24u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
+            a4 = a4 + v_rowdot(v_row(is1, r + 32u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
+            a5 = a5 + v_rowdot(v_row(is1, r + 40u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
+            a6 = a6 + v_rowdot(v_row(is1, r + 48u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
+            a7 = a7 + v_rowdot(v_row(is1, r + 56u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
         }
         workgroupBarrier();
     }
-    // Reduce the 32 lanes of each row group, row by row, in a fixed order.
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        for (var t = 0u; t < TG; t = t + 1u) {
-            v_buf[(r * TG + t) * 32u + lane] = acc[i * TG + t];
+    // Reduce the 32 lanes of each (row, token) in a fixed order, two rows per round.
+    for (var round = 0u; round < 4u; round = round + 1u) {
+        var p0: vec4<f32>;
+        var p1: vec4<f32>;
+        switch round {
+            case 0u: { p0 = a0; p1 = a1; }
+            case 1u: { p0 = a2; p1 = a3; }
+            case 2u: { p0 = a4; p1 = a5; }
+            default: { p0 = a6; p1 = a7; }
         }
+        v_x[(r * 2u) * 32u + lane] = p0;
+        v_x[(r * 2u + 1u) * 32u + lane] = p1;
         workgroupBarrier();
-        if lane < TG {
+        if lid < 64u {
+            let rr = lid / 8u;       // row group
+            let ii = (lid / 4u) % 2u; // which of the round's two rows
+            let t = lid % 4u;         // token
             var s = 0.0;
             for (var l = 0u; l < 32u; l = l + 1u) {
-                s = s + v_buf[(r * TG + lane) * 32u + l];
+                s = s + v_x[(rr * 2u + ii) * 32u + l][t];
             }
-            v_res[(r + 8u * i) * TG + lane] = s;
+            v_res[(rr + 8u * (2u * round + ii)) * TG + t] = s;
         }
         workgroupBarrier();
     }
@@ -558,7 +587,8 @@ fn gemv1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     let inter = mp.inter;
     let jb = wid.y * 32u;
     v_core(lid, true, e, start, cnt, jb);
-    let t = lid / 32u;
+    let t = min(lid / 32u, TG - 1u); // threads of t >= TG duplicate row TG-1 and never store
+    let tv = lid / 32u < cnt;
     let c = lid % 32u;
     let j = jb + c;
     var gi: u32;
@@ -582,7 +612,7 @@ fn gemv1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
         g = g + m_bias[e * 2u * inter + grow];
         u = u + m_bias[e * 2u * inter + urow];
     }
-    if mp.on_input != 0u && t < cnt {
+    if mp.on_input != 0u && tv {
         let rw = m_topw[m_rows[start + t]];
         g = g * rw;
         u = u * rw;
@@ -592,11 +622,11 @@ fn gemv1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
         atomicStore(&g_amax[lid], 0u);
     }
     workgroupBarrier();
-    if AFMT != 255u {
+    if AFMT != 255u && tv {
         atomicMax(&g_amax[t], val & 0x7FFFFFFFu);
     }
     workgroupBarrier();
-    if t < cnt {
+    if tv {
         if AFMT != 255u {
             let byte = mx_scale_byte(AFMT, AMODE, atomicLoad(&g_amax[t]));
             var code = 0u;

@@ -16,7 +16,7 @@ use crate::moe::{Activation, Intermediate, MoeLayer, MoeOptions, MoeOutput, Rout
 
 /// Rows per GEMM tile (TM in moe.wgsl) and per GEMV tile (TG).
 const TM: usize = 64;
-const TG: usize = 8;
+const TG: usize = 4;
 
 /// Which expert kernels a forward uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -26,12 +26,12 @@ pub enum MoePath {
     Auto,
     /// Grouped GEMM: tiles of 64 rows x 64 intermediate (gemm1) / 128 output (gemm2) columns.
     Gemm,
-    /// Grouped GEMV: tiles of 8 rows, lanes along K, weights streamed once per tile.
+    /// Grouped GEMV: tiles of 4 rows, lanes along K, weights streamed once per tile.
     Gemv,
 }
 
 /// Auto picks the GEMV while the pairs are at most this many per local expert on average
-/// (tiles of 8 rows then read each expert's weights about once).
+/// (tiles of 4 rows then read each expert's weights about once).
 const GEMV_PAIRS_PER_EXPERT: usize = 4;
 /// Intermediate columns per gemm1 workgroup, output columns per gemm2 workgroup, and the same
 /// for the GEMV kernels.
