@@ -211,46 +211,61 @@ fn g_load_w8(row: u32, kblocks: u32, k0: u32, col: u32, valid: bool) {
     }
 }
 
-// The shared k-loop of gemm1/gemm2: acc[i][j] (i = 4 rows, j = 8 columns: tx*4+0..3 of each
-// half) += x[row] . W[col]. x rows come from m_x at xoff (0xFFFFFFFF = no row);
-// the weight tile column of tile row wr is wcol(wr), its chunk row wrow, valid wv.
-fn g_kloop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: bool) -> array<f32, 32> {
+// The accumulators of one gemm thread: rows ty*4+i (i = 0..3), columns tx*4+0..3 of the low
+// (l) and high (h) halves of the 128-column weight tile. Named vectors, no arrays: dynamically
+// indexed private arrays may live in memory.
+struct Acc {
+    r0l: vec4<f32>,
+    r0h: vec4<f32>,
+    r1l: vec4<f32>,
+    r1h: vec4<f32>,
+    r2l: vec4<f32>,
+    r2h: vec4<f32>,
+    r3l: vec4<f32>,
+    r3h: vec4<f32>,
+}
+
+// The shared k-loop of gemm1/gemm2: x rows come from m_x at xoff (0xFFFFFFFF = no row); the
+// weight loader's chunk row is wrow, its tile column wcol, valid wv.
+fn g_kloop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: bool) -> Acc {
     let kblocks = kk_total / 32u;
     let ty = lid / 16u;
     let tx = lid % 16u;
     let xm = lid / 4u;          // x loader: row xm, k offset (lid % 4) * 4
     let xk = (lid % 4u) * 4u;
     let wk = (lid % 2u) * 8u;   // weight loader: tile row lid / 2, k offset 0 or 8
-    var acc: array<f32, 32>;
+    var c = Acc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
+                vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     for (var k0 = 0u; k0 < kk_total; k0 = k0 + BK) {
-        for (var q = 0u; q < 4u; q = q + 1u) {
-            var v = 0.0;
-            if xoff != 0xFFFFFFFFu {
-                v = m_x[xoff + k0 + xk + q];
-            }
-            g_xs[(xk + q) * 16u + xm / 4u][xm % 4u] = v;
+        var xv = vec4<f32>(0.0);
+        if xoff != 0xFFFFFFFFu {
+            let o = xoff + k0 + xk;
+            xv = vec4<f32>(m_x[o], m_x[o + 1u], m_x[o + 2u], m_x[o + 3u]);
         }
+        let xc = xm / 4u;
+        let xs = xm % 4u;
+        g_xs[(xk + 0u) * 16u + xc][xs] = xv.x;
+        g_xs[(xk + 1u) * 16u + xc][xs] = xv.y;
+        g_xs[(xk + 2u) * 16u + xc][xs] = xv.z;
+        g_xs[(xk + 3u) * 16u + xc][xs] = xv.w;
         g_load_w8(wrow, kblocks, k0 + wk, wcol, wv);
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk = kk + 1u) {
             let a = g_xs[kk * 16u + ty];
             let b0 = g_ws[kk * 32u + tx];
             let b1 = g_ws[kk * 32u + 16u + tx];
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                let ai = a[i];
-                acc[i * 8u + 0u] = acc[i * 8u + 0u] + ai * b0.x;
-                acc[i * 8u + 1u] = acc[i * 8u + 1u] + ai * b0.y;
-                acc[i * 8u + 2u] = acc[i * 8u + 2u] + ai * b0.z;
-                acc[i * 8u + 3u] = acc[i * 8u + 3u] + ai * b0.w;
-                acc[i * 8u + 4u] = acc[i * 8u + 4u] + ai * b1.x;
-                acc[i * 8u + 5u] = acc[i * 8u + 5u] + ai * b1.y;
-                acc[i * 8u + 6u] = acc[i * 8u + 6u] + ai * b1.z;
-                acc[i * 8u + 7u] = acc[i * 8u + 7u] + ai * b1.w;
-            }
+            c.r0l = c.r0l + a.x * b0;
+            c.r0h = c.r0h + a.x * b1;
+            c.r1l = c.r1l + a.y * b0;
+            c.r1h = c.r1h + a.y * b1;
+            c.r2l = c.r2l + a.z * b0;
+            c.r2h = c.r2h + a.z * b1;
+            c.r3l = c.r3l + a.w * b0;
+            c.r3h = c.r3h + a.w * b1;
         }
         workgroupBarrier();
     }
-    return acc;
+    return c;
 }
 
 fn g_act(g: f32, u: f32) -> f32 {
@@ -300,76 +315,95 @@ fn gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     }
     let wv = jb + c < inter;
     let acc = g_kloop(lid, h, xoff, (e - mp.e0) * 2u * inter + row, isup * 64u + c, wv);
-    // Epilogue: thread (ty, tx) has rows ty*4+i, columns tx*4+j (gate: acc[i*8+j], up: acc[i*8+4+j]).
+    // Epilogue: thread (ty, tx) has rows ty*4+i, columns tx*4+0..3 (gate in the low half of
+    // the tile, up in the high half).
     let ty = lid / 16u;
     let tx = lid % 16u;
     let half = tx / 8u; // which 32-block of the tile's 64 columns
-    var vals: array<u32, 16>;
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let r = ty * 4u + i;
-        var rw = 1.0;
-        if mp.on_input != 0u && r < cnt {
-            rw = m_topw[m_rows[start + r]];
-        }
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let col = jb + tx * 4u + j;
-            var g = acc[i * 8u + j];
-            var u = acc[i * 8u + 4u + j];
-            if mp.has_bias13 != 0u && col < inter {
-                var grow: u32;
-                var urow: u32;
-                if ACT == 0u {
-                    grow = col;
-                    urow = inter + col;
-                } else {
-                    grow = 2u * col;
-                    urow = 2u * col + 1u;
-                }
-                g = g + m_bias[e * 2u * inter + grow];
-                u = u + m_bias[e * 2u * inter + urow];
-            }
-            if mp.on_input != 0u {
-                g = g * rw;
-                u = u * rw;
-            }
-            vals[i * 4u + j] = bitcast<u32>(m_bf16(g_act(m_bf16(g), m_bf16(u))));
-        }
-    }
+    let v0 = g1_act4(e, start, cnt, ty * 4u + 0u, jb + tx * 4u, acc.r0l, acc.r0h);
+    let v1 = g1_act4(e, start, cnt, ty * 4u + 1u, jb + tx * 4u, acc.r1l, acc.r1h);
+    let v2 = g1_act4(e, start, cnt, ty * 4u + 2u, jb + tx * 4u, acc.r2l, acc.r2h);
+    let v3 = g1_act4(e, start, cnt, ty * 4u + 3u, jb + tx * 4u, acc.r3l, acc.r3h);
     if lid < 128u {
         atomicStore(&g_amax[lid], 0u);
     }
     workgroupBarrier();
     if AFMT != 255u {
-        for (var i = 0u; i < 4u; i = i + 1u) {
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                atomicMax(&g_amax[(ty * 4u + i) * 2u + half], vals[i * 4u + j] & 0x7FFFFFFFu);
-            }
-        }
+        atomicMax(&g_amax[(ty * 4u + 0u) * 2u + half], g_max4(v0));
+        atomicMax(&g_amax[(ty * 4u + 1u) * 2u + half], g_max4(v1));
+        atomicMax(&g_amax[(ty * 4u + 2u) * 2u + half], g_max4(v2));
+        atomicMax(&g_amax[(ty * 4u + 3u) * 2u + half], g_max4(v3));
     }
     workgroupBarrier();
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let r = ty * 4u + i;
-        if r >= cnt {
-            continue;
-        }
-        var byte = 0u;
-        if AFMT != 255u {
-            byte = mx_scale_byte(AFMT, AMODE, atomicLoad(&g_amax[r * 2u + half]));
-        }
+    g1_store(start, cnt, ty * 4u + 0u, half, jb + tx * 4u, v0);
+    g1_store(start, cnt, ty * 4u + 1u, half, jb + tx * 4u, v1);
+    g1_store(start, cnt, ty * 4u + 2u, half, jb + tx * 4u, v2);
+    g1_store(start, cnt, ty * 4u + 3u, half, jb + tx * 4u, v3);
+}
+
+// Largest |x| of four f32 bit patterns.
+fn g_max4(v: vec4<u32>) -> u32 {
+    let m = v & vec4<u32>(0x7FFFFFFFu);
+    return max(max(m.x, m.y), max(m.z, m.w));
+}
+
+// gemm1 epilogue for tile row r, intermediate columns col0..col0+3: bias, router weight on
+// input, bf16 points, activation; f32 bits.
+fn g1_act4(e: u32, start: u32, cnt: u32, r: u32, col0: u32, gate: vec4<f32>, up: vec4<f32>) -> vec4<u32> {
+    let inter = mp.inter;
+    var g = gate;
+    var u = up;
+    if mp.has_bias13 != 0u {
         for (var j = 0u; j < 4u; j = j + 1u) {
-            let col = jb + tx * 4u + j;
-            if col >= inter {
-                continue;
+            let col = min(col0 + j, inter - 1u);
+            var grow: u32;
+            var urow: u32;
+            if ACT == 0u {
+                grow = col;
+                urow = inter + col;
+            } else {
+                grow = 2u * col;
+                urow = 2u * col + 1u;
             }
-            var v = vals[i * 4u + j];
+            g[j] = g[j] + m_bias[e * 2u * inter + grow];
+            u[j] = u[j] + m_bias[e * 2u * inter + urow];
+        }
+    }
+    if mp.on_input != 0u && r < cnt {
+        let rw = m_topw[m_rows[start + r]];
+        g = g * rw;
+        u = u * rw;
+    }
+    return vec4<u32>(
+        bitcast<u32>(m_bf16(g_act(m_bf16(g.x), m_bf16(u.x)))),
+        bitcast<u32>(m_bf16(g_act(m_bf16(g.y), m_bf16(u.y)))),
+        bitcast<u32>(m_bf16(g_act(m_bf16(g.z), m_bf16(u.z)))),
+        bitcast<u32>(m_bf16(g_act(m_bf16(g.w), m_bf16(u.w)))),
+    );
+}
+
+// The intermediate QDQ of tile row r (block amax in g_amax) and the store.
+fn g1_store(start: u32, cnt: u32, r: u32, half: u32, col0: u32, v: vec4<u32>) {
+    let inter = mp.inter;
+    if r >= cnt {
+        return;
+    }
+    var byte = 0u;
+    if AFMT != 255u {
+        byte = mx_scale_byte(AFMT, AMODE, atomicLoad(&g_amax[r * 2u + half]));
+    }
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        let col = col0 + j;
+        if col < inter {
+            var o = v[j];
             if AFMT != 255u {
                 var code = 0u;
                 if byte != 255u {
-                    code = mx_encode(AFMT, v, i32(byte) - 127);
+                    code = mx_encode(AFMT, o, i32(byte) - 127);
                 }
-                v = mx_dequant_bits(AFMT, code, byte);
+                o = mx_dequant_bits(AFMT, code, byte);
             }
-            m_out[(start + r) * inter + col] = v;
+            m_out[(start + r) * inter + col] = o;
         }
     }
 }
@@ -397,24 +431,34 @@ fn gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     let acc = g_kloop(lid, inter, xoff, (e - mp.e0) * h + nb + wr, wr, wv);
     let ty = lid / 16u;
     let tx = lid % 16u;
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let r = ty * 4u + i;
-        if r >= cnt {
-            continue;
-        }
-        let a = m_rows[start + r];
-        for (var j = 0u; j < 8u; j = j + 1u) {
-            let n = nb + (j / 4u) * 64u + tx * 4u + (j % 4u);
-            if n < h {
-                var v = acc[i * 8u + j];
-                if mp.has_bias2 != 0u {
-                    v = v + m_bias[e * h + n];
-                }
-                if mp.on_input == 0u {
-                    v = v * m_topw[a];
-                }
-                m_out[(start + r) * h + n] = bitcast<u32>(m_bf16(v));
+    g2_store(e, start, cnt, ty * 4u + 0u, nb + tx * 4u, acc.r0l, acc.r0h);
+    g2_store(e, start, cnt, ty * 4u + 1u, nb + tx * 4u, acc.r1l, acc.r1h);
+    g2_store(e, start, cnt, ty * 4u + 2u, nb + tx * 4u, acc.r2l, acc.r2h);
+    g2_store(e, start, cnt, ty * 4u + 3u, nb + tx * 4u, acc.r3l, acc.r3h);
+}
+
+// gemm2 epilogue for tile row r: columns n0..n0+3 (lo) and n0+64.. (hi): bias, router weight.
+fn g2_store(e: u32, start: u32, cnt: u32, r: u32, n0: u32, lo: vec4<f32>, hi: vec4<f32>) {
+    let h = mp.hidden;
+    if r >= cnt {
+        return;
+    }
+    let a = m_rows[start + r];
+    var w = 1.0;
+    if mp.on_input == 0u {
+        w = m_topw[a];
+    }
+    for (var j = 0u; j < 8u; j = j + 1u) {
+        let n = n0 + (j / 4u) * 64u + (j % 4u);
+        if n < h {
+            var v = select(lo[j % 4u], hi[j % 4u], j >= 4u);
+            if mp.has_bias2 != 0u {
+                v = v + m_bias[e * h + n];
             }
+            if mp.on_input == 0u {
+                v = v * w;
+            }
+            m_out[(start + r) * h + n] = bitcast<u32>(m_bf16(v));
         }
     }
 }
