@@ -60,6 +60,7 @@ var<workgroup> g_xs: array<vec4<f32>, 256>; // [BK][64 rows / 4]
 var<workgroup> g_ws: array<vec4<f32>, 512>; // [BK][128 weight columns / 4]
 var<workgroup> g_tile: vec4<u32>;
 var<workgroup> w_lut: array<f32, 256>; // element value of every weight code (scale 1), exact
+var<workgroup> v_lut2: array<vec2<f32>, 256>; // FP4 byte -> (low nibble value, high nibble value)
 var<workgroup> g_amax: array<atomic<u32>, 128>; // gemm1: [64 rows][2 blocks]; gemv1: [8 rows]
 
 // Round to bf16 (RNE on the bits, NaN stays NaN) when BF16 is set; identity otherwise.
@@ -144,6 +145,10 @@ fn w_scale(byte: u32) -> f32 {
 // code table (the barrier inside workgroupUniformLoad publishes it).
 fn g_load_tile(lid: u32, slot: u32) -> vec4<u32> {
     w_lut[lid] = bitcast<f32>(mx_dequant_bits(WFMT, lid, 127u));
+    v_lut2[lid] = vec2<f32>(
+        bitcast<f32>(mx_dequant_bits(WFMT, lid & 15u, 127u)),
+        bitcast<f32>(mx_dequant_bits(WFMT, lid >> 4u, 127u)),
+    );
     if lid == 0u {
         var t = vec4<u32>(0u, 0u, 0u, 0u);
         if slot < m_tiles[0] {
@@ -160,55 +165,41 @@ fn g_load_tile(lid: u32, slot: u32) -> vec4<u32> {
 // g_xs[k][m] and g_ws[k][n] are k-major so the inner loop reads whole vec4s.
 const BK: u32 = 16u;
 
-// The 8 codes of elements el0..el0+7 (el0 a multiple of 8) of the block whose first word is
-// wb: at most three word loads (8 codes span 32, 48 or 64 bits).
-fn w_codes8(wb: u32, el0: u32) -> array<u32, 8> {
-    let cb = mx_spec(WFMT).code_bits;
-    let bit0 = el0 * cb;
-    let wi = wb + bit0 / 32u;
-    let b0 = bit0 % 32u;
-    let end = b0 + 8u * cb;
-    let w0 = m_wdata[wi];
-    var w1 = 0u;
-    var w2 = 0u;
-    if end > 32u {
-        w1 = m_wdata[wi + 1u];
+// The code at bit `bit` (< 96) of the three words w0, w1, w2 (a little-endian bit stream).
+fn w_code3(w0: u32, w1: u32, w2: u32, bit: u32, cb: u32) -> u32 {
+    if bit < 32u {
+        return mx_code_at(w0, w1, bit, cb);
     }
-    if end > 64u {
-        w2 = m_wdata[wi + 2u];
+    if bit < 64u {
+        return mx_code_at(w1, w2, bit - 32u, cb);
     }
-    var out: array<u32, 8>;
-    for (var q = 0u; q < 8u; q = q + 1u) {
-        let bit = b0 + q * cb;
-        if bit < 32u {
-            out[q] = mx_code_at(w0, w1, bit, cb);
-        } else if bit < 64u {
-            out[q] = mx_code_at(w1, w2, bit - 32u, cb);
-        } else {
-            out[q] = mx_code_at(w2, 0u, bit - 64u, cb);
-        }
-    }
-    return out;
+    return mx_code_at(w2, 0u, bit - 64u, cb);
 }
 
 // Decode 8 consecutive weights of chunk row `row` (elements k0..k0+7, k0 a multiple of 8) into
 // column `col` of g_ws (zeros when the row is out of range).
 fn g_load_w8(row: u32, kblocks: u32, k0: u32, col: u32, valid: bool) {
-    if !valid {
-        for (var q = 0u; q < 8u; q = q + 1u) {
-            let kk = (k0 % BK) + q;
-            g_ws[kk * 32u + col / 4u][col % 4u] = 0.0;
-        }
-        return;
+    var lo = vec4<f32>(0.0);
+    var hi = vec4<f32>(0.0);
+    if valid {
+        let cb = mx_spec(WFMT).code_bits;
+        let sidx = row * kblocks + k0 / 32u;
+        let sc = w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
+        let w = v_w8(sidx * cb, k0 % 32u);
+        lo = w.lo * sc;
+        hi = w.hi * sc;
     }
-    let cb = mx_spec(WFMT).code_bits;
-    let sidx = row * kblocks + k0 / 32u;
-    let sc = w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
-    let codes = w_codes8(sidx * cb, k0 % 32u);
-    for (var q = 0u; q < 8u; q = q + 1u) {
-        let kk = (k0 % BK) + q;
-        g_ws[kk * 32u + col / 4u][col % 4u] = w_lut[codes[q]] * sc;
-    }
+    let kk = k0 % BK;
+    let ci = col / 4u;
+    let cs = col % 4u;
+    g_ws[(kk + 0u) * 32u + ci][cs] = lo.x;
+    g_ws[(kk + 1u) * 32u + ci][cs] = lo.y;
+    g_ws[(kk + 2u) * 32u + ci][cs] = lo.z;
+    g_ws[(kk + 3u) * 32u + ci][cs] = lo.w;
+    g_ws[(kk + 4u) * 32u + ci][cs] = hi.x;
+    g_ws[(kk + 5u) * 32u + ci][cs] = hi.y;
+    g_ws[(kk + 6u) * 32u + ci][cs] = hi.z;
+    g_ws[(kk + 7u) * 32u + ci][cs] = hi.w;
 }
 
 // The accumulators of one gemm thread: rows ty*4+i (i = 0..3), columns tx*4+0..3 of the low
@@ -465,7 +456,6 @@ fn g2_store(e: u32, start: u32, cnt: u32, r: u32, n0: u32, lo: vec4<f32>, hi: ve
 
 var<workgroup> v_x: array<vec4<f32>, 512>;  // x chunk [TG][64 vec4]; then lane partials
 var<workgroup> v_res: array<f32, 256>;       // [64 weight rows][TG]
-var<workgroup> v_lut2: array<vec2<f32>, 256>; // FP4 byte -> (low nibble value, high nibble value)
 
 // Row (within the expert) of weight-tile row wr: gemv1 maps 64 rows to the gate and up rows of
 // 32 intermediate columns starting at jb; gemv2 takes rows jb + wr.
@@ -496,10 +486,33 @@ fn v_w8(wb: u32, el0: u32) -> W8 {
         let p3 = v_lut2[wv >> 24u];
         return W8(vec4<f32>(p0, p1), vec4<f32>(p2, p3));
     }
-    let c = w_codes8(wb, el0);
+    // FP6 / FP8 / INT8: 8 codes span 48 or 64 bits, at most three words.
+    let bit0 = el0 * cb;
+    let wi = wb + bit0 / 32u;
+    let b0 = bit0 % 32u;
+    let end = b0 + 8u * cb;
+    let w0 = m_wdata[wi];
+    var w1 = 0u;
+    var w2 = 0u;
+    if end > 32u {
+        w1 = m_wdata[wi + 1u];
+    }
+    if end > 64u {
+        w2 = m_wdata[wi + 2u];
+    }
     return W8(
-        vec4<f32>(w_lut[c[0]], w_lut[c[1]], w_lut[c[2]], w_lut[c[3]]),
-        vec4<f32>(w_lut[c[4]], w_lut[c[5]], w_lut[c[6]], w_lut[c[7]]),
+        vec4<f32>(
+            w_lut[w_code3(w0, w1, w2, b0, cb)],
+            w_lut[w_code3(w0, w1, w2, b0 + cb, cb)],
+            w_lut[w_code3(w0, w1, w2, b0 + 2u * cb, cb)],
+            w_lut[w_code3(w0, w1, w2, b0 + 3u * cb, cb)],
+        ),
+        vec4<f32>(
+            w_lut[w_code3(w0, w1, w2, b0 + 4u * cb, cb)],
+            w_lut[w_code3(w0, w1, w2, b0 + 5u * cb, cb)],
+            w_lut[w_code3(w0, w1, w2, b0 + 6u * cb, cb)],
+            w_lut[w_code3(w0, w1, w2, b0 + 7u * cb, cb)],
+        ),
     );
 }
 
@@ -556,7 +569,6 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
             xoff = (start + st) * kk;
         }
     }
-    v_lut2[lid] = vec2<f32>(w_lut[lid & 15u], w_lut[lid >> 4u]);
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
