@@ -116,7 +116,7 @@ pub fn record(
     });
     pass.set_pipeline(&pipe);
     pass.set_bind_group(0, &bg, &[]);
-    let (x, y) = ctx.grid(m.div_ceil(64) as u32);
+    let (x, y) = ctx.grid(m as u32); // one workgroup per token
     pass.dispatch_workgroups(x, y, 1);
     Ok(())
 }
