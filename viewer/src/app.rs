@@ -7,6 +7,7 @@
 
 use crate::analysis::{self, ActView, BackendView, Dataset, RoutingView, SchemeView, WeightView};
 use crate::data::{self, Source, SynthParams};
+use mxmoe::moe::synth::SynthLayer;
 use crate::panels;
 use eframe::egui::{self, Color32, RichText, Ui};
 use std::path::{Path, PathBuf};
@@ -216,6 +217,10 @@ fn slot<T>(r: Result<Result<T, String>, String>) -> Slot<T> {
 }
 
 fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui::Context) {
+    // The last synthetic layer and its weight view: changing only the router settings or the
+    // tokens reuses them (the weights are most of the work).
+    let mut synth_cache: Option<(data::SynthKey, Arc<SynthLayer>, Option<Slot<Option<WeightView>>>)> =
+        None;
     while let Ok(mut job) = rx.recv() {
         // Skip to the newest queued job.
         while let Ok(j) = rx.try_recv() {
@@ -245,7 +250,30 @@ fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui:
         };
         const STAGES: f32 = 6.0;
         progress("loading", 0.0);
-        let d = match guarded(|| data::load(&src)) {
+        let key = match &src {
+            Source::Synthetic(p) => Some(data::synth_key(p)),
+            Source::Files { .. } => None,
+        };
+        if synth_cache.as_ref().map(|c| Some(c.0)) != Some(key) {
+            synth_cache = None;
+        }
+        let loaded = guarded(|| -> Result<Dataset, String> {
+            match (&src, key) {
+                (Source::Synthetic(p), Some(k)) => {
+                    let base = match &synth_cache {
+                        Some((_, b, _)) => b.clone(),
+                        None => {
+                            let b = Arc::new(data::synth_base(p)?);
+                            synth_cache = Some((k, b.clone(), None));
+                            b
+                        }
+                    };
+                    data::synth_dataset(p, &base)
+                }
+                _ => data::load(&src),
+            }
+        });
+        let d = match loaded {
             Ok(Ok(d)) => Arc::new(d),
             Ok(Err(e)) | Err(e) => {
                 send(Msg::Dataset {
@@ -293,7 +321,17 @@ fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui:
             continue;
         }
         progress("weight error under 4 scale modes", 3.0 / STAGES);
-        let w = slot(guarded(|| Ok::<_, String>(analysis::weight_view(&d))));
+        let cached = synth_cache.as_ref().and_then(|c| c.2.clone());
+        let w = match cached {
+            Some(w) => w,
+            None => {
+                let w = slot(guarded(|| Ok::<_, String>(analysis::weight_view(&d))));
+                if let Some(c) = synth_cache.as_mut() {
+                    c.2 = Some(w.clone());
+                }
+                w
+            }
+        };
         mark("weights");
         send(Msg::Weights { gen, slot: w });
         if !live() {
@@ -403,6 +441,16 @@ impl ViewerApp {
         app.commands.push(Command::Load(src));
         app.apply_commands(ctx);
         app
+    }
+
+    /// Ask for `src` to be loaded and every view recomputed (applied at the end of the frame).
+    pub fn load(&mut self, src: Source) {
+        self.commands.push(Command::Load(src));
+    }
+
+    /// Whether the worker has finished the current load (every view ready or failed).
+    pub fn idle_now(&self) -> bool {
+        self.progress.is_none() && self.results.all_done()
     }
 
     /// Start the worker with nothing loaded (tests set `results` themselves).

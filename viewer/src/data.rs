@@ -2,7 +2,7 @@
 //! bundle / gpt-oss checkpoint plus a token batch on disk.
 
 use crate::analysis::Dataset;
-use mxmoe::moe::synth::{synth_batch, synth_layer, SynthSpec};
+use mxmoe::moe::synth::{synth_batch, synth_layer, SynthLayer, SynthSpec};
 use mxmoe::moe::Scoring;
 use mxmoe::scheme::Scheme;
 use std::path::PathBuf;
@@ -79,28 +79,47 @@ pub enum Source {
     },
 }
 
+/// What identifies a synthetic layer's weights: the router settings, the tokens and their
+/// count do not change them, so changing only those reuses the layer (and its weight view).
+pub type SynthKey = (Scheme, usize, usize, usize, u64);
+
+pub fn synth_key(p: &SynthParams) -> SynthKey {
+    (p.scheme, p.n_experts, p.hidden, p.inter, p.seed)
+}
+
+/// Generate the synthetic layer's weights (the expensive part: quantizing E x 3 x H x I values).
+pub fn synth_base(p: &SynthParams) -> Result<SynthLayer, String> {
+    p.check()?;
+    let mut spec = SynthSpec::new(p.scheme, p.n_experts, p.hidden, p.inter, p.top_k);
+    spec.seed = p.seed;
+    synth_layer(&spec).map_err(|e| e.to_string())
+}
+
+/// A dataset from a generated layer: `p`'s router settings and a fresh token batch.
+pub fn synth_dataset(p: &SynthParams, base: &SynthLayer) -> Result<Dataset, String> {
+    p.check()?;
+    let mut layer = base.layer.clone();
+    layer.router.top_k = p.top_k;
+    layer.router.scoring = p.scoring;
+    // gpt-oss routing: the softmax over the selected logits already sums to 1.
+    layer.router.renormalize = p.scoring != Scoring::TopkSoftmax;
+    let (hidden, logits) = synth_batch(p.tokens, p.hidden, p.n_experts, p.seed);
+    let d = Dataset {
+        source: format!("synthetic (seed {})", p.seed),
+        layer,
+        w13_orig: Some(base.w13_f32.clone()),
+        w2_orig: Some(base.w2_f32.clone()),
+        hidden,
+        logits,
+        m: p.tokens,
+    };
+    d.validate()?;
+    Ok(d)
+}
+
 pub fn load(src: &Source) -> Result<Dataset, String> {
     let d = match src {
-        Source::Synthetic(p) => {
-            p.check()?;
-            let mut spec = SynthSpec::new(p.scheme, p.n_experts, p.hidden, p.inter, p.top_k);
-            spec.router.scoring = p.scoring;
-            if p.scoring == Scoring::TopkSoftmax {
-                spec.router.renormalize = false;
-            }
-            spec.seed = p.seed;
-            let s = synth_layer(&spec).map_err(|e| e.to_string())?;
-            let (hidden, logits) = synth_batch(p.tokens, p.hidden, p.n_experts, p.seed);
-            Dataset {
-                source: format!("synthetic (seed {})", p.seed),
-                layer: s.layer,
-                w13_orig: Some(s.w13_f32),
-                w2_orig: Some(s.w2_f32),
-                hidden,
-                logits,
-                m: p.tokens,
-            }
-        }
+        Source::Synthetic(p) => return synth_dataset(p, &synth_base(p)?),
         Source::Files {
             layer,
             batch,

@@ -95,6 +95,16 @@ pub fn num(v: f64) -> String {
     }
 }
 
+/// The exact value of an f32 for tooltips: the shortest decimal that reads back to the same
+/// bits (Rust's float formatting), scientific when small or large.
+pub fn exact(v: f32) -> String {
+    if v == 0.0 || !v.is_finite() || (v.abs() >= 1e-3 && v.abs() < 1e6) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
 /// A percentage with 3 significant digits.
 pub fn pct(v: f64) -> String {
     format!("{}%", num(100.0 * v))
@@ -433,7 +443,7 @@ pub fn int_grid(input: egui_plot::GridInput) -> Vec<egui_plot::GridMark> {
     let mut out = Vec::new();
     while v <= hi && out.len() < 1000 {
         out.push(egui_plot::GridMark {
-            value: v,
+            value: v + 0.0, // -0.0 -> 0.0, so no "-0" label
             step_size: step,
         });
         v += step;

@@ -173,11 +173,11 @@ fn routing_tooltip() {
     h.run();
     let node = h.get_by_label("heatmap token x expert");
     let rect = node.rect();
-    // Token 5, expert 2 of the 24 x 8 map.
+    // Token 5, expert 2 of the 24 x 8 map (margins: 34 left, 14 top, 28 bottom).
     let p = rect.min
         + egui::vec2(
             34.0 + (rect.width() - 34.0) * (2.5 / 8.0),
-            (rect.height() - 28.0) * (5.5 / 24.0),
+            14.0 + (rect.height() - 42.0) * (5.5 / 24.0),
         );
     h.hover_at(p);
     h.run();

@@ -3,7 +3,7 @@
 
 use super::{exp_histograms, rule_color, summary_grid};
 use crate::analysis::{ActView, Rule, TensorStats};
-use crate::widgets::{legend, num, Colormap, Heatmap};
+use crate::widgets::{exact, legend, Colormap, Heatmap};
 use eframe::egui::{RichText, Ui, Vec2};
 
 #[derive(Clone, Debug, Default)]
@@ -84,8 +84,8 @@ pub fn show(ui: &mut Ui, v: &ActView, st: &mut ActsUi) {
                             let line = format!(
                                 "{:>6}: block {}  row {}",
                                 q2.rule.name(),
-                                num(q2.block_rel[r * bpr + b] as f64),
-                                num(q2.group_rel[r] as f64)
+                                exact(q2.block_rel[r * bpr + b]),
+                                exact(q2.group_rel[r])
                             );
                             if rj == ri {
                                 ui.label(RichText::new(line).monospace().strong());

@@ -1,7 +1,7 @@
 //! CPU vs GPU: the difference of the layer outputs (heatmap + numbers), or SKIPPED when no GPU.
 
 use crate::analysis::BackendView;
-use crate::widgets::{legend, num, pct, Colormap, Heatmap};
+use crate::widgets::{exact, legend, num, pct, Colormap, Heatmap};
 use eframe::egui::{self, Color32, RichText, Ui, Vec2};
 
 pub fn show(ui: &mut Ui, v: &BackendView) {
@@ -66,7 +66,7 @@ pub fn show(ui: &mut Ui, v: &BackendView) {
                 .show(ui, |ui, t, h| {
                     ui.monospace(format!(
                         "token {t}, h {h}: GPU - CPU = {}",
-                        num(d.diff[t * d.h + h] as f64)
+                        exact(d.diff[t * d.h + h])
                     ));
                 });
         }

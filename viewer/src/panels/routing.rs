@@ -2,7 +2,7 @@
 //! expert load with imbalance figures, and each token's top-k weights on hover.
 
 use crate::analysis::RoutingView;
-use crate::widgets::{legend, num, pct, Colormap, Heatmap};
+use crate::widgets::{exact, legend, num, pct, Colormap, Heatmap};
 use eframe::egui::{Color32, RichText, Ui, Vec2};
 use egui_plot::{Bar, BarChart, HLine, Plot};
 
@@ -57,12 +57,12 @@ pub fn show(ui: &mut Ui, v: &RoutingView) {
                     ui.label(RichText::new(format!("token {t}, expert {e}")).strong());
                     ui.monospace(format!(
                         "score  {}",
-                        num(v.scores[t * v.n_experts + e] as f64)
+                        exact(v.scores[t * v.n_experts + e])
                     ));
                     match v.slot_of(t, e) {
                         Some(j) => ui.monospace(format!(
                             "chosen: slot {j}, weight {}",
-                            num(v.routing.topk_weights[t * k + j] as f64)
+                            exact(v.routing.topk_weights[t * k + j])
                         )),
                         None => ui.monospace("not chosen"),
                     };
@@ -72,7 +72,7 @@ pub fn show(ui: &mut Ui, v: &RoutingView) {
                         ui.monospace(format!(
                             "  expert {:>3}  weight {}",
                             v.routing.topk_ids[t * k + j],
-                            num(v.routing.topk_weights[t * k + j] as f64)
+                            exact(v.routing.topk_weights[t * k + j])
                         ));
                     }
                 });

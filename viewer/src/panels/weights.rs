@@ -4,7 +4,7 @@
 
 use super::{exp_histograms, rule_color, summary_grid};
 use crate::analysis::{Rule, TensorStats, WeightView};
-use crate::widgets::{legend, num, Colormap, Heatmap};
+use crate::widgets::{exact, legend, Colormap, Heatmap};
 use eframe::egui::{self, RichText, Ui, Vec2};
 
 #[derive(Clone, Debug, Default)]
@@ -66,7 +66,7 @@ pub fn show(ui: &mut Ui, v: Option<&WeightView>, st: &mut WeightsUi) {
         .show(ui, |ui, r, e| {
             ui.label(RichText::new(format!("expert {e}")).strong());
             for (ri, q) in t.by_rule.iter().enumerate() {
-                let s = format!("{:>6}: {}", q.rule.name(), num(q.group_rel[e] as f64));
+                let s = format!("{:>6}: {}", q.rule.name(), exact(q.group_rel[e]));
                 if ri == r {
                     ui.label(RichText::new(s).monospace().strong());
                 } else {
@@ -123,7 +123,7 @@ pub fn show(ui: &mut Ui, v: Option<&WeightView>, st: &mut WeightsUi) {
                         );
                         for (rj, s2) in slices.iter().enumerate() {
                             let line =
-                                format!("{:>6}: {}", rules[rj].name(), num(s2[r * bpr + b] as f64));
+                                format!("{:>6}: {}", rules[rj].name(), exact(s2[r * bpr + b]));
                             if rj == ri {
                                 ui.label(RichText::new(line).monospace().strong());
                             } else {
