@@ -124,13 +124,13 @@ fn route_row(
     }
 }
 
-/// Route `M` tokens. `logits` is `[M, n_experts]`; NaN/Inf logits are rejected with the token.
-pub fn route(
+/// Validate a routing call's inputs (shared by every backend, so the messages agree); returns M.
+pub fn check_inputs(
     cfg: &RouterConfig,
     logits: &[f32],
     n_experts: usize,
     correction_bias: Option<&[f32]>,
-) -> Result<Routing, MoeError> {
+) -> Result<usize, MoeError> {
     if n_experts == 0 || logits.len() % n_experts != 0 {
         return Err(MoeError::Shape(format!(
             "router_logits has {} values, not a multiple of the expert count {n_experts}",
@@ -159,7 +159,24 @@ pub fn route(
             logits[pos]
         )));
     }
-    let m = logits.len() / n_experts;
+    if let (Some(g), Some(tg)) = (cfg.n_group, cfg.topk_group) {
+        if g == 0 || n_experts % g != 0 || tg == 0 || tg > g {
+            return Err(MoeError::Config(format!(
+                "n_group = {g}, topk_group = {tg} do not fit {n_experts} experts"
+            )));
+        }
+    }
+    Ok(logits.len() / n_experts)
+}
+
+/// Route `M` tokens. `logits` is `[M, n_experts]`; NaN/Inf logits are rejected with the token.
+pub fn route(
+    cfg: &RouterConfig,
+    logits: &[f32],
+    n_experts: usize,
+    correction_bias: Option<&[f32]>,
+) -> Result<Routing, MoeError> {
+    let m = check_inputs(cfg, logits, n_experts, correction_bias)?;
     let k = cfg.top_k;
     let mut ids = vec![0i32; m * k];
     let mut weights = vec![0f32; m * k];

@@ -3,7 +3,7 @@
 
 use super::context::{Context, Timer};
 use crate::backend::BackendError;
-use crate::moe::{MoeError, RouterConfig, Routing, Scoring};
+use crate::moe::{RouterConfig, Routing, Scoring};
 
 /// route.wgsl's limits (private arrays and bit sets).
 pub const MAX_EXPERTS: usize = 1024;
@@ -30,35 +30,7 @@ pub fn check(
                 .into(),
         });
     }
-    if n_experts == 0 || !logits.len().is_multiple_of(n_experts) {
-        return Err(MoeError::Shape(format!(
-            "router_logits has {} values, not a multiple of the expert count {n_experts}",
-            logits.len()
-        ))
-        .into());
-    }
-    if cfg.top_k == 0 || cfg.top_k > n_experts {
-        return Err(
-            MoeError::Config(format!("top_k = {} must be in [1, {n_experts}]", cfg.top_k)).into(),
-        );
-    }
-    if let Some(pos) = logits.iter().position(|v| !v.is_finite()) {
-        return Err(MoeError::Input(format!(
-            "router_logits[{}, {}] is {} (NaN/Inf logits cannot be routed)",
-            pos / n_experts,
-            pos % n_experts,
-            logits[pos]
-        ))
-        .into());
-    }
-    if let (Some(g), Some(tg)) = (cfg.n_group, cfg.topk_group) {
-        if g == 0 || !n_experts.is_multiple_of(g) || tg == 0 || tg > g {
-            return Err(MoeError::Config(format!(
-                "n_group = {g}, topk_group = {tg} do not fit {n_experts} experts"
-            ))
-            .into());
-        }
-    }
+    crate::moe::routing::check_inputs(cfg, logits, n_experts, None)?;
     if n_experts > MAX_EXPERTS || !supports(cfg) {
         return Err(BackendError::Unsupported {
             backend: "wgpu".into(),
