@@ -845,3 +845,19 @@ fn bad_forward_inputs_are_errors() {
         "correction bias length"
     );
 }
+
+/// Standalone routing with impossible groups is an error, not a division by zero.
+#[test]
+fn route_rejects_bad_groups() {
+    let cfg = mxmoe::moe::RouterConfig {
+        top_k: 2,
+        n_group: Some(0),
+        topk_group: Some(1),
+        ..Default::default()
+    };
+    let logits = [0.5f32, 1.0, -1.0, 2.0];
+    let e = mxmoe::moe::route(&cfg, &logits, 4, None).unwrap_err();
+    assert!(e.to_string().contains("n_group = 0"), "{e}");
+    let cfg = mxmoe::moe::RouterConfig { n_group: Some(3), ..cfg };
+    assert!(mxmoe::moe::route(&cfg, &logits, 4, None).is_err());
+}
