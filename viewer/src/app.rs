@@ -806,7 +806,12 @@ fn request_png(
     });
 }
 
-fn save_png(img: &egui::ColorImage, crop: Option<egui::Rect>, path: &Path) -> Result<(), String> {
+/// Write `img` (cropped to `crop`, in pixels, when given) as an RGBA PNG.
+pub fn save_png(
+    img: &egui::ColorImage,
+    crop: Option<egui::Rect>,
+    path: &Path,
+) -> Result<(), String> {
     let [w, h] = img.size;
     let (x0, y0, x1, y1) = match crop {
         Some(c) if c.is_positive() => (

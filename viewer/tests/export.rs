@@ -45,3 +45,21 @@ fn csv_button_writes_each_views_data() {
         assert!(text.lines().count() > 1, "{slug} CSV is empty");
     }
 }
+
+/// Catches an off-by-one or transposed crop in the PNG export of one view.
+#[test]
+fn png_export_crops_to_the_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, h) = (40usize, 30usize);
+    let px: Vec<egui::Color32> = (0..w * h)
+        .map(|i| egui::Color32::from_rgb((i % w) as u8, (i / w) as u8, 7))
+        .collect();
+    let img = egui::ColorImage::new([w, h], px);
+    let path = dir.path().join("view.png");
+    let crop = egui::Rect::from_min_max(egui::pos2(10.0, 5.0), egui::pos2(30.0, 25.0));
+    mxmoe_viewer::app::save_png(&img, Some(crop), &path).unwrap();
+    let out = image::open(&path).unwrap().to_rgba8();
+    assert_eq!(out.dimensions(), (20, 20));
+    assert_eq!(out.get_pixel(0, 0).0, [10, 5, 7, 255]);
+    assert_eq!(out.get_pixel(19, 19).0, [29, 24, 7, 255]);
+}
