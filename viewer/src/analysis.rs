@@ -767,8 +767,20 @@ fn weight_err(t: &MxTensor, orig: &[f32]) -> (f64, f64) {
 
 /// Compare the five OCP MX schemes (plus the layer as stored) on the same tokens. `progress` is
 /// told the fraction done after each scheme; returning `false` from it cancels (returns `None`).
+/// What the scheme comparison can reuse across token batches of the same layer: the weights
+/// quantized per weight format, and their errors. Keep one per layer; start a new one when the
+/// layer changes.
+#[derive(Default)]
+pub struct SchemeCache {
+    quant: Vec<(MxFormat, MxTensor, MxTensor)>,
+    werr: Vec<Werr>,
+}
+
+type Werr = ((MxFormat, bool), ((f64, f64), (f64, f64)));
+
 pub fn scheme_view(
     d: &Dataset,
+    cache: &mut SchemeCache,
     mut progress: impl FnMut(f32) -> bool,
 ) -> Option<Result<SchemeView, String>> {
     let l = &d.layer;
@@ -806,8 +818,7 @@ pub fn scheme_view(
     let mut rows = Vec::new();
     let n = Scheme::OCP_MX.len() + 1;
     // Weight error per (format, stored): schemes sharing a weight format share it.
-    type Werr = ((MxFormat, bool), ((f64, f64), (f64, f64)));
-    let werr: std::cell::RefCell<Vec<Werr>> = Default::default();
+    let werr = std::cell::RefCell::new(std::mem::take(&mut cache.werr));
     let run = |layer: &MoeLayer, label: String, stored: bool| -> Result<SchemeRow, String> {
         let t0 = Instant::now();
         let y = forward(layer, &d.hidden, &d.logits, opts).map_err(|e| e.to_string())?;
@@ -842,18 +853,18 @@ pub fn scheme_view(
     }
     let el = l.local_experts();
     // Schemes that share a weight format share its quantized weights (3 formats for 5 schemes).
-    let mut cache: Vec<(MxFormat, MxTensor, MxTensor)> = Vec::new();
+    let quant = &mut cache.quant;
     for (si, &scheme) in Scheme::OCP_MX.iter().enumerate() {
         let f = scheme.weight;
-        if !cache.iter().any(|c| c.0 == f) {
+        if !quant.iter().any(|c| c.0 == f) {
             let q13 = MxTensor::quantize(f, wmode, &w13, &[el, 2 * l.inter, l.hidden]);
             let q2 = MxTensor::quantize(f, wmode, &w2, &[el, l.hidden, l.inter]);
             match (q13, q2) {
-                (Ok(a), Ok(b)) => cache.push((f, a, b)),
+                (Ok(a), Ok(b)) => quant.push((f, a, b)),
                 (Err(e), _) | (_, Err(e)) => return Some(Err(e.to_string())),
             }
         }
-        let (_, q13, q2) = cache.iter().find(|c| c.0 == f).expect("cached above");
+        let (_, q13, q2) = quant.iter().find(|c| c.0 == f).expect("cached above");
         let layer = MoeLayer {
             scheme,
             w13: q13.clone(),
@@ -868,6 +879,7 @@ pub fn scheme_view(
             return None;
         }
     }
+    cache.werr = werr.into_inner();
     Some(Ok(SchemeView {
         rows,
         reference,

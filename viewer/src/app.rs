@@ -67,7 +67,7 @@ impl Results {
             }
         }
         r.weights = Slot::Ready(Arc::new(analysis::weight_view(&d)));
-        r.schemes = match analysis::scheme_view(&d, |_| true) {
+        r.schemes = match analysis::scheme_view(&d, &mut Default::default(), |_| true) {
             Some(Ok(s)) => Slot::Ready(Arc::new(s)),
             Some(Err(e)) => Slot::Failed(e),
             None => Slot::Failed("cancelled".into()),
@@ -219,8 +219,13 @@ fn slot<T>(r: Result<Result<T, String>, String>) -> Slot<T> {
 fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui::Context) {
     // The last synthetic layer and its weight view: changing only the router settings or the
     // tokens reuses them (the weights are most of the work).
-    let mut synth_cache: Option<(data::SynthKey, Arc<SynthLayer>, Option<Slot<Option<WeightView>>>)> =
-        None;
+    let mut synth_cache: Option<(
+        data::SynthKey,
+        Arc<SynthLayer>,
+        Option<Slot<Option<WeightView>>>,
+    )> = None;
+    // Quantized weights per format for the scheme comparison, for the cached synthetic layer.
+    let mut scheme_cache = analysis::SchemeCache::default();
     while let Ok(mut job) = rx.recv() {
         // Skip to the newest queued job.
         while let Ok(j) = rx.try_recv() {
@@ -256,7 +261,11 @@ fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui:
         };
         if synth_cache.as_ref().map(|c| Some(c.0)) != Some(key) {
             synth_cache = None;
+            scheme_cache = analysis::SchemeCache::default();
         }
+        // Files are not cached: a file may change on disk between two loads.
+        let mut fresh = analysis::SchemeCache::default();
+        let scache = if key.is_some() { &mut scheme_cache } else { &mut fresh };
         let loaded = guarded(|| -> Result<Dataset, String> {
             match (&src, key) {
                 (Source::Synthetic(p), Some(k)) => {
@@ -339,7 +348,7 @@ fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui:
         }
         progress("schemes: quantize + forward x6", 4.0 / STAGES);
         let r = guarded(|| {
-            analysis::scheme_view(&d, |f| {
+            analysis::scheme_view(&d, scache, |f| {
                 progress("schemes: quantize + forward x6", (4.0 + f) / STAGES);
                 live()
             })
