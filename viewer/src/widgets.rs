@@ -12,6 +12,9 @@ use std::hash::{Hash, Hasher};
 pub enum Colormap {
     /// Dark blue -> green -> yellow (viridis-like): probabilities, loads.
     Viridis,
+    /// Viridis on a square-root scale: router probabilities, where most values are tiny and a
+    /// linear scale shows only the few large ones.
+    ViridisSqrt,
     /// Black -> purple -> orange -> light yellow (inferno-like): errors (bright = bad).
     Inferno,
     /// Blue -> white -> red, centred on 0: signed differences.
@@ -62,6 +65,10 @@ impl Colormap {
             return Color32::from_rgb(255, 0, 255);
         }
         match self {
+            Colormap::ViridisSqrt => {
+                let x = if hi > lo { ((v - lo) / (hi - lo)).max(0.0).sqrt() } else { 0.0 };
+                lerp_table(&VIRIDIS, x)
+            }
             Colormap::Viridis | Colormap::Inferno => {
                 let x = if hi > lo { (v - lo) / (hi - lo) } else { 0.0 };
                 lerp_table(

@@ -40,15 +40,19 @@ pub fn show(ui: &mut Ui, v: &RoutingView) {
     let avail = ui.available_width();
     let side_by_side = avail > 900.0;
     let hm_w = if side_by_side { avail * 0.55 } else { avail };
-    let hm_h = (v.m as f32 * 8.0).clamp(180.0, 460.0) + 28.0;
+    // Tall enough for ~8 points per token, up to the room left in the window.
+    let room = ui.available_height();
+    let room = if room.is_finite() { room - 70.0 } else { 460.0 };
+    let hm_h = (v.m as f32 * 8.0).clamp(180.0, room.clamp(180.0, 900.0)) + 42.0;
     let smax = crate::widgets::finite_range(&v.scores).1;
     let draw_heatmap = |ui: &mut Ui| {
         ui.vertical(|ui| {
             ui.label(RichText::new("Router scores (white outline: chosen top-k)").strong());
-            legend(ui, Colormap::Viridis, 0.0, smax, "score");
+            legend(ui, Colormap::ViridisSqrt, 0.0, smax, "score (sqrt scale)");
             let marked = |t: usize, e: usize| v.slot_of(t, e).is_some();
             Heatmap::new("routing-heatmap", v.m, v.n_experts, &v.scores)
                 .range(0.0, smax)
+                .cmap(Colormap::ViridisSqrt)
                 .size(Vec2::new(hm_w - 8.0, hm_h))
                 .names("token", "expert")
                 .marked(&marked)

@@ -82,13 +82,13 @@ pub fn dataset_info(ui: &mut Ui, d: &Dataset) {
             );
             kv("H x I", format!("{} x {}", l.hidden, l.inter));
             kv("tokens", d.m.to_string());
-            kv(
-                "weights",
-                format!(
-                    "{:.1} MiB packed",
-                    l.weight_bytes() as f64 / (1 << 20) as f64
-                ),
-            );
+            let b = l.weight_bytes() as f64;
+            let size = if b >= (1 << 20) as f64 {
+                format!("{:.1} MiB packed", b / (1 << 20) as f64)
+            } else {
+                format!("{:.1} KiB packed", b / 1024.0)
+            };
+            kv("weights", size);
             kv(
                 "unquantized",
                 if d.w13_orig.is_some() {
