@@ -454,7 +454,7 @@ fn g2_store(e: u32, start: u32, cnt: u32, r: u32, n0: u32, lo: vec4<f32>, hi: ve
     }
 }
 
-var<workgroup> v_x: array<vec4<f32>, 512>;  // x chunk [TG][64 vec4]; then lane partials
+var<workgroup> v_x: array<vec4<f32>, 512>;  // lane partials [16 row slots][32 lanes]
 var<workgroup> v_res: array<f32, 256>;       // [64 weight rows][TG]
 
 // Row (within the expert) of weight-tile row wr: gemv1 maps 64 rows to the gate and up rows of
@@ -516,31 +516,83 @@ fn v_w8(wb: u32, el0: u32) -> W8 {
     );
 }
 
-// One weight row's partial dot with the TG = 4 staged x rows (x0..x3: lo/hi halves of this
-// lane's 8 elements), scaled once by the block scale. Zero for rows out of range.
-fn v_rowdot(row: u32, nrows: u32, rowbase: u32, kblocks: u32, kb: u32, el0: u32,
-            xl: array<vec4<f32>, 4>, xh: array<vec4<f32>, 4>) -> vec4<f32> {
-    if row >= nrows {
-        return vec4<f32>(0.0);
+// A weight row of the tile: its first scale index ((rowbase + row) * kblocks) and whether it
+// exists (gemv2's last tile and gemv1's last columns may run past the matrix).
+struct VRow {
+    sbase: u32,
+    ok: bool,
+}
+
+fn v_rowinfo(is1: bool, wr: u32, jb: u32, inter: u32, nrows: u32, rowbase: u32,
+             kblocks: u32) -> VRow {
+    let row = v_row(is1, wr, jb, inter);
+    var ok = row < nrows;
+    if is1 {
+        ok = jb + select(wr / 2u, wr % 32u, ACT == 0u) < inter;
+    }
+    return VRow((rowbase + min(row, nrows - 1u)) * kblocks, ok);
+}
+
+// The 8 weights of octet o (elements 8o..8o+7) of a row, unscaled, and the block scale.
+struct WS {
+    w: W8,
+    sc: f32,
+}
+
+fn v_load(rw: VRow, o: u32) -> WS {
+    if !rw.ok {
+        return WS(W8(vec4<f32>(0.0), vec4<f32>(0.0)), 0.0);
     }
     let cb = mx_spec(WFMT).code_bits;
-    let sidx = (rowbase + row) * kblocks + kb;
+    let sidx = rw.sbase + o / 4u;
     let sc = w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
-    let w = v_w8(sidx * cb, el0);
+    return WS(v_w8(sidx * cb, (o % 4u) * 8u), sc);
+}
+
+// x elements 8o..8o+7 of the row at xoff (zeros for no row, xoff = 0xFFFFFFFF).
+fn v_x8(xoff: u32, o: u32) -> W8 {
+    if xoff == 0xFFFFFFFFu {
+        return W8(vec4<f32>(0.0), vec4<f32>(0.0));
+    }
+    let k = xoff + o * 8u;
+    return W8(vec4<f32>(m_x[k], m_x[k + 1u], m_x[k + 2u], m_x[k + 3u]),
+              vec4<f32>(m_x[k + 4u], m_x[k + 5u], m_x[k + 6u], m_x[k + 7u]));
+}
+
+fn v_d1(w: WS, x: W8) -> f32 {
+    return (dot(w.w.lo, x.lo) + dot(w.w.hi, x.hi)) * w.sc;
+}
+
+fn v_d4(w: WS, x0: W8, x1: W8, x2: W8, x3: W8) -> vec4<f32> {
     return vec4<f32>(
-        dot(w.lo, xl[0]) + dot(w.hi, xh[0]),
-        dot(w.lo, xl[1]) + dot(w.hi, xh[1]),
-        dot(w.lo, xl[2]) + dot(w.hi, xh[2]),
-        dot(w.lo, xl[3]) + dot(w.hi, xh[3]),
-    ) * sc;
+        dot(w.w.lo, x0.lo) + dot(w.w.hi, x0.hi),
+        dot(w.w.lo, x1.lo) + dot(w.w.hi, x1.hi),
+        dot(w.w.lo, x2.lo) + dot(w.w.hi, x2.hi),
+        dot(w.w.lo, x3.lo) + dot(w.w.hi, x3.hi),
+    ) * w.sc;
+}
+
+// Sum the 32 lanes of the 16 row slots in v_x[slot * 32 + lane] into v_x[slot * 32], pairwise
+// in a fixed order (deterministic). Call with v_x filled by every thread and not yet synced.
+fn v_tree(lid: u32) {
+    let slot = lid / 16u;
+    let q = lid % 16u;
+    for (var s = 16u; s > 0u; s = s >> 1u) {
+        workgroupBarrier();
+        if q < s {
+            v_x[slot * 32u + q] = v_x[slot * 32u + q] + v_x[slot * 32u + q + s];
+        }
+    }
+    workgroupBarrier();
 }
 
 // v_res[wr * TG + t] = sum_k W[row(wr), k] * x[t, k] for the tile's cnt (<= TG = 4) rows.
 // gemv1: x rows are gathered tokens of m_x (K = H); gemv2: rows start + t of m_x (K = I).
-// Thread (r = lid / 32, lane): weight rows r + 8i (i < 8), lanes along K (8 elements each of
-// 8 consecutive blocks per 256-element chunk: consecutive lanes read consecutive words).
-// Everything per thread lives in named vectors (no dynamically indexed private arrays, which
-// compilers may put in memory).
+// Thread (r = lid / 32, lane): weight rows r + 8i (i < 8); lanes along K in octets of 8
+// elements (consecutive lanes read consecutive packed words: coalesced), x read straight from
+// m_x (cached), no barriers in the K loop; one token's tile (decode) runs a 1-token loop.
+// Lane partials are then summed in workgroup memory in a fixed pairwise order.
+// Everything per thread lives in named values (no dynamically indexed private arrays).
 fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
     let h = mp.hidden;
     let inter = mp.inter;
@@ -553,21 +605,54 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
         per_e = 2u * inter;
     }
     let kblocks = kk / 32u;
+    let noct = kk / 8u;
     let rowbase = (e - mp.e0) * per_e;
     let r = lid / 32u;
     let lane = lid % 32u;
-    let b = lane / 4u;
-    let part = lane % 4u;
-    // Staging role: token st, elements e4*4 .. +3 of the chunk.
-    let st = lid / 64u;
-    let e4 = lid % 64u;
-    var xoff = 0xFFFFFFFFu;
-    if st < cnt {
-        if is1 {
-            xoff = (m_rows[start + st] / mp.top_k) * kk;
-        } else {
-            xoff = (start + st) * kk;
+    let w0 = v_rowinfo(is1, r, jb, inter, nrows, rowbase, kblocks);
+    let w1 = v_rowinfo(is1, r + 8u, jb, inter, nrows, rowbase, kblocks);
+    let w2 = v_rowinfo(is1, r + 16u, jb, inter, nrows, rowbase, kblocks);
+    let w3 = v_rowinfo(is1, r + 24u, jb, inter, nrows, rowbase, kblocks);
+    let w4 = v_rowinfo(is1, r + 32u, jb, inter, nrows, rowbase, kblocks);
+    let w5 = v_rowinfo(is1, r + 40u, jb, inter, nrows, rowbase, kblocks);
+    let w6 = v_rowinfo(is1, r + 48u, jb, inter, nrows, rowbase, kblocks);
+    let w7 = v_rowinfo(is1, r + 56u, jb, inter, nrows, rowbase, kblocks);
+    var xo = vec4<u32>(0xFFFFFFFFu);
+    for (var t = 0u; t < TG; t = t + 1u) {
+        if t < cnt {
+            if is1 {
+                xo[t] = (m_rows[start + t] / mp.top_k) * kk;
+            } else {
+                xo[t] = (start + t) * kk;
+            }
         }
+    }
+    if cnt == 1u {
+        var s0 = vec4<f32>(0.0); // rows r, r+8, r+16, r+24
+        var s1 = vec4<f32>(0.0); // rows r+32, .., r+56
+        for (var o = lane; o < noct; o = o + 32u) {
+            let x = v_x8(xo.x, o);
+            s0 = s0 + vec4<f32>(v_d1(v_load(w0, o), x), v_d1(v_load(w1, o), x),
+                                v_d1(v_load(w2, o), x), v_d1(v_load(w3, o), x));
+            s1 = s1 + vec4<f32>(v_d1(v_load(w4, o), x), v_d1(v_load(w5, o), x),
+                                v_d1(v_load(w6, o), x), v_d1(v_load(w7, o), x));
+        }
+        v_x[(r * 2u) * 32u + lane] = s0;
+        v_x[(r * 2u + 1u) * 32u + lane] = s1;
+        v_tree(lid);
+        if lid < 64u {
+            // slot (r, q), component c: row r + 8 * (4q + c)
+            let rr = lid / 8u;
+            let q = (lid / 4u) % 2u;
+            let c = lid % 4u;
+            let wr = rr + 8u * (4u * q + c);
+            v_res[wr * TG] = v_x[(rr * 2u + q) * 32u][c];
+            v_res[wr * TG + 1u] = 0.0;
+            v_res[wr * TG + 2u] = 0.0;
+            v_res[wr * TG + 3u] = 0.0;
+        }
+        workgroupBarrier();
+        return;
     }
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
@@ -577,33 +662,21 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
     var a5 = vec4<f32>(0.0);
     var a6 = vec4<f32>(0.0);
     var a7 = vec4<f32>(0.0);
-    let nchunks = (kblocks + 7u) / 8u;
-    for (var c = 0u; c < nchunks; c = c + 1u) {
-        var xv = vec4<f32>(0.0);
-        let k = c * 256u + e4 * 4u;
-        if xoff != 0xFFFFFFFFu && k < kk {
-            xv = vec4<f32>(m_x[xoff + k], m_x[xoff + k + 1u], m_x[xoff + k + 2u], m_x[xoff + k + 3u]);
-        }
-        v_x[st * 64u + e4] = xv;
-        workgroupBarrier();
-        let kb = c * 8u + b;
-        if kb < kblocks {
-            let xi = b * 8u + part * 2u;
-            let xl = array<vec4<f32>, 4>(v_x[xi], v_x[64u + xi], v_x[128u + xi], v_x[192u + xi]);
-            let xh = array<vec4<f32>, 4>(v_x[xi + 1u], v_x[65u + xi], v_x[129u + xi], v_x[193u + xi]);
-            let el0 = part * 8u;
-            a0 = a0 + v_rowdot(v_row(is1, r, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
-            a1 = a1 + v_rowdot(v_row(is1, r + 8u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
-            a2 = a2 + v_rowdot(v_row(is1, r + 16u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
-            a3 = a3 + v_rowdot(v_row(is1, r + 24u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
-            a4 = a4 + v_rowdot(v_row(is1, r + 32u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
-            a5 = a5 + v_rowdot(v_row(is1, r + 40u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
-            a6 = a6 + v_rowdot(v_row(is1, r + 48u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
-            a7 = a7 + v_rowdot(v_row(is1, r + 56u, jb, inter), nrows, rowbase, kblocks, kb, el0, xl, xh);
-        }
-        workgroupBarrier();
+    for (var o = lane; o < noct; o = o + 32u) {
+        let x0 = v_x8(xo.x, o);
+        let x1 = v_x8(xo.y, o);
+        let x2 = v_x8(xo.z, o);
+        let x3 = v_x8(xo.w, o);
+        a0 = a0 + v_d4(v_load(w0, o), x0, x1, x2, x3);
+        a1 = a1 + v_d4(v_load(w1, o), x0, x1, x2, x3);
+        a2 = a2 + v_d4(v_load(w2, o), x0, x1, x2, x3);
+        a3 = a3 + v_d4(v_load(w3, o), x0, x1, x2, x3);
+        a4 = a4 + v_d4(v_load(w4, o), x0, x1, x2, x3);
+        a5 = a5 + v_d4(v_load(w5, o), x0, x1, x2, x3);
+        a6 = a6 + v_d4(v_load(w6, o), x0, x1, x2, x3);
+        a7 = a7 + v_d4(v_load(w7, o), x0, x1, x2, x3);
     }
-    // Reduce the 32 lanes of each (row, token) in a fixed order, two rows per round.
+    // Two rows per round: slot (r, q) holds row r + 8 * (2 * round + q), all TG tokens.
     for (var round = 0u; round < 4u; round = round + 1u) {
         var p0: vec4<f32>;
         var p1: vec4<f32>;
@@ -615,16 +688,12 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
         }
         v_x[(r * 2u) * 32u + lane] = p0;
         v_x[(r * 2u + 1u) * 32u + lane] = p1;
-        workgroupBarrier();
+        v_tree(lid);
         if lid < 64u {
-            let rr = lid / 8u;       // row group
-            let ii = (lid / 4u) % 2u; // which of the round's two rows
-            let t = lid % 4u;         // token
-            var s = 0.0;
-            for (var l = 0u; l < 32u; l = l + 1u) {
-                s = s + v_x[(rr * 2u + ii) * 32u + l][t];
-            }
-            v_res[(rr + 8u * (2u * round + ii)) * TG + t] = s;
+            let rr = lid / 8u;
+            let q = (lid / 4u) % 2u;
+            let t = lid % 4u;
+            v_res[(rr + 8u * (2u * round + q)) * TG + t] = v_x[(rr * 2u + q) * 32u][t];
         }
         workgroupBarrier();
     }
