@@ -10,8 +10,8 @@
 
 use mxmoe::backend::{Backend, BackendKind};
 use mxmoe::format::{
-    decode_elem_f64, dequantize_block, e8m0_to_f32, quantize_block, MxFormat, MxTensor,
-    ScaleMode, BLOCK, SCALE_NAN,
+    decode_elem_f64, dequantize_block, e8m0_to_f32, quantize_block, MxFormat, MxTensor, ScaleMode,
+    BLOCK, SCALE_NAN,
 };
 use mxmoe::moe::reference::{assignments_by_expert, swiglu_oai};
 use mxmoe::moe::routing::scores;
@@ -319,7 +319,11 @@ pub fn quant_stats(
     let group_len = k * rows_per_group;
     let fmt_max = format.spec().max_normal;
     let mut lut = [0f32; 256];
-    for (c, v) in lut.iter_mut().enumerate().take(format.spec().n_codes() as usize) {
+    for (c, v) in lut
+        .iter_mut()
+        .enumerate()
+        .take(format.spec().n_codes() as usize)
+    {
         *v = decode_elem_f64(format, c as u8) as f32;
     }
     let parts: Vec<Part> = x

@@ -7,9 +7,9 @@
 
 use crate::analysis::{self, ActView, BackendView, Dataset, RoutingView, SchemeView, WeightView};
 use crate::data::{self, Source, SynthParams};
-use mxmoe::moe::synth::SynthLayer;
 use crate::panels;
 use eframe::egui::{self, Color32, RichText, Ui};
+use mxmoe::moe::synth::SynthLayer;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -265,7 +265,11 @@ fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui:
         }
         // Files are not cached: a file may change on disk between two loads.
         let mut fresh = analysis::SchemeCache::default();
-        let scache = if key.is_some() { &mut scheme_cache } else { &mut fresh };
+        let scache = if key.is_some() {
+            &mut scheme_cache
+        } else {
+            &mut fresh
+        };
         let loaded = guarded(|| -> Result<Dataset, String> {
             match (&src, key) {
                 (Source::Synthetic(p), Some(k)) => {

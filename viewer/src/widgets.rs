@@ -66,7 +66,11 @@ impl Colormap {
         }
         match self {
             Colormap::ViridisSqrt => {
-                let x = if hi > lo { ((v - lo) / (hi - lo)).max(0.0).sqrt() } else { 0.0 };
+                let x = if hi > lo {
+                    ((v - lo) / (hi - lo)).max(0.0).sqrt()
+                } else {
+                    0.0
+                };
                 lerp_table(&VIRIDIS, x)
             }
             Colormap::Viridis | Colormap::Inferno => {

@@ -83,7 +83,9 @@ fn activation_stats_cover_both_points() {
 #[test]
 fn schemes_compare_all_five() {
     let d = small();
-    let s = analysis::scheme_view(&d, &mut Default::default(), |_| true).unwrap().unwrap();
+    let s = analysis::scheme_view(&d, &mut Default::default(), |_| true)
+        .unwrap()
+        .unwrap();
     assert_eq!(s.rows.len(), 6);
     assert!(s.rows[0].stored);
     let same = s.rows[1..]

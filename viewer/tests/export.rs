@@ -22,9 +22,17 @@ fn csv_button_writes_each_views_data() {
         .build_ui_state(|ui, app: &mut ViewerApp| app.draw(ui), app);
     h.run();
     let tabs = [
-        ("Routing", "routing", "token,expert,score,selected_slot,router_weight"),
+        (
+            "Routing",
+            "routing",
+            "token,expert,score,selected_slot,router_weight",
+        ),
         ("Weight error", "weights", "tensor,format,rule,rel_l2"),
-        ("Activation error", "activations", "tensor,format,rule,rel_l2"),
+        (
+            "Activation error",
+            "activations",
+            "tensor,format,rule,rel_l2",
+        ),
         ("Schemes", "schemes", "# reference:"),
         ("CPU vs GPU", "backends", "# "),
     ];
@@ -38,10 +46,19 @@ fn csv_button_writes_each_views_data() {
         let f = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().path())
-            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("mxmoe-{slug}-")))
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&format!("mxmoe-{slug}-"))
+            })
             .unwrap_or_else(|| panic!("no CSV for {slug}"));
         let text = std::fs::read_to_string(&f).unwrap();
-        assert!(text.starts_with(head), "{slug}: {}", &text[..text.len().min(80)]);
+        assert!(
+            text.starts_with(head),
+            "{slug}: {}",
+            &text[..text.len().min(80)]
+        );
         assert!(text.lines().count() > 1, "{slug} CSV is empty");
     }
 }

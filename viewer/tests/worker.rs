@@ -15,7 +15,10 @@ fn settle(h: &mut Harness<'_, ViewerApp>) {
         if h.state().idle_now() {
             return;
         }
-        assert!(t0.elapsed() < Duration::from_secs(120), "the worker did not finish");
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the worker did not finish"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -47,7 +50,10 @@ fn router_change_reuses_the_layer_a_layer_change_does_not() {
     h.step();
     settle(&mut h);
     let w2 = weights(&h);
-    assert!(Arc::ptr_eq(&w1, &w2), "top-k change recomputed the weight view");
+    assert!(
+        Arc::ptr_eq(&w1, &w2),
+        "top-k change recomputed the weight view"
+    );
     match &h.state().results.routing {
         Slot::Ready(r) => assert_eq!((r.top_k, r.m), (3, 10)),
         other => panic!("routing not ready: {other:?}"),
@@ -57,5 +63,8 @@ fn router_change_reuses_the_layer_a_layer_change_does_not() {
     h.state_mut().load(Source::Synthetic(p3));
     h.step();
     settle(&mut h);
-    assert!(!Arc::ptr_eq(&w1, &weights(&h)), "a new seed kept the old weights");
+    assert!(
+        !Arc::ptr_eq(&w1, &weights(&h)),
+        "a new seed kept the old weights"
+    );
 }

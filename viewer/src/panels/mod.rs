@@ -87,10 +87,13 @@ pub fn summary_grid(ui: &mut Ui, id: &str, stats: &[QuantStats], highlight: Opti
                     None => "-".into(),
                 });
                 if q.nonfinite_blocks > 0 {
-                ui.monospace(format!("{} ({} NaN/Inf blocks)", q.n_elems, q.nonfinite_blocks));
-            } else {
-                ui.monospace(q.n_elems.to_string());
-            }
+                    ui.monospace(format!(
+                        "{} ({} NaN/Inf blocks)",
+                        q.n_elems, q.nonfinite_blocks
+                    ));
+                } else {
+                    ui.monospace(q.n_elems.to_string());
+                }
                 ui.end_row();
             }
         });

@@ -59,10 +59,7 @@ pub fn show(ui: &mut Ui, v: &RoutingView) {
                 .show(ui, |ui, t, e| {
                     let k = v.top_k;
                     ui.label(RichText::new(format!("token {t}, expert {e}")).strong());
-                    ui.monospace(format!(
-                        "score  {}",
-                        exact(v.scores[t * v.n_experts + e])
-                    ));
+                    ui.monospace(format!("score  {}", exact(v.scores[t * v.n_experts + e])));
                     match v.slot_of(t, e) {
                         Some(j) => ui.monospace(format!(
                             "chosen: slot {j}, weight {}",
