@@ -31,4 +31,13 @@ fi
 export MXMOE_REQUIRE_GPU="${MXMOE_REQUIRE_GPU:-1}"
 # Prefer Vulkan (lavapipe or a real GPU) over GL for wgpu.
 export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
-exec cargo test --workspace "$@"
+log="$(mktemp)"
+set +e
+cargo test --workspace "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+# One closing line over every test binary (cargo's own last line is the doc-tests').
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "\ntotal: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+rm -f "$log"
+exit "$rc"
