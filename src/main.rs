@@ -1000,8 +1000,8 @@ fn cmd_demo(
             let t0 = Instant::now();
             let r = b.moe(&layer, &h, &lg, opts);
             let ms = t0.elapsed().as_secs_f64() * 1e3;
-            let mut ad = b.adapter();
-            ad.truncate(34);
+            let ad: String = b.adapter().chars().take(34).collect();
+            let ad = ad.trim_end_matches(['(', ' ', ',']);
             match r {
                 Ok(got) => {
                     let (rel, _) = check::rel_l2(&got.output, &want.output);
