@@ -572,6 +572,138 @@ fn v_d4(w: WS, x0: W8, x1: W8, x2: W8, x3: W8) -> vec4<f32> {
     ) * w.sc;
 }
 
+// FP4 fast path of v_core: one 32-block (a 16-byte load) per lane and row, x as vec4 loads.
+@group(0) @binding(13) var<storage, read> m_wdata4: array<vec4<u32>>;
+@group(0) @binding(14) var<storage, read> m_x4: array<vec4<f32>>;
+
+fn v_blk(rw: VRow, b: u32) -> vec4<u32> {
+    if !rw.ok {
+        return vec4<u32>(0u);
+    }
+    return m_wdata4[rw.sbase + b];
+}
+
+fn v_sc(rw: VRow, b: u32) -> f32 {
+    if !rw.ok {
+        return 0.0;
+    }
+    let sidx = rw.sbase + b;
+    return w_scale((m_wscale[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
+}
+
+// x elements 8o..8o+7 of the row at xoff (a multiple of 4) as two vec4 loads.
+fn v_x8v(xoff: u32, o: u32) -> W8 {
+    if xoff == 0xFFFFFFFFu {
+        return W8(vec4<f32>(0.0), vec4<f32>(0.0));
+    }
+    let i = xoff / 4u + 2u * o;
+    return W8(m_x4[i], m_x4[i + 1u]);
+}
+
+// The 8 FP4 values of one packed word (byte-indexed table: two values per lookup).
+fn v_dec(w: u32) -> W8 {
+    return W8(vec4<f32>(v_lut2[w & 0xFFu], v_lut2[(w >> 8u) & 0xFFu]),
+              vec4<f32>(v_lut2[(w >> 16u) & 0xFFu], v_lut2[w >> 24u]));
+}
+
+fn v_dot8(w: W8, x: W8) -> f32 {
+    return dot(w.lo, x.lo) + dot(w.hi, x.hi);
+}
+
+fn v_dot8x4(w: W8, x0: W8, x1: W8, x2: W8, x3: W8) -> vec4<f32> {
+    return vec4<f32>(v_dot8(w, x0), v_dot8(w, x1), v_dot8(w, x2), v_dot8(w, x3));
+}
+
+// Lane sums of the 8 rows (w0..w7) for one token (s0: rows 0..3, s1: rows 4..7, as .x..w).
+struct S8 {
+    s0: vec4<f32>,
+    s1: vec4<f32>,
+}
+
+fn v_fp4_1(lane: u32, kblocks: u32, xo: u32, w0: VRow, w1: VRow, w2: VRow, w3: VRow,
+           w4: VRow, w5: VRow, w6: VRow, w7: VRow) -> S8 {
+    var s0 = vec4<f32>(0.0);
+    var s1 = vec4<f32>(0.0);
+    for (var b = lane; b < kblocks; b = b + 32u) {
+        let q0 = v_blk(w0, b);
+        let q1 = v_blk(w1, b);
+        let q2 = v_blk(w2, b);
+        let q3 = v_blk(w3, b);
+        let q4 = v_blk(w4, b);
+        let q5 = v_blk(w5, b);
+        let q6 = v_blk(w6, b);
+        let q7 = v_blk(w7, b);
+        let c0 = vec4<f32>(v_sc(w0, b), v_sc(w1, b), v_sc(w2, b), v_sc(w3, b));
+        let c1 = vec4<f32>(v_sc(w4, b), v_sc(w5, b), v_sc(w6, b), v_sc(w7, b));
+        var p0 = vec4<f32>(0.0);
+        var p1 = vec4<f32>(0.0);
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let x = v_x8v(xo, b * 4u + j);
+            p0 = p0 + vec4<f32>(v_dot8(v_dec(q0[j]), x), v_dot8(v_dec(q1[j]), x),
+                                v_dot8(v_dec(q2[j]), x), v_dot8(v_dec(q3[j]), x));
+            p1 = p1 + vec4<f32>(v_dot8(v_dec(q4[j]), x), v_dot8(v_dec(q5[j]), x),
+                                v_dot8(v_dec(q6[j]), x), v_dot8(v_dec(q7[j]), x));
+        }
+        s0 = s0 + p0 * c0;
+        s1 = s1 + p1 * c1;
+    }
+    return S8(s0, s1);
+}
+
+// Lane sums of the 8 rows for TG = 4 tokens (vec4 over tokens per row).
+struct A8 {
+    a0: vec4<f32>,
+    a1: vec4<f32>,
+    a2: vec4<f32>,
+    a3: vec4<f32>,
+    a4: vec4<f32>,
+    a5: vec4<f32>,
+    a6: vec4<f32>,
+    a7: vec4<f32>,
+}
+
+fn v_fp4_4(lane: u32, kblocks: u32, xo: vec4<u32>, w0: VRow, w1: VRow, w2: VRow, w3: VRow,
+           w4: VRow, w5: VRow, w6: VRow, w7: VRow) -> A8 {
+    var a = A8(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
+               vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var b = lane; b < kblocks; b = b + 32u) {
+        let q0 = v_blk(w0, b);
+        let q1 = v_blk(w1, b);
+        let q2 = v_blk(w2, b);
+        let q3 = v_blk(w3, b);
+        let q4 = v_blk(w4, b);
+        let q5 = v_blk(w5, b);
+        let q6 = v_blk(w6, b);
+        let q7 = v_blk(w7, b);
+        var p = A8(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
+                   vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let o = b * 4u + j;
+            let x0 = v_x8v(xo.x, o);
+            let x1 = v_x8v(xo.y, o);
+            let x2 = v_x8v(xo.z, o);
+            let x3 = v_x8v(xo.w, o);
+            p.a0 = p.a0 + v_dot8x4(v_dec(q0[j]), x0, x1, x2, x3);
+            p.a1 = p.a1 + v_dot8x4(v_dec(q1[j]), x0, x1, x2, x3);
+            p.a2 = p.a2 + v_dot8x4(v_dec(q2[j]), x0, x1, x2, x3);
+            p.a3 = p.a3 + v_dot8x4(v_dec(q3[j]), x0, x1, x2, x3);
+            p.a4 = p.a4 + v_dot8x4(v_dec(q4[j]), x0, x1, x2, x3);
+            p.a5 = p.a5 + v_dot8x4(v_dec(q5[j]), x0, x1, x2, x3);
+            p.a6 = p.a6 + v_dot8x4(v_dec(q6[j]), x0, x1, x2, x3);
+            p.a7 = p.a7 + v_dot8x4(v_dec(q7[j]), x0, x1, x2, x3);
+        }
+        a.a0 = a.a0 + p.a0 * v_sc(w0, b);
+        a.a1 = a.a1 + p.a1 * v_sc(w1, b);
+        a.a2 = a.a2 + p.a2 * v_sc(w2, b);
+        a.a3 = a.a3 + p.a3 * v_sc(w3, b);
+        a.a4 = a.a4 + p.a4 * v_sc(w4, b);
+        a.a5 = a.a5 + p.a5 * v_sc(w5, b);
+        a.a6 = a.a6 + p.a6 * v_sc(w6, b);
+        a.a7 = a.a7 + p.a7 * v_sc(w7, b);
+    }
+    return a;
+}
+
 // Sum the 32 lanes of the 16 row slots in v_x[slot * 32 + lane] into v_x[slot * 32], pairwise
 // in a fixed order (deterministic). Call with v_x filled by every thread and not yet synced.
 fn v_tree(lid: u32) {
@@ -627,10 +759,16 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
             }
         }
     }
+    let fp4 = mx_spec(WFMT).code_bits == 4u;
     if cnt == 1u {
         var s0 = vec4<f32>(0.0); // rows r, r+8, r+16, r+24
         var s1 = vec4<f32>(0.0); // rows r+32, .., r+56
-        for (var o = lane; o < noct; o = o + 32u) {
+        if fp4 {
+            let s = v_fp4_1(lane, kblocks, xo.x, w0, w1, w2, w3, w4, w5, w6, w7);
+            s0 = s.s0;
+            s1 = s.s1;
+        }
+        for (var o = select(lane, noct, fp4); o < noct; o = o + 32u) {
             let x = v_x8(xo.x, o);
             s0 = s0 + vec4<f32>(v_d1(v_load(w0, o), x), v_d1(v_load(w1, o), x),
                                 v_d1(v_load(w2, o), x), v_d1(v_load(w3, o), x));
@@ -662,7 +800,18 @@ fn v_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
     var a5 = vec4<f32>(0.0);
     var a6 = vec4<f32>(0.0);
     var a7 = vec4<f32>(0.0);
-    for (var o = lane; o < noct; o = o + 32u) {
+    if fp4 {
+        let a = v_fp4_4(lane, kblocks, xo, w0, w1, w2, w3, w4, w5, w6, w7);
+        a0 = a.a0;
+        a1 = a.a1;
+        a2 = a.a2;
+        a3 = a.a3;
+        a4 = a.a4;
+        a5 = a.a5;
+        a6 = a.a6;
+        a7 = a.a7;
+    }
+    for (var o = select(lane, noct, fp4); o < noct; o = o + 32u) {
         let x0 = v_x8(xo.x, o);
         let x1 = v_x8(xo.y, o);
         let x2 = v_x8(xo.z, o);

@@ -454,20 +454,22 @@ pub fn forward(
         chunk_params.push(ctx.uniform(bytemuck::cast_slice(&params(l, m, c.e0, c.e1))));
     }
     for (c, cp) in g.chunks.iter().zip(&chunk_params) {
-        let bg = ctx.bind(
-            &p_g1,
-            &[
-                (0, cp),
-                (3, rows),
-                (5, tiles),
-                (6, x_in),
-                (7, &c.w13),
-                (8, &c.s13),
-                (9, a2),
-                (10, b13),
-                (11, topw),
-            ],
-        );
+        let mut ents = vec![
+            (0, cp),
+            (3, rows),
+            (5, tiles),
+            (6, x_in),
+            (7, &c.w13),
+            (8, &c.s13),
+            (9, a2),
+            (10, b13),
+            (11, topw),
+        ];
+        if gemv {
+            // The FP4 path's vec4 views of the same weights and activations.
+            ents.extend([(13, &c.w13), (14, x_in)]);
+        }
+        let bg = ctx.bind(&p_g1, &ents);
         let mut p = pass(&mut enc, &format!("moe/{e1}"), &mut timer);
         p.set_pipeline(&p_g1);
         p.set_bind_group(0, &bg, &[]);
@@ -475,20 +477,21 @@ pub fn forward(
         p.dispatch_workgroups(max_tiles as u32, inter.div_ceil(tn) as u32, 1);
     }
     for (c, cp) in g.chunks.iter().zip(&chunk_params) {
-        let bg = ctx.bind(
-            &p_g2,
-            &[
-                (0, cp),
-                (3, rows),
-                (5, tiles),
-                (6, a2),
-                (7, &c.w2),
-                (8, &c.s2),
-                (9, y2),
-                (10, b2),
-                (11, topw),
-            ],
-        );
+        let mut ents = vec![
+            (0, cp),
+            (3, rows),
+            (5, tiles),
+            (6, a2),
+            (7, &c.w2),
+            (8, &c.s2),
+            (9, y2),
+            (10, b2),
+            (11, topw),
+        ];
+        if gemv {
+            ents.extend([(13, &c.w2), (14, a2)]);
+        }
+        let bg = ctx.bind(&p_g2, &ents);
         let mut p = pass(&mut enc, &format!("moe/{e2}"), &mut timer);
         p.set_pipeline(&p_g2);
         p.set_bind_group(0, &bg, &[]);
