@@ -216,14 +216,17 @@ fn slot<T>(r: Result<Result<T, String>, String>) -> Slot<T> {
     }
 }
 
+/// The generated layer for a synthetic key, and its weight view once computed.
+type SynthCache = (
+    data::SynthKey,
+    Arc<SynthLayer>,
+    Option<Slot<Option<WeightView>>>,
+);
+
 fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui::Context) {
     // The last synthetic layer and its weight view: changing only the router settings or the
     // tokens reuses them (the weights are most of the work).
-    let mut synth_cache: Option<(
-        data::SynthKey,
-        Arc<SynthLayer>,
-        Option<Slot<Option<WeightView>>>,
-    )> = None;
+    let mut synth_cache: Option<SynthCache> = None;
     // Quantized weights per format for the scheme comparison, for the cached synthetic layer.
     let mut scheme_cache = analysis::SchemeCache::default();
     while let Ok(mut job) = rx.recv() {

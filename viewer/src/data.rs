@@ -50,7 +50,11 @@ impl SynthParams {
 
     /// Reject sizes the library would reject, with a message for the panel.
     pub fn check(&self) -> Result<(), String> {
-        if self.hidden == 0 || self.hidden % 32 != 0 || self.inter == 0 || self.inter % 32 != 0 {
+        if self.hidden == 0
+            || !self.hidden.is_multiple_of(32)
+            || self.inter == 0
+            || !self.inter.is_multiple_of(32)
+        {
             return Err("H and I must be positive multiples of 32 (the MX block size)".into());
         }
         if self.n_experts == 0 || self.top_k == 0 || self.top_k > self.n_experts {

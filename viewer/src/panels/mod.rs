@@ -17,7 +17,7 @@ use egui_plot::{Bar, BarChart, Plot};
 /// Draw the selected tab's view.
 pub fn show_tab(ui: &mut Ui, tab: Tab, r: &Results, vu: &mut ViewUi) {
     match tab {
-        Tab::Routing => with_slot(ui, &r.routing, "routing", |ui, v| routing::show(ui, v)),
+        Tab::Routing => with_slot(ui, &r.routing, "routing", routing::show),
         Tab::Weights => with_slot(ui, &r.weights, "weight error", |ui, v| {
             weights::show(ui, v.as_ref(), &mut vu.weights)
         }),
@@ -27,7 +27,7 @@ pub fn show_tab(ui: &mut Ui, tab: Tab, r: &Results, vu: &mut ViewUi) {
         Tab::Schemes => with_slot(ui, &r.schemes, "scheme comparison", |ui, v| {
             schemes::show(ui, v)
         }),
-        Tab::Backends => with_slot(ui, &r.backends, "CPU vs GPU", |ui, v| backends::show(ui, v)),
+        Tab::Backends => with_slot(ui, &r.backends, "CPU vs GPU", backends::show),
     }
 }
 
