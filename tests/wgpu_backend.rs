@@ -836,6 +836,20 @@ fn timing_report() {
     }
 }
 
+/// Streaming-read bandwidth of weight-like and pooled buffers (GB/s per pass), e.g. on the
+/// H200: `MXMOE_PROBE_MIB=1024 <test binary> --ignored --nocapture bandwidth_probe`.
+#[test]
+#[ignore]
+fn bandwidth_probe() {
+    let b = gpu!("bandwidth_probe");
+    let mib: u64 = std::env::var("MXMOE_PROBE_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    let r = b.bandwidth_probe(mib << 20, 5).unwrap();
+    eprintln!("bandwidth probe, {mib} MiB: {r:.1?}");
+}
+
 /// `mxmoe info`'s adapter list: non-empty when a backend opened, and it names the chosen one.
 #[test]
 fn adapters_are_listed() {

@@ -198,6 +198,81 @@ impl WgpuBackend {
         moe::forward(&self.ctx, layer, hidden, logits, opts, path, true)
     }
 
+    /// Diagnostic: GPU-timed streaming read (vec4<u32> loads, grid-stride) of a `bytes` buffer
+    /// made like layer weights (`upload_owned`) and of a pooled storage buffer, `reps` passes
+    /// each: [(label, GB/s)] per pass. Tells memory placement apart from kernel shape when a
+    /// kernel reads far below the adapter's bandwidth.
+    pub fn bandwidth_probe(
+        &self,
+        bytes: u64,
+        reps: u32,
+    ) -> Result<Vec<(String, f64)>, BackendError> {
+        const SRC: &str = "@group(0) @binding(0) var<storage, read> src: array<vec4<u32>>;\n\
+            @group(0) @binding(1) var<storage, read_write> dst: array<u32>;\n\
+            @compute @workgroup_size(256)\n\
+            fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {\n\
+                let n = arrayLength(&src);\n\
+                let stride = nwg.x * 256u;\n\
+                var acc = vec4<u32>(0u);\n\
+                for (var i = gid.x; i < n; i = i + stride) { acc = acc ^ src[i]; }\n\
+                let s = acc.x ^ acc.y ^ acc.z ^ acc.w;\n\
+                if s == 0x9E3779B9u { dst[gid.x % 64u] = s; }\n\
+            }\n";
+        let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let ctx = &self.ctx;
+        let module = ctx
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("bandwidth_probe"),
+                source: wgpu::ShaderSource::Wgsl(SRC.into()),
+            });
+        let p = ctx
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("bandwidth_probe"),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        let bytes = (bytes / 16).max(1) * 16;
+        let owned = ctx.upload_owned("probe_owned", &vec![0x5Au8; bytes as usize]);
+        let pooled = ctx.storage(bytes);
+        ctx.queue
+            .write_buffer(&pooled, 0, &vec![0xA5u8; bytes as usize]);
+        let dst = ctx.storage(256);
+        let mut timer = match ctx.timer(2 * reps) {
+            Some(t) => t,
+            None => return Ok(Vec::new()),
+        };
+        let mut enc = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("probe"),
+            });
+        let groups = 4096u32.min(ctx.limits.max_compute_workgroups_per_dimension);
+        for (name, b) in [("upload_owned", &owned), ("pooled", &pooled)] {
+            let bg = ctx.bind(&p, &[(0, b), (1, &dst)]);
+            for _ in 0..reps {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(name),
+                    timestamp_writes: timer.writes(name),
+                });
+                pass.set_pipeline(&p);
+                pass.set_bind_group(0, &bg, &[]);
+                pass.dispatch_workgroups(groups, 1, 1);
+            }
+        }
+        let rb = ctx.resolve_buffer(timer.bytes());
+        timer.resolve(&mut enc, &rb);
+        let r = ctx.submit_and_read(enc, &[(&rb, timer.bytes())])?;
+        let t = timer.durations(&r[0], ctx.queue.get_timestamp_period());
+        Ok(t.into_iter()
+            .map(|(l, ms)| (l, bytes as f64 / (ms.max(1e-9) * 1e-3) / 1e9))
+            .collect())
+    }
+
     /// Upload the layer, then run it. Callers running a layer repeatedly should upload once.
     pub fn moe(
         &self,
