@@ -164,6 +164,25 @@ fn binary_loads_files_under_xvfb_and_exits() {
         t0.elapsed().as_secs_f64()
     );
 
+    // A layer without a token batch: a synthetic batch that fits the layer.
+    let png1 = dir.path().join("layer-only.png");
+    let (ok, log) = run_viewer(
+        &x.display,
+        &[
+            "--layer",
+            layer.to_str().unwrap(),
+            "--tokens",
+            "12",
+            "--screenshot",
+            png1.to_str().unwrap(),
+            "--size",
+            "900x500",
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(ok, "mxmoe-viewer failed with --layer only:\n{log}");
+    assert!(png1.exists());
+
     // A file that is not safetensors: the window shows the error, nothing panics, exit 0.
     let bad = dir.path().join("bad.safetensors");
     std::fs::write(&bad, b"this is not a safetensors file").unwrap();
