@@ -749,3 +749,82 @@ fn bench_writes_json_with_floor_ratios() {
     let bad = run(&["bench", "--backend", "cpu", "--tokens", "1,x"]);
     assert!(!bad.ok && bad.stderr.contains("not a number"));
 }
+
+/// `--backend wgpu` on the CLI: QDQ/quantize bit-identical to the CPU's files, MoE within the
+/// conformance bound with identical routing. Needs an adapter: with MXMOE_REQUIRE_GPU=1 (CI) a
+/// missing one fails, otherwise the test reports SKIPPED.
+#[test]
+fn wgpu_backend_through_the_cli_matches_cpu() {
+    if mxmoe::backend::Backend::open(mxmoe::backend::BackendKind::Wgpu, None).is_err() {
+        assert!(
+            std::env::var("MXMOE_REQUIRE_GPU").as_deref() != Ok("1"),
+            "no GPU adapter but MXMOE_REQUIRE_GPU=1"
+        );
+        eprintln!("SKIPPED: no GPU adapter");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let g5 = g5_file(d.path());
+    for (cmd, extra) in [
+        (
+            "qdq",
+            vec!["--format", "mxfp6_e3m2", "--scale-mode", "rceil"],
+        ),
+        ("quantize", vec!["--format", "mxfp4"]),
+    ] {
+        let mut outs = Vec::new();
+        for be in ["cpu", "wgpu"] {
+            let o = p(d.path(), &format!("{cmd}-{be}.safetensors"));
+            let mut args = vec![cmd, "--backend", be, "--input", s(&g5), "--output", s(&o)];
+            args.extend(extra.iter().copied());
+            let r = run(&args);
+            assert!(r.ok, "{args:?}: {}", r.stderr);
+            outs.push(std::fs::read(&o).unwrap());
+        }
+        assert_eq!(outs[0], outs[1], "{cmd}: cpu and wgpu files differ");
+    }
+    let layer = p(d.path(), "layer.safetensors");
+    let batch = p(d.path(), "batch.safetensors");
+    let r = run(&[
+        "gen",
+        "--scheme",
+        "w_mxfp4_a_mxfp6_e2m3",
+        "--experts",
+        "6",
+        "--hidden",
+        "64",
+        "--inter",
+        "64",
+        "--top-k",
+        "2",
+        "--tokens",
+        "9",
+        "--layer-out",
+        s(&layer),
+        "--batch-out",
+        s(&batch),
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    let mut res = Vec::new();
+    for be in ["cpu", "wgpu"] {
+        let o = p(d.path(), &format!("res-{be}.safetensors"));
+        let r = run(&[
+            "moe",
+            "--backend",
+            be,
+            "--accumulate",
+            "f32",
+            "--layer",
+            s(&layer),
+            "--input",
+            s(&batch),
+            "--output",
+            s(&o),
+        ]);
+        assert!(r.ok, "{be}: {}", r.stderr);
+        res.push(io::load_result(&o).unwrap());
+    }
+    assert_eq!(res[0].routing.topk_ids, res[1].routing.topk_ids);
+    let (rel, _) = mxmoe::check::rel_l2(&res[1].output, &res[0].output);
+    assert!(rel <= mxmoe::check::MOE_REL_L2, "rel-L2 {rel}");
+}

@@ -143,7 +143,35 @@ pub fn save(
         path: path.display().to_string(),
         msg: e.to_string(),
     })?;
-    write_atomic(path, &bytes)
+    write_atomic(path, &canonical_header(bytes))
+}
+
+/// Rewrite a serialized file's JSON header with sorted keys (the metadata is a `HashMap`, whose
+/// order changes from run to run), so the same tensors always give the same bytes. The header
+/// stays space-padded to a multiple of 8 bytes; data offsets are relative to the data section,
+/// which does not move.
+fn canonical_header(bytes: Vec<u8>) -> Vec<u8> {
+    use std::collections::BTreeMap;
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8-byte length")) as usize;
+    let Ok(mut header) =
+        serde_json::from_slice::<BTreeMap<String, serde_json::Value>>(&bytes[8..8 + n])
+    else {
+        return bytes;
+    };
+    if let Some(m) = header.get_mut("__metadata__") {
+        if let Ok(sorted) = serde_json::from_value::<BTreeMap<String, String>>(m.clone()) {
+            *m = serde_json::to_value(sorted).expect("strings serialize");
+        }
+    }
+    let mut h = serde_json::to_vec(&header).expect("a JSON value serializes");
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut out = Vec::with_capacity(8 + h.len() + bytes.len() - 8 - n);
+    out.extend_from_slice(&(h.len() as u64).to_le_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&bytes[8 + n..]);
+    out
 }
 
 /// A safetensors file read into memory, with typed accessors that produce clear errors.
