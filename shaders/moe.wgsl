@@ -614,6 +614,12 @@ fn v_dot8x4(w: W8, x0: W8, x1: W8, x2: W8, x3: W8) -> vec4<f32> {
     return vec4<f32>(v_dot8(w, x0), v_dot8(w, x1), v_dot8(w, x2), v_dot8(w, x3));
 }
 
+// A whole block (4 words) of one row against one token's x (four octets).
+fn v_blk1(q: vec4<u32>, x0: W8, x1: W8, x2: W8, x3: W8) -> f32 {
+    return v_dot8(v_dec(q.x), x0) + v_dot8(v_dec(q.y), x1) + v_dot8(v_dec(q.z), x2)
+        + v_dot8(v_dec(q.w), x3);
+}
+
 // Lane sums of the 8 rows (w0..w7) for one token (s0: rows 0..3, s1: rows 4..7, as .x..w).
 struct S8 {
     s0: vec4<f32>,
@@ -635,15 +641,15 @@ fn v_fp4_1(lane: u32, kblocks: u32, xo: u32, w0: VRow, w1: VRow, w2: VRow, w3: V
         let q7 = v_blk(w7, b);
         let c0 = vec4<f32>(v_sc(w0, b), v_sc(w1, b), v_sc(w2, b), v_sc(w3, b));
         let c1 = vec4<f32>(v_sc(w4, b), v_sc(w5, b), v_sc(w6, b), v_sc(w7, b));
-        var p0 = vec4<f32>(0.0);
-        var p1 = vec4<f32>(0.0);
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let x = v_x8v(xo, b * 4u + j);
-            p0 = p0 + vec4<f32>(v_dot8(v_dec(q0[j]), x), v_dot8(v_dec(q1[j]), x),
-                                v_dot8(v_dec(q2[j]), x), v_dot8(v_dec(q3[j]), x));
-            p1 = p1 + vec4<f32>(v_dot8(v_dec(q4[j]), x), v_dot8(v_dec(q5[j]), x),
-                                v_dot8(v_dec(q6[j]), x), v_dot8(v_dec(q7[j]), x));
-        }
+        // The block's 4 words, unrolled by hand (no dynamic vector indexing in the hot loop).
+        let x0 = v_x8v(xo, b * 4u);
+        let x1 = v_x8v(xo, b * 4u + 1u);
+        let x2 = v_x8v(xo, b * 4u + 2u);
+        let x3 = v_x8v(xo, b * 4u + 3u);
+        let p0 = vec4<f32>(v_blk1(q0, x0, x1, x2, x3), v_blk1(q1, x0, x1, x2, x3),
+                           v_blk1(q2, x0, x1, x2, x3), v_blk1(q3, x0, x1, x2, x3));
+        let p1 = vec4<f32>(v_blk1(q4, x0, x1, x2, x3), v_blk1(q5, x0, x1, x2, x3),
+                           v_blk1(q6, x0, x1, x2, x3), v_blk1(q7, x0, x1, x2, x3));
         s0 = s0 + p0 * c0;
         s1 = s1 + p1 * c1;
     }
@@ -662,6 +668,23 @@ struct A8 {
     a7: vec4<f32>,
 }
 
+// One word (octet o) of each of the 8 rows' blocks against the TG = 4 tokens' x.
+fn v_word4(p: A8, u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
+           xo: vec4<u32>, o: u32) -> A8 {
+    let x0 = v_x8v(xo.x, o);
+    let x1 = v_x8v(xo.y, o);
+    let x2 = v_x8v(xo.z, o);
+    let x3 = v_x8v(xo.w, o);
+    return A8(p.a0 + v_dot8x4(v_dec(u0), x0, x1, x2, x3),
+              p.a1 + v_dot8x4(v_dec(u1), x0, x1, x2, x3),
+              p.a2 + v_dot8x4(v_dec(u2), x0, x1, x2, x3),
+              p.a3 + v_dot8x4(v_dec(u3), x0, x1, x2, x3),
+              p.a4 + v_dot8x4(v_dec(u4), x0, x1, x2, x3),
+              p.a5 + v_dot8x4(v_dec(u5), x0, x1, x2, x3),
+              p.a6 + v_dot8x4(v_dec(u6), x0, x1, x2, x3),
+              p.a7 + v_dot8x4(v_dec(u7), x0, x1, x2, x3));
+}
+
 fn v_fp4_4(lane: u32, kblocks: u32, xo: vec4<u32>, w0: VRow, w1: VRow, w2: VRow, w3: VRow,
            w4: VRow, w5: VRow, w6: VRow, w7: VRow) -> A8 {
     var a = A8(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
@@ -677,21 +700,10 @@ fn v_fp4_4(lane: u32, kblocks: u32, xo: vec4<u32>, w0: VRow, w1: VRow, w2: VRow,
         let q7 = v_blk(w7, b);
         var p = A8(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
                    vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let o = b * 4u + j;
-            let x0 = v_x8v(xo.x, o);
-            let x1 = v_x8v(xo.y, o);
-            let x2 = v_x8v(xo.z, o);
-            let x3 = v_x8v(xo.w, o);
-            p.a0 = p.a0 + v_dot8x4(v_dec(q0[j]), x0, x1, x2, x3);
-            p.a1 = p.a1 + v_dot8x4(v_dec(q1[j]), x0, x1, x2, x3);
-            p.a2 = p.a2 + v_dot8x4(v_dec(q2[j]), x0, x1, x2, x3);
-            p.a3 = p.a3 + v_dot8x4(v_dec(q3[j]), x0, x1, x2, x3);
-            p.a4 = p.a4 + v_dot8x4(v_dec(q4[j]), x0, x1, x2, x3);
-            p.a5 = p.a5 + v_dot8x4(v_dec(q5[j]), x0, x1, x2, x3);
-            p.a6 = p.a6 + v_dot8x4(v_dec(q6[j]), x0, x1, x2, x3);
-            p.a7 = p.a7 + v_dot8x4(v_dec(q7[j]), x0, x1, x2, x3);
-        }
+        p = v_word4(p, q0.x, q1.x, q2.x, q3.x, q4.x, q5.x, q6.x, q7.x, xo, b * 4u);
+        p = v_word4(p, q0.y, q1.y, q2.y, q3.y, q4.y, q5.y, q6.y, q7.y, xo, b * 4u + 1u);
+        p = v_word4(p, q0.z, q1.z, q2.z, q3.z, q4.z, q5.z, q6.z, q7.z, xo, b * 4u + 2u);
+        p = v_word4(p, q0.w, q1.w, q2.w, q3.w, q4.w, q5.w, q6.w, q7.w, xo, b * 4u + 3u);
         a.a0 = a.a0 + p.a0 * v_sc(w0, b);
         a.a1 = a.a1 + p.a1 * v_sc(w1, b);
         a.a2 = a.a2 + p.a2 * v_sc(w2, b);
