@@ -199,9 +199,11 @@ impl WgpuBackend {
     }
 
     /// Diagnostic: GPU-timed streaming read (vec4<u32> loads, grid-stride) of a `bytes` buffer
-    /// made like layer weights (`upload_owned`) and of a pooled storage buffer, `reps` passes
-    /// each: [(label, GB/s)] per pass. Tells memory placement apart from kernel shape when a
-    /// kernel reads far below the adapter's bandwidth.
+    /// made like layer weights (`upload_owned`) and of a pooled storage buffer, then the gemv's
+    /// read shape over the first (64-row groups of 1440-byte rows, 8 rows x 16-byte blocks per
+    /// thread) without and with the FP4 table decode; `reps` passes each: [(label, GB/s)] per
+    /// pass. Tells memory placement, access shape and decode cost apart when a kernel reads far
+    /// below the adapter's bandwidth.
     pub fn bandwidth_probe(
         &self,
         bytes: u64,
@@ -217,6 +219,48 @@ impl WgpuBackend {
                 for (var i = gid.x; i < n; i = i + stride) { acc = acc ^ src[i]; }\n\
                 let s = acc.x ^ acc.y ^ acc.z ^ acc.w;\n\
                 if s == 0x9E3779B9u { dst[gid.x % 64u] = s; }\n\
+            }\n\
+            // The gemv's read shape: 64 rows of 90 16-byte blocks (K = 2880 FP4) per workgroup,\n\
+            // thread (r = lid / 32, lane) reads rows r + 8i, blocks lane + 32j.\n\
+            var<workgroup> lut: array<vec2<f32>, 256>;\n\
+            @compute @workgroup_size(256)\n\
+            fn rows(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {\n\
+                let nrows = arrayLength(&src) / 90u;\n\
+                let r = lid / 32u;\n\
+                let lane = lid % 32u;\n\
+                var acc = vec4<u32>(0u);\n\
+                for (var b = lane; b < 90u; b = b + 32u) {\n\
+                    for (var i = 0u; i < 8u; i = i + 1u) {\n\
+                        let row = min(wid.x * 64u + r + 8u * i, nrows - 1u);\n\
+                        acc = acc ^ src[row * 90u + b];\n\
+                    }\n\
+                }\n\
+                let s = acc.x ^ acc.y ^ acc.z ^ acc.w;\n\
+                if s == 0x9E3779B9u { dst[lid % 64u] = s; }\n\
+            }\n\
+            // The same plus the FP4 decode (byte table in workgroup memory) and the FMAs.\n\
+            fn dec(w: u32, x: f32) -> f32 {\n\
+                let v = vec4<f32>(lut[w & 0xFFu], lut[(w >> 8u) & 0xFFu]) * x\n\
+                    + vec4<f32>(lut[(w >> 16u) & 0xFFu], lut[w >> 24u]);\n\
+                return v.x + v.y + v.z + v.w;\n\
+            }\n\
+            @compute @workgroup_size(256)\n\
+            fn rows_lut(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {\n\
+                lut[lid] = vec2<f32>(f32(lid & 15u), f32(lid >> 4u));\n\
+                workgroupBarrier();\n\
+                let nrows = arrayLength(&src) / 90u;\n\
+                let r = lid / 32u;\n\
+                let lane = lid % 32u;\n\
+                var acc = 0.0;\n\
+                for (var b = lane; b < 90u; b = b + 32u) {\n\
+                    let x = f32(b) * 0.25;\n\
+                    for (var i = 0u; i < 8u; i = i + 1u) {\n\
+                        let row = min(wid.x * 64u + r + 8u * i, nrows - 1u);\n\
+                        let q = src[row * 90u + b];\n\
+                        acc = acc + dec(q.x, x) + dec(q.y, x) + dec(q.z, x) + dec(q.w, x);\n\
+                    }\n\
+                }\n\
+                if acc == 1.2345 { dst[lid % 64u] = 1u; }\n\
             }\n";
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
         let ctx = &self.ctx;
@@ -226,23 +270,25 @@ impl WgpuBackend {
                 label: Some("bandwidth_probe"),
                 source: wgpu::ShaderSource::Wgsl(SRC.into()),
             });
-        let p = ctx
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("bandwidth_probe"),
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
+        let pipe = |entry: &str| {
+            ctx.device
+                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some("bandwidth_probe"),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some(entry),
+                    compilation_options: Default::default(),
+                    cache: None,
+                })
+        };
+        let (p, p_rows, p_lut) = (pipe("main"), pipe("rows"), pipe("rows_lut"));
         let bytes = (bytes / 16).max(1) * 16;
         let owned = ctx.upload_owned("probe_owned", &vec![0x5Au8; bytes as usize]);
         let pooled = ctx.storage(bytes);
         ctx.queue
             .write_buffer(&pooled, 0, &vec![0xA5u8; bytes as usize]);
         let dst = ctx.storage(256);
-        let mut timer = match ctx.timer(2 * reps) {
+        let mut timer = match ctx.timer(4 * reps) {
             Some(t) => t,
             None => return Ok(Vec::new()),
         };
@@ -251,17 +297,27 @@ impl WgpuBackend {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("probe"),
             });
-        let groups = 4096u32.min(ctx.limits.max_compute_workgroups_per_dimension);
-        for (name, b) in [("upload_owned", &owned), ("pooled", &pooled)] {
-            let bg = ctx.bind(&p, &[(0, b), (1, &dst)]);
+        let wg_max = ctx.limits.max_compute_workgroups_per_dimension;
+        let groups = 4096u32.min(wg_max);
+        // Whole 64-row groups of 1440-byte rows: what the rows kernels read.
+        let row_groups = ((bytes / 1440 / 64) as u32).clamp(1, wg_max);
+        let row_bytes = row_groups as u64 * 64 * 1440;
+        let runs = [
+            ("stream/upload_owned", &p, &owned, groups),
+            ("stream/pooled", &p, &pooled, groups),
+            ("rows/upload_owned", &p_rows, &owned, row_groups),
+            ("rows_lut/upload_owned", &p_lut, &owned, row_groups),
+        ];
+        for (name, pl, b, n) in runs {
+            let bg = ctx.bind(pl, &[(0, b), (1, &dst)]);
             for _ in 0..reps {
                 let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some(name),
                     timestamp_writes: timer.writes(name),
                 });
-                pass.set_pipeline(&p);
+                pass.set_pipeline(pl);
                 pass.set_bind_group(0, &bg, &[]);
-                pass.dispatch_workgroups(groups, 1, 1);
+                pass.dispatch_workgroups(n, 1, 1);
             }
         }
         let rb = ctx.resolve_buffer(timer.bytes());
@@ -269,7 +325,14 @@ impl WgpuBackend {
         let r = ctx.submit_and_read(enc, &[(&rb, timer.bytes())])?;
         let t = timer.durations(&r[0], ctx.queue.get_timestamp_period());
         Ok(t.into_iter()
-            .map(|(l, ms)| (l, bytes as f64 / (ms.max(1e-9) * 1e-3) / 1e9))
+            .map(|(l, ms)| {
+                let b = if l.starts_with("rows") {
+                    row_bytes
+                } else {
+                    bytes
+                };
+                (l, b as f64 / (ms.max(1e-9) * 1e-3) / 1e9)
+            })
             .collect())
     }
 
