@@ -858,6 +858,9 @@ fn route_rejects_bad_groups() {
     let logits = [0.5f32, 1.0, -1.0, 2.0];
     let e = mxmoe::moe::route(&cfg, &logits, 4, None).unwrap_err();
     assert!(e.to_string().contains("n_group = 0"), "{e}");
-    let cfg = mxmoe::moe::RouterConfig { n_group: Some(3), ..cfg };
+    let cfg = mxmoe::moe::RouterConfig {
+        n_group: Some(3),
+        ..cfg
+    };
     assert!(mxmoe::moe::route(&cfg, &logits, 4, None).is_err());
 }
