@@ -388,15 +388,21 @@ fn g1_store(start: u32, cnt: u32, r: u32, half: u32, col0: u32, v: vec4<u32>) {
         if col < inter {
             var o = v[j];
             if AFMT != 255u {
-                var code = 0u;
-                if byte != 255u {
-                    code = mx_encode(AFMT, o, i32(byte) - 127);
-                }
-                o = mx_dequant_bits(AFMT, code, byte);
+                o = act_qdq(o, byte);
             }
             m_out[(start + r) * inter + col] = o;
         }
     }
+}
+
+// The intermediate QDQ of one fp32 (bits) whose 32-block has scale byte `byte`
+// (shared by the gemm1 and gemv1 epilogues; 0xFF = NaN/Inf block -> NaN).
+fn act_qdq(val: u32, byte: u32) -> u32 {
+    var code = 0u;
+    if byte != 255u {
+        code = mx_encode(AFMT, val, i32(byte) - 127);
+    }
+    return mx_dequant_bits(AFMT, code, byte);
 }
 
 // Grid: x = tile slot, y = ceil(H / 128). m_x = intermediate [rows, I]; m_out = y [rows, H].
@@ -914,12 +920,7 @@ fn gemv1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     workgroupBarrier();
     if tv {
         if AFMT != 255u {
-            let byte = mx_scale_byte(AFMT, AMODE, atomicLoad(&g_amax[t]));
-            var code = 0u;
-            if byte != 255u {
-                code = mx_encode(AFMT, val, i32(byte) - 127);
-            }
-            val = mx_dequant_bits(AFMT, code, byte);
+            val = act_qdq(val, mx_scale_byte(AFMT, AMODE, atomicLoad(&g_amax[t])));
         }
         m_out[(start + t) * inter + j] = val;
     }
