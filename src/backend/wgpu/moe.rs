@@ -453,50 +453,48 @@ pub fn forward(
     for c in &g.chunks {
         chunk_params.push(ctx.uniform(bytemuck::cast_slice(&params(l, m, c.e0, c.e1))));
     }
-    for (c, cp) in g.chunks.iter().zip(&chunk_params) {
-        let mut ents = vec![
-            (0, cp),
-            (3, rows),
-            (5, tiles),
-            (6, x_in),
-            (7, &c.w13),
-            (8, &c.s13),
-            (9, a2),
-            (10, b13),
-            (11, topw),
-        ];
-        if gemv {
-            // The FP4 path's vec4 views of the same weights and activations.
-            ents.extend([(13, &c.w13), (14, x_in)]);
+    // GEMM1 then GEMM2, each once per weight chunk: the same bindings but for which weights,
+    // input, output and bias they read and write, and the output width per workgroup.
+    let stages = [
+        (
+            &p_g1,
+            e1,
+            x_in,
+            a2,
+            b13,
+            if gemv { TN1_GEMV } else { TN1 },
+            inter,
+        ),
+        (&p_g2, e2, a2, y2, b2, if gemv { TN2_GEMV } else { TN2 }, h),
+    ];
+    for (si, (pipe, label, x, out, bias, tn, cols)) in stages.into_iter().enumerate() {
+        for (c, cp) in g.chunks.iter().zip(&chunk_params) {
+            let (w, sc) = if si == 0 {
+                (&c.w13, &c.s13)
+            } else {
+                (&c.w2, &c.s2)
+            };
+            let mut ents = vec![
+                (0, cp),
+                (3, rows),
+                (5, tiles),
+                (6, x),
+                (7, w),
+                (8, sc),
+                (9, out),
+                (10, bias),
+                (11, topw),
+            ];
+            if gemv {
+                // The FP4 path's vec4 views of the same weights and activations.
+                ents.extend([(13, w), (14, x)]);
+            }
+            let bg = ctx.bind(pipe, &ents);
+            let mut p = pass(&mut enc, &format!("moe/{label}"), &mut timer);
+            p.set_pipeline(pipe);
+            p.set_bind_group(0, &bg, &[]);
+            p.dispatch_workgroups(max_tiles as u32, cols.div_ceil(tn) as u32, 1);
         }
-        let bg = ctx.bind(&p_g1, &ents);
-        let mut p = pass(&mut enc, &format!("moe/{e1}"), &mut timer);
-        p.set_pipeline(&p_g1);
-        p.set_bind_group(0, &bg, &[]);
-        let tn = if gemv { TN1_GEMV } else { TN1 };
-        p.dispatch_workgroups(max_tiles as u32, inter.div_ceil(tn) as u32, 1);
-    }
-    for (c, cp) in g.chunks.iter().zip(&chunk_params) {
-        let mut ents = vec![
-            (0, cp),
-            (3, rows),
-            (5, tiles),
-            (6, a2),
-            (7, &c.w2),
-            (8, &c.s2),
-            (9, y2),
-            (10, b2),
-            (11, topw),
-        ];
-        if gemv {
-            ents.extend([(13, &c.w2), (14, a2)]);
-        }
-        let bg = ctx.bind(&p_g2, &ents);
-        let mut p = pass(&mut enc, &format!("moe/{e2}"), &mut timer);
-        p.set_pipeline(&p_g2);
-        p.set_bind_group(0, &bg, &[]);
-        let tn = if gemv { TN2_GEMV } else { TN2 };
-        p.dispatch_workgroups(max_tiles as u32, h.div_ceil(tn) as u32, 1);
     }
     {
         let bg = ctx.bind(&p_comb, &[(0, &base_params), (4, slot), (9, out), (12, y2)]);
