@@ -43,7 +43,13 @@ struct BackendArgs {
 }
 
 impl BackendArgs {
+    /// Open the backend; `auto` says on stderr which one it chose and why.
     fn open(&self) -> Result<Backend> {
+        if self.backend == BackendKind::Auto {
+            let (b, why) = Backend::open_auto(self.adapter.as_deref());
+            eprintln!("{why}");
+            return Ok(b);
+        }
         Backend::open(self.backend, self.adapter.as_deref()).map_err(|e| anyhow!("{e}"))
     }
 }
@@ -579,52 +585,52 @@ fn cmd_moe(
     let t0 = Instant::now();
     let mut l = io::load_layer(layer)?.layer;
     if let Some(m) = mode {
-        l.act_scale_mode = m;
+        l.config.act_scale_mode = m;
     }
     if let Some(k) = over.top_k {
-        l.router.top_k = k;
+        l.config.router.top_k = k;
     }
     if let Some(r) = over.renormalize {
-        l.router.renormalize = r;
+        l.config.router.renormalize = r;
     }
     if let Some(s) = over.scoring {
-        l.router.scoring = s;
+        l.config.router.scoring = s;
     }
     if let Some(a) = over.activation {
-        l.activation = a;
+        l.config.activation = a;
     }
     l.validate()
         .with_context(|| format!("layer {}", layer.display()))?;
     let batch = io::load_batch(input)?;
-    if batch.hidden_size != l.hidden {
+    if batch.hidden_size != l.config.hidden {
         bail!(
             "{}: hidden_states has H = {} but the layer {} has H = {}",
             input.display(),
             batch.hidden_size,
             layer.display(),
-            l.hidden
+            l.config.hidden
         );
     }
-    if batch.n_experts != l.n_experts {
+    if batch.n_experts != l.config.n_experts {
         bail!(
             "{}: router_logits has {} experts but the layer {} routes over {}",
             input.display(),
             batch.n_experts,
             layer.display(),
-            l.n_experts
+            l.config.n_experts
         );
     }
     let t_load = t0.elapsed();
     let b = ba.open()?;
     let t1 = Instant::now();
-    let res = b.moe(&l, &batch.hidden, &batch.logits, opts)?;
+    let res = b.moe_once(&l, &batch.hidden, &batch.logits, opts)?;
     let t_run = t1.elapsed();
     let meta = HashMap::from([
-        ("scheme".to_string(), l.scheme.name()),
+        ("scheme".to_string(), l.config.scheme.name()),
         ("backend".to_string(), b.name().to_string()),
         (
             "scale_mode".to_string(),
-            l.act_scale_mode.name().to_string(),
+            l.config.act_scale_mode.name().to_string(),
         ),
         (
             "accumulate".to_string(),
@@ -635,10 +641,10 @@ fn cmd_moe(
             format!("{:?}", opts.intermediate).to_lowercase(),
         ),
     ]);
-    io::save_result(output, &res.output, l.hidden, &res.routing, meta)?;
+    io::save_result(output, &res.output, l.config.hidden, &res.routing, meta)?;
     eprintln!(
         "moe {} ({} experts, H {}, I {}, top-{}) on {} tokens, backend {} [{}], {:?} accumulation, {} scales: load {:.2} s, run {:.3} s -> {}",
-        l.scheme, l.n_experts, l.hidden, l.inter, l.router.top_k, batch.m, b.name(), b.adapter(), opts.accumulate, l.act_scale_mode,
+        l.config.scheme, l.config.n_experts, l.config.hidden, l.config.inter, l.config.router.top_k, batch.m, b.name(), b.adapter(), opts.accumulate, l.config.act_scale_mode,
         t_load.as_secs_f64(), t_run.as_secs_f64(), output.display()
     );
     Ok(())
@@ -772,14 +778,14 @@ fn cmd_verify(layer: &PathBuf, input: &PathBuf, result: &PathBuf, tol: f64) -> R
     let l = io::load_layer(layer)?.layer;
     let batch = io::load_batch(input)?;
     let theirs = io::load_result(result)?;
-    if theirs.m != batch.m || theirs.hidden != l.hidden {
+    if theirs.m != batch.m || theirs.hidden != l.config.hidden {
         bail!(
             "{}: output is [{}, {}], expected [M = {}, H = {}]",
             result.display(),
             theirs.m,
             theirs.hidden,
             batch.m,
-            l.hidden
+            l.config.hidden
         );
     }
     let want = moe::forward(&l, &batch.hidden, &batch.logits, MoeOptions::default())?;
@@ -810,7 +816,7 @@ fn cmd_verify(layer: &PathBuf, input: &PathBuf, result: &PathBuf, tol: f64) -> R
     for inter in [Intermediate::F32, Intermediate::Bf16] {
         for mode in ScaleMode::ALL {
             let mut lv = l.clone();
-            lv.act_scale_mode = mode;
+            lv.config.act_scale_mode = mode;
             let r = moe::forward(
                 &lv,
                 &batch.hidden,
@@ -830,7 +836,7 @@ fn cmd_verify(layer: &PathBuf, input: &PathBuf, result: &PathBuf, tol: f64) -> R
                 }
             );
             println!("{name:<28} {rel:>12.3e} {mx:>12.3e}");
-            if mode == l.act_scale_mode && inter == Intermediate::F32 {
+            if mode == l.config.act_scale_mode && inter == Intermediate::F32 {
                 contract = rel;
             }
             if rel < best.0 {
@@ -850,8 +856,8 @@ fn cmd_verify(layer: &PathBuf, input: &PathBuf, result: &PathBuf, tol: f64) -> R
     println!("closest reference: {} (rel-L2 {:.3e})", best.1, best.0);
     println!(
         "worst element vs contract: token {}, column {}: theirs {:e}, reference {:e}",
-        wi / l.hidden,
-        wi % l.hidden,
+        wi / l.config.hidden,
+        wi % l.config.hidden,
         theirs.output[wi],
         want.output[wi]
     );
@@ -981,10 +987,14 @@ fn cmd_demo(
     }
     println!();
     println!(
-        "{:<28} {:<8} {:<34} {:>10} {:>11}  verdict",
-        "scheme", "backend", "adapter", "time ms", "rel-L2"
+        "{:<28} {:<8} {:<34} {:>10} {:>11} {:>11}  verdict",
+        "scheme", "backend", "adapter", "prepare ms", "forward ms", "rel-L2"
     );
     let mut bad = 0;
+    let opts = MoeOptions {
+        accumulate: Accumulate::F32,
+        ..Default::default()
+    };
     for scheme in Scheme::OCP_MX {
         let mut spec = SynthSpec::new(scheme, experts, hidden, inter, top_k);
         spec.seed = 2026;
@@ -992,27 +1002,29 @@ fn cmd_demo(
         let (h, lg) = synth_batch(tokens, hidden, experts, 7);
         let want = moe::forward(&layer, &h, &lg, MoeOptions::default())?;
         for b in &backends {
-            let opts = MoeOptions {
-                accumulate: Accumulate::F32,
-                ..Default::default()
-            };
-            let _ = b.moe(&layer, &h, &lg, opts); // warm-up (pipelines, uploads)
-            let t0 = Instant::now();
-            let r = b.moe(&layer, &h, &lg, opts);
-            let ms = t0.elapsed().as_secs_f64() * 1e3;
             let ad: String = b.adapter().chars().take(34).collect();
             let ad = ad.trim_end_matches(['(', ' ', ',']);
+            // Prepare (upload) once, warm up once (pipelines), then time one forward.
+            let t0 = Instant::now();
+            let r = b.prepare(&layer).and_then(|p| {
+                let prep_ms = t0.elapsed().as_secs_f64() * 1e3;
+                b.moe(&p, &h, &lg, opts)?;
+                let t1 = Instant::now();
+                let got = b.moe(&p, &h, &lg, opts)?;
+                Ok((prep_ms, t1.elapsed().as_secs_f64() * 1e3, got))
+            });
             match r {
-                Ok(got) => {
+                Ok((prep_ms, ms, got)) => {
                     let (rel, _) = check::rel_l2(&got.output, &want.output);
                     let ok =
                         rel <= check::MOE_REL_L2 && got.routing.topk_ids == want.routing.topk_ids;
                     bad += !ok as usize;
                     println!(
-                        "{:<28} {:<8} {:<34} {:>10.2} {:>11.3e}  {}",
+                        "{:<28} {:<8} {:<34} {:>10.2} {:>11.2} {:>11.3e}  {}",
                         scheme.name(),
                         b.name(),
                         ad,
+                        prep_ms,
                         ms,
                         rel,
                         if ok { "OK" } else { "FAIL" }
@@ -1026,10 +1038,11 @@ fn cmd_demo(
                         "FAIL"
                     };
                     println!(
-                        "{:<28} {:<8} {:<34} {:>10} {:>11}  {s}: {e}",
+                        "{:<28} {:<8} {:<34} {:>10} {:>11} {:>11}  {s}: {e}",
                         scheme.name(),
                         b.name(),
                         ad,
+                        "-",
                         "-",
                         "-"
                     );

@@ -33,7 +33,10 @@ fn gpt_oss_checkpoint_loads_as_the_same_layer() {
     spec.bias = true;
     let mut l = synth_layer(&spec).unwrap().layer;
     // bf16 biases, as gpt-oss stores them: round ours so the comparison is exact.
-    for b in [&mut l.w13_bias, &mut l.w2_bias].into_iter().flatten() {
+    for b in [&mut l.weights.w13_bias, &mut l.weights.w2_bias]
+        .into_iter()
+        .flatten()
+    {
         b.iter_mut()
             .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
     }
@@ -49,48 +52,51 @@ fn gpt_oss_checkpoint_loads_as_the_same_layer() {
             OutTensor::u8(
                 n("gate_up_proj_blocks", "mlp1_weight.blocks"),
                 vec![e, 2 * i, h / 32, 16],
-                &l.w13.data,
+                &l.weights.w13.data,
             ),
             OutTensor::u8(
                 n("gate_up_proj_scales", "mlp1_weight.scales"),
                 vec![e, 2 * i, h / 32],
-                &l.w13.scales,
+                &l.weights.w13.scales,
             ),
             bf16_tensor(
                 &n("gate_up_proj_bias", "mlp1_bias"),
                 vec![e, 2 * i],
-                l.w13_bias.as_ref().unwrap(),
+                l.weights.w13_bias.as_ref().unwrap(),
             ),
             OutTensor::u8(
                 n("down_proj_blocks", "mlp2_weight.blocks"),
                 vec![e, h, i / 32, 16],
-                &l.w2.data,
+                &l.weights.w2.data,
             ),
             OutTensor::u8(
                 n("down_proj_scales", "mlp2_weight.scales"),
                 vec![e, h, i / 32],
-                &l.w2.scales,
+                &l.weights.w2.scales,
             ),
             bf16_tensor(
                 &n("down_proj_bias", "mlp2_bias"),
                 vec![e, h],
-                l.w2_bias.as_ref().unwrap(),
+                l.weights.w2_bias.as_ref().unwrap(),
             ),
         ];
         let path = d.path().join(format!("gptoss-{hf}.safetensors"));
         io::save(&path, &ts, HashMap::new()).unwrap();
         let got = io::load_layer(&path).unwrap().layer;
-        assert_eq!(got.scheme.name(), "w_mxfp4");
-        assert_eq!(got.activation, Activation::SwigluOai);
-        assert_eq!(got.router.scoring, Scoring::TopkSoftmax);
-        assert_eq!(got.router.top_k, 4);
-        assert_eq!((got.hidden, got.inter, got.n_experts), (h, i, e));
-        assert_eq!(got.w13.data, l.w13.data);
-        assert_eq!(got.w2.scales, l.w2.scales);
-        assert_eq!(got.w13_bias, l.w13_bias);
+        assert_eq!(got.config.scheme.name(), "w_mxfp4");
+        assert_eq!(got.config.activation, Activation::SwigluOai);
+        assert_eq!(got.config.router.scoring, Scoring::TopkSoftmax);
+        assert_eq!(got.config.router.top_k, 4);
+        assert_eq!(
+            (got.config.hidden, got.config.inter, got.config.n_experts),
+            (h, i, e)
+        );
+        assert_eq!(got.weights.w13.data, l.weights.w13.data);
+        assert_eq!(got.weights.w2.scales, l.weights.w2.scales);
+        assert_eq!(got.weights.w13_bias, l.weights.w13_bias);
         // Same forward as the bundle layer with the same router.
         let mut want_l = l.clone();
-        want_l.router = got.router.clone();
+        want_l.config.router = got.config.router.clone();
         let (hs, lg) = synth_batch(3, h, e, 5);
         let a = moe::forward(&got, &hs, &lg, Default::default()).unwrap();
         let b = moe::forward(&want_l, &hs, &lg, Default::default()).unwrap();
@@ -103,12 +109,12 @@ fn gpt_oss_checkpoint_loads_as_the_same_layer() {
         ts.push(OutTensor::u8(
             format!("{pre}gate_up_proj_blocks"),
             vec![e, 2 * i, h / 32, 16],
-            &l.w13.data,
+            &l.weights.w13.data,
         ));
         ts.push(OutTensor::u8(
             format!("{pre}gate_up_proj_scales"),
             vec![e, 2 * i, h / 32],
-            &l.w13.scales,
+            &l.weights.w13.scales,
         ));
     }
     let path = d.path().join("two.safetensors");
@@ -123,12 +129,12 @@ fn gpt_oss_checkpoint_loads_as_the_same_layer() {
         OutTensor::u8(
             "gate_up_proj_blocks",
             vec![e, 2 * i, h / 32, 16],
-            &l.w13.data,
+            &l.weights.w13.data,
         ),
         OutTensor::u8(
             "gate_up_proj_scales",
             vec![e, 2 * i, 1],
-            &l.w13.scales[..e * 2 * i],
+            &l.weights.w13.scales[..e * 2 * i],
         ),
     ];
     let path = d.path().join("bad.safetensors");
@@ -191,27 +197,30 @@ fn layer_bundle_round_trips() {
     spec.bias = true;
     let s = synth_layer(&spec).unwrap();
     let mut l = s.layer.clone();
-    l.n_experts = 8;
-    l.expert_map = Some(vec![0, -1, 1, -1, 2, -1, 3, -1]);
-    l.e_score_correction_bias = Some((0..8).map(|x| x as f32 * 0.01).collect());
-    l.router.scoring = Scoring::Sigmoid;
-    l.router.n_group = Some(4);
-    l.router.topk_group = Some(2);
-    l.router.routed_scaling_factor = 2.5;
-    l.act_scale_mode = ScaleMode::RCeil;
+    l.config.n_experts = 8;
+    l.weights.expert_map = Some(vec![0, -1, 1, -1, 2, -1, 3, -1]);
+    l.weights.e_score_correction_bias = Some((0..8).map(|x| x as f32 * 0.01).collect());
+    l.config.router.scoring = Scoring::Sigmoid;
+    l.config.router.n_group = Some(4);
+    l.config.router.topk_group = Some(2);
+    l.config.router.routed_scaling_factor = 2.5;
+    l.config.act_scale_mode = ScaleMode::RCeil;
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("l.safetensors");
     io::save_layer(&path, &l, Some((&s.w13_f32, &s.w2_f32))).unwrap();
     let got = io::load_layer(&path).unwrap();
     let g = &got.layer;
-    assert_eq!(g.scheme, l.scheme);
-    assert_eq!(g.router, l.router);
-    assert_eq!(g.act_scale_mode, ScaleMode::RCeil);
-    assert_eq!(g.expert_map, l.expert_map);
-    assert_eq!(g.e_score_correction_bias, l.e_score_correction_bias);
-    assert_eq!(g.w13, l.w13);
-    assert_eq!(g.w2, l.w2);
-    assert_eq!(g.w13_bias, l.w13_bias);
+    assert_eq!(g.config.scheme, l.config.scheme);
+    assert_eq!(g.config.router, l.config.router);
+    assert_eq!(g.config.act_scale_mode, ScaleMode::RCeil);
+    assert_eq!(g.weights.expert_map, l.weights.expert_map);
+    assert_eq!(
+        g.weights.e_score_correction_bias,
+        l.weights.e_score_correction_bias
+    );
+    assert_eq!(g.weights.w13, l.weights.w13);
+    assert_eq!(g.weights.w2, l.weights.w2);
+    assert_eq!(g.weights.w13_bias, l.weights.w13_bias);
     assert_eq!(got.w13_orig.as_deref(), Some(&s.w13_f32[..]));
     assert_eq!(got.w2_orig.as_deref(), Some(&s.w2_f32[..]));
     // FP6 packing in the file: [E, 2I, H*3/4] bytes.

@@ -83,21 +83,21 @@ fn swiglu(g: f64, l: f64, clamp: bool) -> f64 {
 
 /// The independent pipeline. `ids`/`wts` are `[M, k]` from `route`.
 fn pipeline(layer: &MoeLayer, hidden: &[f32], ids: &[i32], wts: &[f32], v: Variant) -> Vec<f32> {
-    let (h, i) = (layer.hidden, layer.inter);
+    let (h, i) = (layer.config.hidden, layer.config.inter);
     let m = hidden.len() / h;
     let k = ids.len() / m;
-    let el = layer.w13.shape[0];
-    let w13 = layer.w13.dequantize();
-    let w2 = layer.w2.dequantize();
-    let act_fmt = v.force_act.or(layer.scheme.activation);
-    let mode = layer.act_scale_mode;
+    let el = layer.weights.w13.shape[0];
+    let w13 = layer.weights.w13.dequantize();
+    let w2 = layer.weights.w2.dequantize();
+    let act_fmt = v.force_act.or(layer.config.scheme.activation);
+    let mode = layer.config.act_scale_mode;
     let qdq = |x: &[f32], n: usize| -> Vec<f32> {
         match act_fmt {
             Some(f) => qdq_slice(f, mode, x, n).unwrap(),
             None => x.to_vec(),
         }
     };
-    let on_input = layer.router.apply_router_weight_on_input;
+    let on_input = layer.config.router.apply_router_weight_on_input;
     let xq = if v.no_input_qdq {
         hidden.to_vec()
     } else {
@@ -107,7 +107,7 @@ fn pipeline(layer: &MoeLayer, hidden: &[f32], ids: &[i32], wts: &[f32], v: Varia
     for t in 0..m {
         for j in 0..k {
             let gid = ids[t * k + j] as usize;
-            let e = match (&layer.expert_map, v.ignore_expert_map) {
+            let e = match (&layer.weights.expert_map, v.ignore_expert_map) {
                 (Some(map), false) => match map[gid] {
                     -1 => continue,
                     l => l as usize,
@@ -125,7 +125,7 @@ fn pipeline(layer: &MoeLayer, hidden: &[f32], ids: &[i32], wts: &[f32], v: Varia
             for (r, g) in g1.iter_mut().enumerate() {
                 let row = &w13[(e * 2 * i + r) * h..(e * 2 * i + r + 1) * h];
                 let mut s: f64 = row.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum();
-                if let (Some(b), false) = (&layer.w13_bias, v.no_w13_bias) {
+                if let (Some(b), false) = (&layer.weights.w13_bias, v.no_w13_bias) {
                     s += b[e * 2 * i + r] as f64;
                 }
                 if on_input && !v.on_input_qdq_after_weight && !v.on_input_weight_at_output {
@@ -135,7 +135,7 @@ fn pipeline(layer: &MoeLayer, hidden: &[f32], ids: &[i32], wts: &[f32], v: Varia
             }
             let act: Vec<f32> = (0..i)
                 .map(|c| {
-                    let a = match layer.activation {
+                    let a = match layer.config.activation {
                         Activation::Silu => {
                             let (g, u) = if v.swap_halves {
                                 (g1[i + c], g1[c])
@@ -169,7 +169,11 @@ fn pipeline(layer: &MoeLayer, hidden: &[f32], ids: &[i32], wts: &[f32], v: Varia
                     .zip(&aq)
                     .map(|(&a, &b)| a as f64 * b as f64)
                     .sum();
-                let b2 = layer.w2_bias.as_ref().map_or(0.0, |b| b[e * h + r] as f64);
+                let b2 = layer
+                    .weights
+                    .w2_bias
+                    .as_ref()
+                    .map_or(0.0, |b| b[e * h + r] as f64);
                 let yo = match (weight_out, v.w2_bias_unweighted) {
                     (true, false) => (y + b2) * w as f64,
                     (true, true) => y * w as f64 + b2,
@@ -213,10 +217,10 @@ impl Case {
     fn new(layer: MoeLayer, hidden: Vec<f32>, logits: &[f32]) -> Case {
         let o = forward(&layer, &hidden, logits, MoeOptions::default()).unwrap();
         let r = route(
-            &layer.router,
+            &layer.config.router,
             logits,
-            layer.n_experts,
-            layer.e_score_correction_bias.as_deref(),
+            layer.config.n_experts,
+            layer.weights.e_score_correction_bias.as_deref(),
         )
         .unwrap();
         assert_eq!(o.routing, r, "forward must report the routing it used");
@@ -405,8 +409,8 @@ fn biases_w2_weighted() {
     let (e, h, i) = (4, 64, 64);
     let mut layer = make_layer(scheme, Activation::Silu, e, h, i, 2, 11);
     let mut rng = mxmoe::moe::synth::Rng::new(5);
-    layer.w13_bias = Some((0..e * 2 * i).map(|_| rng.normal() as f32 * 0.5).collect());
-    layer.w2_bias = Some((0..e * h).map(|_| rng.normal() as f32 * 0.5).collect());
+    layer.weights.w13_bias = Some((0..e * 2 * i).map(|_| rng.normal() as f32 * 0.5).collect());
+    layer.weights.w2_bias = Some((0..e * h).map(|_| rng.normal() as f32 * 0.5).collect());
     let (hs, lg) = synth_batch(8, h, e, 11);
     let c = Case::new(layer, hs, &lg);
     c.breaks(
@@ -432,8 +436,8 @@ fn expert_map_non_local_contribute_nothing() {
     let scheme: Scheme = "w_mxfp4_a_mxfp4".parse().unwrap();
     let (el, h, i, m) = (4, 64, 64, 6);
     let mut layer = make_layer(scheme, Activation::Silu, el, h, i, 2, 13);
-    layer.n_experts = 8;
-    layer.expert_map = Some(vec![2, -1, 0, -1, -1, 3, 1, -1]);
+    layer.config.n_experts = 8;
+    layer.weights.expert_map = Some(vec![2, -1, 0, -1, -1, 3, 1, -1]);
     let (hs, _) = synth_batch(m, h, el, 13);
     // Token 0 -> experts 1, 3 (both non-local); token 1 -> 0 (local) and 7 (non-local);
     // the rest mixed.
@@ -471,7 +475,7 @@ fn apply_router_weight_on_input() {
     let scheme: Scheme = "w_mxfp4_a_mxfp4".parse().unwrap();
     let (e, h, i, m) = (4, 64, 64, 8);
     let mut layer = make_layer(scheme, Activation::Silu, e, h, i, 1, 17);
-    layer.router = RouterConfig {
+    layer.config.router = RouterConfig {
         scoring: Scoring::Sigmoid,
         top_k: 1,
         renormalize: false,
@@ -503,7 +507,7 @@ fn apply_router_weight_on_input() {
         },
     );
     // top_k = 2 with apply_router_weight_on_input is rejected, not run.
-    layer.router.top_k = 2;
+    layer.config.router.top_k = 2;
     assert!(forward(&layer, &hs, &lg, MoeOptions::default()).is_err());
 }
 
@@ -516,7 +520,7 @@ fn bf16_intermediates() {
     let (e, h, i, m) = (4, 64, 64, 8);
     let mut layer = make_layer(scheme, Activation::Silu, e, h, i, 2, 23);
     let mut rng = mxmoe::moe::synth::Rng::new(6);
-    layer.w2_bias = Some((0..e * h).map(|_| rng.normal() as f32 * 0.3).collect());
+    layer.weights.w2_bias = Some((0..e * h).map(|_| rng.normal() as f32 * 0.3).collect());
     let (hs, lg) = synth_batch(m, h, e, 23);
     let c = Case::new(layer, hs, &lg);
     let opts = MoeOptions {
@@ -786,7 +790,7 @@ fn bad_forward_inputs_are_errors() {
     assert!(forward(&layer, &hs, &lg, opts).is_ok());
 
     let mut l = layer.clone();
-    l.router.top_k = 5;
+    l.config.router.top_k = 5;
     assert!(forward(&l, &hs, &lg, opts).is_err(), "top_k > experts");
 
     let mut bad = lg.clone();
@@ -815,31 +819,31 @@ fn bad_forward_inputs_are_errors() {
     assert!(forward(&layer, &[], &[], opts).is_err(), "empty batch");
 
     let mut l = layer.clone();
-    l.n_experts = 6;
-    l.expert_map = Some(vec![0, 1, 2, 3, -1, 4]);
+    l.config.n_experts = 6;
+    l.weights.expert_map = Some(vec![0, 1, 2, 3, -1, 4]);
     let lg6: Vec<f32> = (0..m * 6).map(|j| (j % 7) as f32 * 0.3).collect();
     assert!(
         forward(&l, &hs, &lg6, opts).is_err(),
         "expert_map entry 4 with 4 local experts"
     );
-    l.expert_map = Some(vec![0, 1, 2, 3, -2, -1]);
+    l.weights.expert_map = Some(vec![0, 1, 2, 3, -2, -1]);
     assert!(forward(&l, &hs, &lg6, opts).is_err(), "expert_map entry -2");
-    l.expert_map = Some(vec![0, 1, 2, 3, -1]);
+    l.weights.expert_map = Some(vec![0, 1, 2, 3, -1]);
     assert!(
         forward(&l, &hs, &lg6, opts).is_err(),
         "expert_map of the wrong length"
     );
-    l.expert_map = Some(vec![0, 1, 2, 3, -1, -1]);
+    l.weights.expert_map = Some(vec![0, 1, 2, 3, -1, -1]);
     assert!(
         forward(&l, &hs, &lg6, opts).is_ok(),
         "a valid map is accepted"
     );
 
     let mut l = layer.clone();
-    l.w2_bias = Some(vec![0.0; e * h - 1]);
+    l.weights.w2_bias = Some(vec![0.0; e * h - 1]);
     assert!(forward(&l, &hs, &lg, opts).is_err(), "w2_bias length");
     let mut l = layer.clone();
-    l.e_score_correction_bias = Some(vec![0.0; e + 1]);
+    l.weights.e_score_correction_bias = Some(vec![0.0; e + 1]);
     assert!(
         forward(&l, &hs, &lg, opts).is_err(),
         "correction bias length"

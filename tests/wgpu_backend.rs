@@ -15,7 +15,8 @@ use mxmoe::backend::BackendError;
 use mxmoe::format::{MxFormat, MxTensor, ScaleMode, BLOCK};
 use mxmoe::moe::synth::{synth_batch, synth_layer, Rng, SynthSpec};
 use mxmoe::moe::{
-    self, Accumulate, Activation, Intermediate, MoeLayer, MoeOptions, RouterConfig, Scoring,
+    self, Accumulate, Activation, Intermediate, MoeLayer, MoeOptions, MoeOutput, RouterConfig,
+    Scoring,
 };
 use mxmoe::scheme::Scheme;
 use std::sync::OnceLock;
@@ -228,6 +229,18 @@ fn special_inputs(fmt: MxFormat, seed: u64) -> Vec<f32> {
     v
 }
 
+/// Prepare and run once on the wgpu backend.
+fn once(
+    b: &WgpuBackend,
+    layer: &MoeLayer,
+    hs: &[f32],
+    logits: &[f32],
+    opts: MoeOptions,
+) -> Result<MoeOutput, BackendError> {
+    let g = b.prepare(layer)?;
+    Ok(b.moe(&g, hs, logits, opts, false)?.0)
+}
+
 #[test]
 fn qdq_bit_exact_all_formats_modes() {
     let b = gpu!("qdq_bit_exact_all_formats_modes");
@@ -430,22 +443,21 @@ fn rel_l2(cpu: &[f32], gpu: &[f32]) -> f64 {
 }
 
 fn check_moe(b: &WgpuBackend, layer: &MoeLayer, m: usize, seed: u64, what: &str) -> f64 {
-    let (hs, logits) = synth_batch(m, layer.hidden, layer.n_experts, seed);
+    let (hs, logits) = synth_batch(m, layer.config.hidden, layer.config.n_experts, seed);
     let opts = MoeOptions {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::F32,
     };
     let cpu = moe::forward(layer, &hs, &logits, opts).unwrap();
-    let g = b
-        .upload_layer(layer)
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let g = b.prepare(layer).unwrap_or_else(|e| panic!("{what}: {e}"));
     let mut worst = 0f64;
     for path in [MoePath::Gemm, MoePath::Gemv] {
         let what = format!("{what}/{path:?}");
         let t = Instant::now();
         let gpu = b
-            .moe_resident_path(&g, &hs, &logits, opts, path)
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            .moe_path(&g, &hs, &logits, opts, path, false)
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+            .0;
         if std::env::var("MXMOE_TEST_TIMES").is_ok() {
             eprintln!("{what}: {:?}", t.elapsed());
         }
@@ -530,8 +542,8 @@ fn moe_expert_map_router_weight_on_input_and_scoring() {
     let mut sp = spec(scheme, Activation::SwigluOai, 8, 64, 64, 4);
     sp.bias = true;
     let mut layer = synth_layer(&sp).unwrap().layer;
-    layer.n_experts = 16;
-    layer.expert_map = Some(
+    layer.config.n_experts = 16;
+    layer.weights.expert_map = Some(
         (0..16)
             .map(|g| if g % 2 == 0 { g / 2 } else { -1 })
             .collect(),
@@ -544,7 +556,7 @@ fn moe_expert_map_router_weight_on_input_and_scoring() {
     sp.router.apply_router_weight_on_input = true;
     sp.router.scoring = Scoring::Sigmoid;
     let mut layer = synth_layer(&sp).unwrap().layer;
-    layer.act_scale_mode = ScaleMode::Floor;
+    layer.config.act_scale_mode = ScaleMode::Floor;
     for m in [1usize, 17] {
         check_moe(b, &layer, m, 43, &format!("on_input/sigmoid/M={m}"));
     }
@@ -552,11 +564,11 @@ fn moe_expert_map_router_weight_on_input_and_scoring() {
     let mut sp = spec(Scheme::OCP_MX[1], Activation::SwigluOai, 16, 64, 64, 4);
     sp.router.scoring = Scoring::TopkSoftmax;
     let mut layer = synth_layer(&sp).unwrap().layer;
-    layer.act_scale_mode = ScaleMode::RCeil;
+    layer.config.act_scale_mode = ScaleMode::RCeil;
     check_moe(b, &layer, 17, 47, "topk_softmax/rceil");
-    layer.router.scoring = Scoring::Softmax;
-    layer.router.n_group = Some(4);
-    layer.router.topk_group = Some(2);
+    layer.config.router.scoring = Scoring::Softmax;
+    layer.config.router.n_group = Some(4);
+    layer.config.router.topk_group = Some(2);
     check_moe(b, &layer, 17, 53, "grouped");
 }
 
@@ -609,7 +621,7 @@ fn moe_bf16_intermediates() {
         let layer = synth_layer(&sp).unwrap().layer;
         let (hs, logits) = synth_batch(17, 64, 8, 5);
         let cpu = moe::forward(&layer, &hs, &logits, opts).unwrap();
-        let gpu = b.moe(&layer, &hs, &logits, opts).unwrap();
+        let gpu = once(&b, &layer, &hs, &logits, opts).unwrap();
         assert!(
             gpu.output.iter().all(|v| v.to_bits() & 0xFFFF == 0),
             "outputs are bf16 values"
@@ -640,7 +652,8 @@ fn moe_deepseek_router_with_correction_bias() {
     };
     let mut layer = synth_layer(&sp).unwrap().layer;
     let mut rng = Rng::new(9);
-    layer.e_score_correction_bias = Some((0..16).map(|_| (rng.normal() * 0.1) as f32).collect());
+    layer.weights.e_score_correction_bias =
+        Some((0..16).map(|_| (rng.normal() * 0.1) as f32).collect());
     for m in [1usize, 17] {
         check_moe(b, &layer, m, 71, &format!("deepseek/M={m}"));
     }
@@ -659,9 +672,9 @@ fn moe_weights_split_across_buffers() {
     b.set_poison(true);
     let sp = spec(Scheme::OCP_MX[3], Activation::Silu, 8, 64, 64, 4);
     let layer = synth_layer(&sp).unwrap().layer;
-    let per_expert = (layer.w13.data.len() / 8).max(layer.w2.data.len() / 8) as u64;
+    let per_expert = (layer.weights.w13.data.len() / 8).max(layer.weights.w2.data.len() / 8) as u64;
     b.set_max_chunk_bytes(per_expert * 3);
-    let g = b.upload_layer(&layer).unwrap();
+    let g = b.prepare(&layer).unwrap();
     assert_eq!(g.chunks(), 3, "8 experts, 3 per chunk");
     check_moe(&b, &layer, 17, 61, "split weights");
     // 40 tokens need more than one binding of activations here: several submits.
@@ -669,14 +682,15 @@ fn moe_weights_split_across_buffers() {
     if b.has_timestamps() {
         let (hs, logits) = synth_batch(40, 64, 8, 62);
         let (_, times) = b
-            .moe_resident_timed(&g, &hs, &logits, MoeOptions::default(), MoePath::Gemm)
+            .moe_path(&g, &hs, &logits, MoeOptions::default(), MoePath::Gemm, true)
             .unwrap();
+        let times = times.unwrap_or_default();
         let submits = times.iter().filter(|(n, _)| n == "route").count();
         assert_eq!(submits, 3, "40 tokens at 18 per binding: {times:?}");
     }
     // One expert larger than a binding: a clear OutOfMemory naming sizes.
     b.set_max_chunk_bytes(per_expert - 4);
-    match b.upload_layer(&layer) {
+    match b.prepare(&layer) {
         Err(BackendError::OutOfMemory(msg)) => assert!(msg.contains("MiB"), "{msg}"),
         other => panic!("expected OutOfMemory, got {:?}", other.map(|g| g.chunks())),
     }
@@ -745,17 +759,19 @@ fn moe_timed_forward() {
         .unwrap()
         .layer;
     let (hs, logits) = synth_batch(5, 64, 8, 3);
-    let g = b.upload_layer(&layer).unwrap();
+    let g = b.prepare(&layer).unwrap();
     let opts = MoeOptions {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::F32,
     };
     let plain = b
-        .moe_resident_path(&g, &hs, &logits, opts, MoePath::Gemv)
-        .unwrap();
+        .moe_path(&g, &hs, &logits, opts, MoePath::Gemv, false)
+        .unwrap()
+        .0;
     let (timed, times) = b
-        .moe_resident_timed(&g, &hs, &logits, opts, MoePath::Gemv)
+        .moe_path(&g, &hs, &logits, opts, MoePath::Gemv, true)
         .unwrap();
+    let times = times.unwrap_or_default();
     assert_eq!(plain.output, timed.output);
     eprintln!("pass times (ms): {times:?}");
     if b.has_timestamps() {
@@ -817,12 +833,13 @@ fn timing_report() {
             k,
         ))
         .unwrap();
-        let g = b.upload_layer(&layer).unwrap();
+        let g = b.prepare(&layer).unwrap();
         let (hs, logits) = synth_batch(m, h, e, 1);
         for path in [MoePath::Gemm, MoePath::Gemv] {
-            let _ = b.moe_resident_timed(&g, &hs, &logits, opts, path).unwrap();
+            let _ = b.moe_path(&g, &hs, &logits, opts, path, true).unwrap();
             let t = Instant::now();
-            let (_, times) = b.moe_resident_timed(&g, &hs, &logits, opts, path).unwrap();
+            let (_, times) = b.moe_path(&g, &hs, &logits, opts, path, true).unwrap();
+            let times = times.unwrap_or_default();
             let wall = t.elapsed().as_secs_f64() * 1e3;
             let gpu: f64 = times.iter().map(|(_, t)| t).sum();
             let flops = 2.0 * (m * k) as f64 * (3 * h * i) as f64;
@@ -880,16 +897,16 @@ fn bad_inputs_are_errors() {
     let (hs, logits) = synth_batch(3, 32, 4, 1);
     let o = MoeOptions::default();
     assert!(
-        b.moe(&layer, &hs, &logits[..11], o).is_err(),
+        once(&b, &layer, &hs, &logits[..11], o).is_err(),
         "short logits"
     );
     assert!(
-        b.moe(&layer, &hs[..40], &logits, o).is_err(),
+        once(&b, &layer, &hs[..40], &logits, o).is_err(),
         "ragged hidden"
     );
     let mut nan = logits.clone();
     nan[5] = f32::NAN;
-    let e = b.moe(&layer, &hs, &nan, o).unwrap_err().to_string();
+    let e = once(&b, &layer, &hs, &nan, o).unwrap_err().to_string();
     assert!(e.contains("NaN"), "{e}");
     assert!(b
         .qdq(MxFormat::Fp4E2M1, ScaleMode::Even, &[0.0; 48], 48)

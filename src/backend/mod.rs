@@ -8,75 +8,30 @@
 
 pub mod cpu;
 pub mod hip;
+pub mod ops;
 pub mod wgpu;
 
+pub use ops::{Op, RouteOp, Support};
+
 use crate::format::{FormatError, MxFormat, MxTensor, ScaleMode};
-use crate::moe::{
-    Activation, MoeError, MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing, Scoring,
-};
-use crate::scheme::Scheme;
+use crate::moe::{MoeConfig, MoeError, MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
 use std::fmt;
 use std::str::FromStr;
-
-/// An op as plain data with a stable name ([`Op::id`]), used in reports and test names.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Op {
-    Quantize {
-        format: MxFormat,
-        mode: ScaleMode,
-    },
-    Dequantize {
-        format: MxFormat,
-    },
-    Qdq {
-        format: MxFormat,
-        mode: ScaleMode,
-    },
-    Route {
-        scoring: Scoring,
-        top_k: usize,
-        grouped: bool,
-    },
-    MoeForward {
-        scheme: Scheme,
-        activation: Activation,
-    },
-}
-
-impl Op {
-    pub fn id(&self) -> String {
-        match self {
-            Op::Quantize { format, mode } => format!("quantize/{format}/{mode}"),
-            Op::Dequantize { format } => format!("dequantize/{format}"),
-            Op::Qdq { format, mode } => format!("qdq/{format}/{mode}"),
-            Op::Route {
-                scoring,
-                top_k,
-                grouped,
-            } => {
-                format!(
-                    "route/{scoring}/k{top_k}{}",
-                    if *grouped { "/grouped" } else { "" }
-                )
-            }
-            Op::MoeForward { scheme, activation } => format!("moe/{scheme}/{activation}"),
-        }
-    }
-    /// The routing op of a router configuration.
-    pub fn route_of(cfg: &RouterConfig) -> Op {
-        Op::Route {
-            scoring: cfg.scoring,
-            top_k: cfg.top_k,
-            grouped: cfg.n_group.is_some(),
-        }
-    }
-}
 
 /// Errors of backends. Variants carry the op or sizes they concern.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("backend {backend} does not support {op}")]
-    Unsupported { backend: String, op: String },
+    #[error("backend {backend} does not support {op}: {reason}")]
+    Unsupported {
+        backend: String,
+        op: String,
+        reason: String,
+    },
+    #[error("this layer was prepared on backend {prepared}, not on {backend}")]
+    WrongBackend {
+        prepared: &'static str,
+        backend: &'static str,
+    },
     #[error("backend '{0}' is not compiled in (rebuild with --features {0})")]
     NotCompiled(&'static str),
     #[error("no GPU adapter found{0}")]
@@ -130,18 +85,81 @@ impl fmt::Debug for Backend {
     }
 }
 
+/// A layer's weights where a backend computes: GPU buffers for wgpu (resident: upload once,
+/// run many forwards), a borrow of the host layer for the CPU. Made by [`Backend::prepare`];
+/// run with [`Backend::moe`].
+pub enum Prepared<'w> {
+    Cpu(&'w MoeLayer),
+    Wgpu(wgpu::GpuLayer),
+    Hip(hip::HipLayer),
+}
+
+impl Prepared<'_> {
+    /// The layer's configuration.
+    pub fn config(&self) -> &MoeConfig {
+        match self {
+            Prepared::Cpu(l) => &l.config,
+            Prepared::Wgpu(g) => g.config(),
+            Prepared::Hip(h) => h.config(),
+        }
+    }
+
+    /// Whether the layer has a DeepSeek `e_score_correction_bias`.
+    pub fn has_correction_bias(&self) -> bool {
+        match self {
+            Prepared::Cpu(l) => l.weights.e_score_correction_bias.is_some(),
+            Prepared::Wgpu(g) => g.has_correction_bias(),
+            Prepared::Hip(h) => h.has_correction_bias(),
+        }
+    }
+
+    /// The backend that holds it.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Prepared::Cpu(_) => "cpu",
+            Prepared::Wgpu(_) => "wgpu",
+            Prepared::Hip(_) => "hip",
+        }
+    }
+
+    /// Bytes of weights copied to the device (0 for the CPU, which borrows).
+    pub fn device_bytes(&self) -> u64 {
+        match self {
+            Prepared::Cpu(_) => 0,
+            Prepared::Wgpu(g) => g.bytes,
+            Prepared::Hip(_) => 0,
+        }
+    }
+}
+
+/// GPU time per pass in milliseconds, in submission order.
+pub type PassTimes = Vec<(String, f64)>;
+
 impl Backend {
     /// Open a backend. `adapter` filters GPU adapters by a name substring (also read from
-    /// `MXMOE_ADAPTER` by the wgpu backend).
+    /// `MXMOE_ADAPTER` by the wgpu backend). `Auto` takes wgpu when an adapter exists, else
+    /// the CPU; [`Backend::open_auto`] also says why.
     pub fn open(kind: BackendKind, adapter: Option<&str>) -> Result<Backend, BackendError> {
         match kind {
             BackendKind::Cpu => Ok(Backend::Cpu(cpu::CpuBackend)),
             BackendKind::Wgpu => Ok(Backend::Wgpu(wgpu::WgpuBackend::new(adapter)?)),
             BackendKind::Hip => Ok(Backend::Hip(hip::HipBackend::new()?)),
-            BackendKind::Auto => match wgpu::WgpuBackend::new(adapter) {
-                Ok(b) => Ok(Backend::Wgpu(b)),
-                Err(_) => Ok(Backend::Cpu(cpu::CpuBackend)),
-            },
+            BackendKind::Auto => Ok(Backend::open_auto(adapter).0),
+        }
+    }
+
+    /// `--backend auto`: wgpu when an adapter exists, else the CPU, with a sentence saying which
+    /// was chosen and why (the CLI prints it on stderr).
+    pub fn open_auto(adapter: Option<&str>) -> (Backend, String) {
+        match wgpu::WgpuBackend::new(adapter) {
+            Ok(b) => {
+                let why = format!("backend auto: chose wgpu on {}", b.adapter());
+                (Backend::Wgpu(b), why)
+            }
+            Err(e) => (
+                Backend::Cpu(cpu::CpuBackend),
+                format!("backend auto: fell back to the CPU reference (wgpu: {e})"),
+            ),
         }
     }
 
@@ -162,7 +180,8 @@ impl Backend {
         }
     }
 
-    pub fn supports(&self, op: &Op) -> bool {
+    /// Whether this backend can run `op`, and if not, why.
+    pub fn supports(&self, op: &Op) -> Support {
         match self {
             Backend::Cpu(b) => b.supports(op),
             Backend::Wgpu(b) => b.supports(op),
@@ -171,13 +190,13 @@ impl Backend {
     }
 
     fn require(&self, op: Op) -> Result<(), BackendError> {
-        if self.supports(&op) {
-            Ok(())
-        } else {
-            Err(BackendError::Unsupported {
+        match self.supports(&op) {
+            Support::Supported => Ok(()),
+            Support::Unsupported { reason } => Err(BackendError::Unsupported {
                 backend: self.name().into(),
                 op: op.id(),
-            })
+                reason,
+            }),
         }
     }
 
@@ -189,6 +208,7 @@ impl Backend {
         x: &[f32],
         shape: &[usize],
     ) -> Result<MxTensor, BackendError> {
+        ops::validate_quantize(x, shape)?;
         self.require(Op::Quantize { format, mode })?;
         match self {
             Backend::Cpu(b) => b.quantize(format, mode, x, shape),
@@ -198,6 +218,7 @@ impl Backend {
     }
 
     pub fn dequantize(&self, t: &MxTensor) -> Result<Vec<f32>, BackendError> {
+        ops::validate_dequantize(t)?;
         self.require(Op::Dequantize { format: t.format })?;
         match self {
             Backend::Cpu(b) => b.dequantize(t),
@@ -214,6 +235,7 @@ impl Backend {
         x: &[f32],
         k: usize,
     ) -> Result<Vec<f32>, BackendError> {
+        ops::validate_qdq(x, k)?;
         self.require(Op::Qdq { format, mode })?;
         match self {
             Backend::Cpu(b) => b.qdq(format, mode, x, k),
@@ -222,6 +244,7 @@ impl Backend {
         }
     }
 
+    /// Route `[M, n_experts]` logits (with an optional DeepSeek correction bias).
     pub fn route(
         &self,
         cfg: &RouterConfig,
@@ -229,7 +252,8 @@ impl Backend {
         n_experts: usize,
         bias: Option<&[f32]>,
     ) -> Result<Routing, BackendError> {
-        self.require(Op::route_of(cfg))?;
+        ops::validate_route(cfg, logits, n_experts, bias)?;
+        self.require(Op::route_of(cfg, n_experts, bias.is_some()))?;
         match self {
             Backend::Cpu(b) => b.route(cfg, logits, n_experts, bias),
             Backend::Wgpu(b) => b.route(cfg, logits, n_experts, bias),
@@ -237,21 +261,68 @@ impl Backend {
         }
     }
 
+    /// Put a layer's weights where this backend computes (validating the layer first). Run it
+    /// with [`Backend::moe`] as often as needed.
+    pub fn prepare<'w>(&self, layer: &'w MoeLayer) -> Result<Prepared<'w>, BackendError> {
+        layer.validate()?;
+        self.require(Op::moe_of(
+            &layer.config,
+            layer.weights.e_score_correction_bias.is_some(),
+            false,
+        ))?;
+        Ok(match self {
+            Backend::Cpu(_) => Prepared::Cpu(layer),
+            Backend::Wgpu(b) => Prepared::Wgpu(b.prepare(layer)?),
+            Backend::Hip(b) => Prepared::Hip(b.prepare(layer)?),
+        })
+    }
+
+    /// One forward of a prepared layer on a token batch: `hidden` `[M, H]`, `logits`
+    /// `[M, n_experts]`.
     pub fn moe(
+        &self,
+        layer: &Prepared,
+        hidden: &[f32],
+        logits: &[f32],
+        opts: MoeOptions,
+    ) -> Result<MoeOutput, BackendError> {
+        Ok(self.moe_timed(layer, hidden, logits, opts, false)?.0)
+    }
+
+    /// [`Backend::moe`], with GPU time per pass when `timed` and the backend can measure it
+    /// (`None` otherwise: the CPU, or an adapter without timestamp queries).
+    pub fn moe_timed(
+        &self,
+        layer: &Prepared,
+        hidden: &[f32],
+        logits: &[f32],
+        opts: MoeOptions,
+        timed: bool,
+    ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
+        let cfg = layer.config();
+        ops::validate_moe(cfg, hidden, logits)?;
+        self.require(Op::moe_of(cfg, layer.has_correction_bias(), false))?;
+        match (self, layer) {
+            (Backend::Cpu(b), Prepared::Cpu(l)) => Ok((b.moe(l, hidden, logits, opts)?, None)),
+            (Backend::Wgpu(b), Prepared::Wgpu(g)) => b.moe(g, hidden, logits, opts, timed),
+            (Backend::Hip(b), Prepared::Hip(h)) => Ok((b.moe(h, hidden, logits, opts)?, None)),
+            _ => Err(BackendError::WrongBackend {
+                prepared: layer.backend(),
+                backend: self.name(),
+            }),
+        }
+    }
+
+    /// Prepare and run once (a layer run once; callers that run a layer repeatedly prepare it
+    /// once and call [`Backend::moe`]).
+    pub fn moe_once(
         &self,
         layer: &MoeLayer,
         hidden: &[f32],
         logits: &[f32],
         opts: MoeOptions,
     ) -> Result<MoeOutput, BackendError> {
-        self.require(Op::MoeForward {
-            scheme: layer.scheme,
-            activation: layer.activation,
-        })?;
-        match self {
-            Backend::Cpu(b) => b.moe(layer, hidden, logits, opts),
-            Backend::Wgpu(b) => b.moe(layer, hidden, logits, opts),
-            Backend::Hip(b) => b.moe(layer, hidden, logits, opts),
-        }
+        let p = self.prepare(layer)?;
+        self.moe(&p, hidden, logits, opts)
     }
 }

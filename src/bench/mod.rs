@@ -79,20 +79,20 @@ pub fn run(
         accumulate: Accumulate::F32,
         ..Default::default()
     };
-    let (h, i, e) = (layer.hidden, layer.inter, layer.n_experts);
-    let k = layer.router.top_k;
+    let (h, i, e) = (
+        layer.config.hidden,
+        layer.config.inter,
+        layer.config.n_experts,
+    );
+    let k = layer.config.router.top_k;
     let per_expert = expert_bytes(layer);
-    // Upload once for the GPU.
-    let resident = match b {
-        Backend::Wgpu(w) => {
-            progress(&format!(
-                "uploading {:.1} MiB of weights",
-                layer.weight_bytes() as f64 / 1048576.0
-            ));
-            Some((w, w.upload_layer(layer)?))
-        }
-        _ => None,
-    };
+    // Prepare once (the GPU uploads the weights; the CPU borrows them).
+    progress(&format!(
+        "preparing {:.1} MiB of weights on {}",
+        layer.weight_bytes() as f64 / 1048576.0,
+        b.name()
+    ));
+    let prepared = b.prepare(layer)?;
     let mut out = Vec::new();
     for &m in &p.tokens {
         let batches: Vec<(Vec<f32>, Vec<f32>)> = (0..p.rotate.max(1))
@@ -102,10 +102,10 @@ pub fn run(
         let mut active = 0f64;
         for (_, lg) in &batches {
             let r = moe::route(
-                &layer.router,
+                &layer.config.router,
                 lg,
                 e,
-                layer.e_score_correction_bias.as_deref(),
+                layer.weights.e_score_correction_bias.as_deref(),
             )?;
             let mut seen = vec![false; layer.local_experts()];
             for &id in &r.topk_ids {
@@ -120,10 +120,7 @@ pub fn run(
         let flops = (m * k) as f64 * (2.0 * 2.0 * i as f64 * h as f64 + 2.0 * h as f64 * i as f64);
         let run1 = |bi: usize| -> Result<moe::MoeOutput, BackendError> {
             let (hs, lg) = &batches[bi % batches.len()];
-            match &resident {
-                Some((w, g)) => w.moe_resident(g, hs, lg, opts),
-                None => b.moe(layer, hs, lg, opts),
-            }
+            b.moe(&prepared, hs, lg, opts)
         };
         progress(&format!("M = {m}: warm-up"));
         let first = run1(0)?;
@@ -142,14 +139,11 @@ pub fn run(
             walls.push(t0.elapsed().as_secs_f64() * 1e3);
         }
         let mut gpu = Vec::new();
-        if let Some((w, g)) = &resident {
-            if w.has_timestamps() {
-                for it in 0..p.iters {
-                    let (hs, lg) = &batches[it % batches.len()];
-                    let (_, passes) =
-                        w.moe_resident_timed(g, hs, lg, opts, crate::backend::wgpu::MoePath::Auto)?;
-                    gpu.push(passes.iter().map(|(_, ms)| ms).sum::<f64>());
-                }
+        for it in 0..p.iters {
+            let (hs, lg) = &batches[it % batches.len()];
+            match b.moe_timed(&prepared, hs, lg, opts, true)? {
+                (_, Some(passes)) => gpu.push(passes.iter().map(|(_, ms)| ms).sum::<f64>()),
+                (_, None) => break,
             }
         }
         let wall_ms = median(walls);
@@ -159,7 +153,7 @@ pub fn run(
         let r = BenchResult {
             backend: b.name().into(),
             adapter: b.adapter(),
-            scheme: layer.scheme.name(),
+            scheme: layer.config.scheme.name(),
             experts: e,
             hidden: h,
             inter: i,

@@ -211,7 +211,7 @@ fn outcome(name: String, t0: Instant, r: Result<Option<String>, BackendError>) -
     let (status, detail) = match r {
         Ok(None) => (Status::Ok, String::new()),
         Ok(Some(msg)) => (Status::Fail, msg),
-        Err(BackendError::Unsupported { op, .. }) => (Status::Unsupported, op),
+        Err(BackendError::Unsupported { reason, .. }) => (Status::Unsupported, reason),
         Err(e) => (Status::Fail, format!("error: {e}")),
     };
     CaseResult {
@@ -234,9 +234,7 @@ pub fn run_format_cases(b: &Backend, inputs: &[FormatInput]) -> Vec<CaseResult> 
                 let name = format!("{}/{}", op.id(), inp.name);
                 let want = MxTensor::quantize(fmt, mode, &inp.x, &shape).expect("valid input");
                 let t0 = Instant::now();
-                if !b.supports(&op) {
-                    out.push(outcome(name, t0, Err(unsupported(b, &op))));
-                } else {
+                {
                     let r = b.quantize(fmt, mode, &inp.x, &shape).map(|got| {
                         if got.scales != want.scales {
                             let i = got
@@ -258,35 +256,21 @@ pub fn run_format_cases(b: &Backend, inputs: &[FormatInput]) -> Vec<CaseResult> 
                 let name = format!("{}/{}", op.id(), inp.name);
                 let want_q = want.dequantize();
                 let t0 = Instant::now();
-                let r = if b.supports(&op) {
-                    b.qdq(fmt, mode, &inp.x, inp.k)
-                        .map(|g| first_bit_mismatch(&g, &want_q))
-                } else {
-                    Err(unsupported(b, &op))
-                };
+                let r = b
+                    .qdq(fmt, mode, &inp.x, inp.k)
+                    .map(|g| first_bit_mismatch(&g, &want_q));
                 out.push(outcome(name, t0, r));
                 if mode == ScaleMode::Even {
                     let op = Op::Dequantize { format: fmt };
                     let name = format!("{}/{}", op.id(), inp.name);
                     let t0 = Instant::now();
-                    let r = if b.supports(&op) {
-                        b.dequantize(&want).map(|g| first_bit_mismatch(&g, &want_q))
-                    } else {
-                        Err(unsupported(b, &op))
-                    };
+                    let r = b.dequantize(&want).map(|g| first_bit_mismatch(&g, &want_q));
                     out.push(outcome(name, t0, r));
                 }
             }
         }
     }
     out
-}
-
-fn unsupported(b: &Backend, op: &Op) -> BackendError {
-    BackendError::Unsupported {
-        backend: b.name().into(),
-        op: op.id(),
-    }
 }
 
 /// One MoE case: a layer, a batch, and the options.
@@ -389,7 +373,8 @@ pub fn moe_cases(suite: Suite) -> Vec<MoeCase> {
         12,
     );
     let mut rng = Rng::new(3);
-    c.layer.e_score_correction_bias = Some((0..e).map(|_| (rng.normal() * 0.1) as f32).collect());
+    c.layer.weights.e_score_correction_bias =
+        Some((0..e).map(|_| (rng.normal() * 0.1) as f32).collect());
     cases.push(c);
     // Llama 4 router: top-1 sigmoid, weight on input.
     let mut spec = SynthSpec::new(Scheme::OCP_MX[2], e, h, i, 1);
@@ -413,8 +398,8 @@ pub fn moe_cases(suite: Suite) -> Vec<MoeCase> {
     let (hidden, logits) = synth_batch(17, h, 2 * e, 14);
     c.hidden = hidden;
     c.logits = logits;
-    c.layer.n_experts = 2 * e;
-    c.layer.expert_map = Some(
+    c.layer.config.n_experts = 2 * e;
+    c.layer.weights.expert_map = Some(
         (0..2 * e as i32)
             .map(|g| if g % 2 == 0 { g / 2 } else { -1 })
             .collect(),
@@ -434,15 +419,9 @@ pub fn run_moe_cases(b: &Backend, cases: &[MoeCase]) -> Vec<CaseResult> {
     for c in cases {
         let want = moe::forward(&c.layer, &c.hidden, &c.logits, opts).expect("reference runs");
         let t0 = Instant::now();
-        let op = Op::MoeForward {
-            scheme: c.layer.scheme,
-            activation: c.layer.activation,
-        };
         let mut note = String::new();
-        let r = if !b.supports(&op) || !b.supports(&Op::route_of(&c.layer.router)) {
-            Err(unsupported(b, &op))
-        } else {
-            b.moe(&c.layer, &c.hidden, &c.logits, opts).map(|got| {
+        let r = {
+            b.moe_once(&c.layer, &c.hidden, &c.logits, opts).map(|got| {
                 if got.routing.topk_ids != want.routing.topk_ids {
                     let i = got
                         .routing

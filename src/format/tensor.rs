@@ -91,16 +91,7 @@ pub fn qdq_slice(
     x: &[f32],
     k: usize,
 ) -> Result<Vec<f32>, FormatError> {
-    if k == 0 || k % BLOCK != 0 {
-        return Err(FormatError::NotBlockMultiple(k));
-    }
-    if x.len() % k != 0 {
-        return Err(FormatError::BadLength {
-            what: "qdq input",
-            expected: x.len().div_ceil(k) * k,
-            got: x.len(),
-        });
-    }
+    check_rows(x.len(), k)?;
     let mut out = vec![0f32; x.len()];
     out.par_chunks_mut(BLOCK * 64)
         .zip(x.par_chunks(BLOCK * 64))
@@ -110,6 +101,71 @@ pub fn qdq_slice(
             }
         });
     Ok(out)
+}
+
+/// The block axis of `shape` (its last dimension), checked to be a positive multiple of 32.
+fn block_axis(shape: &[usize]) -> Result<usize, FormatError> {
+    let k = *shape.last().ok_or(FormatError::EmptyShape)?;
+    if k == 0 || k % BLOCK != 0 {
+        return Err(FormatError::NotBlockMultiple(k));
+    }
+    Ok(k)
+}
+
+/// Check `len` f32 values against a tensor `shape` to quantize (last dimension a multiple of
+/// 32, as many values as the shape holds).
+pub fn check_values(len: usize, shape: &[usize]) -> Result<(), FormatError> {
+    block_axis(shape)?;
+    let n: usize = shape.iter().product();
+    if len != n {
+        return Err(FormatError::BadLength {
+            what: "input elements",
+            expected: n,
+            got: len,
+        });
+    }
+    Ok(())
+}
+
+/// Check `len` f32 values as whole rows of `k` (a multiple of 32) for QDQ.
+pub fn check_rows(len: usize, k: usize) -> Result<(), FormatError> {
+    block_axis(&[k])?;
+    if len % k != 0 {
+        return Err(FormatError::BadLength {
+            what: "qdq input",
+            expected: len.div_ceil(k) * k,
+            got: len,
+        });
+    }
+    Ok(())
+}
+
+/// Check a packed tensor's byte counts against its format and logical shape.
+pub fn check_parts(
+    format: MxFormat,
+    shape: &[usize],
+    data_len: usize,
+    scales_len: usize,
+) -> Result<(), FormatError> {
+    let k = block_axis(shape)?;
+    let rows: usize = shape[..shape.len() - 1].iter().product();
+    let expect_data = rows * format.packed_len(k);
+    if data_len != expect_data {
+        return Err(FormatError::BadLength {
+            what: "packed data",
+            expected: expect_data,
+            got: data_len,
+        });
+    }
+    let expect_scales = rows * (k / BLOCK);
+    if scales_len != expect_scales {
+        return Err(FormatError::BadLength {
+            what: "scales",
+            expected: expect_scales,
+            got: scales_len,
+        });
+    }
+    Ok(())
 }
 
 /// A packed MX tensor: `shape` is the logical shape (last dimension = K, the block axis),
@@ -131,27 +187,7 @@ impl MxTensor {
         data: Vec<u8>,
         scales: Vec<u8>,
     ) -> Result<Self, FormatError> {
-        let k = *shape.last().ok_or(FormatError::EmptyShape)?;
-        if k == 0 || k % BLOCK != 0 {
-            return Err(FormatError::NotBlockMultiple(k));
-        }
-        let rows: usize = shape[..shape.len() - 1].iter().product();
-        let expect_data = rows * format.packed_len(k);
-        if data.len() != expect_data {
-            return Err(FormatError::BadLength {
-                what: "packed data",
-                expected: expect_data,
-                got: data.len(),
-            });
-        }
-        let expect_scales = rows * (k / BLOCK);
-        if scales.len() != expect_scales {
-            return Err(FormatError::BadLength {
-                what: "scales",
-                expected: expect_scales,
-                got: scales.len(),
-            });
-        }
+        check_parts(format, &shape, data.len(), scales.len())?;
         Ok(MxTensor {
             format,
             shape,
@@ -167,19 +203,8 @@ impl MxTensor {
         x: &[f32],
         shape: &[usize],
     ) -> Result<Self, FormatError> {
-        let k = *shape.last().ok_or(FormatError::EmptyShape)?;
-        if k == 0 || k % BLOCK != 0 {
-            return Err(FormatError::NotBlockMultiple(k));
-        }
-        let n: usize = shape.iter().product();
-        if x.len() != n {
-            return Err(FormatError::BadLength {
-                what: "input elements",
-                expected: n,
-                got: x.len(),
-            });
-        }
-        let blocks = n / BLOCK;
+        check_values(x.len(), shape)?;
+        let blocks = x.len() / BLOCK;
         let bb = format.spec().block_bytes();
         let mut data = vec![0u8; blocks * bb];
         let mut scales = vec![0u8; blocks];
@@ -197,6 +222,12 @@ impl MxTensor {
             data,
             scales,
         })
+    }
+
+    /// Check the byte counts against the format and shape (a tensor built field by field may
+    /// be inconsistent; [`MxTensor::new`] checks the same).
+    pub fn validate(&self) -> Result<(), FormatError> {
+        check_parts(self.format, &self.shape, self.data.len(), self.scales.len())
     }
 
     /// The block axis length.

@@ -6,7 +6,7 @@
 //! complete, so a failed run leaves no partial output.
 
 use crate::format::{FormatError, MxFormat, MxTensor, ScaleMode, BLOCK};
-use crate::moe::{Activation, MoeLayer, RouterConfig, Routing, Scoring};
+use crate::moe::{Activation, MoeConfig, MoeLayer, MoeWeights, RouterConfig, Routing, Scoring};
 use crate::scheme::Scheme;
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
@@ -543,44 +543,44 @@ pub fn save_layer(
     l: &MoeLayer,
     orig: Option<(&[f32], &[f32])>,
 ) -> Result<(), IoError> {
-    let (e, h, i) = (l.local_experts(), l.hidden, l.inter);
+    let (e, h, i) = (l.local_experts(), l.config.hidden, l.config.inter);
     let mut t: Vec<OutTensor> = Vec::new();
-    t.extend(mx_out("w13_weight", &l.w13));
-    t.extend(mx_out("w2_weight", &l.w2));
-    if let Some(b) = &l.w13_bias {
+    t.extend(mx_out("w13_weight", &l.weights.w13));
+    t.extend(mx_out("w2_weight", &l.weights.w2));
+    if let Some(b) = &l.weights.w13_bias {
         t.push(OutTensor::f32("w13_bias", vec![e, 2 * i], b));
     }
-    if let Some(b) = &l.w2_bias {
+    if let Some(b) = &l.weights.w2_bias {
         t.push(OutTensor::f32("w2_bias", vec![e, h], b));
     }
-    if let Some(b) = &l.e_score_correction_bias {
+    if let Some(b) = &l.weights.e_score_correction_bias {
         t.push(OutTensor::f32(
             "e_score_correction_bias",
-            vec![l.n_experts],
+            vec![l.config.n_experts],
             b,
         ));
     }
-    if let Some(m) = &l.expert_map {
-        t.push(OutTensor::i32("expert_map", vec![l.n_experts], m));
+    if let Some(m) = &l.weights.expert_map {
+        t.push(OutTensor::i32("expert_map", vec![l.config.n_experts], m));
     }
     if let Some((a, b)) = orig {
         t.push(OutTensor::f32("w13_weight_orig", vec![e, 2 * i, h], a));
         t.push(OutTensor::f32("w2_weight_orig", vec![e, h, i], b));
     }
-    let r = &l.router;
+    let r = &l.config.router;
     let mut meta: HashMap<String, String> = [
-        ("scheme", l.scheme.name()),
-        ("activation", l.activation.name().to_string()),
+        ("scheme", l.config.scheme.name()),
+        ("activation", l.config.activation.name().to_string()),
         ("top_k", r.top_k.to_string()),
         ("renormalize", r.renormalize.to_string()),
-        ("scale_mode", l.act_scale_mode.name().to_string()),
+        ("scale_mode", l.config.act_scale_mode.name().to_string()),
         ("scoring", r.scoring.name().to_string()),
         ("routed_scaling_factor", r.routed_scaling_factor.to_string()),
         (
             "apply_router_weight_on_input",
             r.apply_router_weight_on_input.to_string(),
         ),
-        ("n_experts", l.n_experts.to_string()),
+        ("n_experts", l.config.n_experts.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -746,19 +746,24 @@ fn load_bundle(f: &StFile) -> Result<LoadedLayer, IoError> {
     let router = router_from_meta(f, RouterConfig::default())?;
     let act_scale_mode = f.meta_parse::<ScaleMode>("scale_mode")?.unwrap_or_default();
     let layer = MoeLayer {
-        scheme,
-        activation,
-        router,
-        act_scale_mode,
-        n_experts,
-        hidden: h,
-        inter: i,
-        w13_bias: opt_floats(f, "w13_bias", &[e, 2 * i])?,
-        w2_bias: opt_floats(f, "w2_bias", &[e, h])?,
-        e_score_correction_bias: opt_floats(f, "e_score_correction_bias", &[n_experts])?,
-        expert_map,
-        w13,
-        w2,
+        config: MoeConfig {
+            scheme,
+            activation,
+            router,
+            act_scale_mode,
+            n_experts,
+            hidden: h,
+            inter: i,
+            local_experts: w13.shape[0],
+        },
+        weights: MoeWeights {
+            w13,
+            w2,
+            w13_bias: opt_floats(f, "w13_bias", &[e, 2 * i])?,
+            w2_bias: opt_floats(f, "w2_bias", &[e, h])?,
+            e_score_correction_bias: opt_floats(f, "e_score_correction_bias", &[n_experts])?,
+            expert_map,
+        },
     };
     let w13_orig = opt_floats(f, "w13_weight_orig", &[e, 2 * i, h])?;
     let w2_orig = opt_floats(f, "w2_weight_orig", &[e, h, i])?;
@@ -826,19 +831,24 @@ fn load_gptoss(f: &StFile, prefix: &str, hf: bool) -> Result<LoadedLayer, IoErro
         ..RouterConfig::default()
     };
     let layer = MoeLayer {
-        scheme: Scheme::new(MxFormat::Fp4E2M1, None),
-        activation: Activation::SwigluOai,
-        router: router_from_meta(f, defaults)?,
-        act_scale_mode: ScaleMode::Even,
-        n_experts: e,
-        hidden: h,
-        inter: i,
-        w13_bias: opt_floats(f, &bias1, &[e, 2 * i])?,
-        w2_bias: opt_floats(f, &bias2, &[e, h])?,
-        e_score_correction_bias: None,
-        expert_map: None,
-        w13,
-        w2,
+        config: MoeConfig {
+            scheme: Scheme::new(MxFormat::Fp4E2M1, None),
+            activation: Activation::SwigluOai,
+            router: router_from_meta(f, defaults)?,
+            act_scale_mode: ScaleMode::Even,
+            n_experts: e,
+            hidden: h,
+            inter: i,
+            local_experts: w13.shape[0],
+        },
+        weights: MoeWeights {
+            w13,
+            w2,
+            w13_bias: opt_floats(f, &bias1, &[e, 2 * i])?,
+            w2_bias: opt_floats(f, &bias2, &[e, h])?,
+            e_score_correction_bias: None,
+            expert_map: None,
+        },
     };
     finish(f, layer, None, None)
 }

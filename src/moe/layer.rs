@@ -1,57 +1,106 @@
-//! The MoE layer: packed expert weights (vLLM/Quark layout), biases and configuration.
+//! The MoE layer, split into what configures it and what it weighs:
+//!
+//! * [`MoeConfig`]: scheme, activation, routing keys, activation scale mode and shapes. Small,
+//!   `Clone`, kept by every backend's prepared handle.
+//! * [`MoeWeights`]: packed experts and scales (vLLM/Quark layout), biases, the DeepSeek
+//!   correction bias and the `expert_map`. Large; a backend's `prepare` puts them where it
+//!   computes (GPU buffers for wgpu, a borrow for the CPU).
 
 use super::{Activation, MoeError, RouterConfig};
 use crate::format::{MxTensor, ScaleMode, BLOCK};
 use crate::scheme::Scheme;
 
-/// One MoE layer. Weights stay packed (`MxTensor`s); backends dequantize on the fly.
+/// What a layer computes, without its weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    pub scheme: Scheme,
+    pub activation: Activation,
+    pub router: RouterConfig,
+    /// Scale mode of both activation QDQ points (default `even`, docs/NUMERICS.md decision 1).
+    pub act_scale_mode: ScaleMode,
+    /// The router's width (global experts). Without `expert_map` it equals `local_experts`.
+    pub n_experts: usize,
+    /// Experts whose weights the layer holds (`E_local`).
+    pub local_experts: usize,
+    /// Hidden size H.
+    pub hidden: usize,
+    /// Intermediate size I (per expert).
+    pub inter: usize,
+}
+
+/// A layer's weights. Shapes are those of [`MoeConfig`]:
 ///
 /// * `w13`: `[E_local, 2I, H]`, rows `[0, I)` gate and `[I, 2I)` up for `silu`; interleaved
 ///   (even = gate, odd = linear) for `swigluoai`.
 /// * `w2`: `[E_local, H, I]`.
 /// * `w13_bias`: `[E_local * 2I]`, `w2_bias`: `[E_local * H]` (f32), optional.
-/// * `n_experts`: the router's width (global experts). Without `expert_map` it equals E_local.
+/// * `e_score_correction_bias`: `[n_experts]` (DeepSeek-V3/R1), used for selection only.
 /// * `expert_map`: `[n_experts]`, global id -> local expert index, or -1 for experts that live
 ///   elsewhere (they contribute nothing).
 #[derive(Clone, Debug)]
-pub struct MoeLayer {
-    pub scheme: Scheme,
-    pub activation: Activation,
-    pub router: RouterConfig,
-    /// Scale mode of both activation QDQ points (default `even`, NUMERICS.md decision 1).
-    pub act_scale_mode: ScaleMode,
-    pub n_experts: usize,
-    pub hidden: usize,
-    pub inter: usize,
+pub struct MoeWeights {
     pub w13: MxTensor,
     pub w2: MxTensor,
     pub w13_bias: Option<Vec<f32>>,
     pub w2_bias: Option<Vec<f32>>,
-    /// DeepSeek-V3 `e_score_correction_bias` `[n_experts]`: used for selection only.
     pub e_score_correction_bias: Option<Vec<f32>>,
     pub expert_map: Option<Vec<i32>>,
 }
 
-impl MoeLayer {
-    /// Experts whose weights this layer holds.
-    pub fn local_experts(&self) -> usize {
-        self.w13.shape.first().copied().unwrap_or(0)
+impl MoeWeights {
+    /// Bytes of packed weights + scales.
+    pub fn weight_bytes(&self) -> usize {
+        self.w13.data.len() + self.w13.scales.len() + self.w2.data.len() + self.w2.scales.len()
     }
 
     /// The local expert index of a global id, if local.
     pub fn local_id(&self, global: usize) -> Option<usize> {
-        match &self.expert_map {
-            None => Some(global),
-            Some(m) => {
-                let l = m[global];
-                (l >= 0).then_some(l as usize)
-            }
+        local_id(self.expert_map.as_deref(), global)
+    }
+}
+
+/// The local expert index of a global id under an optional `expert_map`.
+pub fn local_id(expert_map: Option<&[i32]>, global: usize) -> Option<usize> {
+    match expert_map {
+        None => Some(global),
+        Some(m) => {
+            let l = *m.get(global)?;
+            (l >= 0).then_some(l as usize)
         }
+    }
+}
+
+/// One MoE layer: its configuration and its weights (which stay packed; backends dequantize
+/// on the fly).
+#[derive(Clone, Debug)]
+pub struct MoeLayer {
+    pub config: MoeConfig,
+    pub weights: MoeWeights,
+}
+
+impl MoeLayer {
+    /// A layer from its configuration and weights, checked ([`MoeLayer::validate`]).
+    pub fn new(config: MoeConfig, weights: MoeWeights) -> Result<MoeLayer, MoeError> {
+        let layer = MoeLayer { config, weights };
+        layer.validate()?;
+        Ok(layer)
+    }
+
+    /// Experts whose weights this layer holds.
+    pub fn local_experts(&self) -> usize {
+        self.config.local_experts
+    }
+
+    /// The local expert index of a global id, if local.
+    pub fn local_id(&self, global: usize) -> Option<usize> {
+        self.weights.local_id(global)
     }
 
     /// Check every shape and configuration invariant once; backends rely on it.
     pub fn validate(&self) -> Result<(), MoeError> {
-        let (h, i, e) = (self.hidden, self.inter, self.n_experts);
+        let c = &self.config;
+        let w = &self.weights;
+        let (h, i, e) = (c.hidden, c.inter, c.n_experts);
         if h == 0 || h % BLOCK != 0 {
             return Err(MoeError::Shape(format!(
                 "hidden size H = {h} must be a positive multiple of 32"
@@ -65,27 +114,33 @@ impl MoeLayer {
         if e == 0 {
             return Err(MoeError::Config("the layer has no experts".into()));
         }
-        let el = self.local_experts();
-        if self.w13.format != self.scheme.weight || self.w2.format != self.scheme.weight {
-            return Err(MoeError::Config(format!(
-                "weights are {} / {} but scheme {} wants {}",
-                self.w13.format, self.w2.format, self.scheme, self.scheme.weight
+        let el = c.local_experts;
+        if el == 0 || w.w13.shape.first() != Some(&el) {
+            return Err(MoeError::Shape(format!(
+                "w13_weight holds {} experts, the configuration says {el}",
+                w.w13.shape.first().copied().unwrap_or(0)
             )));
         }
-        if self.w13.shape != [el, 2 * i, h] {
+        if w.w13.format != c.scheme.weight || w.w2.format != c.scheme.weight {
+            return Err(MoeError::Config(format!(
+                "weights are {} / {} but scheme {} wants {}",
+                w.w13.format, w.w2.format, c.scheme, c.scheme.weight
+            )));
+        }
+        if w.w13.shape != [el, 2 * i, h] {
             return Err(MoeError::Shape(format!(
                 "w13_weight has logical shape {:?}, expected [{el}, {}, {h}] ([E, 2I, H])",
-                self.w13.shape,
+                w.w13.shape,
                 2 * i
             )));
         }
-        if self.w2.shape != [el, h, i] {
+        if w.w2.shape != [el, h, i] {
             return Err(MoeError::Shape(format!(
                 "w2_weight has logical shape {:?}, expected [{el}, {h}, {i}] ([E, H, I])",
-                self.w2.shape
+                w.w2.shape
             )));
         }
-        if let Some(b) = &self.w13_bias {
+        if let Some(b) = &w.w13_bias {
             if b.len() != el * 2 * i {
                 return Err(MoeError::Shape(format!(
                     "w13_bias has {} elements, expected {el} x {} = {}",
@@ -95,7 +150,7 @@ impl MoeLayer {
                 )));
             }
         }
-        if let Some(b) = &self.w2_bias {
+        if let Some(b) = &w.w2_bias {
             if b.len() != el * h {
                 return Err(MoeError::Shape(format!(
                     "w2_bias has {} elements, expected {el} x {h} = {}",
@@ -104,7 +159,7 @@ impl MoeLayer {
                 )));
             }
         }
-        match &self.expert_map {
+        match &w.expert_map {
             None if el != e => {
                 return Err(MoeError::Shape(format!(
                     "the router has {e} experts but the weights hold {el}; an expert_map is needed"
@@ -125,7 +180,7 @@ impl MoeLayer {
                 }
             }
         }
-        if let Some(b) = &self.e_score_correction_bias {
+        if let Some(b) = &w.e_score_correction_bias {
             if b.len() != e {
                 return Err(MoeError::Shape(format!(
                     "e_score_correction_bias has {} entries, expected {e}",
@@ -133,7 +188,7 @@ impl MoeLayer {
                 )));
             }
         }
-        let r = &self.router;
+        let r = &c.router;
         if r.top_k == 0 || r.top_k > e {
             return Err(MoeError::Config(format!(
                 "top_k = {} must be in [1, {e}] (the number of experts)",
@@ -183,6 +238,6 @@ impl MoeLayer {
 
     /// Bytes of packed weights + scales.
     pub fn weight_bytes(&self) -> usize {
-        self.w13.data.len() + self.w13.scales.len() + self.w2.data.len() + self.w2.scales.len()
+        self.weights.weight_bytes()
     }
 }

@@ -9,7 +9,7 @@ pub mod reference;
 pub mod routing;
 pub mod synth;
 
-pub use layer::MoeLayer;
+pub use layer::{MoeConfig, MoeLayer, MoeWeights};
 pub use reference::{forward, forward_naive, MoeOptions, MoeOutput};
 pub use routing::{route, Routing};
 

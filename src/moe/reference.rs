@@ -122,7 +122,7 @@ pub fn swiglu_oai(glu: f64, lin: f64) -> f64 {
 /// Check the batch against the layer; returns M.
 pub fn check_batch(layer: &MoeLayer, hidden: &[f32], logits: &[f32]) -> Result<usize, MoeError> {
     layer.validate()?;
-    let h = layer.hidden;
+    let h = layer.config.hidden;
     if hidden.is_empty() || hidden.len() % h != 0 {
         return Err(MoeError::Shape(format!(
             "hidden_states has {} values, expected [M, {h}] with M >= 1",
@@ -130,12 +130,12 @@ pub fn check_batch(layer: &MoeLayer, hidden: &[f32], logits: &[f32]) -> Result<u
         )));
     }
     let m = hidden.len() / h;
-    if logits.len() != m * layer.n_experts {
+    if logits.len() != m * layer.config.n_experts {
         return Err(MoeError::Shape(format!(
             "router_logits has {} values, expected [M = {m}, E = {}] = {}",
             logits.len(),
-            layer.n_experts,
-            m * layer.n_experts
+            layer.config.n_experts,
+            m * layer.config.n_experts
         )));
     }
     Ok(m)
@@ -150,10 +150,10 @@ pub fn forward(
 ) -> Result<MoeOutput, MoeError> {
     let m = check_batch(layer, hidden, logits)?;
     let routing = routing::route(
-        &layer.router,
+        &layer.config.router,
         logits,
-        layer.n_experts,
-        layer.e_score_correction_bias.as_deref(),
+        layer.config.n_experts,
+        layer.weights.e_score_correction_bias.as_deref(),
     )?;
     let output = match opts.accumulate {
         Accumulate::F64 => run::<f64>(layer, hidden, m, &routing, opts.intermediate)?,
@@ -180,16 +180,16 @@ fn run<R: Real>(
     routing: &Routing,
     inter: Intermediate,
 ) -> Result<Vec<f32>, MoeError> {
-    let (h, i, k) = (layer.hidden, layer.inter, routing.top_k);
-    let act_fmt = layer.scheme.activation;
-    let mode = layer.act_scale_mode;
+    let (h, i, k) = (layer.config.hidden, layer.config.inter, routing.top_k);
+    let act_fmt = layer.config.scheme.activation;
+    let mode = layer.config.act_scale_mode;
     // 1. Input QDQ, once per token (skipped for weight-only schemes).
     let xq = match act_fmt {
         Some(f) => qdq_slice(f, mode, hidden, h)?,
         None => hidden.to_vec(),
     };
     let lists = assignments_by_expert(layer, routing);
-    let on_input = layer.router.apply_router_weight_on_input;
+    let on_input = layer.config.router.apply_router_weight_on_input;
     let bf16 = inter == Intermediate::Bf16;
     let round = |v: R| if bf16 { R::of(bf16_round(v.f32())) } else { v };
 
@@ -205,8 +205,12 @@ fn run<R: Real>(
             let mut g1 = vec![R::default(); t * 2 * i];
             for r in 0..2 * i {
                 let wrow = &mut row[..h];
-                layer.w13.dequantize_rows(e * 2 * i + r, wrow);
-                let b = layer.w13_bias.as_ref().map_or(0.0, |b| b[e * 2 * i + r]);
+                layer.weights.w13.dequantize_rows(e * 2 * i + r, wrow);
+                let b = layer
+                    .weights
+                    .w13_bias
+                    .as_ref()
+                    .map_or(0.0, |b| b[e * 2 * i + r]);
                 for (ti, &a) in list.iter().enumerate() {
                     let tok = a / k;
                     let mut v = R::dot(wrow, &xq[tok * h..(tok + 1) * h]) + R::of(b);
@@ -220,7 +224,7 @@ fn run<R: Real>(
             let mut act = vec![R::default(); t * i];
             for ti in 0..t {
                 activate(
-                    layer.activation,
+                    layer.config.activation,
                     &g1[ti * 2 * i..(ti + 1) * 2 * i],
                     &mut act[ti * i..(ti + 1) * i],
                 );
@@ -234,8 +238,8 @@ fn run<R: Real>(
             let mut y = vec![R::default(); t * h];
             for r in 0..h {
                 let wrow = &mut row[..i];
-                layer.w2.dequantize_rows(e * h + r, wrow);
-                let b = layer.w2_bias.as_ref().map_or(0.0, |b| b[e * h + r]);
+                layer.weights.w2.dequantize_rows(e * h + r, wrow);
+                let b = layer.weights.w2_bias.as_ref().map_or(0.0, |b| b[e * h + r]);
                 for (ti, &a) in list.iter().enumerate() {
                     let mut v = R::dot(wrow, &aq[ti * i..(ti + 1) * i]) + R::of(b);
                     if !on_input {
@@ -282,17 +286,21 @@ pub fn forward_naive(
 ) -> Result<MoeOutput, MoeError> {
     let m = check_batch(layer, hidden, logits)?;
     let routing = routing::route(
-        &layer.router,
+        &layer.config.router,
         logits,
-        layer.n_experts,
-        layer.e_score_correction_bias.as_deref(),
+        layer.config.n_experts,
+        layer.weights.e_score_correction_bias.as_deref(),
     )?;
-    let (h, i, k) = (layer.hidden, layer.inter, layer.router.top_k);
+    let (h, i, k) = (
+        layer.config.hidden,
+        layer.config.inter,
+        layer.config.router.top_k,
+    );
     let deq = |t: &MxTensor| t.dequantize();
-    let w13 = deq(&layer.w13);
-    let w2 = deq(&layer.w2);
-    let xq = match layer.scheme.activation {
-        Some(f) => qdq_slice(f, layer.act_scale_mode, hidden, h)?,
+    let w13 = deq(&layer.weights.w13);
+    let w2 = deq(&layer.weights.w2);
+    let xq = match layer.config.scheme.activation {
+        Some(f) => qdq_slice(f, layer.config.act_scale_mode, hidden, h)?,
         None => hidden.to_vec(),
     };
     let mut out = vec![0f32; m * h];
@@ -312,19 +320,20 @@ pub fn forward_naive(
                     s += w13[base + c] as f64 * xq[tok * h + c] as f64;
                 }
                 s += layer
+                    .weights
                     .w13_bias
                     .as_ref()
                     .map_or(0.0, |b| b[e * 2 * i + r] as f64);
-                if layer.router.apply_router_weight_on_input {
+                if layer.config.router.apply_router_weight_on_input {
                     s *= w;
                 }
                 *g = s;
             }
             let mut act = vec![0f64; i];
-            activate(layer.activation, &g1, &mut act);
+            activate(layer.config.activation, &g1, &mut act);
             let act32: Vec<f32> = act.iter().map(|&v| v as f32).collect();
-            let aq = match layer.scheme.activation {
-                Some(f) => qdq_slice(f, layer.act_scale_mode, &act32, i)?,
+            let aq = match layer.config.scheme.activation {
+                Some(f) => qdq_slice(f, layer.config.act_scale_mode, &act32, i)?,
                 None => act32,
             };
             for (r, o) in acc.iter_mut().enumerate() {
@@ -333,8 +342,12 @@ pub fn forward_naive(
                 for c in 0..i {
                     s += w2[base + c] as f64 * aq[c] as f64;
                 }
-                s += layer.w2_bias.as_ref().map_or(0.0, |b| b[e * h + r] as f64);
-                if !layer.router.apply_router_weight_on_input {
+                s += layer
+                    .weights
+                    .w2_bias
+                    .as_ref()
+                    .map_or(0.0, |b| b[e * h + r] as f64);
+                if !layer.config.router.apply_router_weight_on_input {
                     s *= w;
                 }
                 *o += s;

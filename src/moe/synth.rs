@@ -2,7 +2,7 @@
 //!
 //! Deterministic for a seed (our own SplitMix64, so results never change with a crate update).
 
-use super::{Activation, MoeError, MoeLayer, RouterConfig};
+use super::{Activation, MoeConfig, MoeError, MoeLayer, MoeWeights, RouterConfig};
 use crate::format::{pack_codes, ElemKind, MxFormat, MxTensor, ScaleMode, BLOCK};
 use crate::scheme::Scheme;
 use rayon::prelude::*;
@@ -141,19 +141,24 @@ fn assemble(spec: &SynthSpec, w13: MxTensor, w2: MxTensor) -> MoeLayer {
         (None, None)
     };
     MoeLayer {
-        scheme: spec.scheme,
-        activation: spec.activation,
-        router: spec.router.clone(),
-        act_scale_mode: ScaleMode::Even,
-        n_experts: e,
-        hidden: h,
-        inter: i,
-        w13,
-        w2,
-        w13_bias,
-        w2_bias,
-        e_score_correction_bias: None,
-        expert_map: None,
+        config: MoeConfig {
+            scheme: spec.scheme,
+            activation: spec.activation,
+            router: spec.router.clone(),
+            act_scale_mode: ScaleMode::Even,
+            n_experts: e,
+            hidden: h,
+            inter: i,
+            local_experts: w13.shape[0],
+        },
+        weights: MoeWeights {
+            w13,
+            w2,
+            w13_bias,
+            w2_bias,
+            e_score_correction_bias: None,
+            expert_map: None,
+        },
     }
 }
 

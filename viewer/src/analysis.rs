@@ -15,7 +15,10 @@ use mxmoe::format::{
 };
 use mxmoe::moe::reference::{assignments_by_expert, swiglu_oai};
 use mxmoe::moe::routing::scores;
-use mxmoe::moe::{forward, route, Accumulate, Activation, MoeLayer, MoeOptions, Routing, Scoring};
+use mxmoe::moe::{
+    forward, route, Accumulate, Activation, MoeConfig, MoeLayer, MoeOptions, MoeWeights, Routing,
+    Scoring,
+};
 use mxmoe::scheme::Scheme;
 use rayon::prelude::*;
 use std::time::Instant;
@@ -41,7 +44,11 @@ impl Dataset {
     /// Check that the batch fits the layer (a bad file must become a message, never a panic).
     pub fn validate(&self) -> Result<(), String> {
         self.layer.validate().map_err(|e| e.to_string())?;
-        let (h, e, i) = (self.layer.hidden, self.layer.n_experts, self.layer.inter);
+        let (h, e, i) = (
+            self.layer.config.hidden,
+            self.layer.config.n_experts,
+            self.layer.config.inter,
+        );
         if self.m == 0 {
             return Err("the token batch has no tokens".into());
         }
@@ -85,12 +92,12 @@ impl Dataset {
         format!(
             "{} | {} {} | E={} H={} I={} top-k={} | M={} tokens",
             self.source,
-            l.scheme,
-            l.activation,
-            l.n_experts,
-            l.hidden,
-            l.inter,
-            l.router.top_k,
+            l.config.scheme,
+            l.config.activation,
+            l.config.n_experts,
+            l.config.hidden,
+            l.config.inter,
+            l.config.router.top_k,
             self.m
         )
     }
@@ -161,18 +168,18 @@ impl RoutingView {
 
 pub fn routing_view(d: &Dataset) -> Result<RoutingView, String> {
     let l = &d.layer;
-    let e = l.n_experts;
+    let e = l.config.n_experts;
     let routing = route(
-        &l.router,
+        &l.config.router,
         &d.logits,
         e,
-        l.e_score_correction_bias.as_deref(),
+        l.weights.e_score_correction_bias.as_deref(),
     )
     .map_err(|err| err.to_string())?;
     let scores: Vec<f32> = d
         .logits
         .par_chunks(e)
-        .flat_map_iter(|row| scores(l.router.scoring, row))
+        .flat_map_iter(|row| scores(l.config.router.scoring, row))
         .collect();
     let mut load = vec![0usize; e];
     for &id in &routing.topk_ids {
@@ -184,8 +191,8 @@ pub fn routing_view(d: &Dataset) -> Result<RoutingView, String> {
     Ok(RoutingView {
         m: d.m,
         n_experts: e,
-        top_k: l.router.top_k,
-        scoring: l.router.scoring,
+        top_k: l.config.router.top_k,
+        scoring: l.config.router.scoring,
         scores,
         load: load.clone(),
         max_over_mean: if mean > 0.0 { max / mean } else { 0.0 },
@@ -488,7 +495,7 @@ fn all_rules(stored: bool) -> Vec<Rule> {
 pub fn weight_view(d: &Dataset) -> Option<WeightView> {
     let (w13o, w2o) = (d.w13_orig.as_ref()?, d.w2_orig.as_ref()?);
     let l = &d.layer;
-    let f = l.scheme.weight;
+    let f = l.config.scheme.weight;
     let stats = |name, x: &[f32], k, rows, t: &MxTensor| TensorStats {
         name,
         group_name: "expert",
@@ -499,8 +506,14 @@ pub fn weight_view(d: &Dataset) -> Option<WeightView> {
     };
     Some(WeightView {
         n_experts: l.local_experts(),
-        w13: stats("w13", w13o, l.hidden, 2 * l.inter, &l.w13),
-        w2: stats("w2", w2o, l.inter, l.hidden, &l.w2),
+        w13: stats(
+            "w13",
+            w13o,
+            l.config.hidden,
+            2 * l.config.inter,
+            &l.weights.w13,
+        ),
+        w2: stats("w2", w2o, l.config.inter, l.config.hidden, &l.weights.w2),
     })
 }
 
@@ -550,9 +563,9 @@ fn silu(x: f64) -> f64 {
 /// in f64 from dequantized weights (row by row, so a big layer never sits in f32 memory).
 /// Slots routed to experts this layer does not hold stay zero.
 pub fn intermediates(layer: &MoeLayer, xq: &[f32], routing: &Routing) -> Vec<f32> {
-    let (h, i, k) = (layer.hidden, layer.inter, routing.top_k);
+    let (h, i, k) = (layer.config.hidden, layer.config.inter, routing.top_k);
     let lists = assignments_by_expert(layer, routing);
-    let on_input = layer.router.apply_router_weight_on_input;
+    let on_input = layer.config.router.apply_router_weight_on_input;
     let per_expert: Vec<(Vec<usize>, Vec<f32>)> = lists
         .par_iter()
         .enumerate()
@@ -562,8 +575,9 @@ pub fn intermediates(layer: &MoeLayer, xq: &[f32], routing: &Routing) -> Vec<f32
             let mut row = vec![0f32; h];
             let mut g1 = vec![0f64; t * 2 * i];
             for r in 0..2 * i {
-                layer.w13.dequantize_rows(e * 2 * i + r, &mut row);
+                layer.weights.w13.dequantize_rows(e * 2 * i + r, &mut row);
                 let b = layer
+                    .weights
                     .w13_bias
                     .as_ref()
                     .map_or(0.0, |b| b[e * 2 * i + r] as f64);
@@ -582,7 +596,7 @@ pub fn intermediates(layer: &MoeLayer, xq: &[f32], routing: &Routing) -> Vec<f32
             for ti in 0..t {
                 let g = &g1[ti * 2 * i..(ti + 1) * 2 * i];
                 for j in 0..i {
-                    out[ti * i + j] = match layer.activation {
+                    out[ti * i + j] = match layer.config.activation {
                         Activation::Silu => silu(g[j]) * g[i + j],
                         Activation::SwigluOai => swiglu_oai(g[2 * j], g[2 * j + 1]),
                     } as f32;
@@ -603,10 +617,10 @@ pub fn intermediates(layer: &MoeLayer, xq: &[f32], routing: &Routing) -> Vec<f32
 
 pub fn act_view(d: &Dataset, routing: &Routing) -> ActView {
     let l = &d.layer;
-    let Some(f) = l.scheme.activation else {
+    let Some(f) = l.config.scheme.activation else {
         return ActView {
             format: None,
-            layer_mode: l.act_scale_mode,
+            layer_mode: l.config.act_scale_mode,
             input: None,
             intermediate: None,
             top_k: routing.top_k,
@@ -618,13 +632,13 @@ pub fn act_view(d: &Dataset, routing: &Routing) -> ActView {
         group_name: "token",
         by_rule: rules
             .iter()
-            .map(|&r| quant_stats(f, r, &d.hidden, l.hidden, 1, None))
+            .map(|&r| quant_stats(f, r, &d.hidden, l.config.hidden, 1, None))
             .collect(),
     };
     let mut xq = vec![0f32; d.hidden.len()];
     let mut codes = [0u8; BLOCK];
     for (o, x) in xq.chunks_exact_mut(BLOCK).zip(d.hidden.chunks_exact(BLOCK)) {
-        let byte = quantize_block(f, l.act_scale_mode, x, &mut codes);
+        let byte = quantize_block(f, l.config.act_scale_mode, x, &mut codes);
         dequantize_block(f, &codes, byte, o);
     }
     let inter = intermediates(l, &xq, routing);
@@ -633,12 +647,12 @@ pub fn act_view(d: &Dataset, routing: &Routing) -> ActView {
         group_name: "token-expert slot",
         by_rule: rules
             .iter()
-            .map(|&r| quant_stats(f, r, &inter, l.inter, 1, None))
+            .map(|&r| quant_stats(f, r, &inter, l.config.inter, 1, None))
             .collect(),
     };
     ActView {
         format: Some(f),
-        layer_mode: l.act_scale_mode,
+        layer_mode: l.config.act_scale_mode,
         input: Some(input),
         intermediate: Some(intermediate),
         top_k: routing.top_k,
@@ -657,9 +671,9 @@ pub fn reference_forward(
     hidden: &[f32],
     routing: &Routing,
 ) -> Vec<f64> {
-    let (h, i, k) = (layer.hidden, layer.inter, routing.top_k);
+    let (h, i, k) = (layer.config.hidden, layer.config.inter, routing.top_k);
     let m = routing.tokens();
-    let on_input = layer.router.apply_router_weight_on_input;
+    let on_input = layer.config.router.apply_router_weight_on_input;
     let dot = |a: &[f32], b: &[f64]| -> f64 { a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum() };
     let mut out = vec![0f64; m * h];
     out.par_chunks_mut(h).enumerate().for_each(|(tok, acc)| {
@@ -677,6 +691,7 @@ pub fn reference_forward(
                 .map(|r| {
                     let base = (e * 2 * i + r) * h;
                     let b = layer
+                        .weights
                         .w13_bias
                         .as_ref()
                         .map_or(0.0, |b| b[e * 2 * i + r] as f64);
@@ -689,14 +704,18 @@ pub fn reference_forward(
                 })
                 .collect();
             let act: Vec<f64> = (0..i)
-                .map(|jj| match layer.activation {
+                .map(|jj| match layer.config.activation {
                     Activation::Silu => silu(g1[jj]) * g1[i + jj],
                     Activation::SwigluOai => swiglu_oai(g1[2 * jj], g1[2 * jj + 1]),
                 })
                 .collect();
             for (r, o) in acc.iter_mut().enumerate() {
                 let base = (e * h + r) * i;
-                let b = layer.w2_bias.as_ref().map_or(0.0, |b| b[e * h + r] as f64);
+                let b = layer
+                    .weights
+                    .w2_bias
+                    .as_ref()
+                    .map_or(0.0, |b| b[e * h + r] as f64);
                 let v = dot(&w2[base..base + i], &act) + b;
                 *o += if on_input { v } else { v * w };
             }
@@ -789,10 +808,10 @@ pub fn scheme_view(
 ) -> Option<Result<SchemeView, String>> {
     let l = &d.layer;
     let routing = match route(
-        &l.router,
+        &l.config.router,
         &d.logits,
-        l.n_experts,
-        l.e_score_correction_bias.as_deref(),
+        l.config.n_experts,
+        l.weights.e_score_correction_bias.as_deref(),
     ) {
         Ok(r) => r,
         Err(e) => return Some(Err(e.to_string())),
@@ -804,12 +823,12 @@ pub fn scheme_view(
             "f64 forward of the unquantized weights, no activation QDQ".to_string(),
         ),
         _ => (
-            std::borrow::Cow::Owned(l.w13.dequantize()),
-            std::borrow::Cow::Owned(l.w2.dequantize()),
+            std::borrow::Cow::Owned(l.weights.w13.dequantize()),
+            std::borrow::Cow::Owned(l.weights.w2.dequantize()),
             format!(
                 "f64 forward of the stored {} weights dequantized (no unquantized weights in \
                  the file), no activation QDQ",
-                l.scheme.weight
+                l.config.scheme.weight
             ),
         ),
     };
@@ -828,19 +847,22 @@ pub fn scheme_view(
         let y = forward(layer, &d.hidden, &d.logits, opts).map_err(|e| e.to_string())?;
         let seconds = t0.elapsed().as_secs_f64();
         let (rel_l2, max_abs) = out_err(&y.output, &refy);
-        let key = (layer.w13.format, stored);
+        let key = (layer.weights.w13.format, stored);
         let cached = werr.borrow().iter().find(|c| c.0 == key).map(|c| c.1);
         let (a, b) = match cached {
             Some(ab) => ab,
             None => {
-                let ab = (weight_err(&layer.w13, &w13), weight_err(&layer.w2, &w2));
+                let ab = (
+                    weight_err(&layer.weights.w13, &w13),
+                    weight_err(&layer.weights.w2, &w2),
+                );
                 werr.borrow_mut().push((key, ab));
                 ab
             }
         };
         Ok(SchemeRow {
             label,
-            scheme: layer.scheme,
+            scheme: layer.config.scheme,
             stored,
             rel_l2,
             max_abs,
@@ -848,7 +870,7 @@ pub fn scheme_view(
             seconds,
         })
     };
-    match run(l, format!("as stored ({})", l.scheme), true) {
+    match run(l, format!("as stored ({})", l.config.scheme), true) {
         Ok(r) => rows.push(r),
         Err(e) => return Some(Err(e)),
     }
@@ -861,8 +883,9 @@ pub fn scheme_view(
     for (si, &scheme) in Scheme::OCP_MX.iter().enumerate() {
         let f = scheme.weight;
         if !quant.iter().any(|c| c.0 == f) {
-            let q13 = MxTensor::quantize(f, wmode, &w13, &[el, 2 * l.inter, l.hidden]);
-            let q2 = MxTensor::quantize(f, wmode, &w2, &[el, l.hidden, l.inter]);
+            let q13 =
+                MxTensor::quantize(f, wmode, &w13, &[el, 2 * l.config.inter, l.config.hidden]);
+            let q2 = MxTensor::quantize(f, wmode, &w2, &[el, l.config.hidden, l.config.inter]);
             match (q13, q2) {
                 (Ok(a), Ok(b)) => quant.push((f, a, b)),
                 (Err(e), _) | (_, Err(e)) => return Some(Err(e.to_string())),
@@ -870,10 +893,18 @@ pub fn scheme_view(
         }
         let (_, q13, q2) = quant.iter().find(|c| c.0 == f).expect("cached above");
         let layer = MoeLayer {
-            scheme,
-            w13: q13.clone(),
-            w2: q2.clone(),
-            ..l.clone_without_weights()
+            config: MoeConfig {
+                scheme,
+                ..l.config.clone()
+            },
+            weights: MoeWeights {
+                w13: q13.clone(),
+                w2: q2.clone(),
+                w13_bias: l.weights.w13_bias.clone(),
+                w2_bias: l.weights.w2_bias.clone(),
+                e_score_correction_bias: l.weights.e_score_correction_bias.clone(),
+                expert_map: l.weights.expert_map.clone(),
+            },
         };
         match run(&layer, scheme.name(), false) {
             Ok(r) => rows.push(r),
@@ -888,39 +919,8 @@ pub fn scheme_view(
         rows,
         reference,
         weight_scale_mode: wmode,
-        act_scale_mode: l.act_scale_mode,
+        act_scale_mode: l.config.act_scale_mode,
     }))
-}
-
-/// `MoeLayer` minus its big weight tensors (for building per-scheme variants cheaply).
-trait CloneWithoutWeights {
-    fn clone_without_weights(&self) -> MoeLayer;
-}
-
-impl CloneWithoutWeights for MoeLayer {
-    fn clone_without_weights(&self) -> MoeLayer {
-        let empty = |t: &MxTensor| MxTensor {
-            format: t.format,
-            shape: t.shape.clone(),
-            data: Vec::new(),
-            scales: Vec::new(),
-        };
-        MoeLayer {
-            scheme: self.scheme,
-            activation: self.activation,
-            router: self.router.clone(),
-            act_scale_mode: self.act_scale_mode,
-            n_experts: self.n_experts,
-            hidden: self.hidden,
-            inter: self.inter,
-            w13: empty(&self.w13),
-            w2: empty(&self.w2),
-            w13_bias: self.w13_bias.clone(),
-            w2_bias: self.w2_bias.clone(),
-            e_score_correction_bias: self.e_score_correction_bias.clone(),
-            expert_map: self.expert_map.clone(),
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -998,7 +998,7 @@ pub fn backend_view(d: &Dataset) -> BackendView {
     };
     let cpu_seconds = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let g = match gpu.moe(&d.layer, &d.hidden, &d.logits, opts) {
+    let g = match gpu.moe_once(&d.layer, &d.hidden, &d.logits, opts) {
         Ok(y) => y,
         Err(e) => {
             return BackendView::Failed {
@@ -1035,7 +1035,7 @@ pub fn backend_view(d: &Dataset) -> BackendView {
     BackendView::Diff(BackendDiff {
         adapter,
         m: d.m,
-        h: d.layer.hidden,
+        h: d.layer.config.hidden,
         n_exact: g
             .output
             .iter()

@@ -103,10 +103,10 @@ pub fn synth_base(p: &SynthParams) -> Result<SynthLayer, String> {
 pub fn synth_dataset(p: &SynthParams, base: &SynthLayer) -> Result<Dataset, String> {
     p.check()?;
     let mut layer = base.layer.clone();
-    layer.router.top_k = p.top_k;
-    layer.router.scoring = p.scoring;
+    layer.config.router.top_k = p.top_k;
+    layer.config.router.scoring = p.scoring;
     // gpt-oss routing: the softmax over the selected logits already sums to 1.
-    layer.router.renormalize = p.scoring != Scoring::TopkSoftmax;
+    layer.config.router.renormalize = p.scoring != Scoring::TopkSoftmax;
     let (hidden, logits) = synth_batch(p.tokens, p.hidden, p.n_experts, p.seed);
     let d = Dataset {
         source: format!("synthetic (seed {})", p.seed),
@@ -137,7 +137,8 @@ pub fn load(src: &Source) -> Result<Dataset, String> {
                     (tb.hidden, tb.logits, tb.m, name.unwrap_or_default())
                 }
                 None => {
-                    let (h, lg) = synth_batch(*tokens, l.layer.hidden, l.layer.n_experts, 1);
+                    let (h, lg) =
+                        synth_batch(*tokens, l.layer.config.hidden, l.layer.config.n_experts, 1);
                     (h, lg, *tokens, format!("synthetic batch ({tokens} tokens)"))
                 }
             };

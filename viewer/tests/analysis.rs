@@ -90,7 +90,7 @@ fn schemes_compare_all_five() {
     assert!(s.rows[0].stored);
     let same = s.rows[1..]
         .iter()
-        .find(|r| r.scheme == d.layer.scheme)
+        .find(|r| r.scheme == d.layer.config.scheme)
         .unwrap();
     assert_eq!(same.rel_l2, s.rows[0].rel_l2);
     for r in &s.rows {

@@ -1,7 +1,7 @@
 //! The CPU backend: the reference (oracle). Exact encode/decode, f64 or f32 accumulation,
 //! rayon for speed. Supports every op.
 
-use super::{BackendError, Op};
+use super::{BackendError, Op, Support};
 use crate::format::{qdq_slice, MxFormat, MxTensor, ScaleMode};
 use crate::moe::{self, MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
 
@@ -12,13 +12,13 @@ impl CpuBackend {
     pub fn adapter(&self) -> String {
         format!("{} threads (rayon)", rayon::current_num_threads())
     }
-    pub fn supports(&self, op: &Op) -> bool {
+    pub fn supports(&self, op: &Op) -> Support {
         match op {
             Op::Quantize { .. }
             | Op::Dequantize { .. }
             | Op::Qdq { .. }
             | Op::Route { .. }
-            | Op::MoeForward { .. } => true,
+            | Op::MoeForward { .. } => Support::Supported,
         }
     }
     pub fn quantize(

@@ -2,29 +2,51 @@
 //! it (and, for now, with it: no HIP kernels have landed yet) this stub of the same shape
 //! reports `NotCompiled`, so the registry and test runner carry no `cfg` in their match arms.
 
-use super::{BackendError, Op};
+use super::{BackendError, Op, Support};
 use crate::format::{MxFormat, MxTensor, ScaleMode};
-use crate::moe::{MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
+use crate::moe::{MoeConfig, MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
 
 #[derive(Debug)]
 pub struct HipBackend {
     _private: (),
 }
 
+/// A layer prepared on the HIP backend (none can be made until the kernels land).
+#[derive(Debug)]
+pub struct HipLayer {
+    config: MoeConfig,
+    correction_bias: bool,
+}
+
+impl HipLayer {
+    pub fn config(&self) -> &MoeConfig {
+        &self.config
+    }
+    pub fn has_correction_bias(&self) -> bool {
+        self.correction_bias
+    }
+}
+
+fn not_compiled<T>() -> Result<T, BackendError> {
+    Err(BackendError::NotCompiled("hip"))
+}
+
 impl HipBackend {
     pub fn new() -> Result<Self, BackendError> {
-        Err(BackendError::NotCompiled("hip"))
+        not_compiled()
     }
     pub fn adapter(&self) -> String {
         "hip (not compiled)".into()
     }
-    pub fn supports(&self, op: &Op) -> bool {
+    pub fn supports(&self, op: &Op) -> Support {
         match op {
             Op::Quantize { .. }
             | Op::Dequantize { .. }
             | Op::Qdq { .. }
             | Op::Route { .. }
-            | Op::MoeForward { .. } => false,
+            | Op::MoeForward { .. } => Support::Unsupported {
+                reason: "the HIP kernels are not built yet".into(),
+            },
         }
     }
     pub fn quantize(
@@ -34,10 +56,10 @@ impl HipBackend {
         _: &[f32],
         _: &[usize],
     ) -> Result<MxTensor, BackendError> {
-        Err(BackendError::NotCompiled("hip"))
+        not_compiled()
     }
     pub fn dequantize(&self, _: &MxTensor) -> Result<Vec<f32>, BackendError> {
-        Err(BackendError::NotCompiled("hip"))
+        not_compiled()
     }
     pub fn qdq(
         &self,
@@ -46,7 +68,7 @@ impl HipBackend {
         _: &[f32],
         _: usize,
     ) -> Result<Vec<f32>, BackendError> {
-        Err(BackendError::NotCompiled("hip"))
+        not_compiled()
     }
     pub fn route(
         &self,
@@ -55,15 +77,18 @@ impl HipBackend {
         _: usize,
         _: Option<&[f32]>,
     ) -> Result<Routing, BackendError> {
-        Err(BackendError::NotCompiled("hip"))
+        not_compiled()
+    }
+    pub fn prepare(&self, _: &MoeLayer) -> Result<HipLayer, BackendError> {
+        not_compiled()
     }
     pub fn moe(
         &self,
-        _: &MoeLayer,
+        _: &HipLayer,
         _: &[f32],
         _: &[f32],
         _: MoeOptions,
     ) -> Result<MoeOutput, BackendError> {
-        Err(BackendError::NotCompiled("hip"))
+        not_compiled()
     }
 }

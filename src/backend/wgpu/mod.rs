@@ -31,9 +31,9 @@ pub mod route;
 pub mod source;
 
 pub use context::{enumerate_adapters, AdapterSummary, ContextInfo, POISON};
-pub use moe::{GpuLayer, MoePath, PassTimes};
+pub use moe::{GpuLayer, MoePath};
 
-use super::{BackendError, Op};
+use super::{BackendError, Op, PassTimes, Support};
 use crate::format::{MxFormat, MxTensor, ScaleMode};
 use crate::moe::{MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
 use std::sync::atomic::Ordering;
@@ -92,18 +92,27 @@ impl WgpuBackend {
         self.ctx.chunk_override.store(bytes, Ordering::Relaxed);
     }
 
-    pub fn supports(&self, op: &Op) -> bool {
+    pub fn supports(&self, op: &Op) -> Support {
         match op {
-            Op::Quantize { .. } | Op::Dequantize { .. } | Op::Qdq { .. } => true,
-            Op::Route {
-                scoring: _,
-                top_k,
-                grouped: _,
-            } => *top_k >= 1 && *top_k <= route::MAX_TOP_K,
+            Op::Quantize { .. } | Op::Dequantize { .. } | Op::Qdq { .. } => Support::Supported,
+            Op::Route(r) => route::supports(r),
             Op::MoeForward {
-                scheme: _,
-                activation: _,
-            } => true,
+                route: r,
+                local_experts,
+                taps,
+                ..
+            } => Support::when(!taps, || {
+                "stage taps are a feature of the CPU reference forward".into()
+            })
+            .and(|| {
+                Support::when(*local_experts <= moe::MAX_LOCAL_EXPERTS, || {
+                    format!(
+                        "{local_experts} local experts (moe.wgsl holds at most {})",
+                        moe::MAX_LOCAL_EXPERTS
+                    )
+                })
+            })
+            .and(|| route::supports_in_forward(r)),
         }
     }
 
@@ -146,56 +155,59 @@ impl WgpuBackend {
     }
 
     /// Upload a layer's weights once (split across buffers when larger than a binding).
-    pub fn upload_layer(&self, layer: &MoeLayer) -> Result<GpuLayer, BackendError> {
+    pub fn prepare(&self, layer: &MoeLayer) -> Result<GpuLayer, BackendError> {
+        let op = Op::moe_of(
+            &layer.config,
+            layer.weights.e_score_correction_bias.is_some(),
+            false,
+        );
+        if let Support::Unsupported { reason } = self.supports(&op) {
+            return Err(BackendError::Unsupported {
+                backend: "wgpu".into(),
+                op: op.id(),
+                reason,
+            });
+        }
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
         moe::upload(&self.ctx, layer)
     }
 
-    /// Run a resident layer (see [`WgpuBackend::upload_layer`]): one submit, one readback.
-    pub fn moe_resident(
+    /// Run a resident layer (see [`WgpuBackend::prepare`]): one submit, one readback; with
+    /// `timed`, GPU time per pass (`None` without TIMESTAMP_QUERY).
+    pub fn moe(
         &self,
         layer: &GpuLayer,
         hidden: &[f32],
         logits: &[f32],
         opts: MoeOptions,
-    ) -> Result<MoeOutput, BackendError> {
-        self.moe_resident_path(layer, hidden, logits, opts, MoePath::Auto)
+        timed: bool,
+    ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
+        self.moe_path(layer, hidden, logits, opts, MoePath::Auto, timed)
     }
 
-    /// [`WgpuBackend::moe_resident`] with the expert kernels chosen explicitly (tests and
-    /// benchmarks run both paths on the same inputs).
-    pub fn moe_resident_path(
+    /// [`WgpuBackend::moe`] with the expert kernels chosen explicitly (tests and benchmarks run
+    /// both paths on the same inputs).
+    pub fn moe_path(
         &self,
         layer: &GpuLayer,
         hidden: &[f32],
         logits: &[f32],
         opts: MoeOptions,
         path: MoePath,
-    ) -> Result<MoeOutput, BackendError> {
+        timed: bool,
+    ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
+        let timed = timed && self.has_timestamps();
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-        moe::forward(&self.ctx, layer, hidden, logits, opts, path, false).map(|(o, _)| o)
+        let (o, t) = moe::forward(&self.ctx, layer, hidden, logits, opts, path, timed)?;
+        Ok((o, timed.then_some(t)))
     }
 
-    /// Whether [`WgpuBackend::moe_resident_timed`] can report GPU times (TIMESTAMP_QUERY).
+    /// Whether [`WgpuBackend::moe`] can report GPU times (TIMESTAMP_QUERY).
     pub fn has_timestamps(&self) -> bool {
         self.ctx
             .device
             .features()
             .contains(wgpu::Features::TIMESTAMP_QUERY)
-    }
-
-    /// A resident forward with GPU timestamps around every pass: (output, [(pass, ms)]).
-    /// The times are empty when the adapter lacks TIMESTAMP_QUERY (lavapipe has it).
-    pub fn moe_resident_timed(
-        &self,
-        layer: &GpuLayer,
-        hidden: &[f32],
-        logits: &[f32],
-        opts: MoeOptions,
-        path: MoePath,
-    ) -> Result<(MoeOutput, PassTimes), BackendError> {
-        let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-        moe::forward(&self.ctx, layer, hidden, logits, opts, path, true)
     }
 
     /// Diagnostic: GPU-timed streaming read (vec4<u32> loads, grid-stride) of a `bytes` buffer
@@ -334,17 +346,5 @@ impl WgpuBackend {
                 (l, b as f64 / (ms.max(1e-9) * 1e-3) / 1e9)
             })
             .collect())
-    }
-
-    /// Upload the layer, then run it. Callers running a layer repeatedly should upload once.
-    pub fn moe(
-        &self,
-        layer: &MoeLayer,
-        hidden: &[f32],
-        logits: &[f32],
-        opts: MoeOptions,
-    ) -> Result<MoeOutput, BackendError> {
-        let g = self.upload_layer(layer)?;
-        self.moe_resident(&g, hidden, logits, opts)
     }
 }

@@ -10,9 +10,9 @@
 
 use super::context::{Context, Timer};
 use super::route;
-use crate::backend::BackendError;
+use crate::backend::{ops, BackendError, PassTimes};
 use crate::format::MxTensor;
-use crate::moe::{Activation, Intermediate, MoeLayer, MoeOptions, MoeOutput, Routing};
+use crate::moe::{Activation, Intermediate, MoeConfig, MoeLayer, MoeOptions, MoeOutput, Routing};
 
 /// Rows per GEMM tile (TM in moe.wgsl) and per GEMV tile (TG).
 const TM: usize = 64;
@@ -53,7 +53,9 @@ struct WeightChunk {
 
 /// A layer's weights resident on the device (upload once, run many times).
 pub struct GpuLayer {
-    layer: MoeLayer, // configuration; its weight vectors are emptied
+    config: MoeConfig,
+    /// DeepSeek selection bias (host side: the ids come from the CPU router, see `forward`).
+    correction_bias: Option<Vec<f32>>,
     chunks: Vec<WeightChunk>,
     bias13: Option<wgpu::Buffer>,
     bias2: Option<wgpu::Buffer>,
@@ -64,16 +66,25 @@ pub struct GpuLayer {
 }
 
 impl GpuLayer {
+    /// The layer's configuration.
+    pub fn config(&self) -> &MoeConfig {
+        &self.config
+    }
+    /// Whether the layer has a DeepSeek `e_score_correction_bias`.
+    pub fn has_correction_bias(&self) -> bool {
+        self.correction_bias.is_some()
+    }
     /// How many buffers the weights were split into (1 unless they exceed a binding).
     pub fn chunks(&self) -> usize {
         self.chunks.len()
     }
 }
 
-fn unsupported(op: String) -> BackendError {
+fn unsupported(op: String, reason: String) -> BackendError {
     BackendError::Unsupported {
         backend: "wgpu".into(),
         op,
+        reason,
     }
 }
 
@@ -85,15 +96,9 @@ fn mib(b: u64) -> String {
 pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError> {
     layer.validate()?;
     let el = layer.local_experts();
-    if el > MAX_LOCAL_EXPERTS || layer.n_experts > route::MAX_EXPERTS {
-        return Err(unsupported(format!(
-            "moe with {el} local / {} router experts (limit {MAX_LOCAL_EXPERTS})",
-            layer.n_experts
-        )));
-    }
     let max = ctx.max_binding();
-    let per13 = (layer.w13.data.len() / el) as u64;
-    let per2 = (layer.w2.data.len() / el) as u64;
+    let per13 = (layer.weights.w13.data.len() / el) as u64;
+    let per2 = (layer.weights.w2.data.len() / el) as u64;
     let per_expert = per13.max(per2);
     if per_expert > max {
         return Err(BackendError::OutOfMemory(format!(
@@ -119,23 +124,26 @@ pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError>
         chunks.push(WeightChunk {
             e0,
             e1,
-            w13: ctx.upload_owned("w13", &sl(&layer.w13, e0, e1, false)),
-            s13: ctx.upload_owned("w13_scale", &sl(&layer.w13, e0, e1, true)),
-            w2: ctx.upload_owned("w2", &sl(&layer.w2, e0, e1, false)),
-            s2: ctx.upload_owned("w2_scale", &sl(&layer.w2, e0, e1, true)),
+            w13: ctx.upload_owned("w13", &sl(&layer.weights.w13, e0, e1, false)),
+            s13: ctx.upload_owned("w13_scale", &sl(&layer.weights.w13, e0, e1, true)),
+            w2: ctx.upload_owned("w2", &sl(&layer.weights.w2, e0, e1, false)),
+            s2: ctx.upload_owned("w2_scale", &sl(&layer.weights.w2, e0, e1, true)),
         });
         e0 = e1;
     }
     let f32s = |v: &[f32]| -> Vec<u8> { bytemuck::cast_slice(v).to_vec() };
     let bias13 = layer
+        .weights
         .w13_bias
         .as_deref()
         .map(|b| ctx.upload_owned("w13_bias", &f32s(b)));
     let bias2 = layer
+        .weights
         .w2_bias
         .as_deref()
         .map(|b| ctx.upload_owned("w2_bias", &f32s(b)));
     let map = layer
+        .weights
         .expert_map
         .as_deref()
         .map(|m| ctx.upload_owned("expert_map", bytemuck::cast_slice(m)));
@@ -149,13 +157,9 @@ pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError>
             ctx.info.adapter.name
         )));
     }
-    let mut cfg = layer.clone();
-    cfg.w13.data = Vec::new();
-    cfg.w13.scales = Vec::new();
-    cfg.w2.data = Vec::new();
-    cfg.w2.scales = Vec::new();
     Ok(GpuLayer {
-        layer: cfg,
+        config: layer.config.clone(),
+        correction_bias: layer.weights.e_score_correction_bias.clone(),
         chunks,
         bias13,
         bias2,
@@ -165,17 +169,18 @@ pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError>
     })
 }
 
-fn params(l: &MoeLayer, m: usize, e0: usize, e1: usize) -> [u32; 12] {
+fn params(g: &GpuLayer, m: usize, e0: usize, e1: usize) -> [u32; 12] {
+    let l = &g.config;
     [
         m as u32,
         l.router.top_k as u32,
         l.hidden as u32,
         l.inter as u32,
         l.n_experts as u32,
-        l.local_experts() as u32,
-        l.expert_map.is_some() as u32,
-        l.w13_bias.is_some() as u32,
-        l.w2_bias.is_some() as u32,
+        l.local_experts as u32,
+        g.map.is_some() as u32,
+        g.bias13.is_some() as u32,
+        g.bias2.is_some() as u32,
         l.router.apply_router_weight_on_input as u32,
         e0 as u32,
         e1 as u32,
@@ -193,9 +198,6 @@ fn pass<'e>(
     })
 }
 
-/// GPU time per pass in milliseconds (empty without TIMESTAMP_QUERY), in submission order.
-pub type PassTimes = Vec<(String, f64)>;
-
 /// Run a resident layer on a token batch.
 pub fn forward(
     ctx: &Context,
@@ -206,33 +208,17 @@ pub fn forward(
     path: MoePath,
     timed: bool,
 ) -> Result<(MoeOutput, PassTimes), BackendError> {
-    let l = &g.layer;
+    let l = &g.config;
     // Batch shapes (the layer itself was validated at upload).
     let h = l.hidden;
     let inter = l.inter;
-    if hidden.is_empty() || !hidden.len().is_multiple_of(h) {
-        return Err(crate::moe::MoeError::Shape(format!(
-            "hidden_states has {} values, expected [M, {h}] with M >= 1",
-            hidden.len()
-        ))
-        .into());
-    }
-    let m = hidden.len() / h;
-    if logits.len() != m * l.n_experts {
-        return Err(crate::moe::MoeError::Shape(format!(
-            "router_logits has {} values, expected [M = {m}, E = {}] = {}",
-            logits.len(),
-            l.n_experts,
-            m * l.n_experts
-        ))
-        .into());
-    }
+    let m = ops::validate_moe(l, hidden, logits)?;
     // Batches whose activations exceed one binding (or the workgroup grid) run as several
     // submits over consecutive tokens; routing is per token, so this changes no result.
     let k = l.router.top_k;
     let per_token = (4 * h.max(k * inter).max(k * h)) as u64;
     let wg_max = ctx.limits.max_compute_workgroups_per_dimension as usize;
-    let by_grid = (wg_max.saturating_sub(l.local_experts()) * TG / k).max(1);
+    let by_grid = (wg_max.saturating_sub(l.local_experts) * TG / k).max(1);
     let max_tokens = ((ctx.max_binding() / per_token) as usize).min(by_grid);
     if max_tokens == 0 {
         return Err(BackendError::OutOfMemory(format!(
@@ -276,19 +262,10 @@ pub fn forward(
             times,
         ));
     }
-    // Same input checks as the GPU router; a correction bias is handled below.
-    let mr = route::check(&l.router, logits, l.n_experts, None)?;
-    if mr != m {
-        return Err(crate::moe::MoeError::Shape(format!(
-            "router_logits has {} values, expected [M = {m}, E = {}] = {}",
-            logits.len(),
-            l.n_experts,
-            m * l.n_experts
-        ))
-        .into());
-    }
+    // The router's input checks (finite logits); a correction bias is handled below.
+    ops::validate_route(&l.router, logits, l.n_experts, g.correction_bias.as_deref())?;
     let na = m * k;
-    let el = l.local_experts();
+    let el = l.local_experts;
     let gemv = match path {
         MoePath::Gemv => true,
         MoePath::Gemm => false,
@@ -314,9 +291,10 @@ pub fn forward(
     }
     let wg_max = ctx.limits.max_compute_workgroups_per_dimension as usize;
     if max_tiles > wg_max {
-        return Err(unsupported(format!(
-            "moe with {na} token-expert pairs ({max_tiles} tiles > {wg_max} workgroups)"
-        )));
+        return Err(unsupported(
+            format!("moe/{}/{}", l.scheme, l.activation),
+            format!("{na} token-expert pairs need {max_tiles} tiles > {wg_max} workgroups"),
+        ));
     }
 
     // Buffers.
@@ -327,7 +305,7 @@ pub fn forward(
         m,
         l.n_experts,
     )));
-    let base_params = ctx.uniform(bytemuck::cast_slice(&params(l, m, 0, el)));
+    let base_params = ctx.uniform(bytemuck::cast_slice(&params(g, m, 0, el)));
     let logits_b = ctx.upload(bytemuck::cast_slice(logits));
     let hidden_b = ctx.upload(bytemuck::cast_slice(hidden));
     let out_bufs = [
@@ -385,7 +363,7 @@ pub fn forward(
     let mut enc = ctx
         .device
         .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
-    match l.e_score_correction_bias.as_deref() {
+    match g.correction_bias.as_deref() {
         // DeepSeek-V3 selection ranks sigmoid(x) + bias, float values a GPU's exp cannot
         // reproduce bit for bit; the ids come from the CPU router (exact by construction),
         // computed before the submit, so the layer still runs in one submit with no round trip.
@@ -451,7 +429,7 @@ pub fn forward(
     let b2 = g.bias2.as_ref().unwrap_or(&g.dummy);
     let mut chunk_params = Vec::new();
     for c in &g.chunks {
-        chunk_params.push(ctx.uniform(bytemuck::cast_slice(&params(l, m, c.e0, c.e1))));
+        chunk_params.push(ctx.uniform(bytemuck::cast_slice(&params(g, m, c.e0, c.e1))));
     }
     // GEMM1 then GEMM2, each once per weight chunk: the same bindings but for which weights,
     // input, output and bias they read and write, and the output width per workgroup.

@@ -2,7 +2,7 @@
 //! weights within float tolerance.
 
 use super::context::{Context, Timer};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Op, RouteOp, Support};
 use crate::moe::{RouterConfig, Routing, Scoring};
 
 /// route.wgsl's limits (private arrays and bit sets).
@@ -10,9 +10,37 @@ pub const MAX_EXPERTS: usize = 1024;
 pub const MAX_TOP_K: usize = 32;
 pub const MAX_GROUPS: usize = 32;
 
-/// Whether route.wgsl can run this configuration (a correction bias is checked separately).
-pub fn supports(cfg: &RouterConfig) -> bool {
-    cfg.top_k >= 1 && cfg.top_k <= MAX_TOP_K && cfg.n_group.is_none_or(|g| g <= MAX_GROUPS)
+/// Whether route.wgsl can run this routing op within its limits.
+fn within_limits(r: &RouteOp) -> Support {
+    Support::when(
+        r.n_experts <= MAX_EXPERTS
+            && r.top_k >= 1
+            && r.top_k <= MAX_TOP_K
+            && r.n_group.is_none_or(|g| g <= MAX_GROUPS),
+        || {
+            format!(
+                "{} experts, top_k {}, n_group {:?} (route.wgsl holds at most {MAX_EXPERTS} \
+                 experts, top_k {MAX_TOP_K}, {MAX_GROUPS} groups)",
+                r.n_experts, r.top_k, r.n_group
+            )
+        },
+    )
+}
+
+/// Whether the standalone route op runs here.
+pub fn supports(r: &RouteOp) -> Support {
+    Support::when(!r.correction_bias, || {
+        "selection on sigmoid scores + e_score_correction_bias cannot match the CPU ids \
+         exactly (the GPU's exp differs in the last bit)"
+            .into()
+    })
+    .and(|| within_limits(r))
+}
+
+/// Whether a MoE forward's routing runs here. A layer with a correction bias takes its ids
+/// from the CPU router before the single submit (see `moe::forward`).
+pub fn supports_in_forward(r: &RouteOp) -> Support {
+    within_limits(r)
 }
 
 /// The same input checks (and messages) as the CPU `moe::route`, plus our limits.
@@ -22,26 +50,15 @@ pub fn check(
     n_experts: usize,
     bias: Option<&[f32]>,
 ) -> Result<usize, BackendError> {
-    if bias.is_some() {
-        return Err(BackendError::Unsupported {
+    let m = crate::backend::ops::validate_route(cfg, logits, n_experts, bias)?;
+    match supports(&RouteOp::of(cfg, n_experts, bias.is_some())) {
+        Support::Supported => Ok(m),
+        Support::Unsupported { reason } => Err(BackendError::Unsupported {
             backend: "wgpu".into(),
-            op: "route with e_score_correction_bias (selection on float scores + bias cannot \
-                 match the CPU ids exactly)"
-                .into(),
-        });
+            op: Op::route_of(cfg, n_experts, bias.is_some()).id(),
+            reason,
+        }),
     }
-    crate::moe::routing::check_inputs(cfg, logits, n_experts, None)?;
-    if n_experts > MAX_EXPERTS || !supports(cfg) {
-        return Err(BackendError::Unsupported {
-            backend: "wgpu".into(),
-            op: format!(
-                "route with {n_experts} experts, top_k {}, n_group {:?} (limits: {MAX_EXPERTS} \
-                 experts, top_k {MAX_TOP_K}, {MAX_GROUPS} groups)",
-                cfg.top_k, cfg.n_group
-            ),
-        });
-    }
-    Ok(logits.len() / n_experts)
 }
 
 /// The uniform block of route.wgsl.

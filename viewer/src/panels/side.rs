@@ -64,23 +64,27 @@ pub fn dataset_info(ui: &mut Ui, d: &Dataset) {
                 ui.end_row();
             };
             kv("source", d.source.clone());
-            kv("scheme", l.scheme.name());
-            kv("activation", l.activation.name().into());
+            kv("scheme", l.config.scheme.name());
+            kv("activation", l.config.activation.name().into());
             kv(
                 "router",
                 format!(
                     "{} top-{}{}",
-                    l.router.scoring,
-                    l.router.top_k,
-                    if l.router.renormalize { " renorm" } else { "" }
+                    l.config.router.scoring,
+                    l.config.router.top_k,
+                    if l.config.router.renormalize {
+                        " renorm"
+                    } else {
+                        ""
+                    }
                 ),
             );
-            kv("act. scale mode", l.act_scale_mode.name().into());
+            kv("act. scale mode", l.config.act_scale_mode.name().into());
             kv(
                 "experts",
-                format!("{} ({} local)", l.n_experts, l.local_experts()),
+                format!("{} ({} local)", l.config.n_experts, l.local_experts()),
             );
-            kv("H x I", format!("{} x {}", l.hidden, l.inter));
+            kv("H x I", format!("{} x {}", l.config.hidden, l.config.inter));
             kv("tokens", d.m.to_string());
             let b = l.weight_bytes() as f64;
             let size = if b >= (1 << 20) as f64 {
