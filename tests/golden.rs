@@ -1,4 +1,4 @@
-//! Golden vectors G1–G17 and G19 of `shared/NUMERICS.md` section 12 (plus G18 and the 6.1
+//! Golden vectors G1–G17 and G19 of `docs/NUMERICS.md` section 12 (plus G18 and the 6.1
 //! worked scale table), written out **by hand** from the contract text.
 //!
 //! Every expected code, scale byte, dequantized value and packed byte below is copied from (or
