@@ -2,7 +2,7 @@
 
 use super::{
     decode_parts, e8m0_to_f32, encode_elem, pack_codes, scale_byte, unpack_codes, FormatError,
-    MxFormat, ScaleMode, BLOCK, SCALE_NAN,
+    MxFormat, Packing, ScaleMode, BLOCK, SCALE_NAN,
 };
 use crate::format::codec::Decoded;
 use rayon::prelude::*;
@@ -225,6 +225,7 @@ impl MxTensor {
         let rb = self.row_bytes();
         let sb = k / BLOCK;
         let bb = self.format.spec().block_bytes();
+        let nibbles = self.format.packing() == Packing::Nibbles;
         let mut codes = [0u8; BLOCK];
         for (i, orow) in out.chunks_exact_mut(k).enumerate() {
             let r = r0 + i;
@@ -236,7 +237,7 @@ impl MxTensor {
                 .zip(srow)
             {
                 let sc = e8m0_to_f32(byte);
-                if bb == 16 {
+                if nibbles {
                     // FP4 fast path: two codes per byte, low nibble first.
                     for (o2, &b) in ob.chunks_exact_mut(2).zip(pb) {
                         o2[0] = lut[(b & 0xF) as usize] * sc;
