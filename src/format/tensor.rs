@@ -91,10 +91,10 @@ pub fn qdq_slice(
     x: &[f32],
     k: usize,
 ) -> Result<Vec<f32>, FormatError> {
-    if k == 0 || k % BLOCK != 0 {
+    if k == 0 || !k.is_multiple_of(BLOCK) {
         return Err(FormatError::NotBlockMultiple(k));
     }
-    if x.len() % k != 0 {
+    if !x.len().is_multiple_of(k) {
         return Err(FormatError::BadLength {
             what: "qdq input",
             expected: x.len().div_ceil(k) * k,
@@ -132,7 +132,7 @@ impl MxTensor {
         scales: Vec<u8>,
     ) -> Result<Self, FormatError> {
         let k = *shape.last().ok_or(FormatError::EmptyShape)?;
-        if k == 0 || k % BLOCK != 0 {
+        if k == 0 || !k.is_multiple_of(BLOCK) {
             return Err(FormatError::NotBlockMultiple(k));
         }
         let rows: usize = shape[..shape.len() - 1].iter().product();
@@ -168,7 +168,7 @@ impl MxTensor {
         shape: &[usize],
     ) -> Result<Self, FormatError> {
         let k = *shape.last().ok_or(FormatError::EmptyShape)?;
-        if k == 0 || k % BLOCK != 0 {
+        if k == 0 || !k.is_multiple_of(BLOCK) {
             return Err(FormatError::NotBlockMultiple(k));
         }
         let n: usize = shape.iter().product();
