@@ -1,4 +1,4 @@
-//! Golden vectors G1–G17 and G19 of `shared/NUMERICS.md` section 12 (plus G18 and the 6.1
+//! Golden vectors G1–G17 and G19 of `docs/NUMERICS.md` section 12 (plus G18 and the 6.1
 //! worked scale table), written out **by hand** from the contract text.
 //!
 //! Every expected code, scale byte, dequantized value and packed byte below is copied from (or
@@ -687,6 +687,401 @@ fn g19_routing() {
                 ((*w as f64 - e) / e).abs() <= 2.0 * f32::EPSILON as f64,
                 "{scoring}: {w} vs {e}"
             );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The published file: assets/golden/vectors.json (G1–G19 transcribed from NUMERICS.md 12)
+// ---------------------------------------------------------------------------------------------
+
+/// `assets/golden/vectors.json` is data the project ships for other implementations to test
+/// against. It was transcribed by hand from NUMERICS.md section 12; these tests keep it true of
+/// our encoder, decoder and packing (and would catch a transcription error in the file).
+mod published_vectors {
+    use super::*;
+    use serde::Deserialize;
+
+    const VECTORS: &str = include_str!("../assets/golden/vectors.json");
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        title: String,
+        contract: String,
+        provenance: String,
+        conventions: serde_json::Value,
+        element_decode: Vec<ElementDecode>,
+        e8m0_decode: Vec<E8m0Decode>,
+        quantize: Vec<Quantize>,
+        scale_bytes: Vec<ScaleBytes>,
+        packing: Vec<PackingCase>,
+        dequantize: Vec<Dequantize>,
+        swiglu_oai: Swiglu,
+        routing: RoutingCase,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ElementDecode {
+        id: String,
+        format: String,
+        codes: String,
+        values: Vec<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct E8m0Decode {
+        id: String,
+        byte: u8,
+        value: String,
+        #[serde(default)]
+        note: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Quantize {
+        id: String,
+        #[serde(default)]
+        note: Option<String>,
+        formats: Vec<String>,
+        scale_modes: Vec<String>,
+        input: Vec<String>,
+        scale: u8,
+        codes: String,
+        #[serde(default)]
+        ints: Option<Vec<i32>>,
+        dequantized: Vec<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ScaleBytes {
+        id: String,
+        format: String,
+        amax: String,
+        floor: u8,
+        even: u8,
+        ceil: u8,
+        rceil: u8,
+        #[serde(default)]
+        note: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct PackingCase {
+        id: String,
+        #[serde(default)]
+        note: Option<String>,
+        formats: Vec<String>,
+        codes: String,
+        packed: String,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Dequantize {
+        id: String,
+        format: String,
+        code: String,
+        scale: u8,
+        value: String,
+        #[serde(default)]
+        fp16: Option<String>,
+        #[serde(default)]
+        note: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Swiglu {
+        id: String,
+        note: String,
+        cases: Vec<SwigluCase>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct SwigluCase {
+        glu: f64,
+        lin: f64,
+        out: f64,
+        #[serde(default)]
+        rel_tol: Option<f64>,
+        #[serde(default)]
+        abs_tol: Option<f64>,
+        #[serde(default)]
+        note: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RoutingCase {
+        id: String,
+        note: String,
+        logits: Vec<f32>,
+        top_k: usize,
+        scorings: Vec<String>,
+        renormalize: bool,
+        topk_ids: Vec<i32>,
+        topk_weights: Vec<f64>,
+        weight_rel_tol: String,
+    }
+
+    fn load() -> File {
+        let f: File = serde_json::from_str(VECTORS).expect("assets/golden/vectors.json parses");
+        assert!(f.contract.contains("NUMERICS.md") && !f.title.is_empty());
+        assert!(!f.provenance.is_empty() && f.conventions.is_object());
+        f
+    }
+
+    /// A float as written in the file: a decimal literal, NaN/inf/-inf/-0.0, or `0x` + 8 hex
+    /// digits (an exact fp32 bit pattern).
+    fn float(s: &str) -> f32 {
+        match s.strip_prefix("0x") {
+            Some(h) => {
+                assert_eq!(h.len(), 8, "'{s}': fp32 bit patterns have 8 hex digits");
+                f32::from_bits(u32::from_str_radix(h, 16).unwrap())
+            }
+            None => s.parse().unwrap_or_else(|_| panic!("'{s}' is not a float")),
+        }
+    }
+
+    fn hex_bytes(s: &str) -> Vec<u8> {
+        s.split_whitespace()
+            .map(|h| u8::from_str_radix(h, 16).unwrap_or_else(|_| panic!("'{h}' is not hex")))
+            .collect()
+    }
+
+    fn fmt(s: &str) -> MxFormat {
+        s.parse().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn mode(s: &str) -> ScaleMode {
+        s.parse().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Bit-exact comparison, the sign of zero included; any NaN matches NaN.
+    fn same(got: f32, want: f32) -> bool {
+        (got.is_nan() && want.is_nan()) || got.to_bits() == want.to_bits()
+    }
+
+    #[test]
+    fn element_and_scale_decode() {
+        let f = load();
+        for c in &f.element_decode {
+            let format = fmt(&c.format);
+            let codes = hex_bytes(&c.codes);
+            assert_eq!(codes.len(), c.values.len(), "{}: codes vs values", c.id);
+            for (&code, v) in codes.iter().zip(&c.values) {
+                let want = float(v);
+                let got = decode_elem_f64(format, code) as f32;
+                assert!(
+                    same(got, want),
+                    "{} {format} code {code:#x}: {got} != {v}",
+                    c.id
+                );
+                // At scale 127 (X = 1) the dequantized value is the element value.
+                let mut block_codes = [0u8; BLOCK];
+                block_codes[0] = code;
+                let mut out = [0f32; BLOCK];
+                dequantize_block(format, &block_codes, 127, &mut out);
+                assert!(
+                    same(out[0], want),
+                    "{} {format} code {code:#x} at scale 127",
+                    c.id
+                );
+            }
+        }
+        assert_eq!(f.e8m0_decode.len(), 7);
+        for c in &f.e8m0_decode {
+            let got = e8m0_to_f32(c.byte);
+            assert!(
+                same(got, float(&c.value)),
+                "{} byte {}: {got:e} != {} ({:?})",
+                c.id,
+                c.byte,
+                c.value,
+                c.note
+            );
+        }
+    }
+
+    #[test]
+    fn quantize_blocks() {
+        let f = load();
+        let mut checked = 0;
+        for c in &f.quantize {
+            let x: Vec<f32> = c.input.iter().map(|s| float(s)).collect();
+            let want_codes = hex_bytes(&c.codes);
+            assert!(x.len() <= BLOCK && want_codes.len() <= x.len().max(1));
+            assert_eq!(want_codes.len(), c.dequantized.len(), "{}", c.id);
+            if let Some(ints) = &c.ints {
+                let as_codes: Vec<u8> = ints.iter().map(|&n| n as i8 as u8).collect();
+                assert_eq!(as_codes, want_codes, "{}: ints vs codes", c.id);
+            }
+            let mut xb = [0f32; BLOCK];
+            xb[..x.len()].copy_from_slice(&x);
+            for fs in &c.formats {
+                for ms in &c.scale_modes {
+                    let (format, m) = (fmt(fs), mode(ms));
+                    let what = format!("{} {format} {m} ({:?})", c.id, c.note);
+                    let mut codes = [0xAAu8; BLOCK];
+                    let s = quantize_block(format, m, &xb, &mut codes);
+                    assert_eq!(s, c.scale, "{what}: scale byte");
+                    assert_eq!(&codes[..want_codes.len()], &want_codes[..], "{what}: codes");
+                    assert!(
+                        codes[x.len()..].iter().all(|&b| b == 0),
+                        "{what}: padding codes {:?}",
+                        &codes[x.len()..]
+                    );
+                    let mut out = [1f32; BLOCK];
+                    dequantize_block(format, &codes, s, &mut out);
+                    let mut q = [1f32; BLOCK];
+                    qdq_block(format, m, &xb, &mut q);
+                    for (j, w) in c.dequantized.iter().enumerate() {
+                        let w = float(w);
+                        assert!(same(out[j], w), "{what}: dequant[{j}] = {} != {w}", out[j]);
+                        assert!(same(q[j], w), "{what}: qdq[{j}] = {} != {w}", q[j]);
+                    }
+                    // Elements not listed are +0.0: they decode to +0, or NaN in a 0xFF block.
+                    let pad = if c.scale == 0xFF { f32::NAN } else { 0.0 };
+                    for (j, &o) in out.iter().enumerate().skip(x.len()) {
+                        assert!(same(o, pad), "{what}: padding dequant[{j}]");
+                    }
+                    checked += 1;
+                }
+            }
+        }
+        // (format, mode) pairs: 24 + 4 + 8 + 8 + 4 (G4), 3 + 1 (G5), 1 + 3 (G7), 1 + 3 (G8),
+        // 1 (G9), 2 + 2 (G10), 1 + 3 (G11), 3 + 1 + 1 + 2 (G12), 1 (G13), 3 * 24 (G14).
+        assert_eq!(checked, 48 + 4 + 4 + 4 + 1 + 4 + 4 + 7 + 1 + 72);
+    }
+
+    #[test]
+    fn scale_bytes() {
+        let f = load();
+        assert_eq!(f.scale_bytes.len(), 10);
+        for c in &f.scale_bytes {
+            let format = fmt(&c.format);
+            let amax = float(&c.amax);
+            for (m, want) in [
+                (ScaleMode::Floor, c.floor),
+                (ScaleMode::Even, c.even),
+                (ScaleMode::Ceil, c.ceil),
+                (ScaleMode::RCeil, c.rceil),
+            ] {
+                assert_eq!(
+                    scale_byte(format, m, amax.to_bits()),
+                    want,
+                    "{} {format} {m} amax {} ({:?})",
+                    c.id,
+                    c.amax,
+                    c.note
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn packing() {
+        let f = load();
+        for c in &f.packing {
+            let codes = hex_bytes(&c.codes);
+            let want = hex_bytes(&c.packed);
+            for fs in &c.formats {
+                let format = fmt(fs);
+                // A whole block: the listed codes first, zeros after.
+                let mut block = [0u8; BLOCK];
+                block[..codes.len()].copy_from_slice(&codes);
+                let mut packed = vec![0xAAu8; format.packed_len(BLOCK)];
+                pack_codes(format, &block, &mut packed);
+                assert_eq!(
+                    &packed[..want.len()],
+                    &want[..],
+                    "{} {format} ({:?})",
+                    c.id,
+                    c.note
+                );
+                assert!(
+                    packed[want.len()..].iter().all(|&b| b == 0),
+                    "{} {format}: zero codes pack to zero bytes",
+                    c.id
+                );
+                let mut back = [0xAAu8; BLOCK];
+                unpack_codes(format, &packed, &mut back);
+                assert_eq!(back, block, "{} {format}: unpack", c.id);
+            }
+        }
+    }
+
+    #[test]
+    fn dequantize_edges() {
+        let f = load();
+        for c in &f.dequantize {
+            let format = fmt(&c.format);
+            let code = hex_bytes(&c.code);
+            assert_eq!(code.len(), 1, "{}: one code", c.id);
+            let mut codes = [0u8; BLOCK];
+            codes[0] = code[0];
+            let mut out = [0f32; BLOCK];
+            dequantize_block(format, &codes, c.scale, &mut out);
+            let mut data = vec![0u8; format.packed_len(BLOCK)];
+            pack_codes(format, &codes, &mut data);
+            let t = MxTensor::new(format, vec![1, BLOCK], data, vec![c.scale]).unwrap();
+            let want = float(&c.value);
+            let what = format!(
+                "{} {format} code {} scale {} ({:?})",
+                c.id, c.code, c.scale, c.note
+            );
+            assert!(same(out[0], want), "{what}: {:e}", out[0]);
+            assert!(same(t.dequantize()[0], want), "{what}: MxTensor");
+            if let Some(h) = &c.fp16 {
+                let bits = u16::from_str_radix(h.strip_prefix("0x").unwrap(), 16).unwrap();
+                assert_eq!(half::f16::from_f32(out[0]).to_bits(), bits, "{what}: fp16");
+            }
+        }
+    }
+
+    #[test]
+    fn swiglu_and_routing() {
+        let f = load();
+        let s = &f.swiglu_oai;
+        assert!(s.id == "G18" && !s.note.is_empty());
+        for c in &s.cases {
+            let v = swiglu_oai(c.glu, c.lin);
+            let ok = match (c.rel_tol, c.abs_tol) {
+                (Some(r), None) => ((v - c.out) / c.out).abs() <= r,
+                (None, Some(a)) => (v - c.out).abs() <= a,
+                _ => panic!("G18 ({}, {}): give rel_tol or abs_tol", c.glu, c.lin),
+            };
+            assert!(
+                ok,
+                "swiglu_oai({}, {}) = {v:e}, want {:e} {:?}",
+                c.glu, c.lin, c.out, c.note
+            );
+        }
+        let r = &f.routing;
+        assert!(r.id == "G19" && !r.note.is_empty() && !r.weight_rel_tol.is_empty());
+        for sc in &r.scorings {
+            let scoring: Scoring = sc.parse().unwrap();
+            let cfg = RouterConfig {
+                scoring,
+                top_k: r.top_k,
+                renormalize: r.renormalize,
+                ..RouterConfig::default()
+            };
+            let got = route(&cfg, &r.logits, r.logits.len(), None).unwrap();
+            assert_eq!(got.topk_ids, r.topk_ids, "{scoring}");
+            for (w, e) in got.topk_weights.iter().zip(&r.topk_weights) {
+                assert!(
+                    ((*w as f64 - e) / e).abs() <= 2.0 * f32::EPSILON as f64,
+                    "{scoring}: {w} vs {e}"
+                );
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 //! (< 2^24), so `q = x / 2^s = m * 2^(e-s)` is exact whatever `s` is (no fp32 underflow, no
 //! subnormal flushing). Rounding is one integer right shift with round-to-nearest-even.
 
-use super::{ElemKind, MxFormat};
+use super::{ElemKind, MxFormat, Special};
 
 /// Right shift with round to nearest, ties to even (a negative shift is a left shift).
 #[inline]
@@ -110,17 +110,11 @@ pub fn decode_parts(fmt: MxFormat, code: u8) -> Decoded {
             let mmask = (1u32 << spec.mbits) - 1;
             let be = (mag >> spec.mbits) as i32;
             let mant = mag & mmask;
-            let emax_field = (1i32 << spec.ebits) - 1;
-            match fmt {
-                MxFormat::Fp8E4M3 if be == emax_field && mant == mmask => return Decoded::NaN,
-                MxFormat::Fp8E5M2 if be == emax_field => {
-                    return if mant == 0 {
-                        Decoded::Inf { neg }
-                    } else {
-                        Decoded::NaN
-                    }
-                }
-                _ => {}
+            // NaN/Inf codes come from the row's special-values column.
+            match spec.special(c) {
+                Some(Special::Nan) => return Decoded::NaN,
+                Some(Special::Inf { neg }) => return Decoded::Inf { neg },
+                None => {}
             }
             let mb = spec.mbits as i32;
             if be == 0 {

@@ -2,7 +2,7 @@
 
 use super::{
     decode_parts, e8m0_to_f32, encode_elem, pack_codes, scale_byte, unpack_codes, FormatError,
-    MxFormat, ScaleMode, BLOCK, SCALE_NAN,
+    MxFormat, Packing, ScaleMode, BLOCK, SCALE_NAN,
 };
 use crate::format::codec::Decoded;
 use rayon::prelude::*;
@@ -106,7 +106,7 @@ pub fn qdq_slice(
 /// The block axis of `shape` (its last dimension), checked to be a positive multiple of 32.
 fn block_axis(shape: &[usize]) -> Result<usize, FormatError> {
     let k = *shape.last().ok_or(FormatError::EmptyShape)?;
-    if k == 0 || k % BLOCK != 0 {
+    if k == 0 || !k.is_multiple_of(BLOCK) {
         return Err(FormatError::NotBlockMultiple(k));
     }
     Ok(k)
@@ -130,7 +130,7 @@ pub fn check_values(len: usize, shape: &[usize]) -> Result<(), FormatError> {
 /// Check `len` f32 values as whole rows of `k` (a multiple of 32) for QDQ.
 pub fn check_rows(len: usize, k: usize) -> Result<(), FormatError> {
     block_axis(&[k])?;
-    if len % k != 0 {
+    if !len.is_multiple_of(k) {
         return Err(FormatError::BadLength {
             what: "qdq input",
             expected: len.div_ceil(k) * k,
@@ -256,6 +256,7 @@ impl MxTensor {
         let rb = self.row_bytes();
         let sb = k / BLOCK;
         let bb = self.format.spec().block_bytes();
+        let nibbles = self.format.packing() == Packing::Nibbles;
         let mut codes = [0u8; BLOCK];
         for (i, orow) in out.chunks_exact_mut(k).enumerate() {
             let r = r0 + i;
@@ -267,7 +268,7 @@ impl MxTensor {
                 .zip(srow)
             {
                 let sc = e8m0_to_f32(byte);
-                if bb == 16 {
+                if nibbles {
                     // FP4 fast path: two codes per byte, low nibble first.
                     for (o2, &b) in ob.chunks_exact_mut(2).zip(pb) {
                         o2[0] = lut[(b & 0xF) as usize] * sc;
