@@ -1,11 +1,19 @@
 //! Benchmark harness: bytes/FLOPs accounting, the weight-read floor, JSON results.
 //!
-//! Counting first (PERF.md): a MoE layer at M tokens must read the packed weights + scales of
-//! every expert its tokens touch at least once; at `hbm_gbps` that is the time floor. Each
-//! result reports wall time per layer (submission and readback included, as users pay it), GPU
-//! time from timestamps when the backend has them, achieved GB/s and TFLOP/s, and the ratio to
-//! the floor. Token batches rotate (several distinct batches) so that repeated runs do not just
-//! re-read weights from L2.
+//! Counting first (docs/PERF.md): a MoE layer at M tokens must read the packed weights + scales
+//! of every expert its tokens touch at least once; at `hbm_gbps` that is the time floor.
+//!
+//! Measuring right: a GPU drops its clock within half a second of idling (the H200 from 1980 to
+//! 345 MHz), so every token count first **warms up** with back-to-back forwards for at least
+//! [`WARMUP_MIN_S`] and until the medians of two successive windows agree within
+//! [`WARMUP_AGREE`] (at most [`WARMUP_MAX_S`]); then it times at least `iters` forwards and
+//! [`TIMED_MIN_S`] back to back, twice: once for wall time (submit + GPU + readback, as users
+//! pay it) and once with GPU timestamps (the sum of the passes). Both are reported as
+//! min/median/max. The upload (`prepare`) is timed once, on its own; the host time outside the
+//! passes is `wall - gpu`. Token batches rotate (several distinct batches) so that repeated runs
+//! do not just re-read activations from L2. Every point is checked against the CPU reference
+//! (for M > [`CHECK_TOKENS`], on an evenly spaced sample of that many tokens: routing is per
+//! token, so the CPU's result on the sample is exactly its result on those rows).
 
 use crate::backend::{Backend, BackendError};
 use crate::check::rel_l2;
@@ -30,10 +38,23 @@ pub struct BenchResult {
     /// Packed weight + scale bytes of the active experts (the floor's bytes).
     pub weight_bytes: f64,
     pub flops: f64,
-    /// Median wall time per layer (ms).
+    /// Median wall time per forward (ms): submit + GPU + readback.
     pub wall_ms: f64,
-    /// Median GPU time per layer from timestamps (ms), if available.
+    /// [min, median, max] wall time per forward (ms).
+    pub wall_ms_range: [f64; 3],
+    /// Median GPU time per forward from timestamps (ms), if available.
     pub gpu_ms: Option<f64>,
+    /// [min, median, max] GPU time per forward (ms), if available.
+    pub gpu_ms_range: Option<[f64; 3]>,
+    /// Median host time per forward outside the GPU passes (wall - gpu, ms).
+    pub host_ms: Option<f64>,
+    /// Forwards timed (each of the wall and the GPU phase).
+    pub timed_forwards: usize,
+    /// How the point was warmed up, in words.
+    pub warmup: String,
+    /// One `prepare` (weight upload) of the whole layer (ms) and its bytes.
+    pub prepare_ms: f64,
+    pub prepare_bytes: u64,
     /// Time floor: weight_bytes / hbm_gbps (ms).
     pub floor_ms: f64,
     /// Achieved weight-read bandwidth (GB/s) over GPU time (else wall time).
@@ -43,6 +64,10 @@ pub struct BenchResult {
     pub ratio_to_floor: f64,
     /// Relative L2 against the CPU f32 reference for the first batch (None when not checked).
     pub rel_l2_vs_cpu: Option<f64>,
+    /// Tokens the check compared (all of them, or an evenly spaced sample).
+    pub checked_tokens: usize,
+    /// Whether the routing ids of the checked tokens equal the CPU's.
+    pub ids_match: Option<bool>,
 }
 
 /// Bytes of one local expert's packed weights + scales.
@@ -51,12 +76,81 @@ pub fn expert_bytes(layer: &MoeLayer) -> f64 {
     layer.weight_bytes() as f64 / e
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// Warm-up: at least this long back to back...
+pub const WARMUP_MIN_S: f64 = 1.0;
+/// ...until two successive windows' medians agree this closely...
+pub const WARMUP_AGREE: f64 = 0.03;
+/// ...but never longer than this.
+pub const WARMUP_MAX_S: f64 = 10.0;
+/// Each timed phase runs at least this long.
+pub const TIMED_MIN_S: f64 = 0.5;
+/// Larger batches are checked on an evenly spaced sample of this many tokens.
+pub const CHECK_TOKENS: usize = 64;
+
+fn median(v: &[f64]) -> f64 {
+    min_med_max(v)[1]
+}
+
+/// [min, median, max] of the samples (NaN when empty).
+fn min_med_max(v: &[f64]) -> [f64; 3] {
+    let mut v = v.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
+    match v.len() {
+        0 => [f64::NAN; 3],
+        n => [v[0], v[n / 2], v[n - 1]],
     }
-    v[v.len() / 2]
+}
+
+/// Back-to-back forwards until the clock is up and the time steady: windows of `window` runs,
+/// at least [`WARMUP_MIN_S`], until two successive window medians agree within
+/// [`WARMUP_AGREE`] or [`WARMUP_MAX_S`] passed. Returns a description.
+fn warm_up(
+    mut run: impl FnMut(usize) -> Result<(), BackendError>,
+    window: usize,
+) -> Result<String, BackendError> {
+    let t0 = Instant::now();
+    let mut prev = f64::NAN;
+    let mut n = 0;
+    loop {
+        let mut w = Vec::with_capacity(window);
+        for _ in 0..window {
+            let t = Instant::now();
+            run(n)?;
+            n += 1;
+            w.push(t.elapsed().as_secs_f64());
+        }
+        let med = median(&w);
+        let el = t0.elapsed().as_secs_f64();
+        let agree = (med - prev).abs() <= WARMUP_AGREE * prev;
+        if el >= WARMUP_MAX_S || (el >= WARMUP_MIN_S && agree) {
+            return Ok(format!(
+                "{n} forwards back to back in {el:.2} s ({}; last window median {:.3} ms)",
+                if agree {
+                    format!("window medians within {:.0}%", WARMUP_AGREE * 100.0)
+                } else {
+                    "stopped at the time limit, not yet steady".into()
+                },
+                med * 1e3
+            ));
+        }
+        prev = med;
+    }
+}
+
+/// Evenly spaced token indices to check (all when `m` is small).
+fn check_sample(m: usize) -> Vec<usize> {
+    if m <= CHECK_TOKENS {
+        (0..m).collect()
+    } else {
+        (0..CHECK_TOKENS).map(|j| j * m / CHECK_TOKENS).collect()
+    }
+}
+
+/// The rows `toks` of a row-major `[M, w]` buffer.
+fn rows(v: &[f32], w: usize, toks: &[usize]) -> Vec<f32> {
+    toks.iter()
+        .flat_map(|&t| v[t * w..(t + 1) * w].iter().copied())
+        .collect()
 }
 
 /// Parameters of one benchmark run.
@@ -86,13 +180,16 @@ pub fn run(
     );
     let k = layer.config.router.top_k;
     let per_expert = expert_bytes(layer);
-    // Prepare once (the GPU uploads the weights; the CPU borrows them).
+    // Prepare once (the GPU uploads the weights; the CPU borrows them), timed on its own.
+    let t_prep = Instant::now();
+    let prepared = b.prepare(layer)?;
+    let prepare_ms = t_prep.elapsed().as_secs_f64() * 1e3;
+    let prepare_bytes = layer.weight_bytes() as u64;
     progress(&format!(
-        "preparing {:.1} MiB of weights on {}",
-        layer.weight_bytes() as f64 / 1048576.0,
+        "upload: prepare {:.1} MiB on {} in {prepare_ms:.1} ms",
+        prepare_bytes as f64 / 1048576.0,
         b.name()
     ));
-    let prepared = b.prepare(layer)?;
     let mut out = Vec::new();
     for &m in &p.tokens {
         let batches: Vec<(Vec<f32>, Vec<f32>)> = (0..p.rotate.max(1))
@@ -118,36 +215,58 @@ pub fn run(
         active /= batches.len() as f64;
         let bytes = active * per_expert;
         let flops = (m * k) as f64 * (2.0 * 2.0 * i as f64 * h as f64 + 2.0 * h as f64 * i as f64);
-        let run1 = |bi: usize| -> Result<moe::MoeOutput, BackendError> {
+        let batch = |bi: usize| {
             let (hs, lg) = &batches[bi % batches.len()];
-            b.moe(&prepared, hs, lg, opts)
+            (hs.as_slice(), lg.as_slice())
         };
-        progress(&format!("M = {m}: warm-up"));
-        let first = run1(0)?;
-        let rel = if p.check {
-            let (hs, lg) = &batches[0];
-            let want = moe::forward(layer, hs, lg, opts)?;
-            Some(rel_l2(&first.output, &want.output).0)
+        // Check first (the first batch, or a sample of its tokens) against the CPU reference.
+        let (hs0, lg0) = batch(0);
+        let first = b.moe(&prepared, hs0, lg0, opts)?;
+        let toks = check_sample(m);
+        let (rel, ids_match) = if p.check {
+            progress(&format!(
+                "M = {m}: checking {} token(s) on the CPU",
+                toks.len()
+            ));
+            let want = moe::forward(layer, &rows(hs0, h, &toks), &rows(lg0, e, &toks), opts)?;
+            let got_ids: Vec<i32> = toks
+                .iter()
+                .flat_map(|&t| first.routing.topk_ids[t * k..(t + 1) * k].iter().copied())
+                .collect();
+            (
+                Some(rel_l2(&rows(&first.output, h, &toks), &want.output).0),
+                Some(got_ids == want.routing.topk_ids),
+            )
         } else {
-            None
+            (None, None)
         };
-        run1(1)?;
+        // Warm up, then time back to back: wall phase, then GPU-timestamp phase.
+        progress(&format!("M = {m}: warm-up"));
+        let warmup = warm_up(
+            |n| b.moe(&prepared, batch(n).0, batch(n).1, opts).map(|_| ()),
+            10,
+        )?;
         let mut walls = Vec::new();
-        for it in 0..p.iters {
+        let t_phase = Instant::now();
+        while walls.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S {
+            let (hs, lg) = batch(walls.len());
             let t0 = Instant::now();
-            run1(it)?;
+            b.moe(&prepared, hs, lg, opts)?;
             walls.push(t0.elapsed().as_secs_f64() * 1e3);
         }
         let mut gpu = Vec::new();
-        for it in 0..p.iters {
-            let (hs, lg) = &batches[it % batches.len()];
+        let t_phase = Instant::now();
+        while gpu.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S {
+            let (hs, lg) = batch(gpu.len());
             match b.moe_timed(&prepared, hs, lg, opts, true)? {
                 (_, Some(passes)) => gpu.push(passes.iter().map(|(_, ms)| ms).sum::<f64>()),
                 (_, None) => break,
             }
         }
-        let wall_ms = median(walls);
-        let gpu_ms = (!gpu.is_empty()).then(|| median(gpu));
+        let wall_r = min_med_max(&walls);
+        let gpu_r = (!gpu.is_empty()).then(|| min_med_max(&gpu));
+        let wall_ms = wall_r[1];
+        let gpu_ms = gpu_r.map(|r| r[1]);
         let t = gpu_ms.unwrap_or(wall_ms);
         let floor_ms = bytes / (p.hbm_gbps * 1e9) * 1e3;
         let r = BenchResult {
@@ -163,22 +282,37 @@ pub fn run(
             weight_bytes: bytes,
             flops,
             wall_ms,
+            wall_ms_range: wall_r,
             gpu_ms,
+            gpu_ms_range: gpu_r,
+            host_ms: gpu_ms.map(|g| wall_ms - g),
+            timed_forwards: walls.len(),
+            warmup,
+            prepare_ms,
+            prepare_bytes,
             floor_ms,
             gbps: bytes / (t * 1e-3) / 1e9,
             tflops: flops / (t * 1e-3) / 1e12,
             ratio_to_floor: t / floor_ms,
             rel_l2_vs_cpu: rel,
+            checked_tokens: if p.check { toks.len() } else { 0 },
+            ids_match,
         };
         progress(&format!(
-            "M = {m}: wall {:.3} ms, gpu {}, floor {:.3} ms, {:.0} GB/s, {:.2} TFLOP/s, {:.1}x floor{}",
+            "M = {m}: wall {:.3} ms [{:.3}..{:.3}], gpu {}, floor {:.3} ms, {:.0} GB/s, {:.2} TFLOP/s, {:.1}x floor{}",
             r.wall_ms,
-            r.gpu_ms.map_or("-".into(), |g| format!("{g:.3} ms")),
+            wall_r[0],
+            wall_r[2],
+            r.gpu_ms_range.map_or("-".into(), |g| format!("{:.3} ms [{:.3}..{:.3}]", g[1], g[0], g[2])),
             r.floor_ms,
             r.gbps,
             r.tflops,
             r.ratio_to_floor,
-            r.rel_l2_vs_cpu.map_or(String::new(), |x| format!(", rel-L2 vs cpu {x:.2e}"))
+            r.rel_l2_vs_cpu.map_or(String::new(), |x| format!(
+                ", rel-L2 vs cpu {x:.2e} on {} token(s), ids {}",
+                r.checked_tokens,
+                if r.ids_match == Some(true) { "equal" } else { "DIFFER" }
+            ))
         ));
         out.push(r);
     }
