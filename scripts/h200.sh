@@ -23,8 +23,10 @@ for s in $steps; do case $s in
     $bin bench --backend wgpu --shape deepseek-r1 --tokens 1,8,64,512,2048 --iters 50 \
       --json "$OUT/bench_dsr1.json" >> "$OUT/bench.log" 2>&1
     grep -v "^  M = .*: \(warm\|check\)" "$OUT/bench.log" | tail -30 ;;
-  peers)
-    (cd .peers && OUT="$OUT" python3 peer_triton_ogs.py && OUT="$OUT" python3 peer_torch_moe.py) \
-      > "$OUT/peers.log" 2>&1
+  peers)   # matmul_ogs, with torch _grouped_mm (bf16 resident) and copy bandwidth
+    (cd .peers && OUT="$OUT" python3 peer_triton_ogs.py) > "$OUT/peers.log" 2>&1
     tail -40 "$OUT/peers.log" ;;
+  emulation)   # the dequantize-then-bf16 emulation (slow: minutes)
+    (cd .peers && OUT="$OUT" python3 peer_torch_moe.py) > "$OUT/peers_torch.log" 2>&1
+    tail -30 "$OUT/peers_torch.log" ;;
 esac; done
