@@ -46,6 +46,9 @@ pub struct BenchResult {
     pub gpu_ms: Option<f64>,
     /// [min, median, max] GPU time per forward (ms), if available.
     pub gpu_ms_range: Option<[f64; 3]>,
+    /// Median GPU time of each pass (ms), in submission order (a pass run once per weight
+    /// chunk appears once per chunk).
+    pub passes: Vec<(String, f64)>,
     /// Median host time per forward outside the GPU passes (wall - gpu, ms).
     pub host_ms: Option<f64>,
     /// Forwards timed (each of the wall and the GPU phase).
@@ -255,14 +258,32 @@ pub fn run(
             walls.push(t0.elapsed().as_secs_f64() * 1e3);
         }
         let mut gpu = Vec::new();
+        let mut per_pass: Vec<(String, Vec<f64>)> = Vec::new();
         let t_phase = Instant::now();
         while gpu.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S {
             let (hs, lg) = batch(gpu.len());
             match b.moe_timed(&prepared, hs, lg, opts, true)? {
-                (_, Some(passes)) => gpu.push(passes.iter().map(|(_, ms)| ms).sum::<f64>()),
+                (_, Some(passes)) => {
+                    gpu.push(passes.iter().map(|(_, ms)| ms).sum::<f64>());
+                    // Pass lists can differ in length between batches (a batch split across
+                    // submits); keep the most common shape, the first one seen.
+                    if per_pass.is_empty() {
+                        per_pass = passes
+                            .iter()
+                            .map(|(n, _)| (n.clone(), Vec::new()))
+                            .collect();
+                    }
+                    if passes.len() == per_pass.len() {
+                        for ((_, v), (_, ms)) in per_pass.iter_mut().zip(&passes) {
+                            v.push(*ms);
+                        }
+                    }
+                }
                 (_, None) => break,
             }
         }
+        let passes: Vec<(String, f64)> =
+            per_pass.into_iter().map(|(n, v)| (n, median(&v))).collect();
         let wall_r = min_med_max(&walls);
         let gpu_r = (!gpu.is_empty()).then(|| min_med_max(&gpu));
         let wall_ms = wall_r[1];
@@ -286,6 +307,7 @@ pub fn run(
             gpu_ms,
             gpu_ms_range: gpu_r,
             host_ms: gpu_ms.map(|g| wall_ms - g),
+            passes,
             timed_forwards: walls.len(),
             warmup,
             prepare_ms,
@@ -314,6 +336,14 @@ pub fn run(
                 if r.ids_match == Some(true) { "equal" } else { "DIFFER" }
             ))
         ));
+        if !r.passes.is_empty() {
+            let list: Vec<String> = r
+                .passes
+                .iter()
+                .map(|(n, ms)| format!("{n} {ms:.3}"))
+                .collect();
+            progress(&format!("M = {m}: passes (median ms): {}", list.join(", ")));
+        }
         out.push(r);
     }
     Ok(out)
