@@ -4,7 +4,12 @@
 //! For `softmax` scoring without a correction bias, experts are ranked by their logits, which
 //! orders them exactly as the softmax probabilities do (softmax is strictly increasing) but
 //! without the ties that fp32 rounding of `exp` can create; so every backend picks the same ids.
+//! With an `e_score_correction_bias` (DeepSeek-V3/R1) experts are ranked by
+//! `sigmoid(logit) + bias`: the sigmoid is [`super::sigmoid::sigmoid`], defined by integer
+//! operations so that every backend computes the same bits, and the add (like the group score's
+//! sum of two keys) is [`add_ftz`], one correctly rounded f32 add with subnormals flushed.
 
+use super::sigmoid::{add_ftz, sigmoid};
 use super::{MoeError, RouterConfig, Scoring};
 use rayon::prelude::*;
 
@@ -22,10 +27,6 @@ impl Routing {
     }
 }
 
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
-
 /// fp32 softmax of a row (max-subtracted, sequential sum).
 pub fn softmax(row: &[f32]) -> Vec<f32> {
     let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -35,7 +36,8 @@ pub fn softmax(row: &[f32]) -> Vec<f32> {
 }
 
 /// The per-expert scores a router shows for one token (softmax probabilities or sigmoids; for
-/// `topk_softmax`, the full softmax, for display). Used by the viewer's heatmap.
+/// `topk_softmax`, the full softmax, for display). Used by the viewer's heatmap. Sigmoid scores
+/// are [`super::sigmoid::sigmoid`], the routing weights' bits on every backend.
 pub fn scores(scoring: Scoring, row: &[f32]) -> Vec<f32> {
     match scoring {
         Scoring::Softmax | Scoring::TopkSoftmax => softmax(row),
@@ -89,7 +91,7 @@ fn route_row(
     let sc = scores(cfg.scoring, row);
     // Selection keys: score + correction bias (DeepSeek-V3), else the logits themselves.
     let keys: Vec<f32> = match bias {
-        Some(b) => sc.iter().zip(b).map(|(s, b)| s + b).collect(),
+        Some(b) => sc.iter().zip(b).map(|(&s, &b)| add_ftz(s, b)).collect(),
         None => row.to_vec(),
     };
     let sel = match (cfg.n_group, cfg.topk_group) {
@@ -101,8 +103,11 @@ fn route_row(
                 .map(|gi| {
                     let ks = &keys[gi * per..(gi + 1) * per];
                     if bias.is_some() {
-                        let t = top_k_indices(ks, 2.min(per), |_| true);
-                        t.iter().map(|&i| ks[i]).sum()
+                        match top_k_indices(ks, 2.min(per), |_| true)[..] {
+                            [a, b] => add_ftz(ks[a], ks[b]),
+                            [a] => ks[a],
+                            _ => unreachable!("a group has at least one expert"),
+                        }
                     } else {
                         ks.iter().copied().fold(f32::NEG_INFINITY, f32::max)
                     }
@@ -148,6 +153,12 @@ pub fn check_inputs(
             return Err(MoeError::Shape(format!(
                 "e_score_correction_bias has {} entries, expected one per expert ({n_experts})",
                 b.len()
+            )));
+        }
+        if let Some(pos) = b.iter().position(|v| !v.is_finite()) {
+            return Err(MoeError::Input(format!(
+                "e_score_correction_bias[{pos}] is {} (NaN/Inf biases cannot rank experts)",
+                b[pos]
             )));
         }
     }

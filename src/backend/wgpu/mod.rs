@@ -5,7 +5,9 @@
 //!   cache keyed by shader + entry + overrides, buffer pool, timestamp timers).
 //! * [`quant`]: quantize / dequantize / QDQ, bit-exact against the CPU reference (integer
 //!   arithmetic on fp32 bits; inputs larger than a binding are processed in chunks).
-//! * [`route`]: routing with exactly the CPU's ids (selection compares logits only).
+//! * [`route`]: routing with exactly the CPU's ids: selection compares the logits, or with an
+//!   `e_score_correction_bias` (DeepSeek-V3/R1) `sigmoid(logit) + bias` computed to the CPU's
+//!   bits (`exact_math.wgsl`: the integer sigmoid of `moe::sigmoid`), groups included.
 //! * [`moe`]: the whole layer in one submit: route, expert histogram + prefix sum + row lists,
 //!   input QDQ, grouped GEMM (prefill) or grouped GEMV (decode) with weights dequantized in the
 //!   prologue and bias + activation + intermediate QDQ in the GEMM1 epilogue, GEMM2 with bias and
@@ -15,14 +17,15 @@
 //!   generated from the Rust format table + `mx_common.wgsl` + the op shader).
 //!
 //! Numerics: quantize / dequantize / QDQ and the scale bytes are bit-exact; routing ids are
-//! exact; MoE outputs agree with `moe::forward(.., Accumulate::F32)` within
+//! exact, sigmoid routing weights bit-exact (softmax weights within float tolerance); MoE
+//! outputs agree with `moe::forward(.., Accumulate::F32)` within
 //! `check::MOE_REL_L2` (activation in f32 on the GPU, f64 on the CPU; other summation order).
 //! `Intermediate::Bf16` rounds at the same four points as the CPU.
 //!
-//! UNSUPPORTED (reported, never silently run): the standalone route op with an
-//! `e_score_correction_bias` (its selection ranks float scores that a GPU's `exp` cannot
-//! reproduce bit for bit; in a MoE forward such a layer takes its ids from the CPU router before
-//! the single submit); more than 1024 experts, top_k > 32 or more than 32 groups.
+//! UNSUPPORTED (reported, never silently run): routing (standalone or in a MoE forward) with
+//! softmax scoring AND an `e_score_correction_bias` (its selection ranks softmax probabilities,
+//! which a GPU's `exp` cannot reproduce bit for bit; sigmoid scoring with a bias is supported);
+//! more than 1024 experts, top_k > 32 or more than 32 groups.
 
 pub mod context;
 pub mod moe;

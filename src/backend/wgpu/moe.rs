@@ -58,6 +58,8 @@ pub struct GpuLayer {
     bias13: Option<wgpu::Buffer>,
     bias2: Option<wgpu::Buffer>,
     map: Option<wgpu::Buffer>,
+    /// The router's e_score_correction_bias (when the selection uses it: sigmoid scoring).
+    route_bias: Option<wgpu::Buffer>,
     dummy: wgpu::Buffer,
     /// Bytes of packed weights + scales on the device.
     pub bytes: u64,
@@ -139,6 +141,11 @@ pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError>
         .expert_map
         .as_deref()
         .map(|m| ctx.upload_owned("expert_map", bytemuck::cast_slice(m)));
+    let route_bias = layer
+        .e_score_correction_bias
+        .as_deref()
+        .filter(|b| route::uses_bias(&layer.router, Some(b)))
+        .map(|b| ctx.upload_owned("e_score_correction_bias", &f32s(b)));
     let dummy = ctx.upload_owned("dummy", &[0u8; 16]);
     let bytes = layer.weight_bytes() as u64;
     if let Some(e) = pollster::block_on(scope.pop()) {
@@ -160,6 +167,7 @@ pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError>
         bias13,
         bias2,
         map,
+        route_bias,
         dummy,
         bytes,
     })
@@ -276,8 +284,9 @@ pub fn forward(
             times,
         ));
     }
-    // Same input checks as the GPU router; a correction bias is handled below.
-    let mr = route::check(&l.router, logits, l.n_experts, None)?;
+    // Same input checks as the GPU router.
+    let bias = l.e_score_correction_bias.as_deref();
+    let mr = route::check(&l.router, logits, l.n_experts, bias)?;
     if mr != m {
         return Err(crate::moe::MoeError::Shape(format!(
             "router_logits has {} values, expected [M = {m}, E = {}] = {}",
@@ -326,6 +335,7 @@ pub fn forward(
         &l.router,
         m,
         l.n_experts,
+        g.route_bias.is_some(),
     )));
     let base_params = ctx.uniform(bytemuck::cast_slice(&params(l, m, 0, el)));
     let logits_b = ctx.upload(bytemuck::cast_slice(logits));
@@ -385,28 +395,17 @@ pub fn forward(
     let mut enc = ctx
         .device
         .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
-    match l.e_score_correction_bias.as_deref() {
-        // DeepSeek-V3 selection ranks sigmoid(x) + bias, float values a GPU's exp cannot
-        // reproduce bit for bit; the ids come from the CPU router (exact by construction),
-        // computed before the submit, so the layer still runs in one submit with no round trip.
-        Some(bias) => {
-            let r = crate::moe::route(&l.router, logits, l.n_experts, Some(bias))?;
-            ctx.queue
-                .write_buffer(ids, 0, bytemuck::cast_slice(&r.topk_ids));
-            ctx.queue
-                .write_buffer(topw, 0, bytemuck::cast_slice(&r.topk_weights));
-        }
-        None => route::record(
-            ctx,
-            &mut enc,
-            &rparams,
-            &logits_b,
-            ids,
-            topw,
-            m,
-            timer.as_mut(),
-        )?,
-    }
+    route::record(
+        ctx,
+        &mut enc,
+        &rparams,
+        &logits_b,
+        g.route_bias.as_ref().unwrap_or(&g.dummy),
+        ids,
+        topw,
+        m,
+        timer.as_mut(),
+    )?;
     {
         let bg = ctx.bind(
             &p_lists,

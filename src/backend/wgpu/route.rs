@@ -1,5 +1,8 @@
-//! Routing on the GPU (shaders/route.wgsl): exact CPU ids (selection compares logits only),
-//! weights within float tolerance.
+//! Routing on the GPU (shaders/route.wgsl): exactly the CPU's ids. Selection compares the logits,
+//! or with an `e_score_correction_bias` (DeepSeek-V3/R1, sigmoid scoring) the keys
+//! `sigmoid(logit) + bias` computed to the CPU's bits (`shaders/exact_math.wgsl`, the twin of
+//! `src/moe/sigmoid.rs`). Sigmoid weights are bit-exact too; softmax weights are within float
+//! tolerance (the GPU's `exp`).
 
 use super::context::{Context, Timer};
 use crate::backend::BackendError;
@@ -15,6 +18,13 @@ pub fn supports(cfg: &RouterConfig) -> bool {
     cfg.top_k >= 1 && cfg.top_k <= MAX_TOP_K && cfg.n_group.is_none_or(|g| g <= MAX_GROUPS)
 }
 
+/// Whether the selection uses the correction bias: with sigmoid scoring. Top-k-then-softmax
+/// ignores it (as the CPU does); softmax + bias ranks softmax probabilities, which the GPU
+/// cannot reproduce bit for bit (UNSUPPORTED, see [`check`]).
+pub fn uses_bias(cfg: &RouterConfig, bias: Option<&[f32]>) -> bool {
+    bias.is_some() && cfg.scoring == Scoring::Sigmoid
+}
+
 /// The same input checks (and messages) as the CPU `moe::route`, plus our limits.
 pub fn check(
     cfg: &RouterConfig,
@@ -22,15 +32,15 @@ pub fn check(
     n_experts: usize,
     bias: Option<&[f32]>,
 ) -> Result<usize, BackendError> {
-    if bias.is_some() {
+    if bias.is_some() && cfg.scoring == Scoring::Softmax {
         return Err(BackendError::Unsupported {
             backend: "wgpu".into(),
-            op: "route with e_score_correction_bias (selection on float scores + bias cannot \
-                 match the CPU ids exactly)"
+            op: "route with softmax scoring and e_score_correction_bias (selection on softmax \
+                 probabilities + bias cannot match the CPU ids exactly; sigmoid scoring can)"
                 .into(),
         });
     }
-    crate::moe::routing::check_inputs(cfg, logits, n_experts, None)?;
+    crate::moe::routing::check_inputs(cfg, logits, n_experts, bias)?;
     if n_experts > MAX_EXPERTS || !supports(cfg) {
         return Err(BackendError::Unsupported {
             backend: "wgpu".into(),
@@ -44,8 +54,8 @@ pub fn check(
     Ok(logits.len() / n_experts)
 }
 
-/// The uniform block of route.wgsl.
-pub fn params(cfg: &RouterConfig, m: usize, n_experts: usize) -> [u32; 8] {
+/// The uniform block of route.wgsl (`has_bias`: see [`uses_bias`]).
+pub fn params(cfg: &RouterConfig, m: usize, n_experts: usize, has_bias: bool) -> [u32; 12] {
     // The CPU's top-k-then-softmax ignores groups (src/moe/routing.rs), so do we.
     let (ng, tg) = match (cfg.scoring, cfg.n_group, cfg.topk_group) {
         (Scoring::TopkSoftmax, _, _) => (0, 0),
@@ -56,32 +66,37 @@ pub fn params(cfg: &RouterConfig, m: usize, n_experts: usize) -> [u32; 8] {
         m as u32,
         n_experts as u32,
         cfg.top_k as u32,
-        match cfg.scoring {
-            Scoring::Softmax => 0,
-            Scoring::TopkSoftmax => 1,
-            Scoring::Sigmoid => 2,
-        },
+        cfg.scoring.id(),
         cfg.renormalize as u32,
         ng,
         tg,
         cfg.routed_scaling_factor.to_bits(),
+        has_bias as u32,
+        0,
+        0,
+        0,
     ]
 }
 
-/// Record the routing dispatch into `enc`.
+/// Record the routing dispatch into `enc`. `bias`: the correction bias (any buffer when the
+/// params say there is none).
 #[allow(clippy::too_many_arguments, reason = "the buffers of one dispatch")]
 pub fn record(
     ctx: &Context,
     enc: &mut wgpu::CommandEncoder,
     params: &wgpu::Buffer,
     logits: &wgpu::Buffer,
+    bias: &wgpu::Buffer,
     ids: &wgpu::Buffer,
     weights: &wgpu::Buffer,
     m: usize,
     timer: Option<&mut Timer>,
 ) -> Result<(), BackendError> {
     let pipe = ctx.pipeline("route", "route", &[])?;
-    let bg = ctx.bind(&pipe, &[(0, params), (1, logits), (2, ids), (3, weights)]);
+    let bg = ctx.bind(
+        &pipe,
+        &[(0, params), (1, logits), (2, ids), (3, weights), (4, bias)],
+    );
     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: Some("route"),
         timestamp_writes: timer.and_then(|t| t.writes("route")),
@@ -102,8 +117,13 @@ pub fn route(
 ) -> Result<Routing, BackendError> {
     let m = check(cfg, logits, n_experts, bias)?;
     let k = cfg.top_k;
-    let p = ctx.uniform(bytemuck::cast_slice(&params(cfg, m, n_experts)));
+    let has_bias = uses_bias(cfg, bias);
+    let p = ctx.uniform(bytemuck::cast_slice(&params(cfg, m, n_experts, has_bias)));
     let lb = ctx.upload(bytemuck::cast_slice(logits));
+    let bb = match bias {
+        Some(b) if has_bias => ctx.upload(bytemuck::cast_slice(b)),
+        _ => ctx.storage(4),
+    };
     let n = (m * k * 4) as u64;
     let ids = ctx.storage(n);
     let w = ctx.storage(n);
@@ -114,9 +134,9 @@ pub fn route(
         .create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("route"),
         });
-    record(ctx, &mut enc, &p, &lb, &ids, &w, m, None)?;
+    record(ctx, &mut enc, &p, &lb, &bb, &ids, &w, m, None)?;
     let r = ctx.submit_and_read(enc, &[(&ids, n), (&w, n)]);
-    ctx.give([p, lb, ids, w]);
+    ctx.give([p, lb, bb, ids, w]);
     let r = r?;
     Ok(Routing {
         top_k: k,

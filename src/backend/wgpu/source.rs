@@ -5,9 +5,13 @@
 //! (`src/format/`): adding a format is a table row there and nothing here.
 
 use crate::format::{ElemKind, MxFormat};
+use crate::moe::sigmoid::{EXP2_NEG_Q31, LN2_Q32, LOG2E_Q63};
+use crate::moe::Scoring;
 
 /// Shared decode/encode of every format and E8M0 (integer arithmetic on fp32 bits).
 pub const MX_COMMON: &str = include_str!("../../../shaders/mx_common.wgsl");
+/// Exact sigmoid, f32 division and flushed add on integers (the routing keys and weights).
+pub const EXACT_MATH: &str = include_str!("../../../shaders/exact_math.wgsl");
 /// quantize / dequantize / qdq entry points.
 pub const QUANT: &str = include_str!("../../../shaders/quant.wgsl");
 /// Routing: softmax / top-k-softmax / sigmoid, groups.
@@ -83,11 +87,32 @@ pub fn preamble() -> String {
         }
     }
     s += "}\n\n";
+    for sc in Scoring::ALL {
+        s += &format!(
+            "const SCORING_{}: u32 = {}u;\n",
+            sc.name().to_ascii_uppercase(),
+            sc.id()
+        );
+    }
+    s += "\n// The exact sigmoid's constants (src/moe/sigmoid.rs).\n";
+    s += &format!(
+        "const SIG_LOG2E_Q63_HI: u32 = {:#010x}u;\nconst SIG_LOG2E_Q63_LO: u32 = {:#010x}u;\n\
+         const SIG_LN2_Q32: u32 = {:#010x}u;\nconst SIG_EXP2_NEG_Q31 = array<u32, 64>(",
+        (LOG2E_Q63 >> 32) as u32,
+        LOG2E_Q63 as u32,
+        LN2_Q32
+    );
+    for (i, t) in EXP2_NEG_Q31.iter().enumerate() {
+        s += if i % 6 == 0 { "\n    " } else { " " };
+        s += &format!("{t:#010x}u,");
+    }
+    s += "\n);\n\n";
     s
 }
 
 /// The full source of op shader `name` ("quant", "route", "moe"), ready to compile.
 pub fn compose(name: &str) -> Option<String> {
     let (_, _, src) = SHADERS.iter().find(|(n, _, _)| *n == name)?;
-    Some(format!("{}{}\n{}", preamble(), MX_COMMON, src))
+    let exact = if name == "route" { EXACT_MATH } else { "" };
+    Some(format!("{}{}\n{exact}\n{}", preamble(), MX_COMMON, src))
 }
