@@ -2,8 +2,9 @@
 // integer operations on fp32 bit patterns (integer ops are exact everywhere; WGSL's `exp` is not
 // and its f32 division may be 2.5 ulp off).
 //
-//   exact_sigmoid   the sigmoid of src/moe/sigmoid.rs, bit for bit (the definition, its accuracy
-//                   and the constants SIG_* of the generated preamble live there)
+//   exact_sigmoid   the sigmoid of src/moe/exact_math.rs, bit for bit (the definition, its
+//                   accuracy and the constants SIG_* of the generated preamble live there)
+//   exact_exp_neg   e^-|x| of the same file (softmax scores of a router with a correction bias)
 //   exact_div       IEEE f32 division (round to nearest even) of positive numbers
 //   add_ftz         a + b with subnormal operands and result flushed to zero, as the CPU does
 //
@@ -93,21 +94,11 @@ fn round_to_f32(mant: u32, lead: i32, sticky: bool) -> u32 {
     return base + kept + select(0u, 1u, up);
 }
 
-// src/moe/sigmoid.rs::sigmoid_bits, step for step.
-fn exact_sigmoid(x: u32) -> u32 {
-    let a = x & 0x7FFFFFFFu;
-    let neg = (x >> 31u) != 0u;
-    if a > 0x7F800000u {
-        return 0x7FC00000u; // NaN
-    }
-    if a >= 0x43000000u {
-        return select(0x3F800000u, 0u, neg); // |x| >= 128
-    }
+// e^-a for 2^-33 <= a < 128 (a: the bits of a positive f32) as (m, n): e^-a = m 2^(-31 - n),
+// m in (2^30, 2^31] (Q1.31), n = floor(a log2 e). src/moe/exact_math.rs::exp_neg_parts.
+fn exp_neg_parts(a: u32) -> vec2<u32> {
     let e = a >> 23u;
-    if e < 94u {
-        return 0x3F000000u; // |x| < 2^-33
-    }
-    // y = |x| log2(e) in Q8.32: (significand x SIG_LOG2E_Q63) >> (181 - e), an 88-bit product
+    // y = a log2(e) in Q8.32: (significand x SIG_LOG2E_Q63) >> (181 - e), an 88-bit product
     // (w2:w1:w0); shifting (w2:w1) by s = 149 - e in [16, 55] drops w0.
     let sig = (a & 0x7FFFFFu) | 0x800000u;
     let p_lo = mul64(sig, SIG_LOG2E_Q63_LO);
@@ -133,7 +124,26 @@ fn exact_sigmoid(x: u32) -> u32 {
     let one_minus_exp = z - (z2 >> 7u) + ((z3 / 6u) >> 12u) - ((z4 / 24u) >> 18u);
     let t = SIG_EXP2_NEG_Q31[j];
     let m = t - ((mul64(t, one_minus_exp).y + 32u) >> 6u); // 2^-f in Q1.31, rounded
-    // u = e^-|x| = m 2^-n; 1 + u in Q1.31 (u rounded to 2^-31).
+    return vec2<u32>(m, n);
+}
+
+// src/moe/exact_math.rs::sigmoid_bits, step for step.
+fn exact_sigmoid(x: u32) -> u32 {
+    let a = x & 0x7FFFFFFFu;
+    let neg = (x >> 31u) != 0u;
+    if a > 0x7F800000u {
+        return 0x7FC00000u; // NaN
+    }
+    if a >= 0x43000000u {
+        return select(0x3F800000u, 0u, neg); // |x| >= 128
+    }
+    if (a >> 23u) < 94u {
+        return 0x3F000000u; // |x| < 2^-33
+    }
+    let mn = exp_neg_parts(a);
+    let m = mn.x;
+    let n = mn.y;
+    // u = e^-|x| = m 2^(-31 - n); 1 + u in Q1.31 (u rounded to 2^-31).
     var u = 0u;
     if n < 32u {
         u = (m + ((1u << n) >> 1u)) >> n;
@@ -155,6 +165,25 @@ fn exact_sigmoid(x: u32) -> u32 {
         lead = lead - i32(n);
     }
     return round_to_f32(q.mant, lead, q.sticky);
+}
+
+// e^-|x| (bits in, bits out): src/moe/exact_math.rs::exp_neg_bits.
+fn exact_exp_neg(x: u32) -> u32 {
+    let a = x & 0x7FFFFFFFu;
+    if a > 0x7F800000u {
+        return 0x7FC00000u; // NaN
+    }
+    if a >= 0x43000000u {
+        return 0u; // |x| >= 128
+    }
+    if (a >> 23u) < 94u {
+        return 0x3F800000u; // |x| < 2^-33
+    }
+    let mn = exp_neg_parts(a);
+    if mn.x == 0x80000000u {
+        return round_to_f32(mn.x, -i32(mn.y), false);
+    }
+    return round_to_f32(mn.x << 1u, -1 - i32(mn.y), false);
 }
 
 // The significand (24 bits, leading one at bit 23) and unbiased exponent of a positive finite
@@ -191,7 +220,7 @@ fn ftz_bits(b: u32) -> u32 {
     return b;
 }
 
-// src/moe/sigmoid.rs::add_ftz: the correctly rounded f32 add on flushed operands, flushed.
+// src/moe/exact_math.rs::add_ftz: the correctly rounded f32 add on flushed operands, flushed.
 fn add_ftz(a: u32, b: u32) -> f32 {
     let s = bitcast<f32>(ftz_bits(a)) + bitcast<f32>(ftz_bits(b));
     return bitcast<f32>(ftz_bits(bitcast<u32>(s)));

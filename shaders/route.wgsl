@@ -2,13 +2,14 @@
 // weights, one 64-wide workgroup per token. The CPU twin is src/moe/routing.rs.
 //
 // Selection keys are exactly the CPU's, so the ids are too: the logits themselves, or with a
-// correction bias (DeepSeek-V3/R1) `sigmoid(logit) + bias` computed by exact_sigmoid and add_ftz
+// correction bias (DeepSeek-V3/R1) `score + bias`, the score being exact_sigmoid, or for softmax
+// routers e^(x - max) by exact_exp_neg over its sequential sum by exact_div, and the add add_ftz
 // (exact_math.wgsl: integer arithmetic, the same bits as the CPU). Groups (n_group / topk_group):
 // a group's score is its best key, or with a correction bias the sum of its two best keys (one
 // f32 add, add_ftz). Each top-k step is a parallel arg-max whose ties go to the lower index
 // (strict `>` while a thread scans upward; (value, index) order when merging).
-// Weights: sigmoid scores are exact_sigmoid and their renormalization exact_div (bit-exact with
-// the CPU); softmax weights use the GPU's exp (tolerance, not bit-exact).
+// Weights: exact scores (sigmoid, or softmax with a bias) renormalized by exact_div are bit-exact
+// with the CPU; softmax weights without a bias use the GPU's exp (tolerance, not bit-exact).
 // The scoring ids (SCORING_*) come from the generated preamble (Rust `Scoring`).
 
 struct RouteParams {
@@ -20,7 +21,7 @@ struct RouteParams {
     n_group: u32, // 0 = no grouping
     topk_group: u32,
     scaling: f32,
-    has_bias: u32, // 1: keys are sigmoid(logit) + r_bias (SCORING_SIGMOID only)
+    has_bias: u32, // 1: keys are exact score + r_bias (not with SCORING_TOPK_SOFTMAX)
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,
@@ -42,6 +43,8 @@ var<workgroup> r_bv: array<f32, 64>;      // arg-max candidates
 var<workgroup> r_bi: array<i32, 64>;
 var<workgroup> r_sel: array<u32, 32>;
 var<workgroup> r_sum: array<f32, 64>;
+var<workgroup> r_max: f32;   // exact softmax: the token's largest logit
+var<workgroup> r_total: u32; // exact softmax: the sum of e^(x - max), f32 bits
 
 // (va, ia) beats (vb, ib): larger value, ties to the lower index; -1 = no candidate.
 fn r_better(va: f32, ia: i32, vb: f32, ib: i32) -> bool {
@@ -86,9 +89,18 @@ fn r_group_score(g: u32, per: u32) -> f32 {
     return add_ftz(bitcast<u32>(best), bitcast<u32>(second));
 }
 
-// The sigmoid score of expert i of the token at `base`, as f32 bits.
-fn r_sigmoid(base: u32, i: u32) -> u32 {
-    return exact_sigmoid(bitcast<u32>(r_logits[base + i]));
+// e^(x - max) of expert i of the token at `base` (the difference flushed), as f32 bits.
+fn r_exp(base: u32, i: u32) -> u32 {
+    return exact_exp_neg(ftz_bits(bitcast<u32>(r_logits[base + i] - r_max)));
+}
+
+// The exact score of expert i of the token at `base`, as f32 bits: its sigmoid, or (softmax with
+// a bias, after r_max and r_total are set) its softmax probability.
+fn r_score(base: u32, i: u32) -> u32 {
+    if rp.scoring == SCORING_SIGMOID {
+        return exact_sigmoid(bitcast<u32>(r_logits[base + i]));
+    }
+    return exact_div(r_exp(base, i), r_total);
 }
 
 @compute @workgroup_size(64)
@@ -101,9 +113,33 @@ fn route(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     let e = rp.n_experts;
     let k = rp.top_k;
     let base = t * e;
+    let exact_softmax = rp.has_bias != 0u && rp.scoring == SCORING_SOFTMAX;
+    if exact_softmax {
+        // The max, then e^(x - max) in r_key, then their sum in expert order (the CPU's).
+        if lid == 0u {
+            var mx = r_logits[base];
+            for (var i = 1u; i < e; i = i + 1u) {
+                mx = max(mx, r_logits[base + i]);
+            }
+            r_max = mx;
+        }
+        workgroupBarrier();
+        for (var i = lid; i < e; i = i + R_WG) {
+            r_key[i] = bitcast<f32>(r_exp(base, i));
+        }
+        workgroupBarrier();
+        if lid == 0u {
+            var total = 0.0;
+            for (var i = 0u; i < e; i = i + 1u) {
+                total = add_ftz(bitcast<u32>(total), bitcast<u32>(r_key[i]));
+            }
+            r_total = bitcast<u32>(total);
+        }
+        workgroupBarrier();
+    }
     for (var i = lid; i < e; i = i + R_WG) {
         if rp.has_bias != 0u {
-            r_key[i] = add_ftz(r_sigmoid(base, i), r_bias[i]);
+            r_key[i] = add_ftz(r_score(base, i), r_bias[i]);
         } else {
             r_key[i] = r_logits[base + i];
         }
@@ -166,11 +202,11 @@ fn route(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
         }
         workgroupBarrier();
     }
-    // Softmax denominator over all experts (softmax scoring: the keys are the logits, and the
-    // first selected one is their max).
+    // Softmax denominator over all experts (softmax scoring without a bias: the keys are the
+    // logits, and the first selected one is their max).
     let mx = r_logits[base + r_sel[0]];
     var part = 0.0;
-    if rp.scoring == SCORING_SOFTMAX {
+    if rp.scoring == SCORING_SOFTMAX && !exact_softmax {
         for (var i = lid; i < e; i = i + R_WG) {
             part = part + exp(r_logits[base + i] - mx);
         }
@@ -186,17 +222,17 @@ fn route(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     if lid != 0u {
         return;
     }
-    if rp.scoring == SCORING_SIGMOID {
-        // The selected experts' sigmoid scores (without the bias), renormalized by their
+    if rp.scoring == SCORING_SIGMOID || exact_softmax {
+        // The selected experts' exact scores (without the bias), renormalized by their
         // sequential sum: the CPU's f32 operations, bit for bit.
         var total = 0.0;
         if rp.renormalize != 0u {
             for (var j = 0u; j < k; j = j + 1u) {
-                total = total + bitcast<f32>(r_sigmoid(base, r_sel[j]));
+                total = total + bitcast<f32>(r_score(base, r_sel[j]));
             }
         }
         for (var j = 0u; j < k; j = j + 1u) {
-            var w = r_sigmoid(base, r_sel[j]);
+            var w = r_score(base, r_sel[j]);
             if rp.renormalize != 0u {
                 w = exact_div(w, bitcast<u32>(total));
             }

@@ -406,18 +406,29 @@ fn routing_exact_ids() {
             }
         }
     }
-    // Softmax scoring with a correction bias ranks softmax probabilities + bias, which the GPU
-    // cannot reproduce bit for bit: reported UNSUPPORTED, not silently run.
-    let cfg = RouterConfig::default();
-    let bias = vec![0.1f32; 8];
-    assert!(matches!(
-        b.route(&cfg, &[0.0; 8], 8, Some(&bias)),
-        Err(BackendError::Unsupported { .. })
-    ));
+    // Top-k-then-softmax ignores a correction bias, as the CPU does; a NaN bias is an error.
+    let cfg = RouterConfig {
+        scoring: Scoring::TopkSoftmax,
+        top_k: 2,
+        ..RouterConfig::default()
+    };
+    let lg = [0.5f32, -1.0, 2.0, 0.25, 1.0, 0.0, -2.0, 3.0];
+    let bias = vec![10.0f32, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+    let cpu = moe::route(&cfg, &lg, 8, Some(&bias)).unwrap();
+    assert_eq!(cpu.topk_ids, vec![7, 2]);
+    assert_eq!(
+        b.route(&cfg, &lg, 8, Some(&bias)).unwrap().topk_ids,
+        cpu.topk_ids
+    );
+    let mut nan = bias.clone();
+    nan[3] = f32::NAN;
+    assert!(b
+        .route(&RouterConfig::default(), &lg, 8, Some(&nan))
+        .is_err());
 }
 
 /// The GPU's exact_sigmoid (shaders/exact_math.wgsl) gives the bits of the CPU's
-/// `moe::sigmoid::sigmoid` on a dense sweep of f32 inputs (every 509th bit pattern with |x| in
+/// `moe::exact_math::sigmoid` on a dense sweep of f32 inputs (every 509th bit pattern with |x| in
 /// [2^-34, 128] of both signs, plus edges). Read through the public route op: sigmoid scoring,
 /// top_k = E = 32, no renormalization, scaling 1, so the weights are the sigmoids themselves.
 #[test]
@@ -476,7 +487,7 @@ fn sigmoid_matches_cpu_bit_for_bit() {
     let mut subnormal_flushed = 0;
     for (slot, (&id, &w)) in gpu.topk_ids.iter().zip(&gpu.topk_weights).enumerate() {
         let x = xs[slot / 32 * 32 + id as usize];
-        let want = moe::sigmoid::sigmoid(x);
+        let want = moe::exact_math::sigmoid(x);
         if want.is_subnormal() && w == 0.0 {
             subnormal_flushed += 1; // the adapter flushes subnormal products
             continue;
@@ -492,10 +503,10 @@ fn sigmoid_matches_cpu_bit_for_bit() {
     eprintln!("{subnormal_flushed} subnormal results flushed by the adapter");
 }
 
-/// Adversarial DeepSeek-V3 routing (sigmoid + e_score_correction_bias + groups): exact ties in
-/// the keys (saturated sigmoids, equal biases, logits one ulp apart, |x| < 2^-33), underflowing
-/// scores, subnormal and equal biases, groups of one expert. Ids exactly the CPU's; weights
-/// (renormalized sigmoid scores times the scaling factor) bit for bit.
+/// Adversarial DeepSeek-V3 routing (sigmoid + e_score_correction_bias + groups; and softmax +
+/// bias): exact ties in the keys (saturated sigmoids, equal biases, logits one ulp apart,
+/// |x| < 2^-33), underflowing scores, subnormal and equal biases, groups of one expert. Ids
+/// exactly the CPU's; weights (renormalized scores times the scaling factor) bit for bit.
 #[test]
 fn routing_deepseek_adversarial_exact() {
     let b = gpu!("routing_deepseek_adversarial_exact");
@@ -550,10 +561,14 @@ fn routing_deepseek_adversarial_exact() {
                 })
                 .collect(),
         ];
-        for bias in &biases {
+        for (bias, scoring) in biases.iter().flat_map(|b| {
+            [Scoring::Sigmoid, Scoring::Softmax]
+                .into_iter()
+                .map(move |s| (b, s))
+        }) {
             for renormalize in [true, false] {
                 let cfg = RouterConfig {
-                    scoring: Scoring::Sigmoid,
+                    scoring,
                     top_k: k,
                     renormalize,
                     n_group: group.map(|g| g.0),
@@ -568,21 +583,29 @@ fn routing_deepseek_adversarial_exact() {
                     assert_eq!(
                         cpu.topk_ids[s.clone()],
                         gpu.topk_ids[s.clone()],
-                        "ids: e={e} k={k} groups {group:?} token {t} (kind {}) bias {:?}",
+                        "ids: {scoring} e={e} k={k} groups {group:?} token {t} (kind {}) bias {:?}",
                         t % 8,
                         &bias[..4]
                     );
                     // Weights bit for bit unless subnormal scores are involved (an adapter may
                     // flush them in the renormalizing sum).
+                    let row = &logits[t * e..(t + 1) * e];
+                    let scores = match scoring {
+                        Scoring::Sigmoid => {
+                            row.iter().map(|&x| moe::exact_math::sigmoid(x)).collect()
+                        }
+                        _ => moe::exact_math::softmax(row),
+                    };
                     let tiny = cpu.topk_ids[s.clone()]
                         .iter()
-                        .any(|&i| moe::sigmoid::sigmoid(logits[t * e + i as usize]) < 1e-30);
+                        .any(|&i| scores[i as usize] < 1e-30);
                     if !tiny {
                         for j in s {
                             assert_eq!(
                                 cpu.topk_weights[j].to_bits(),
                                 gpu.topk_weights[j].to_bits(),
-                                "weight {j}: {} vs {} (e={e} k={k} renormalize {renormalize})",
+                                "weight {j}: {} vs {} ({scoring} e={e} k={k} renormalize \
+                                 {renormalize})",
                                 cpu.topk_weights[j],
                                 gpu.topk_weights[j]
                             );

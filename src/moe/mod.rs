@@ -4,10 +4,10 @@
 //! route -> QDQ(input) -> GEMM1 (+bias, fp32 accumulate) -> activation -> **QDQ(intermediate)**
 //! -> GEMM2 (+bias) x router weight -> deterministic fp32 sum over the top-k slots.
 
+pub mod exact_math;
 pub mod layer;
 pub mod reference;
 pub mod routing;
-pub mod sigmoid;
 pub mod synth;
 
 pub use layer::MoeLayer;

@@ -5,11 +5,12 @@
 //! orders them exactly as the softmax probabilities do (softmax is strictly increasing) but
 //! without the ties that fp32 rounding of `exp` can create; so every backend picks the same ids.
 //! With an `e_score_correction_bias` (DeepSeek-V3/R1) experts are ranked by
-//! `sigmoid(logit) + bias`: the sigmoid is [`super::sigmoid::sigmoid`], defined by integer
+//! `sigmoid(logit) + bias`: the sigmoid is [`super::exact_math::sigmoid`], defined by integer
 //! operations so that every backend computes the same bits, and the add (like the group score's
-//! sum of two keys) is [`add_ftz`], one correctly rounded f32 add with subnormals flushed.
+//! sum of two keys) is [`add_ftz`], one correctly rounded f32 add with subnormals flushed. A
+//! softmax router with a bias ranks [`super::exact_math::softmax`] + bias the same way.
 
-use super::sigmoid::{add_ftz, sigmoid};
+use super::exact_math::{self, add_ftz, sigmoid};
 use super::{MoeError, RouterConfig, Scoring};
 use rayon::prelude::*;
 
@@ -37,7 +38,7 @@ pub fn softmax(row: &[f32]) -> Vec<f32> {
 
 /// The per-expert scores a router shows for one token (softmax probabilities or sigmoids; for
 /// `topk_softmax`, the full softmax, for display). Used by the viewer's heatmap. Sigmoid scores
-/// are [`super::sigmoid::sigmoid`], the routing weights' bits on every backend.
+/// are [`super::exact_math::sigmoid`], the routing weights' bits on every backend.
 pub fn scores(scoring: Scoring, row: &[f32]) -> Vec<f32> {
     match scoring {
         Scoring::Softmax | Scoring::TopkSoftmax => softmax(row),
@@ -88,7 +89,11 @@ fn route_row(
         }
         return;
     }
-    let sc = scores(cfg.scoring, row);
+    let sc = match (cfg.scoring, bias) {
+        // Softmax probabilities + bias: the probabilities every backend computes bit for bit.
+        (Scoring::Softmax, Some(_)) => exact_math::softmax(row),
+        _ => scores(cfg.scoring, row),
+    };
     // Selection keys: score + correction bias (DeepSeek-V3), else the logits themselves.
     let keys: Vec<f32> = match bias {
         Some(b) => sc.iter().zip(b).map(|(&s, &b)| add_ftz(s, b)).collect(),

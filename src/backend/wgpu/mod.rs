@@ -6,8 +6,9 @@
 //! * [`quant`]: quantize / dequantize / QDQ, bit-exact against the CPU reference (integer
 //!   arithmetic on fp32 bits; inputs larger than a binding are processed in chunks).
 //! * [`route`]: routing with exactly the CPU's ids: selection compares the logits, or with an
-//!   `e_score_correction_bias` (DeepSeek-V3/R1) `sigmoid(logit) + bias` computed to the CPU's
-//!   bits (`exact_math.wgsl`: the integer sigmoid of `moe::sigmoid`), groups included.
+//!   `e_score_correction_bias` (DeepSeek-V3/R1) `sigmoid(logit) + bias` (or softmax + bias)
+//!   computed to the CPU's bits (`exact_math.wgsl`: the integer math of `moe::exact_math`),
+//!   groups included.
 //! * [`moe`]: the whole layer in one submit: route, expert histogram + prefix sum + row lists,
 //!   input QDQ, grouped GEMM (prefill) or grouped GEMV (decode) with weights dequantized in the
 //!   prologue and bias + activation + intermediate QDQ in the GEMM1 epilogue, GEMM2 with bias and
@@ -17,15 +18,13 @@
 //!   generated from the Rust format table + `mx_common.wgsl` + the op shader).
 //!
 //! Numerics: quantize / dequantize / QDQ and the scale bytes are bit-exact; routing ids are
-//! exact, sigmoid routing weights bit-exact (softmax weights within float tolerance); MoE
-//! outputs agree with `moe::forward(.., Accumulate::F32)` within
+//! exact, sigmoid (and softmax + bias) routing weights bit-exact (other softmax weights within
+//! float tolerance); MoE outputs agree with `moe::forward(.., Accumulate::F32)` within
 //! `check::MOE_REL_L2` (activation in f32 on the GPU, f64 on the CPU; other summation order).
 //! `Intermediate::Bf16` rounds at the same four points as the CPU.
 //!
-//! UNSUPPORTED (reported, never silently run): routing (standalone or in a MoE forward) with
-//! softmax scoring AND an `e_score_correction_bias` (its selection ranks softmax probabilities,
-//! which a GPU's `exp` cannot reproduce bit for bit; sigmoid scoring with a bias is supported);
-//! more than 1024 experts, top_k > 32 or more than 32 groups.
+//! UNSUPPORTED (reported, never silently run): more than 1024 experts, top_k > 32 or more than
+//! 32 groups.
 
 pub mod context;
 pub mod moe;

@@ -1,8 +1,8 @@
 //! Routing on the GPU (shaders/route.wgsl): exactly the CPU's ids. Selection compares the logits,
-//! or with an `e_score_correction_bias` (DeepSeek-V3/R1, sigmoid scoring) the keys
-//! `sigmoid(logit) + bias` computed to the CPU's bits (`shaders/exact_math.wgsl`, the twin of
-//! `src/moe/sigmoid.rs`). Sigmoid weights are bit-exact too; softmax weights are within float
-//! tolerance (the GPU's `exp`).
+//! or with an `e_score_correction_bias` (DeepSeek-V3/R1) the keys `score + bias` computed to the
+//! CPU's bits (`shaders/exact_math.wgsl`, the twin of `src/moe/exact_math.rs`: an integer sigmoid,
+//! or for softmax routers an integer exp and an exact division). Those weights are bit-exact too;
+//! softmax weights without a bias are within float tolerance (the GPU's `exp`).
 
 use super::context::{Context, Timer};
 use crate::backend::BackendError;
@@ -18,11 +18,10 @@ pub fn supports(cfg: &RouterConfig) -> bool {
     cfg.top_k >= 1 && cfg.top_k <= MAX_TOP_K && cfg.n_group.is_none_or(|g| g <= MAX_GROUPS)
 }
 
-/// Whether the selection uses the correction bias: with sigmoid scoring. Top-k-then-softmax
-/// ignores it (as the CPU does); softmax + bias ranks softmax probabilities, which the GPU
-/// cannot reproduce bit for bit (UNSUPPORTED, see [`check`]).
+/// Whether the selection uses the correction bias: top-k-then-softmax ignores it (as the CPU
+/// does).
 pub fn uses_bias(cfg: &RouterConfig, bias: Option<&[f32]>) -> bool {
-    bias.is_some() && cfg.scoring == Scoring::Sigmoid
+    bias.is_some() && cfg.scoring != Scoring::TopkSoftmax
 }
 
 /// The same input checks (and messages) as the CPU `moe::route`, plus our limits.
@@ -32,14 +31,6 @@ pub fn check(
     n_experts: usize,
     bias: Option<&[f32]>,
 ) -> Result<usize, BackendError> {
-    if bias.is_some() && cfg.scoring == Scoring::Softmax {
-        return Err(BackendError::Unsupported {
-            backend: "wgpu".into(),
-            op: "route with softmax scoring and e_score_correction_bias (selection on softmax \
-                 probabilities + bias cannot match the CPU ids exactly; sigmoid scoring can)"
-                .into(),
-        });
-    }
     crate::moe::routing::check_inputs(cfg, logits, n_experts, bias)?;
     if n_experts > MAX_EXPERTS || !supports(cfg) {
         return Err(BackendError::Unsupported {

@@ -5,12 +5,12 @@
 //! (`src/format/`): adding a format is a table row there and nothing here.
 
 use crate::format::{ElemKind, MxFormat};
-use crate::moe::sigmoid::{EXP2_NEG_Q31, LN2_Q32, LOG2E_Q63};
+use crate::moe::exact_math::{EXP2_NEG_Q31, LN2_Q32, LOG2E_Q63};
 use crate::moe::Scoring;
 
 /// Shared decode/encode of every format and E8M0 (integer arithmetic on fp32 bits).
 pub const MX_COMMON: &str = include_str!("../../../shaders/mx_common.wgsl");
-/// Exact sigmoid, f32 division and flushed add on integers (the routing keys and weights).
+/// Exact sigmoid, exp, f32 division and flushed add on integers (routing keys and weights).
 pub const EXACT_MATH: &str = include_str!("../../../shaders/exact_math.wgsl");
 /// quantize / dequantize / qdq entry points.
 pub const QUANT: &str = include_str!("../../../shaders/quant.wgsl");
@@ -94,7 +94,7 @@ pub fn preamble() -> String {
             sc.id()
         );
     }
-    s += "\n// The exact sigmoid's constants (src/moe/sigmoid.rs).\n";
+    s += "\n// The exact sigmoid's constants (src/moe/exact_math.rs).\n";
     s += &format!(
         "const SIG_LOG2E_Q63_HI: u32 = {:#010x}u;\nconst SIG_LOG2E_Q63_LO: u32 = {:#010x}u;\n\
          const SIG_LN2_Q32: u32 = {:#010x}u;\nconst SIG_EXP2_NEG_Q31 = array<u32, 64>(",

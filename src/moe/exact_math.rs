@@ -1,12 +1,14 @@
-//! A sigmoid that every backend computes to the same bits: integer arithmetic only.
+//! Routing math that every backend computes to the same bits: integer arithmetic only.
 //!
 //! DeepSeek-V3/R1 routers rank experts by `sigmoid(logit) + e_score_correction_bias`, a float
 //! that a GPU's `exp` (and its division, which WGSL lets be 2.5 ulp off) cannot reproduce bit for
 //! bit, so the selected ids could differ between backends. [`sigmoid`] is defined by integer
-//! operations on the fp32 bit pattern, which are exact everywhere; `shaders/exact_sigmoid.wgsl`
-//! is the same algorithm in WGSL (64-bit products emulated with 32-bit halves; WGSL has no u64),
-//! and `tests/wgpu_backend.rs` compares the two bit for bit. Then `score + bias` is one correctly
-//! rounded f32 add on both sides (see [`selection_key`]).
+//! operations on the fp32 bit pattern, which are exact everywhere; `shaders/exact_math.wgsl` is
+//! the same algorithm in WGSL (64-bit products emulated with 16-bit halves; WGSL has no u64), and
+//! `tests/wgpu_backend.rs` compares the two bit for bit. Then `score + bias` is one correctly
+//! rounded f32 add on both sides ([`add_ftz`]: no multiply precedes it that a driver could fuse,
+//! and subnormals, which a GPU may flush, are flushed on both sides). [`exp_neg_bits`] and the
+//! [`softmax`] built on it do the same for softmax routers with a correction bias.
 //!
 //! The algorithm, for `a = |x|`, `u = e^-a = 2^-y`, `y = a log2(e)`:
 //! 1. `y` in fixed point Q.32: the 24-bit significand times `log2(e)` in Q.63 (an 88-bit product,
@@ -28,7 +30,8 @@
 //! (non-decreasing in x) over all f32. The error budget is ~2^-30 relative before the final
 //! rounding: `y`'s truncation, the table and the `m` product (each half a Q1.31 unit) and `u`
 //! rounded to Q1.31. The default test run checks a dense sample (every 61st bit pattern: max
-//! 0.5132 ulp) against the same bounds.
+//! 0.5132 ulp) against the same bounds. [`exp_neg_bits`] rounds the same `m 2^-n` directly: max
+//! 0.5097 ulp on the dense sample.
 
 /// `log2(e)` in Q1.63, rounded.
 pub const LOG2E_Q63: u64 = 0xB8AA_3B29_5C17_F0BC;
@@ -75,22 +78,12 @@ fn round_to_f32(mant: u32, lead: i32, sticky: bool) -> u32 {
     base + kept + up as u32
 }
 
-/// The sigmoid of an f32 given as bits, as f32 bits (see the module docs).
-pub fn sigmoid_bits(x: u32) -> u32 {
-    let a = x & 0x7FFF_FFFF;
-    let neg = x >> 31 != 0;
-    if a > 0x7F80_0000 {
-        return 0x7FC0_0000; // NaN
-    }
-    if a >= 0x4300_0000 {
-        return if neg { 0 } else { ONE }; // |x| >= 128 (and +-Inf)
-    }
+/// `e^-a` for `2^-33 <= a < 128` (`a`: the bits of a positive f32) as `(m, n)`:
+/// `e^-a = m 2^(-31 - n)` with `m` in (2^30, 2^31] (Q1.31) and `n = floor(a log2 e)`.
+fn exp_neg_parts(a: u32) -> (u32, u32) {
     let e = a >> 23;
-    if e < 94 {
-        return HALF; // |x| < 2^-33
-    }
-    // y = |x| log2(e) in Q8.32 (y < 185), truncated: significand (24 bits) x LOG2E_Q63 (64 bits)
-    // is |x| log2(e) 2^(213 - e); keep 32 fraction bits.
+    // y = a log2(e) in Q8.32 (y < 185), truncated: significand (24 bits) x LOG2E_Q63 (64 bits)
+    // is a log2(e) 2^(213 - e); keep 32 fraction bits.
     let sig = (a & 0x7F_FFFF) | 0x80_0000;
     let y = ((sig as u128 * LOG2E_Q63 as u128) >> (181 - e)) as u64;
     let n = (y >> 32) as u32;
@@ -106,7 +99,24 @@ pub fn sigmoid_bits(x: u32) -> u32 {
                                                                               // m = 2^-f in Q1.31, rounded.
     let t = EXP2_NEG_Q31[j];
     let m = t - ((t as u64 * one_minus_exp as u64 + (1 << 37)) >> 38) as u32;
-    // u = m 2^-n; 1 + u in Q1.31 (u rounded to 2^-31).
+    (m, n)
+}
+
+/// The sigmoid of an f32 given as bits, as f32 bits (see the module docs).
+pub fn sigmoid_bits(x: u32) -> u32 {
+    let a = x & 0x7FFF_FFFF;
+    let neg = x >> 31 != 0;
+    if a > 0x7F80_0000 {
+        return 0x7FC0_0000; // NaN
+    }
+    if a >= 0x4300_0000 {
+        return if neg { 0 } else { ONE }; // |x| >= 128 (and +-Inf)
+    }
+    if a >> 23 < 94 {
+        return HALF; // |x| < 2^-33
+    }
+    let (m, n) = exp_neg_parts(a);
+    // u = e^-|x| = m 2^(-31 - n); 1 + u in Q1.31 (u rounded to 2^-31).
     let u = if n >= 32 {
         0
     } else {
@@ -134,6 +144,40 @@ pub fn sigmoid_bits(x: u32) -> u32 {
     round_to_f32(mant, lead, sticky)
 }
 
+/// `e^-|x|` of an f32 given as bits, as f32 bits: the same `(m, n)` as [`sigmoid_bits`], rounded
+/// once (so within ~2^-30 relative before the rounding, like the sigmoid).
+pub fn exp_neg_bits(x: u32) -> u32 {
+    let a = x & 0x7FFF_FFFF;
+    if a > 0x7F80_0000 {
+        return 0x7FC0_0000; // NaN
+    }
+    if a >= 0x4300_0000 {
+        return 0; // |x| >= 128: below 2^-184
+    }
+    if a >> 23 < 94 {
+        return ONE; // |x| < 2^-33
+    }
+    let (m, n) = exp_neg_parts(a);
+    if m == 1 << 31 {
+        round_to_f32(m, -(n as i32), false)
+    } else {
+        round_to_f32(m << 1, -1 - n as i32, false)
+    }
+}
+
+/// Softmax probabilities that every backend computes bit for bit (the scores of a softmax router
+/// with a correction bias): `e_i = e^-(max - x_i)` by [`exp_neg_bits`] of the f32 difference
+/// (subnormals flushed), their sequential [`add_ftz`] sum, one IEEE division each.
+pub fn softmax(row: &[f32]) -> Vec<f32> {
+    let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = row
+        .iter()
+        .map(|&v| f32::from_bits(exp_neg_bits(ftz(v - mx).to_bits())))
+        .collect();
+    let sum = e.iter().fold(0.0, |s, &v| add_ftz(s, v));
+    e.iter().map(|&v| v / sum).collect()
+}
+
 /// The sigmoid every backend computes bit for bit (see the module docs for its accuracy).
 pub fn sigmoid(x: f32) -> f32 {
     f32::from_bits(sigmoid_bits(x.to_bits()))
@@ -155,11 +199,6 @@ pub fn add_ftz(a: f32, b: f32) -> f32 {
     ftz(ftz(a) + ftz(b))
 }
 
-/// The DeepSeek-V3 selection key of one expert: `sigmoid(logit) + e_score_correction_bias`.
-pub fn selection_key(logit: f32, bias: f32) -> f32 {
-    add_ftz(sigmoid(logit), bias)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +212,36 @@ mod tests {
 
     fn reference(x: f32) -> f64 {
         1.0 / (1.0 + (-(x as f64)).exp())
+    }
+
+    /// e^-|x| against f64 on every 61st bit pattern below 128 (max ulp error).
+    #[test]
+    fn exp_neg_accuracy() {
+        let mut worst = 0f64;
+        for b in (0..0x4300_0000u32).step_by(61) {
+            let x = f32::from_bits(b);
+            let got = f32::from_bits(exp_neg_bits(b));
+            worst = worst.max(ulp_err(got, (-(x as f64)).exp()));
+        }
+        eprintln!("exp_neg: max {worst:.4} ulp");
+        assert!(worst < 0.52, "max error {worst} ulp");
+        assert_eq!(exp_neg_bits(0), 0x3F80_0000);
+        assert_eq!(exp_neg_bits(200f32.to_bits()), 0);
+    }
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let row = [1.0f32, 2.0, 3.0, -50.0, 3.0, 0.0];
+        let p = softmax(&row);
+        let want: Vec<f64> = {
+            let e: Vec<f64> = row.iter().map(|&v| (v as f64 - 3.0).exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.iter().map(|v| v / s).collect()
+        };
+        for (g, w) in p.iter().zip(&want) {
+            assert!((*g as f64 - w).abs() <= 1e-7 * w.max(1e-30), "{g} vs {w}");
+        }
+        assert_eq!(p[2], p[4]);
     }
 
     /// (max ulp error, correctly rounded count, total, monotonicity violations) over the bit
@@ -251,6 +320,6 @@ mod tests {
             add_ftz(1.5 * f32::MIN_POSITIVE, -f32::MIN_POSITIVE).to_bits(),
             0
         );
-        assert_eq!(selection_key(0.0, 0.25), 0.75);
+        assert_eq!(add_ftz(sigmoid(0.0), 0.25), 0.75);
     }
 }
