@@ -91,12 +91,13 @@ fn exp_neg_parts(a: u32) -> (u32, u32) {
     // 2^-f = 2^(-j/64) e^-z, z = r ln 2 < ln 2 / 64.
     let j = (f >> 26) as usize;
     let r = f & 0x03FF_FFFF;
-    let z = mul_hi(r << 6, LN2_Q32); // Q0.38
-    let z2 = mul_hi(z, z); // Q0.44
-    let z3 = mul_hi(z2, z); // Q0.50
-    let z4 = mul_hi(z3, z); // Q0.56
-    let one_minus_exp = z - (z2 >> 7) + ((z3 / 6) >> 12) - ((z4 / 24) >> 18); // Q0.38
-                                                                              // m = 2^-f in Q1.31, rounded.
+    // z in Q0.38 and its powers in Q0.44, Q0.50, Q0.56.
+    let z = mul_hi(r << 6, LN2_Q32);
+    let z2 = mul_hi(z, z);
+    let z3 = mul_hi(z2, z);
+    let z4 = mul_hi(z3, z);
+    // 1 - e^-z by its Taylor polynomial, Q0.38; then m = 2^-f in Q1.31, rounded.
+    let one_minus_exp = z - (z2 >> 7) + ((z3 / 6) >> 12) - ((z4 / 24) >> 18);
     let t = EXP2_NEG_Q31[j];
     let m = t - ((t as u64 * one_minus_exp as u64 + (1 << 37)) >> 38) as u32;
     (m, n)
@@ -133,7 +134,7 @@ pub fn sigmoid_bits(x: u32) -> u32 {
     } else {
         let wide = (num as u64) << 32;
         let q = (wide / den as u64) as u32;
-        let sticky = wide % den as u64 != 0;
+        let sticky = !wide.is_multiple_of(den as u64);
         if q >> 31 != 0 {
             (q, -1, sticky)
         } else {

@@ -141,7 +141,7 @@ pub fn check_inputs(
     n_experts: usize,
     correction_bias: Option<&[f32]>,
 ) -> Result<usize, MoeError> {
-    if n_experts == 0 || logits.len() % n_experts != 0 {
+    if n_experts == 0 || !logits.len().is_multiple_of(n_experts) {
         return Err(MoeError::Shape(format!(
             "router_logits has {} values, not a multiple of the expert count {n_experts}",
             logits.len()
@@ -176,7 +176,7 @@ pub fn check_inputs(
         )));
     }
     if let (Some(g), Some(tg)) = (cfg.n_group, cfg.topk_group) {
-        if g == 0 || n_experts % g != 0 || tg == 0 || tg > g {
+        if g == 0 || !n_experts.is_multiple_of(g) || tg == 0 || tg > g {
             return Err(MoeError::Config(format!(
                 "n_group = {g}, topk_group = {tg} do not fit {n_experts} experts"
             )));

@@ -1,5 +1,6 @@
-//! The MoE layer on the GPU (shaders/moe.wgsl): one submit per forward, no host round trips
-//! between passes, weights stay packed (dequantized in the GEMM prologues).
+//! The MoE layer on the GPU (shaders/moe_*.wgsl; moe_common.wgsl has the overview): one submit
+//! per forward, no host round trips between passes, weights stay packed (dequantized in the GEMM
+//! prologues).
 //!
 //! Passes: route -> lists (histogram, prefix sum, row lists, tile list) -> input QDQ
 //! (quant.wgsl) -> gemm1 per weight chunk (bias, activation, intermediate QDQ fused) -> gemm2 per
@@ -10,11 +11,13 @@
 
 use super::context::{Context, Timer};
 use super::route;
+use super::source::{Shader, FMT_NONE};
 use crate::backend::BackendError;
 use crate::format::MxTensor;
-use crate::moe::{Activation, Intermediate, MoeLayer, MoeOptions, MoeOutput, Routing};
+use crate::moe::{Intermediate, MoeLayer, MoeOptions, MoeOutput, Routing};
 
-/// Rows per GEMM tile (TM in moe.wgsl) and per GEMV tile (TG).
+/// Rows per GEMM tile (GEMM_TILE_ROWS in moe_gemm.wgsl) and per GEMV tile (GEMV_TILE_ROWS in
+/// moe_gemv.wgsl).
 const TM: usize = 64;
 const TG: usize = 4;
 
@@ -39,7 +42,7 @@ const TN1: usize = 64;
 const TN2: usize = 128;
 const TN1_GEMV: usize = 32;
 const TN2_GEMV: usize = 64;
-/// moe.wgsl's workgroup arrays hold this many local experts.
+/// moe_lists.wgsl's workgroup arrays hold this many local experts.
 pub const MAX_LOCAL_EXPERTS: usize = 1024;
 
 struct WeightChunk {
@@ -363,29 +366,23 @@ pub fn forward(
         &bufs[0], &bufs[1], &bufs[2], &bufs[3], &bufs[4], &bufs[5], &bufs[6], &bufs[7], &bufs[8],
     );
     let map = g.map.as_ref().unwrap_or(&g.dummy);
-    let wfmt = l.scheme.weight.id();
-    let afmt = l.scheme.activation.map_or(255, |f| f.id());
-    let act = match l.activation {
-        Activation::Silu => 0,
-        Activation::SwigluOai => 1,
-    };
     let bf16 = (opts.intermediate == Intermediate::Bf16) as u32;
     let ov: [(&'static str, u32); 5] = [
-        ("WFMT", wfmt),
-        ("AFMT", afmt),
-        ("AMODE", l.act_scale_mode.id()),
-        ("ACT", act),
-        ("BF16", bf16),
+        ("WEIGHT_FMT", l.scheme.weight.id()),
+        ("ACT_FMT", l.scheme.activation.map_or(FMT_NONE, |f| f.id())),
+        ("ACT_SCALE_MODE", l.act_scale_mode.id()),
+        ("ACTIVATION", l.activation.id()),
+        ("ROUND_BF16", bf16),
     ];
-    let p_lists = ctx.pipeline("moe", "lists", &[("TILE_M", tile_m as u32)])?;
-    let (e1, e2) = if gemv {
-        ("gemv1", "gemv2")
+    let p_lists = ctx.pipeline(Shader::MoeLists, "lists", &[("TILE_M", tile_m as u32)])?;
+    let (experts, e1, e2) = if gemv {
+        (Shader::MoeGemv, "gemv1", "gemv2")
     } else {
-        ("gemm1", "gemm2")
+        (Shader::MoeGemm, "gemm1", "gemm2")
     };
-    let p_g1 = ctx.pipeline("moe", e1, &ov)?;
-    let p_g2 = ctx.pipeline("moe", e2, &ov)?;
-    let p_comb = ctx.pipeline("moe", "combine", &[("BF16", bf16)])?;
+    let p_g1 = ctx.pipeline(experts, e1, &ov)?;
+    let p_g2 = ctx.pipeline(experts, e2, &ov)?;
+    let p_comb = ctx.pipeline(Shader::MoeCombine, "combine", &[("ROUND_BF16", bf16)])?;
 
     let mut timer = if timed {
         ctx.timer(4 + 2 * g.chunks.len() as u32)
@@ -427,7 +424,7 @@ pub fn forward(
     let x_in = match l.scheme.activation {
         Some(f) => {
             let pq = ctx.pipeline(
-                "quant",
+                Shader::Quant,
                 "qdq",
                 &[("FMT", f.id()), ("MODE", l.act_scale_mode.id())],
             )?;

@@ -5,6 +5,7 @@
 //! softmax weights without a bias are within float tolerance (the GPU's `exp`).
 
 use super::context::{Context, Timer};
+use super::source::Shader;
 use crate::backend::BackendError;
 use crate::moe::{RouterConfig, Routing, Scoring};
 
@@ -83,7 +84,7 @@ pub fn record(
     m: usize,
     timer: Option<&mut Timer>,
 ) -> Result<(), BackendError> {
-    let pipe = ctx.pipeline("route", "route", &[])?;
+    let pipe = ctx.pipeline(Shader::Route, "route", &[])?;
     let bg = ctx.bind(
         &pipe,
         &[(0, params), (1, logits), (2, ids), (3, weights), (4, bias)],
