@@ -1,9 +1,9 @@
 // mx_common.wgsl: exact MX element encode/decode and E8M0 scales, in integer arithmetic on
 // fp32 bit patterns (NUMERICS.md; the CPU twin is src/format/{scale,codec,tensor}.rs).
 //
-// Composed in front of every op shader at load time, after a generated preamble that defines
-// `struct MxSpec` and `fn mx_spec(f: u32) -> MxSpec` from the Rust format table
-// (src/backend/wgpu/source.rs), so the formats are defined in exactly one place.
+// Composed in front of the quant and MoE shaders at load time, after a generated preamble that
+// defines the ids (FMT_*, SCALE_*), `struct MxSpec` and `fn mx_spec(f: u32) -> MxSpec` from the
+// Rust format table (src/backend/wgpu/source.rs), so the formats are defined in exactly one place.
 //
 // Why integers: WGSL lets an implementation flush f32 subnormals and does not pin float rounding
 // modes, so |x|, the block max, the scale byte, encoding, decoding and the scale multiply are
@@ -51,7 +51,7 @@ fn mx_rceil_s(a: u32, sp: MxSpec) -> i32 {
 }
 
 // The E8M0 scale byte of a block whose largest magnitude is `amax` (fp32 bits, sign ignored).
-// mode: 0 floor, 1 even, 2 ceil, 3 rceil (ScaleMode::id). NaN/Inf -> 255, zero -> 0.
+// mode: SCALE_FLOOR, SCALE_EVEN, SCALE_CEIL or SCALE_RCEIL. NaN/Inf -> 255, zero -> 0.
 fn mx_scale_byte(f: u32, mode: u32, amax: u32) -> u32 {
     let a = amax & 0x7FFFFFFFu;
     if a >= 0x7F800000u {
@@ -62,11 +62,11 @@ fn mx_scale_byte(f: u32, mode: u32, amax: u32) -> u32 {
     }
     let sp = mx_spec(f);
     var s: i32;
-    if mode == 0u {
+    if mode == SCALE_FLOOR {
         s = mx_floor_log2(a) - sp.emax;
-    } else if mode == 2u {
+    } else if mode == SCALE_CEIL {
         s = mx_ceil_log2(a) - sp.emax;
-    } else if mode == 1u {
+    } else if mode == SCALE_EVEN {
         // Quark even_round: (bits + (1 << (22 - mbits))) & 0xFF800000, then the exponent.
         let r = (a + (1u << (22u - sp.even_mbits))) & 0xFF800000u;
         let er = i32(r >> 23u);

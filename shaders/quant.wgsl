@@ -1,10 +1,10 @@
 // quant.wgsl: quantize / dequantize / QDQ of row-major f32 data in 32-element blocks.
 // One workgroup = 8 blocks x 32 lanes (one lane per element: coalesced loads and stores);
 // the block max is a workgroup atomicMax on |x| bits (order-independent, exact).
-// FMT / MODE: MxFormat::id / ScaleMode::id, fixed per pipeline.
+// FMT / MODE: the MxFormat (FMT_*) and ScaleMode (SCALE_*) ids, fixed per pipeline.
 
-override FMT: u32 = 0u;
-override MODE: u32 = 1u;
+override FMT: u32 = FMT_MXFP4;
+override MODE: u32 = SCALE_EVEN;
 
 struct QuantParams {
     n_blocks: u32,
@@ -39,7 +39,8 @@ fn q_block_max(lid: u32, v: u32) -> u32 {
     return atomicLoad(&q_amax[blk]);
 }
 
-// q_src = x bits; q_dst = packed codes (code_bits words per block); q_dst2 = scale bytes, 4 per word.
+// q_src = x bits; q_dst = packed codes (code_bits words per block); q_dst2 = scale bytes, 4 per
+// word.
 @compute @workgroup_size(256)
 fn quantize(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>) {

@@ -1,11 +1,15 @@
-//! Every WGSL shader is parsed and validated by naga 30 with the capabilities we target (none
-//! beyond core WGSL: no f16, no subgroups, no 64-bit integers), then specialised with every
-//! override combination the backend uses and translated to SPIR-V (what wgpu does on Vulkan).
-//! A missing `shaders/` directory, a file not listed in `source.rs`, or a listed file that is
-//! not on disk FAILS (never a silent pass).
+//! Every shader ([`Shader::ALL`]: a new variant is covered automatically) is composed, parsed
+//! and validated by naga 30 with the capabilities we target (none beyond core WGSL: no f16, no
+//! subgroups, no 64-bit integers); every entry point is specialised with the default overrides
+//! and translated to SPIR-V (what wgpu does on Vulkan), and so is every override combination the
+//! backend uses. A missing `shaders/` directory, a file not listed in `source.rs`, a listed file
+//! that is not on disk or that no shader uses FAILS (never a silent pass). The generated id
+//! constants are checked against the Rust enums, and the WGSL against comparing those ids with
+//! number literals.
 
-use mxmoe::backend::wgpu::source;
+use mxmoe::backend::wgpu::source::{self, Shader};
 use mxmoe::format::{MxFormat, ScaleMode};
+use mxmoe::moe::{Activation, Scoring};
 use naga::back::spv;
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
@@ -62,28 +66,134 @@ fn shader_dir_matches_source_rs() {
         .collect();
     on_disk.sort();
     assert!(!on_disk.is_empty(), "no .wgsl files in {}", dir.display());
-    let mut listed: Vec<String> = source::SHADERS
-        .iter()
-        .map(|(_, f, _)| f.to_string())
-        .collect();
-    listed.push("mx_common.wgsl".into());
+    let mut listed: Vec<String> = source::FILES.iter().map(|f| f.name.to_string()).collect();
     listed.sort();
-    assert_eq!(on_disk, listed, "shaders/ and source.rs disagree");
-    for (_, file, src) in source::SHADERS {
-        let disk = std::fs::read_to_string(dir.join(file)).unwrap();
-        assert_eq!(disk, src, "{file}: the compiled-in source is stale");
+    assert_eq!(on_disk, listed, "shaders/ and source::FILES disagree");
+    for f in source::FILES {
+        let disk = std::fs::read_to_string(dir.join(f.name)).unwrap();
+        assert_eq!(disk, f.src, "{}: the compiled-in source is stale", f.name);
+        assert!(
+            Shader::ALL.iter().any(|s| s.files().contains(&f)),
+            "{} is used by no Shader",
+            f.name
+        );
+    }
+}
+
+/// Every shader validates, and every entry point specialises (default overrides) and translates.
+#[test]
+fn every_shader_validates_and_translates() {
+    for sh in Shader::ALL {
+        let src = sh.compose();
+        let (m, i) = validate(sh.name(), &src);
+        assert!(!m.entry_points.is_empty(), "{sh}: no entry points");
+        for ep in &m.entry_points {
+            specialise(sh.name(), &m, &i, &ep.name, &[]);
+        }
     }
 }
 
 #[test]
 fn mx_common_alone_validates() {
-    let src = format!("{}{}", source::preamble(), source::MX_COMMON);
+    let src = format!("{}{}", source::preamble(), source::MX_COMMON.src);
     validate("mx_common", &src);
+}
+
+/// The id constants of the generated preamble, evaluated by naga, equal the Rust enums' ids.
+#[test]
+fn generated_ids_match_rust_enums() {
+    let src = source::preamble();
+    let (m, _) = validate("preamble", &src);
+    let value = |name: &str| -> u32 {
+        let c = m
+            .constants
+            .iter()
+            .map(|(_, c)| c)
+            .find(|c| c.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("the preamble has no constant {name}"));
+        match m.global_expressions[c.init] {
+            naga::Expression::Literal(naga::Literal::U32(v)) => v,
+            ref e => panic!("{name} = {e:?}, not a u32 literal"),
+        }
+    };
+    let mut want: Vec<(String, u32)> = Vec::new();
+    for f in MxFormat::ALL {
+        want.push((format!("FMT_{}", f.name().to_ascii_uppercase()), f.id()));
+    }
+    want.push(("FMT_NONE".into(), source::FMT_NONE));
+    for md in ScaleMode::ALL {
+        want.push((format!("SCALE_{}", md.name().to_ascii_uppercase()), md.id()));
+    }
+    for sc in Scoring::ALL {
+        want.push((
+            format!("SCORING_{}", sc.name().to_ascii_uppercase()),
+            sc.id(),
+        ));
+    }
+    for a in Activation::ALL {
+        want.push((format!("ACT_{}", a.name().to_ascii_uppercase()), a.id()));
+    }
+    for (name, id) in &want {
+        assert_eq!(value(name), *id, "{name}");
+    }
+    assert_eq!(source::id_constants(), want);
+    // Ids are distinct within each enum; FMT_NONE is no format.
+    for prefix in ["FMT_", "SCALE_", "SCORING_", "ACT_"] {
+        let mut ids: Vec<u32> = want
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix))
+            .map(|(_, v)| *v)
+            .collect();
+        let n = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "duplicate {prefix}* ids");
+    }
+}
+
+/// The WGSL never compares a format, scale mode, scoring or activation with a number literal
+/// (it uses the generated FMT_* / SCALE_* / SCORING_* / ACT_* names).
+#[test]
+fn no_magic_ids_in_wgsl() {
+    let ids = [
+        "WEIGHT_FMT",
+        "ACT_FMT",
+        "ACT_SCALE_MODE",
+        "ACTIVATION",
+        "FMT",
+        "MODE",
+        "mode",
+        "scoring",
+        "f",
+    ];
+    for file in source::FILES {
+        for (ln, line) in file.src.lines().enumerate() {
+            let code = line.split("//").next().unwrap();
+            for id in ids {
+                for op in ["==", "!="] {
+                    for (pos, _) in code.match_indices(&format!("{id} {op} ")) {
+                        let before = code[..pos].chars().next_back();
+                        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                            continue; // a longer identifier
+                        }
+                        let rest = &code[pos + id.len() + op.len() + 2..];
+                        assert!(
+                            !rest.starts_with(|c: char| c.is_ascii_digit()),
+                            "{}:{}: `{}` compares an id with a number",
+                            file.name,
+                            ln + 1,
+                            line.trim()
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]
 fn quant_all_formats_and_modes() {
-    let src = source::compose("quant").unwrap();
+    let src = Shader::Quant.compose();
     let (m, i) = validate("quant", &src);
     for f in MxFormat::ALL {
         for md in ScaleMode::ALL {
@@ -101,50 +211,52 @@ fn quant_all_formats_and_modes() {
 }
 
 #[test]
-fn route_validates() {
-    let src = source::compose("route").unwrap();
-    let (m, i) = validate("route", &src);
-    specialise("route", &m, &i, "route", &[]);
-}
-
-#[test]
 fn moe_all_variants() {
-    let src = source::compose("moe").unwrap();
-    let (m, i) = validate("moe", &src);
-    for entry in ["lists", "combine"] {
-        specialise("moe", &m, &i, entry, &[]);
-    }
-    specialise("moe", &m, &i, "lists", &[("TILE_M", 8)]);
+    let (m, i) = validate("moe_lists", &Shader::MoeLists.compose());
+    specialise("moe_lists", &m, &i, "lists", &[("TILE_M", 8)]);
+    let (m, i) = validate("moe_combine", &Shader::MoeCombine.compose());
+    specialise("moe_combine", &m, &i, "combine", &[("ROUND_BF16", 1)]);
     let mut afmts: Vec<u32> = MxFormat::ALL.iter().map(|f| f.id()).collect();
-    afmts.push(255);
-    for w in MxFormat::ALL {
-        for &a in &afmts {
-            for act in [0u32, 1] {
-                for entry in ["gemm1", "gemm2", "gemv1", "gemv2"] {
-                    specialise(
-                        "moe",
-                        &m,
-                        &i,
-                        entry,
-                        &[
-                            ("WFMT", w.id()),
-                            ("AFMT", a),
-                            ("AMODE", 1),
-                            ("ACT", act),
-                            ("BF16", act),
-                        ],
-                    );
+    afmts.push(source::FMT_NONE);
+    for (sh, entries) in [
+        (Shader::MoeGemm, ["gemm1", "gemm2"]),
+        (Shader::MoeGemv, ["gemv1", "gemv2"]),
+    ] {
+        let (m, i) = validate(sh.name(), &sh.compose());
+        for w in MxFormat::ALL {
+            for &a in &afmts {
+                for act in Activation::ALL {
+                    for entry in entries {
+                        specialise(
+                            sh.name(),
+                            &m,
+                            &i,
+                            entry,
+                            &[
+                                ("WEIGHT_FMT", w.id()),
+                                ("ACT_FMT", a),
+                                ("ACT_SCALE_MODE", ScaleMode::Even.id()),
+                                ("ACTIVATION", act.id()),
+                                ("ROUND_BF16", act.id()),
+                            ],
+                        );
+                    }
                 }
             }
         }
-    }
-    for md in ScaleMode::ALL {
-        specialise(
-            "moe",
-            &m,
-            &i,
-            "gemm1",
-            &[("WFMT", 0), ("AFMT", 0), ("AMODE", md.id()), ("ACT", 0)],
-        );
+        for md in ScaleMode::ALL {
+            specialise(
+                sh.name(),
+                &m,
+                &i,
+                entries[0],
+                &[
+                    ("WEIGHT_FMT", MxFormat::Fp4E2M1.id()),
+                    ("ACT_FMT", MxFormat::Fp4E2M1.id()),
+                    ("ACT_SCALE_MODE", md.id()),
+                    ("ACTIVATION", Activation::Silu.id()),
+                ],
+            );
+        }
     }
 }

@@ -419,13 +419,215 @@ fn routing_exact_ids() {
             }
         }
     }
-    // A correction bias is reported UNSUPPORTED, not silently ignored.
-    let cfg = RouterConfig::default();
-    let bias = vec![0.1f32; 8];
-    assert!(matches!(
-        b.route(&cfg, &[0.0; 8], 8, Some(&bias)),
-        Err(BackendError::Unsupported { .. })
-    ));
+    // Top-k-then-softmax ignores a correction bias, as the CPU does; a NaN bias is an error.
+    let cfg = RouterConfig {
+        scoring: Scoring::TopkSoftmax,
+        top_k: 2,
+        ..RouterConfig::default()
+    };
+    let lg = [0.5f32, -1.0, 2.0, 0.25, 1.0, 0.0, -2.0, 3.0];
+    let bias = vec![10.0f32, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+    let cpu = moe::route(&cfg, &lg, 8, Some(&bias)).unwrap();
+    assert_eq!(cpu.topk_ids, vec![7, 2]);
+    assert_eq!(
+        b.route(&cfg, &lg, 8, Some(&bias)).unwrap().topk_ids,
+        cpu.topk_ids
+    );
+    let mut nan = bias.clone();
+    nan[3] = f32::NAN;
+    assert!(b
+        .route(&RouterConfig::default(), &lg, 8, Some(&nan))
+        .is_err());
+}
+
+/// The GPU's exact_sigmoid (shaders/exact_math.wgsl) gives the bits of the CPU's
+/// `moe::exact_math::sigmoid` on a dense sweep of f32 inputs (every 509th bit pattern with |x| in
+/// [2^-34, 128] of both signs, plus edges). Read through the public route op: sigmoid scoring,
+/// top_k = E = 32, no renormalization, scaling 1, so the weights are the sigmoids themselves.
+#[test]
+fn sigmoid_matches_cpu_bit_for_bit() {
+    let b = gpu!("sigmoid_matches_cpu_bit_for_bit");
+    let mut xs: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1e-40,
+        -1e-40,
+        5e-11,
+        -5e-11,
+        1.2e-10,
+        -1.2e-10,
+        1.0,
+        -1.0,
+        17.33,
+        17.34,
+        -87.33,
+        -87.34,
+        -103.27,
+        -103.28,
+        -103.97,
+        -103.98,
+        -104.0,
+        127.99,
+        -127.99,
+        128.0,
+        -128.0,
+        1e30,
+        -1e30,
+        f32::MAX,
+        f32::MIN,
+    ];
+    for sign in [0u32, 0x8000_0000] {
+        for bits in (0x2E80_0000u32..0x4300_0100).step_by(509) {
+            xs.push(f32::from_bits(bits | sign));
+        }
+    }
+    let mut rng = Rng::new(5);
+    while !xs.len().is_multiple_of(32) {
+        xs.push((rng.normal() * 8.0) as f32);
+    }
+    let cfg = RouterConfig {
+        scoring: Scoring::Sigmoid,
+        top_k: 32,
+        renormalize: false,
+        n_group: None,
+        topk_group: None,
+        routed_scaling_factor: 1.0,
+        apply_router_weight_on_input: false,
+    };
+    let t = Instant::now();
+    let gpu = b.route(&cfg, &xs, 32, None).unwrap();
+    eprintln!("{} sigmoids on the GPU in {:?}", xs.len(), t.elapsed());
+    let mut subnormal_flushed = 0;
+    for (slot, (&id, &w)) in gpu.topk_ids.iter().zip(&gpu.topk_weights).enumerate() {
+        let x = xs[slot / 32 * 32 + id as usize];
+        let want = moe::exact_math::sigmoid(x);
+        if want.is_subnormal() && w == 0.0 {
+            subnormal_flushed += 1; // the adapter flushes subnormal products
+            continue;
+        }
+        assert!(
+            want.to_bits() == w.to_bits(),
+            "sigmoid({x:e} = {:#010x}): CPU {want:e} ({:#010x}), GPU {w:e} ({:#010x})",
+            x.to_bits(),
+            want.to_bits(),
+            w.to_bits()
+        );
+    }
+    eprintln!("{subnormal_flushed} subnormal results flushed by the adapter");
+}
+
+/// Adversarial DeepSeek-V3 routing (sigmoid + e_score_correction_bias + groups; and softmax +
+/// bias): exact ties in the keys (saturated sigmoids, equal biases, logits one ulp apart,
+/// |x| < 2^-33), underflowing scores, subnormal and equal biases, groups of one expert. Ids
+/// exactly the CPU's; weights (renormalized scores times the scaling factor) bit for bit.
+#[test]
+fn routing_deepseek_adversarial_exact() {
+    let b = gpu!("routing_deepseek_adversarial_exact");
+    let mut rng = Rng::new(17);
+    for (e, k, group) in [
+        (16usize, 4usize, Some((4usize, 2usize))),
+        (16, 4, Some((16, 4))),
+        (16, 1, None),
+        (64, 8, Some((8, 4))),
+        (64, 6, Some((32, 3))),
+        (256, 8, Some((8, 4))),
+        (256, 32, None),
+    ] {
+        let m = 48;
+        let mut logits = Vec::with_capacity(m * e);
+        for t in 0..m {
+            let base = (rng.normal() * 3.0) as f32;
+            for i in 0..e {
+                let v = match t % 8 {
+                    // One-ulp neighbours around a random value.
+                    0 => f32::from_bits(base.to_bits().wrapping_add((i % 5) as u32)),
+                    // Saturated: sigmoid = 1.0 for all, the bias decides (then the index).
+                    1 => 20.0 + (i % 7) as f32 * 10.0,
+                    // Underflowing: subnormal or zero sigmoids.
+                    2 => -86.0 - (i % 11) as f32 * 2.0,
+                    // All equal.
+                    3 => base,
+                    // Below 2^-33: sigmoid = 0.5 exactly.
+                    4 => (rng.normal() * 1e-11) as f32,
+                    // Two values only.
+                    5 => [0.5f32, -0.5][i % 2],
+                    // Heavy tails.
+                    6 => (rng.normal() * rng.normal() * 6.0) as f32,
+                    _ => (rng.normal() * 2.0) as f32,
+                };
+                logits.push(v);
+            }
+        }
+        let biases: Vec<Vec<f32>> = vec![
+            vec![0.0; e],
+            vec![0.125; e],
+            (0..e).map(|_| (rng.normal() * 0.1) as f32).collect(),
+            // Few distinct values: many equal biases.
+            (0..e).map(|i| [0.0f32, 0.25, -0.25][i % 3]).collect(),
+            // One-ulp differences and subnormals.
+            (0..e)
+                .map(|i| match i % 4 {
+                    0 => f32::from_bits(1 + i as u32),
+                    1 => -f32::from_bits(7),
+                    2 => f32::from_bits(0x3DCC_CCCD + (i % 3) as u32),
+                    _ => 0.1,
+                })
+                .collect(),
+        ];
+        for (bias, scoring) in biases.iter().flat_map(|b| {
+            [Scoring::Sigmoid, Scoring::Softmax]
+                .into_iter()
+                .map(move |s| (b, s))
+        }) {
+            for renormalize in [true, false] {
+                let cfg = RouterConfig {
+                    scoring,
+                    top_k: k,
+                    renormalize,
+                    n_group: group.map(|g| g.0),
+                    topk_group: group.map(|g| g.1),
+                    routed_scaling_factor: 2.5,
+                    apply_router_weight_on_input: false,
+                };
+                let cpu = moe::route(&cfg, &logits, e, Some(bias)).unwrap();
+                let gpu = b.route(&cfg, &logits, e, Some(bias)).unwrap();
+                for t in 0..m {
+                    let s = t * k..(t + 1) * k;
+                    assert_eq!(
+                        cpu.topk_ids[s.clone()],
+                        gpu.topk_ids[s.clone()],
+                        "ids: {scoring} e={e} k={k} groups {group:?} token {t} (kind {}) bias {:?}",
+                        t % 8,
+                        &bias[..4]
+                    );
+                    // Weights bit for bit unless subnormal scores are involved (an adapter may
+                    // flush them in the renormalizing sum).
+                    let row = &logits[t * e..(t + 1) * e];
+                    let scores = match scoring {
+                        Scoring::Sigmoid => {
+                            row.iter().map(|&x| moe::exact_math::sigmoid(x)).collect()
+                        }
+                        _ => moe::exact_math::softmax(row),
+                    };
+                    let tiny = cpu.topk_ids[s.clone()]
+                        .iter()
+                        .any(|&i| scores[i as usize] < 1e-30);
+                    if !tiny {
+                        for j in s {
+                            assert_eq!(
+                                cpu.topk_weights[j].to_bits(),
+                                gpu.topk_weights[j].to_bits(),
+                                "weight {j}: {} vs {} ({scoring} e={e} k={k} renormalize \
+                                 {renormalize})",
+                                cpu.topk_weights[j],
+                                gpu.topk_weights[j]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn rel_l2(cpu: &[f32], gpu: &[f32]) -> f64 {
@@ -635,8 +837,8 @@ fn moe_bf16_intermediates() {
     }
 }
 
-/// DeepSeek-V3 routing (sigmoid + e_score_correction_bias + groups + scaling): the ids come from
-/// the CPU router before the single submit, so they are exact; the layer runs on the GPU.
+/// DeepSeek-V3 routing (sigmoid + e_score_correction_bias + groups + scaling) inside the MoE
+/// forward: the route pass computes the CPU's ids on the GPU (exact sigmoid keys).
 #[test]
 fn moe_deepseek_router_with_correction_bias() {
     let b = gpu!("moe_deepseek_router_with_correction_bias");
@@ -657,6 +859,50 @@ fn moe_deepseek_router_with_correction_bias() {
     for m in [1usize, 17] {
         check_moe(b, &layer, m, 71, &format!("deepseek/M={m}"));
     }
+}
+
+/// A DeepSeek-V3-shaped layer (64 experts in 8 groups, 4 groups eligible, top-8, scaling 2.5,
+/// MXFP4 weights) on the GPU end to end: routing ids exact and routing weights bit for bit
+/// against the CPU, outputs within the MoE tolerance, on both expert paths.
+#[test]
+fn moe_deepseek_shaped_forward() {
+    let b = gpu!("moe_deepseek_shaped_forward");
+    let mut sp = spec(Scheme::OCP_MX[0], Activation::Silu, 64, 64, 64, 8);
+    sp.router = RouterConfig {
+        scoring: Scoring::Sigmoid,
+        top_k: 8,
+        renormalize: true,
+        n_group: Some(8),
+        topk_group: Some(4),
+        routed_scaling_factor: 2.5,
+        apply_router_weight_on_input: false,
+    };
+    let mut layer = synth_layer(&sp).unwrap().layer;
+    let mut rng = Rng::new(23);
+    // Random biases with a run of equal ones (ties between saturated experts).
+    let mut bias: Vec<f32> = (0..64).map(|_| (rng.normal() * 0.1) as f32).collect();
+    bias[8..16].fill(0.05);
+    layer.weights.e_score_correction_bias = Some(bias);
+    for m in [1usize, 5, 33] {
+        check_moe(
+            b,
+            &layer,
+            m,
+            90 + m as u64,
+            &format!("deepseek-shaped/M={m}"),
+        );
+    }
+    let (hs, mut logits) = synth_batch(9, 64, 64, 7);
+    logits[..64].fill(30.0); // token 0: every sigmoid saturates to 1.0
+    let cpu = moe::forward(&layer, &hs, &logits, MoeOptions::default()).unwrap();
+    let gpu = once(b, &layer, &hs, &logits, MoeOptions::default()).unwrap();
+    assert_eq!(cpu.routing.topk_ids, gpu.routing.topk_ids);
+    let bits = |v: &[f32]| v.iter().map(|w| w.to_bits()).collect::<Vec<u32>>();
+    assert_eq!(
+        bits(&cpu.routing.topk_weights),
+        bits(&gpu.routing.topk_weights),
+        "routing weights bit for bit"
+    );
 }
 
 /// Weights split across several buffers (a chunk-size override far below the binding limit):

@@ -181,6 +181,12 @@ impl MoeLayer {
             }
         }
         if let Some(b) = &w.e_score_correction_bias {
+            if let Some(p) = b.iter().position(|v| !v.is_finite()) {
+                return Err(MoeError::Input(format!(
+                    "e_score_correction_bias[{p}] is {} (the bias must be finite)",
+                    b[p]
+                )));
+            }
             if b.len() != e {
                 return Err(MoeError::Shape(format!(
                     "e_score_correction_bias has {} entries, expected {e}",

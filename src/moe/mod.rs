@@ -4,6 +4,7 @@
 //! route -> QDQ(input) -> GEMM1 (+bias, fp32 accumulate) -> activation -> **QDQ(intermediate)**
 //! -> GEMM2 (+bias) x router weight -> deterministic fp32 sum over the top-k slots.
 
+pub mod exact_math;
 pub mod layer;
 pub mod reference;
 pub mod routing;
@@ -41,6 +42,14 @@ pub enum Activation {
 }
 
 impl Activation {
+    pub const ALL: [Activation; 2] = [Activation::Silu, Activation::SwigluOai];
+    /// A small integer id shared with the WGSL shaders (`ACT_*` in the generated preamble).
+    pub const fn id(self) -> u32 {
+        match self {
+            Activation::Silu => 0,
+            Activation::SwigluOai => 1,
+        }
+    }
     pub const fn name(self) -> &'static str {
         match self {
             Activation::Silu => "silu",
@@ -79,6 +88,15 @@ pub enum Scoring {
 }
 
 impl Scoring {
+    pub const ALL: [Scoring; 3] = [Scoring::Softmax, Scoring::TopkSoftmax, Scoring::Sigmoid];
+    /// A small integer id shared with the WGSL shaders (`SCORING_*` in the generated preamble).
+    pub const fn id(self) -> u32 {
+        match self {
+            Scoring::Softmax => 0,
+            Scoring::TopkSoftmax => 1,
+            Scoring::Sigmoid => 2,
+        }
+    }
     pub const fn name(self) -> &'static str {
         match self {
             Scoring::Softmax => "softmax",

@@ -4,7 +4,13 @@
 //! For `softmax` scoring without a correction bias, experts are ranked by their logits, which
 //! orders them exactly as the softmax probabilities do (softmax is strictly increasing) but
 //! without the ties that fp32 rounding of `exp` can create; so every backend picks the same ids.
+//! With an `e_score_correction_bias` (DeepSeek-V3/R1) experts are ranked by
+//! `sigmoid(logit) + bias`: the sigmoid is [`super::exact_math::sigmoid`], defined by integer
+//! operations so that every backend computes the same bits, and the add (like the group score's
+//! sum of two keys) is [`add_ftz`], one correctly rounded f32 add with subnormals flushed. A
+//! softmax router with a bias ranks [`super::exact_math::softmax`] + bias the same way.
 
+use super::exact_math::{self, add_ftz, sigmoid};
 use super::{MoeError, RouterConfig, Scoring};
 use rayon::prelude::*;
 
@@ -22,10 +28,6 @@ impl Routing {
     }
 }
 
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
-
 /// fp32 softmax of a row (max-subtracted, sequential sum).
 pub fn softmax(row: &[f32]) -> Vec<f32> {
     let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -35,7 +37,8 @@ pub fn softmax(row: &[f32]) -> Vec<f32> {
 }
 
 /// The per-expert scores a router shows for one token (softmax probabilities or sigmoids; for
-/// `topk_softmax`, the full softmax, for display). Used by the viewer's heatmap.
+/// `topk_softmax`, the full softmax, for display). Used by the viewer's heatmap. Sigmoid scores
+/// are [`super::exact_math::sigmoid`], the routing weights' bits on every backend.
 pub fn scores(scoring: Scoring, row: &[f32]) -> Vec<f32> {
     match scoring {
         Scoring::Softmax | Scoring::TopkSoftmax => softmax(row),
@@ -86,10 +89,14 @@ fn route_row(
         }
         return;
     }
-    let sc = scores(cfg.scoring, row);
+    let sc = match (cfg.scoring, bias) {
+        // Softmax probabilities + bias: the probabilities every backend computes bit for bit.
+        (Scoring::Softmax, Some(_)) => exact_math::softmax(row),
+        _ => scores(cfg.scoring, row),
+    };
     // Selection keys: score + correction bias (DeepSeek-V3), else the logits themselves.
     let keys: Vec<f32> = match bias {
-        Some(b) => sc.iter().zip(b).map(|(s, b)| s + b).collect(),
+        Some(b) => sc.iter().zip(b).map(|(&s, &b)| add_ftz(s, b)).collect(),
         None => row.to_vec(),
     };
     let sel = match (cfg.n_group, cfg.topk_group) {
@@ -101,8 +108,11 @@ fn route_row(
                 .map(|gi| {
                     let ks = &keys[gi * per..(gi + 1) * per];
                     if bias.is_some() {
-                        let t = top_k_indices(ks, 2.min(per), |_| true);
-                        t.iter().map(|&i| ks[i]).sum()
+                        match top_k_indices(ks, 2.min(per), |_| true)[..] {
+                            [a, b] => add_ftz(ks[a], ks[b]),
+                            [a] => ks[a],
+                            _ => unreachable!("a group has at least one expert"),
+                        }
                     } else {
                         ks.iter().copied().fold(f32::NEG_INFINITY, f32::max)
                     }
@@ -131,7 +141,7 @@ pub fn check_inputs(
     n_experts: usize,
     correction_bias: Option<&[f32]>,
 ) -> Result<usize, MoeError> {
-    if n_experts == 0 || logits.len() % n_experts != 0 {
+    if n_experts == 0 || !logits.len().is_multiple_of(n_experts) {
         return Err(MoeError::Shape(format!(
             "router_logits has {} values, not a multiple of the expert count {n_experts}",
             logits.len()
@@ -150,6 +160,12 @@ pub fn check_inputs(
                 b.len()
             )));
         }
+        if let Some(pos) = b.iter().position(|v| !v.is_finite()) {
+            return Err(MoeError::Input(format!(
+                "e_score_correction_bias[{pos}] is {} (NaN/Inf biases cannot rank experts)",
+                b[pos]
+            )));
+        }
     }
     if let Some(pos) = logits.iter().position(|v| !v.is_finite()) {
         return Err(MoeError::Input(format!(
@@ -160,7 +176,7 @@ pub fn check_inputs(
         )));
     }
     if let (Some(g), Some(tg)) = (cfg.n_group, cfg.topk_group) {
-        if g == 0 || n_experts % g != 0 || tg == 0 || tg > g {
+        if g == 0 || !n_experts.is_multiple_of(g) || tg == 0 || tg > g {
             return Err(MoeError::Config(format!(
                 "n_group = {g}, topk_group = {tg} do not fit {n_experts} experts"
             )));

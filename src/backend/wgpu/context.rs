@@ -1,8 +1,8 @@
 //! The wgpu context, created once: instance, adapter choice, device, queue, the pipeline cache
-//! (keyed by shader + entry + overrides) and a buffer pool. Thin per-call helpers live here too
-//! (upload, readback, dispatch-grid sizing).
+//! (keyed by [`Shader`] + entry + overrides) and a buffer pool. Thin per-call helpers live here
+//! too (upload, readback, dispatch-grid sizing).
 
-use super::source;
+use super::source::Shader;
 use crate::backend::BackendError;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -197,7 +197,7 @@ pub struct ContextInfo {
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct PipeKey {
-    shader: &'static str,
+    shader: Shader,
     entry: &'static str,
     overrides: Vec<(&'static str, u32)>,
 }
@@ -208,7 +208,7 @@ pub struct Context {
     pub queue: wgpu::Queue,
     pub info: ContextInfo,
     pub limits: wgpu::Limits,
-    modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
+    modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<PipeKey, wgpu::ComputePipeline>>,
     pool: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
     /// Test hook: the largest weight chunk (bytes) instead of the adapter's binding limit.
@@ -364,7 +364,7 @@ impl Context {
     /// Compiles the module and builds the pipeline on first use only.
     pub fn pipeline(
         &self,
-        shader: &'static str,
+        shader: Shader,
         entry: &'static str,
         overrides: &[(&'static str, u32)],
     ) -> Result<wgpu::ComputePipeline, BackendError> {
@@ -379,16 +379,14 @@ impl Context {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = {
             let mut mods = self.modules.lock().unwrap();
-            match mods.get(shader) {
+            match mods.get(&shader) {
                 Some(m) => m.clone(),
                 None => {
-                    let src = source::compose(shader).ok_or_else(|| {
-                        BackendError::Device(format!("unknown shader '{shader}'"))
-                    })?;
+                    let src = shader.compose();
                     let m = self
                         .device
                         .create_shader_module(wgpu::ShaderModuleDescriptor {
-                            label: Some(shader),
+                            label: Some(shader.name()),
                             source: wgpu::ShaderSource::Wgsl(src.into()),
                         });
                     mods.insert(shader, m.clone());

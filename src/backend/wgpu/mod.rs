@@ -5,24 +5,26 @@
 //!   cache keyed by shader + entry + overrides, buffer pool, timestamp timers).
 //! * [`quant`]: quantize / dequantize / QDQ, bit-exact against the CPU reference (integer
 //!   arithmetic on fp32 bits; inputs larger than a binding are processed in chunks).
-//! * [`route`]: routing with exactly the CPU's ids (selection compares logits only).
+//! * [`route`]: routing with exactly the CPU's ids: selection compares the logits, or with an
+//!   `e_score_correction_bias` (DeepSeek-V3/R1) `sigmoid(logit) + bias` (or softmax + bias)
+//!   computed to the CPU's bits (`exact_math.wgsl`: the integer math of `moe::exact_math`),
+//!   groups included.
 //! * [`moe`]: the whole layer in one submit: route, expert histogram + prefix sum + row lists,
 //!   input QDQ, grouped GEMM (prefill) or grouped GEMV (decode) with weights dequantized in the
 //!   prologue and bias + activation + intermediate QDQ in the GEMM1 epilogue, GEMM2 with bias and
 //!   router weight, a deterministic combine. Weights larger than a binding are split into
 //!   chunks of whole experts; batches whose activations exceed a binding run as several submits.
-//! * [`source`]: every WGSL source (`include_str!`) and how they are composed (a preamble
-//!   generated from the Rust format table + `mx_common.wgsl` + the op shader).
+//! * [`source`]: every WGSL file (`include_str!`) and the [`source::Shader`]s composed from them
+//!   (a preamble generated from the Rust format table and enum ids + the shader's files).
 //!
 //! Numerics: quantize / dequantize / QDQ and the scale bytes are bit-exact; routing ids are
-//! exact; MoE outputs agree with `moe::forward(.., Accumulate::F32)` within
+//! exact, sigmoid (and softmax + bias) routing weights bit-exact (other softmax weights within
+//! float tolerance); MoE outputs agree with `moe::forward(.., Accumulate::F32)` within
 //! `check::MOE_REL_L2` (activation in f32 on the GPU, f64 on the CPU; other summation order).
 //! `Intermediate::Bf16` rounds at the same four points as the CPU.
 //!
-//! UNSUPPORTED (reported, never silently run): the standalone route op with an
-//! `e_score_correction_bias` (its selection ranks float scores that a GPU's `exp` cannot
-//! reproduce bit for bit; in a MoE forward such a layer takes its ids from the CPU router before
-//! the single submit); more than 1024 experts, top_k > 32 or more than 32 groups.
+//! UNSUPPORTED (reported, never silently run): more than 1024 experts, top_k > 32 or more than
+//! 32 groups.
 
 pub mod context;
 pub mod moe;
@@ -112,7 +114,7 @@ impl WgpuBackend {
                     )
                 })
             })
-            .and(|| route::supports_in_forward(r)),
+            .and(|| route::supports(r)),
         }
     }
 
@@ -221,59 +223,7 @@ impl WgpuBackend {
         bytes: u64,
         reps: u32,
     ) -> Result<Vec<(String, f64)>, BackendError> {
-        const SRC: &str = "@group(0) @binding(0) var<storage, read> src: array<vec4<u32>>;\n\
-            @group(0) @binding(1) var<storage, read_write> dst: array<u32>;\n\
-            @compute @workgroup_size(256)\n\
-            fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {\n\
-                let n = arrayLength(&src);\n\
-                let stride = nwg.x * 256u;\n\
-                var acc = vec4<u32>(0u);\n\
-                for (var i = gid.x; i < n; i = i + stride) { acc = acc ^ src[i]; }\n\
-                let s = acc.x ^ acc.y ^ acc.z ^ acc.w;\n\
-                if s == 0x9E3779B9u { dst[gid.x % 64u] = s; }\n\
-            }\n\
-            // The gemv's read shape: 64 rows of 90 16-byte blocks (K = 2880 FP4) per workgroup,\n\
-            // thread (r = lid / 32, lane) reads rows r + 8i, blocks lane + 32j.\n\
-            var<workgroup> lut: array<vec2<f32>, 256>;\n\
-            @compute @workgroup_size(256)\n\
-            fn rows(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {\n\
-                let nrows = arrayLength(&src) / 90u;\n\
-                let r = lid / 32u;\n\
-                let lane = lid % 32u;\n\
-                var acc = vec4<u32>(0u);\n\
-                for (var b = lane; b < 90u; b = b + 32u) {\n\
-                    for (var i = 0u; i < 8u; i = i + 1u) {\n\
-                        let row = min(wid.x * 64u + r + 8u * i, nrows - 1u);\n\
-                        acc = acc ^ src[row * 90u + b];\n\
-                    }\n\
-                }\n\
-                let s = acc.x ^ acc.y ^ acc.z ^ acc.w;\n\
-                if s == 0x9E3779B9u { dst[lid % 64u] = s; }\n\
-            }\n\
-            // The same plus the FP4 decode (byte table in workgroup memory) and the FMAs.\n\
-            fn dec(w: u32, x: f32) -> f32 {\n\
-                let v = vec4<f32>(lut[w & 0xFFu], lut[(w >> 8u) & 0xFFu]) * x\n\
-                    + vec4<f32>(lut[(w >> 16u) & 0xFFu], lut[w >> 24u]);\n\
-                return v.x + v.y + v.z + v.w;\n\
-            }\n\
-            @compute @workgroup_size(256)\n\
-            fn rows_lut(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {\n\
-                lut[lid] = vec2<f32>(f32(lid & 15u), f32(lid >> 4u));\n\
-                workgroupBarrier();\n\
-                let nrows = arrayLength(&src) / 90u;\n\
-                let r = lid / 32u;\n\
-                let lane = lid % 32u;\n\
-                var acc = 0.0;\n\
-                for (var b = lane; b < 90u; b = b + 32u) {\n\
-                    let x = f32(b) * 0.25;\n\
-                    for (var i = 0u; i < 8u; i = i + 1u) {\n\
-                        let row = min(wid.x * 64u + r + 8u * i, nrows - 1u);\n\
-                        let q = src[row * 90u + b];\n\
-                        acc = acc + dec(q.x, x) + dec(q.y, x) + dec(q.z, x) + dec(q.w, x);\n\
-                    }\n\
-                }\n\
-                if acc == 1.2345 { dst[lid % 64u] = 1u; }\n\
-            }\n";
+        const SRC: &str = source::BANDWIDTH_PROBE.src;
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
         let ctx = &self.ctx;
         let module = ctx

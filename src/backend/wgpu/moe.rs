@@ -1,5 +1,6 @@
-//! The MoE layer on the GPU (shaders/moe.wgsl): one submit per forward, no host round trips
-//! between passes, weights stay packed (dequantized in the GEMM prologues).
+//! The MoE layer on the GPU (shaders/moe_*.wgsl; moe_common.wgsl has the overview): one submit
+//! per forward, no host round trips between passes, weights stay packed (dequantized in the GEMM
+//! prologues).
 //!
 //! Passes: route -> lists (histogram, prefix sum, row lists, tile list) -> input QDQ
 //! (quant.wgsl) -> gemm1 per weight chunk (bias, activation, intermediate QDQ fused) -> gemm2 per
@@ -10,11 +11,13 @@
 
 use super::context::{Context, Timer};
 use super::route;
+use super::source::{Shader, FMT_NONE};
 use crate::backend::{ops, BackendError, PassTimes};
 use crate::format::MxTensor;
-use crate::moe::{Activation, Intermediate, MoeConfig, MoeLayer, MoeOptions, MoeOutput, Routing};
+use crate::moe::{Intermediate, MoeConfig, MoeLayer, MoeOptions, MoeOutput, Routing};
 
-/// Rows per GEMM tile (TM in moe.wgsl) and per GEMV tile (TG).
+/// Rows per GEMM tile (GEMM_TILE_ROWS in moe_gemm.wgsl) and per GEMV tile (GEMV_TILE_ROWS in
+/// moe_gemv.wgsl).
 const TM: usize = 64;
 const TG: usize = 4;
 
@@ -39,7 +42,7 @@ const TN1: usize = 64;
 const TN2: usize = 128;
 const TN1_GEMV: usize = 32;
 const TN2_GEMV: usize = 64;
-/// moe.wgsl's workgroup arrays hold this many local experts.
+/// moe_lists.wgsl's workgroup arrays hold this many local experts.
 pub const MAX_LOCAL_EXPERTS: usize = 1024;
 
 struct WeightChunk {
@@ -54,12 +57,14 @@ struct WeightChunk {
 /// A layer's weights resident on the device (upload once, run many times).
 pub struct GpuLayer {
     config: MoeConfig,
-    /// DeepSeek selection bias (host side: the ids come from the CPU router, see `forward`).
-    correction_bias: Option<Vec<f32>>,
+    /// Whether the layer has an `e_score_correction_bias` (what `supports` is asked about).
+    has_correction_bias: bool,
     chunks: Vec<WeightChunk>,
     bias13: Option<wgpu::Buffer>,
     bias2: Option<wgpu::Buffer>,
     map: Option<wgpu::Buffer>,
+    /// The router's e_score_correction_bias (when the selection uses it: sigmoid scoring).
+    route_bias: Option<wgpu::Buffer>,
     dummy: wgpu::Buffer,
     /// Bytes of packed weights + scales on the device.
     pub bytes: u64,
@@ -72,7 +77,7 @@ impl GpuLayer {
     }
     /// Whether the layer has a DeepSeek `e_score_correction_bias`.
     pub fn has_correction_bias(&self) -> bool {
-        self.correction_bias.is_some()
+        self.has_correction_bias
     }
     /// How many buffers the weights were split into (1 unless they exceed a binding).
     pub fn chunks(&self) -> usize {
@@ -147,6 +152,12 @@ pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError>
         .expert_map
         .as_deref()
         .map(|m| ctx.upload_owned("expert_map", bytemuck::cast_slice(m)));
+    let route_bias = layer
+        .weights
+        .e_score_correction_bias
+        .as_deref()
+        .filter(|b| route::uses_bias(&layer.config.router, Some(b)))
+        .map(|b| ctx.upload_owned("e_score_correction_bias", &f32s(b)));
     let dummy = ctx.upload_owned("dummy", &[0u8; 16]);
     let bytes = layer.weight_bytes() as u64;
     if let Some(e) = pollster::block_on(scope.pop()) {
@@ -159,11 +170,12 @@ pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError>
     }
     Ok(GpuLayer {
         config: layer.config.clone(),
-        correction_bias: layer.weights.e_score_correction_bias.clone(),
+        has_correction_bias: layer.weights.e_score_correction_bias.is_some(),
         chunks,
         bias13,
         bias2,
         map,
+        route_bias,
         dummy,
         bytes,
     })
@@ -262,8 +274,8 @@ pub fn forward(
             times,
         ));
     }
-    // The router's input checks (finite logits); a correction bias is handled below.
-    ops::validate_route(&l.router, logits, l.n_experts, g.correction_bias.as_deref())?;
+    // The router's input checks (finite logits; the bias was checked at upload).
+    ops::validate_route(&l.router, logits, l.n_experts, None)?;
     let na = m * k;
     let el = l.local_experts;
     let gemv = match path {
@@ -304,6 +316,7 @@ pub fn forward(
         &l.router,
         m,
         l.n_experts,
+        g.route_bias.is_some(),
     )));
     let base_params = ctx.uniform(bytemuck::cast_slice(&params(g, m, 0, el)));
     let logits_b = ctx.upload(bytemuck::cast_slice(logits));
@@ -331,29 +344,23 @@ pub fn forward(
         &bufs[0], &bufs[1], &bufs[2], &bufs[3], &bufs[4], &bufs[5], &bufs[6], &bufs[7], &bufs[8],
     );
     let map = g.map.as_ref().unwrap_or(&g.dummy);
-    let wfmt = l.scheme.weight.id();
-    let afmt = l.scheme.activation.map_or(255, |f| f.id());
-    let act = match l.activation {
-        Activation::Silu => 0,
-        Activation::SwigluOai => 1,
-    };
     let bf16 = (opts.intermediate == Intermediate::Bf16) as u32;
     let ov: [(&'static str, u32); 5] = [
-        ("WFMT", wfmt),
-        ("AFMT", afmt),
-        ("AMODE", l.act_scale_mode.id()),
-        ("ACT", act),
-        ("BF16", bf16),
+        ("WEIGHT_FMT", l.scheme.weight.id()),
+        ("ACT_FMT", l.scheme.activation.map_or(FMT_NONE, |f| f.id())),
+        ("ACT_SCALE_MODE", l.act_scale_mode.id()),
+        ("ACTIVATION", l.activation.id()),
+        ("ROUND_BF16", bf16),
     ];
-    let p_lists = ctx.pipeline("moe", "lists", &[("TILE_M", tile_m as u32)])?;
-    let (e1, e2) = if gemv {
-        ("gemv1", "gemv2")
+    let p_lists = ctx.pipeline(Shader::MoeLists, "lists", &[("TILE_M", tile_m as u32)])?;
+    let (experts, e1, e2) = if gemv {
+        (Shader::MoeGemv, "gemv1", "gemv2")
     } else {
-        ("gemm1", "gemm2")
+        (Shader::MoeGemm, "gemm1", "gemm2")
     };
-    let p_g1 = ctx.pipeline("moe", e1, &ov)?;
-    let p_g2 = ctx.pipeline("moe", e2, &ov)?;
-    let p_comb = ctx.pipeline("moe", "combine", &[("BF16", bf16)])?;
+    let p_g1 = ctx.pipeline(experts, e1, &ov)?;
+    let p_g2 = ctx.pipeline(experts, e2, &ov)?;
+    let p_comb = ctx.pipeline(Shader::MoeCombine, "combine", &[("ROUND_BF16", bf16)])?;
 
     let mut timer = if timed {
         ctx.timer(4 + 2 * g.chunks.len() as u32)
@@ -363,28 +370,17 @@ pub fn forward(
     let mut enc = ctx
         .device
         .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
-    match g.correction_bias.as_deref() {
-        // DeepSeek-V3 selection ranks sigmoid(x) + bias, float values a GPU's exp cannot
-        // reproduce bit for bit; the ids come from the CPU router (exact by construction),
-        // computed before the submit, so the layer still runs in one submit with no round trip.
-        Some(bias) => {
-            let r = crate::moe::route(&l.router, logits, l.n_experts, Some(bias))?;
-            ctx.queue
-                .write_buffer(ids, 0, bytemuck::cast_slice(&r.topk_ids));
-            ctx.queue
-                .write_buffer(topw, 0, bytemuck::cast_slice(&r.topk_weights));
-        }
-        None => route::record(
-            ctx,
-            &mut enc,
-            &rparams,
-            &logits_b,
-            ids,
-            topw,
-            m,
-            timer.as_mut(),
-        )?,
-    }
+    route::record(
+        ctx,
+        &mut enc,
+        &rparams,
+        &logits_b,
+        g.route_bias.as_ref().unwrap_or(&g.dummy),
+        ids,
+        topw,
+        m,
+        timer.as_mut(),
+    )?;
     {
         let bg = ctx.bind(
             &p_lists,
@@ -406,7 +402,7 @@ pub fn forward(
     let x_in = match l.scheme.activation {
         Some(f) => {
             let pq = ctx.pipeline(
-                "quant",
+                Shader::Quant,
                 "qdq",
                 &[("FMT", f.id()), ("MODE", l.act_scale_mode.id())],
             )?;

@@ -3,6 +3,7 @@
 //! are processed in chunks of whole blocks.
 
 use super::context::Context;
+use super::source::Shader;
 use crate::backend::BackendError;
 use crate::format::{FormatError, MxFormat, MxTensor, ScaleMode, BLOCK};
 
@@ -26,7 +27,11 @@ fn dispatch(
     inputs: &[(u32, &[u8])],
     outputs: &[(u32, u64)],
 ) -> Result<Vec<Vec<u8>>, BackendError> {
-    let pipe = ctx.pipeline("quant", entry, &[("FMT", format.id()), ("MODE", mode.id())])?;
+    let pipe = ctx.pipeline(
+        Shader::Quant,
+        entry,
+        &[("FMT", format.id()), ("MODE", mode.id())],
+    )?;
     let params = ctx.uniform(bytemuck::cast_slice(&[n_blocks as u32, 0, 0, 0]));
     let ins: Vec<(u32, wgpu::Buffer)> = inputs.iter().map(|(i, d)| (*i, ctx.upload(d))).collect();
     let outs: Vec<(u32, wgpu::Buffer)> = outputs

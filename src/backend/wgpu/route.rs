@@ -1,7 +1,11 @@
-//! Routing on the GPU (shaders/route.wgsl): exact CPU ids (selection compares logits only),
-//! weights within float tolerance.
+//! Routing on the GPU (shaders/route.wgsl): exactly the CPU's ids. Selection compares the logits,
+//! or with an `e_score_correction_bias` (DeepSeek-V3/R1) the keys `score + bias` computed to the
+//! CPU's bits (`shaders/exact_math.wgsl`, the twin of `src/moe/exact_math.rs`: an integer sigmoid,
+//! or for softmax routers an integer exp and an exact division). Those weights are bit-exact too;
+//! softmax weights without a bias are within float tolerance (the GPU's `exp`).
 
 use super::context::{Context, Timer};
+use super::source::Shader;
 use crate::backend::{BackendError, Op, RouteOp, Support};
 use crate::moe::{RouterConfig, Routing, Scoring};
 
@@ -10,8 +14,9 @@ pub const MAX_EXPERTS: usize = 1024;
 pub const MAX_TOP_K: usize = 32;
 pub const MAX_GROUPS: usize = 32;
 
-/// Whether route.wgsl can run this routing op within its limits.
-fn within_limits(r: &RouteOp) -> Support {
+/// Whether route.wgsl can run this routing op (standalone or inside a MoE forward): every
+/// router, with or without a correction bias, within its array limits.
+pub fn supports(r: &RouteOp) -> Support {
     Support::when(
         r.n_experts <= MAX_EXPERTS
             && r.top_k >= 1
@@ -27,20 +32,10 @@ fn within_limits(r: &RouteOp) -> Support {
     )
 }
 
-/// Whether the standalone route op runs here.
-pub fn supports(r: &RouteOp) -> Support {
-    Support::when(!r.correction_bias, || {
-        "selection on sigmoid scores + e_score_correction_bias cannot match the CPU ids \
-         exactly (the GPU's exp differs in the last bit)"
-            .into()
-    })
-    .and(|| within_limits(r))
-}
-
-/// Whether a MoE forward's routing runs here. A layer with a correction bias takes its ids
-/// from the CPU router before the single submit (see `moe::forward`).
-pub fn supports_in_forward(r: &RouteOp) -> Support {
-    within_limits(r)
+/// Whether the selection uses the correction bias: top-k-then-softmax ignores it (as the CPU
+/// does).
+pub fn uses_bias(cfg: &RouterConfig, bias: Option<&[f32]>) -> bool {
+    bias.is_some() && cfg.scoring != Scoring::TopkSoftmax
 }
 
 /// The same input checks (and messages) as the CPU `moe::route`, plus our limits.
@@ -61,8 +56,8 @@ pub fn check(
     }
 }
 
-/// The uniform block of route.wgsl.
-pub fn params(cfg: &RouterConfig, m: usize, n_experts: usize) -> [u32; 8] {
+/// The uniform block of route.wgsl (`has_bias`: see [`uses_bias`]).
+pub fn params(cfg: &RouterConfig, m: usize, n_experts: usize, has_bias: bool) -> [u32; 12] {
     // The CPU's top-k-then-softmax ignores groups (src/moe/routing.rs), so do we.
     let (ng, tg) = match (cfg.scoring, cfg.n_group, cfg.topk_group) {
         (Scoring::TopkSoftmax, _, _) => (0, 0),
@@ -73,32 +68,37 @@ pub fn params(cfg: &RouterConfig, m: usize, n_experts: usize) -> [u32; 8] {
         m as u32,
         n_experts as u32,
         cfg.top_k as u32,
-        match cfg.scoring {
-            Scoring::Softmax => 0,
-            Scoring::TopkSoftmax => 1,
-            Scoring::Sigmoid => 2,
-        },
+        cfg.scoring.id(),
         cfg.renormalize as u32,
         ng,
         tg,
         cfg.routed_scaling_factor.to_bits(),
+        has_bias as u32,
+        0,
+        0,
+        0,
     ]
 }
 
-/// Record the routing dispatch into `enc`.
+/// Record the routing dispatch into `enc`. `bias`: the correction bias (any buffer when the
+/// params say there is none).
 #[allow(clippy::too_many_arguments, reason = "the buffers of one dispatch")]
 pub fn record(
     ctx: &Context,
     enc: &mut wgpu::CommandEncoder,
     params: &wgpu::Buffer,
     logits: &wgpu::Buffer,
+    bias: &wgpu::Buffer,
     ids: &wgpu::Buffer,
     weights: &wgpu::Buffer,
     m: usize,
     timer: Option<&mut Timer>,
 ) -> Result<(), BackendError> {
-    let pipe = ctx.pipeline("route", "route", &[])?;
-    let bg = ctx.bind(&pipe, &[(0, params), (1, logits), (2, ids), (3, weights)]);
+    let pipe = ctx.pipeline(Shader::Route, "route", &[])?;
+    let bg = ctx.bind(
+        &pipe,
+        &[(0, params), (1, logits), (2, ids), (3, weights), (4, bias)],
+    );
     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: Some("route"),
         timestamp_writes: timer.and_then(|t| t.writes("route")),
@@ -119,8 +119,13 @@ pub fn route(
 ) -> Result<Routing, BackendError> {
     let m = check(cfg, logits, n_experts, bias)?;
     let k = cfg.top_k;
-    let p = ctx.uniform(bytemuck::cast_slice(&params(cfg, m, n_experts)));
+    let has_bias = uses_bias(cfg, bias);
+    let p = ctx.uniform(bytemuck::cast_slice(&params(cfg, m, n_experts, has_bias)));
     let lb = ctx.upload(bytemuck::cast_slice(logits));
+    let bb = match bias {
+        Some(b) if has_bias => ctx.upload(bytemuck::cast_slice(b)),
+        _ => ctx.storage(4),
+    };
     let n = (m * k * 4) as u64;
     let ids = ctx.storage(n);
     let w = ctx.storage(n);
@@ -131,9 +136,9 @@ pub fn route(
         .create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("route"),
         });
-    record(ctx, &mut enc, &p, &lb, &ids, &w, m, None)?;
+    record(ctx, &mut enc, &p, &lb, &bb, &ids, &w, m, None)?;
     let r = ctx.submit_and_read(enc, &[(&ids, n), (&w, n)]);
-    ctx.give([p, lb, ids, w]);
+    ctx.give([p, lb, bb, ids, w]);
     let r = r?;
     Ok(Routing {
         top_k: k,

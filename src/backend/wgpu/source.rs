@@ -1,27 +1,156 @@
-//! Every WGSL source of the wgpu backend, and how they are composed.
+//! Every WGSL source of the wgpu backend, and how each [`Shader`] is composed from them.
 //!
-//! Each op shader is `preamble + mx_common.wgsl + op.wgsl`. The preamble is generated here from
-//! the Rust format table ([`MxFormat::spec`]), so formats stay defined in one place
-//! (`src/format/`): adding a format is a table row there and nothing here.
+//! A shader is the generated [`preamble`] followed by its files (see [`Shader::files`]), e.g.
+//! `preamble + mx_common.wgsl + quant.wgsl`. The preamble is generated here from the Rust side:
+//! the format table ([`MxFormat::spec`]) and the ids of formats (`FMT_*`), scale modes
+//! (`SCALE_*`), router scorings (`SCORING_*`) and activations (`ACT_*`), plus the constants of the
+//! exact routing math ([`crate::moe::exact_math`]). So formats and ids are defined in one place
+//! (`src/format/`, `src/moe/`), WGSL compares against the generated names and Rust passes
+//! `.id()`: no number is written on both sides.
 
-use crate::format::{ElemKind, MxFormat};
+use crate::format::{ElemKind, MxFormat, ScaleMode};
+use crate::moe::exact_math::{EXP2_NEG_Q31, LN2_Q32, LOG2E_Q63};
+use crate::moe::{Activation, Scoring};
 
-/// Shared decode/encode of every format and E8M0 (integer arithmetic on fp32 bits).
-pub const MX_COMMON: &str = include_str!("../../../shaders/mx_common.wgsl");
+/// One file of `shaders/`, compiled in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct File {
+    /// The file name in `shaders/` (what `tests/shaders.rs` checks against the directory).
+    pub name: &'static str,
+    pub src: &'static str,
+}
+
+macro_rules! shader_file {
+    ($name:literal) => {
+        File {
+            name: $name,
+            src: include_str!(concat!("../../../shaders/", $name)),
+        }
+    };
+}
+
+/// Exact decode/encode of every format and E8M0 (integer arithmetic on fp32 bits).
+pub const MX_COMMON: File = shader_file!("mx_common.wgsl");
+/// Exact sigmoid, exp, f32 division and flushed add on integers (routing keys and weights).
+pub const EXACT_MATH: File = shader_file!("exact_math.wgsl");
 /// quantize / dequantize / qdq entry points.
-pub const QUANT: &str = include_str!("../../../shaders/quant.wgsl");
-/// Routing: softmax / top-k-softmax / sigmoid, groups.
-pub const ROUTE: &str = include_str!("../../../shaders/route.wgsl");
-/// The MoE layer: lists, gemm1, gemm2, combine.
-pub const MOE: &str = include_str!("../../../shaders/moe.wgsl");
+pub const QUANT: File = shader_file!("quant.wgsl");
+/// Routing: softmax / top-k-softmax / sigmoid, correction bias, groups.
+pub const ROUTE: File = shader_file!("route.wgsl");
+/// What the MoE passes share: parameters, bindings, tiles, weight decoding, epilogue helpers.
+pub const MOE_COMMON: File = shader_file!("moe_common.wgsl");
+/// The MoE pass `lists`: expert histogram, prefix sum, row lists, tile list.
+pub const MOE_LISTS: File = shader_file!("moe_lists.wgsl");
+/// The prefill expert passes `gemm1`, `gemm2` (grouped GEMM).
+pub const MOE_GEMM: File = shader_file!("moe_gemm.wgsl");
+/// The decode expert passes `gemv1`, `gemv2` (grouped GEMV).
+pub const MOE_GEMV: File = shader_file!("moe_gemv.wgsl");
+/// The MoE pass `combine`: the deterministic sum over the top-k slots.
+pub const MOE_COMBINE: File = shader_file!("moe_combine.wgsl");
+/// The memory-bandwidth diagnostic of `WgpuBackend::bandwidth_probe` (self-contained).
+pub const BANDWIDTH_PROBE: File = shader_file!("bandwidth_probe.wgsl");
 
-/// The op shaders: (name, file name, source). The file name is what `tests/shaders.rs` checks
-/// against the `shaders/` directory.
-pub const SHADERS: [(&str, &str, &str); 3] = [
-    ("quant", "quant.wgsl", QUANT),
-    ("route", "route.wgsl", ROUTE),
-    ("moe", "moe.wgsl", MOE),
+/// Every file of `shaders/`.
+pub const FILES: [File; 10] = [
+    MX_COMMON,
+    EXACT_MATH,
+    QUANT,
+    ROUTE,
+    MOE_COMMON,
+    MOE_LISTS,
+    MOE_GEMM,
+    MOE_GEMV,
+    MOE_COMBINE,
+    BANDWIDTH_PROBE,
 ];
+
+/// The activation format id of a weight-only scheme (no activation QDQ): `FMT_NONE` in WGSL.
+pub const FMT_NONE: u32 = 255;
+
+/// The shaders (WGSL modules) of the backend; the pipeline cache keys on these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Shader {
+    /// `quantize`, `dequantize`, `qdq` (overrides `FMT`, `MODE`).
+    Quant,
+    /// `route`.
+    Route,
+    /// `lists` (override `TILE_M`).
+    MoeLists,
+    /// `gemm1`, `gemm2` (overrides `WEIGHT_FMT`, `ACT_FMT`, `ACT_SCALE_MODE`, `ACTIVATION`,
+    /// `ROUND_BF16`).
+    MoeGemm,
+    /// `gemv1`, `gemv2` (the same overrides as [`Shader::MoeGemm`]).
+    MoeGemv,
+    /// `combine` (override `ROUND_BF16`).
+    MoeCombine,
+    /// `main`, `rows`, `rows_lut`.
+    BandwidthProbe,
+}
+
+impl Shader {
+    pub const ALL: [Shader; 7] = [
+        Shader::Quant,
+        Shader::Route,
+        Shader::MoeLists,
+        Shader::MoeGemm,
+        Shader::MoeGemv,
+        Shader::MoeCombine,
+        Shader::BandwidthProbe,
+    ];
+
+    /// A short name (labels, messages).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Shader::Quant => "quant",
+            Shader::Route => "route",
+            Shader::MoeLists => "moe_lists",
+            Shader::MoeGemm => "moe_gemm",
+            Shader::MoeGemv => "moe_gemv",
+            Shader::MoeCombine => "moe_combine",
+            Shader::BandwidthProbe => "bandwidth_probe",
+        }
+    }
+
+    /// The files composed, in order, after the generated preamble (when
+    /// [`Shader::has_preamble`]).
+    pub const fn files(self) -> &'static [File] {
+        match self {
+            Shader::Quant => &[MX_COMMON, QUANT],
+            Shader::Route => &[EXACT_MATH, ROUTE],
+            Shader::MoeLists => &[MX_COMMON, MOE_COMMON, MOE_LISTS],
+            Shader::MoeGemm => &[MX_COMMON, MOE_COMMON, MOE_GEMM],
+            Shader::MoeGemv => &[MX_COMMON, MOE_COMMON, MOE_GEMV],
+            Shader::MoeCombine => &[MX_COMMON, MOE_COMMON, MOE_COMBINE],
+            Shader::BandwidthProbe => &[BANDWIDTH_PROBE],
+        }
+    }
+
+    /// Whether the generated preamble comes first (every shader but the self-contained probe).
+    pub const fn has_preamble(self) -> bool {
+        !matches!(self, Shader::BandwidthProbe)
+    }
+
+    /// The full source, ready to compile.
+    pub fn compose(self) -> String {
+        let mut s = if self.has_preamble() {
+            preamble()
+        } else {
+            String::new()
+        };
+        for f in self.files() {
+            s += &format!("// ---- {} ----\n", f.name);
+            s += f.src;
+            s += "\n";
+        }
+        s
+    }
+}
+
+impl std::fmt::Display for Shader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// How a format marks NaN/Inf codes: 0 none, 1 OFP8 E4M3 (S.1111.111 is NaN), 2 IEEE-like
 /// (all-ones exponent: mantissa 0 = Inf, else NaN).
@@ -47,15 +176,48 @@ fn max_mant(f: MxFormat) -> u32 {
     m as u32
 }
 
-/// The generated WGSL preamble: `struct MxSpec` and `fn mx_spec(f) -> MxSpec`.
+/// The id constants of the generated preamble: (WGSL name, value), from the Rust enums.
+pub fn id_constants() -> Vec<(String, u32)> {
+    let mut v: Vec<(String, u32)> = Vec::new();
+    let upper = |p: &str, n: &str| format!("{p}_{}", n.to_ascii_uppercase());
+    v.extend(
+        MxFormat::ALL
+            .iter()
+            .map(|f| (upper("FMT", f.name()), f.id())),
+    );
+    v.push(("FMT_NONE".into(), FMT_NONE));
+    v.extend(
+        ScaleMode::ALL
+            .iter()
+            .map(|m| (upper("SCALE", m.name()), m.id())),
+    );
+    v.extend(
+        Scoring::ALL
+            .iter()
+            .map(|s| (upper("SCORING", s.name()), s.id())),
+    );
+    v.extend(
+        Activation::ALL
+            .iter()
+            .map(|a| (upper("ACT", a.name()), a.id())),
+    );
+    v
+}
+
+/// The generated WGSL preamble: the id constants ([`id_constants`]), `struct MxSpec` and
+/// `fn mx_spec(f) -> MxSpec`, and the exact routing math's constants.
 pub fn preamble() -> String {
     let mut s = String::from(
-        "// GENERATED from src/format (MxFormat::spec) by src/backend/wgpu/source.rs.\n\
-         struct MxSpec {\n    is_int: u32,\n    ebits: u32,\n    mbits: u32,\n    bias: i32,\n    \
+        "// GENERATED by src/backend/wgpu/source.rs from src/format (MxFormat, ScaleMode) and\n\
+         // src/moe (Scoring, Activation, exact_math).\n",
+    );
+    for (name, id) in id_constants() {
+        s += &format!("const {name}: u32 = {id}u;\n");
+    }
+    s += "\nstruct MxSpec {\n    is_int: u32,\n    ebits: u32,\n    mbits: u32,\n    bias: i32,\n    \
          emax: i32,\n    code_bits: u32,\n    max_code: u32,\n    sign_bit: u32,\n    \
          even_mbits: u32,\n    nan_kind: u32,\n    max_mant: u32,\n}\n\n\
-         fn mx_spec(f: u32) -> MxSpec {\n",
-    );
+         fn mx_spec(f: u32) -> MxSpec {\n";
     let n = MxFormat::ALL.len();
     for (i, f) in MxFormat::ALL.iter().enumerate() {
         let sp = f.spec();
@@ -75,19 +237,29 @@ pub fn preamble() -> String {
         );
         if i + 1 < n {
             s += &format!(
-                "    if f == {}u {{\n        return {row};\n    }}\n",
-                f.id()
+                "    if f == FMT_{} {{\n        return {row};\n    }}\n",
+                f.name().to_ascii_uppercase()
             );
         } else {
-            s += &format!("    // {}\n    return {row};\n", f.name());
+            s += &format!(
+                "    // FMT_{}\n    return {row};\n",
+                f.name().to_ascii_uppercase()
+            );
         }
     }
     s += "}\n\n";
+    s += "// The exact routing math's constants (src/moe/exact_math.rs).\n";
+    s += &format!(
+        "const SIG_LOG2E_Q63_HI: u32 = {:#010x}u;\nconst SIG_LOG2E_Q63_LO: u32 = {:#010x}u;\n\
+         const SIG_LN2_Q32: u32 = {:#010x}u;\nconst SIG_EXP2_NEG_Q31 = array<u32, 64>(",
+        (LOG2E_Q63 >> 32) as u32,
+        LOG2E_Q63 as u32,
+        LN2_Q32
+    );
+    for (i, t) in EXP2_NEG_Q31.iter().enumerate() {
+        s += if i % 6 == 0 { "\n    " } else { " " };
+        s += &format!("{t:#010x}u,");
+    }
+    s += "\n);\n\n";
     s
-}
-
-/// The full source of op shader `name` ("quant", "route", "moe"), ready to compile.
-pub fn compose(name: &str) -> Option<String> {
-    let (_, _, src) = SHADERS.iter().find(|(n, _, _)| *n == name)?;
-    Some(format!("{}{}\n{}", preamble(), MX_COMMON, src))
 }
