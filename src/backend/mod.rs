@@ -180,6 +180,14 @@ impl Backend {
         }
     }
 
+    /// Kernel choices the backend made at start-up, in words (for `info` and bench results).
+    pub fn notes(&self) -> Vec<String> {
+        match self {
+            Backend::Wgpu(b) => b.notes(),
+            Backend::Cpu(_) | Backend::Hip(_) => Vec::new(),
+        }
+    }
+
     /// Whether this backend can run `op`, and if not, why.
     pub fn supports(&self, op: &Op) -> Support {
         match self {

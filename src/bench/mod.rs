@@ -27,6 +27,8 @@ use std::time::Instant;
 pub struct BenchResult {
     pub backend: String,
     pub adapter: String,
+    /// Kernel choices of the backend ([`Backend::notes`]).
+    pub notes: Vec<String>,
     pub scheme: String,
     pub experts: usize,
     pub hidden: usize,
@@ -186,6 +188,9 @@ pub fn run(
     // Prepare once (the GPU uploads the weights; the CPU borrows them), timed on its own.
     let t_prep = Instant::now();
     let prepared = b.prepare(layer)?;
+    for n in b.notes() {
+        progress(&n);
+    }
     let prepare_ms = t_prep.elapsed().as_secs_f64() * 1e3;
     let prepare_bytes = layer.weight_bytes() as u64;
     progress(&format!(
@@ -293,6 +298,7 @@ pub fn run(
         let r = BenchResult {
             backend: b.name().into(),
             adapter: b.adapter(),
+            notes: b.notes(),
             scheme: layer.config.scheme.name(),
             experts: e,
             hidden: h,

@@ -42,8 +42,8 @@ pub use codec::{decode_elem_f64, decode_parts, encode_elem};
 pub use pack::{pack_codes, unpack_codes, Packing};
 pub use scale::{e8m0_to_f32, scale_byte, ScaleMode};
 pub use tensor::{
-    check_parts, check_rows, check_values, dequantize_block, qdq_block, qdq_slice, quantize_block,
-    MxTensor,
+    check_parts, check_rows, check_values, dequant_elem, dequantize_block, qdq_block, qdq_slice,
+    quantize_block, MxTensor,
 };
 
 use std::fmt;

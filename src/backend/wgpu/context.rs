@@ -4,6 +4,7 @@
 
 use super::source::Shader;
 use crate::backend::BackendError;
+use crate::format::MxFormat;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -214,6 +215,10 @@ pub struct Context {
     /// Test hook: the largest weight chunk (bytes) instead of the adapter's binding limit.
     pub chunk_override: AtomicU64,
     pub poison: AtomicBool,
+    /// Whether the decode GEMV decodes FP4 codes in registers (`FP4_REGISTER_DECODE`) rather
+    /// than through a table in workgroup memory: set when the adapter passes
+    /// [`Context::check_fp4_register_decode`]; `MXMOE_FP4_DECODE=table|registers` forces it.
+    pub fp4_register_decode: AtomicBool,
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -297,7 +302,7 @@ impl Context {
                 *g = Some(e.to_string());
             }
         }));
-        Ok(Context {
+        let ctx = Context {
             device,
             queue,
             info: ContextInfo {
@@ -310,9 +315,46 @@ impl Context {
             pool: Mutex::new(HashMap::new()),
             chunk_override: AtomicU64::new(0),
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
+            fp4_register_decode: AtomicBool::new(false),
             op_lock: Mutex::new(()),
             uncaptured,
-        })
+        };
+        let on = match std::env::var("MXMOE_FP4_DECODE").as_deref() {
+            Ok("table") => false,
+            Ok("registers") => true,
+            _ => ctx.check_fp4_register_decode(),
+        };
+        ctx.fp4_register_decode.store(on, Ordering::Relaxed);
+        Ok(ctx)
+    }
+
+    /// Run `fp4_decode_check` (shaders/moe_gemv.wgsl) and compare the 16 E2M1 codes it
+    /// decodes from bits with the format table's values, bit for bit (±0 included). False on
+    /// any difference or error: the table decode is always right.
+    fn check_fp4_register_decode(&self) -> bool {
+        let run = || -> Result<bool, BackendError> {
+            let pipe = self.pipeline(Shader::MoeGemv, "fp4_decode_check", &[])?;
+            let out = self.storage(64);
+            let bg = self.bind(&pipe, &[(9, &out)]);
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("check"),
+                });
+            {
+                let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                p.set_pipeline(&pipe);
+                p.set_bind_group(0, &bg, &[]);
+                p.dispatch_workgroups(1, 1, 1);
+            }
+            let r = self.submit_and_read(enc, &[(&out, 64)])?;
+            self.give([out]);
+            let got: Vec<u32> = bytemuck::pod_collect_to_vec(&r[0]);
+            Ok((0..16u8).all(|c| {
+                got[c as usize] == crate::format::dequant_elem(MxFormat::Fp4E2M1, c, 127).to_bits()
+            }))
+        };
+        run().unwrap_or(false)
     }
 
     /// A timer for up to `passes` passes, when the device has TIMESTAMP_QUERY.

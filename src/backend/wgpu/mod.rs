@@ -72,6 +72,24 @@ impl WgpuBackend {
         )
     }
 
+    /// Test hook: decode FP4 weights in the GEMV from bits in registers (`true`) or through
+    /// the workgroup-memory table (`false`), whatever the start-up check chose.
+    pub fn set_fp4_register_decode(&self, on: bool) {
+        self.ctx.fp4_register_decode.store(on, Ordering::Relaxed);
+    }
+
+    /// Kernel choices this device made at start-up, in words (for `info` and bench results).
+    pub fn notes(&self) -> Vec<String> {
+        vec![format!(
+            "fp4 decode in the GEMV: {}",
+            if self.ctx.fp4_register_decode.load(Ordering::Relaxed) {
+                "registers (f16 bit trick; the adapter passed the check)"
+            } else {
+                "byte table in workgroup memory"
+            }
+        )]
+    }
+
     /// The chosen adapter's summary (features, limits) and the features enabled.
     pub fn info(&self) -> &ContextInfo {
         &self.ctx.info

@@ -15,6 +15,7 @@ use super::source::{Shader, FMT_NONE};
 use crate::backend::{ops, BackendError, PassTimes};
 use crate::format::MxTensor;
 use crate::moe::{Intermediate, MoeConfig, MoeLayer, MoeOptions, MoeOutput, Routing};
+use std::sync::atomic::Ordering;
 
 /// Rows per GEMM tile (GEMM_TILE_ROWS in moe_gemm.wgsl) and per GEMV tile (GEMV_TILE_ROWS in
 /// moe_gemv.wgsl).
@@ -358,6 +359,13 @@ pub fn forward(
     } else {
         (Shader::MoeGemm, "gemm1", "gemm2")
     };
+    let mut ov = ov.to_vec();
+    if gemv {
+        ov.push((
+            "FP4_REGISTER_DECODE",
+            ctx.fp4_register_decode.load(Ordering::Relaxed) as u32,
+        ));
+    }
     let p_g1 = ctx.pipeline(experts, e1, &ov)?;
     let p_g2 = ctx.pipeline(experts, e2, &ov)?;
     let p_comb = ctx.pipeline(Shader::MoeCombine, "combine", &[("ROUND_BF16", bf16)])?;
