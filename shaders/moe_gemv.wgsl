@@ -107,40 +107,6 @@ fn load_x_octet_vec4(xoff: u32, o: u32) -> Octet {
     return Octet(x_in_vec4[i], x_in_vec4[i + 1u]);
 }
 
-// 1: decode FP4 codes in registers (`decode_fp4_word_registers`); 0: through the byte table in
-// workgroup memory. The host sets 1 only where the adapter passed a check that f16 subnormals
-// survive `unpack2x16float` (`Context::fp4_register_decode`).
-override FP4_REGISTER_DECODE: u32 = 0u;
-
-// The 8 FP4 values of one packed word (elements 0..3 in .lo, 4..7 in .hi).
-fn decode_fp4_word(w: u32) -> Octet {
-    if FP4_REGISTER_DECODE != 0u {
-        return decode_fp4_word_registers(w);
-    }
-    // Byte-indexed table: two values per lookup.
-    return Octet(vec4<f32>(fp4_byte_values[w & 0xFFu], fp4_byte_values[(w >> 8u) & 0xFFu]),
-                 vec4<f32>(fp4_byte_values[(w >> 16u) & 0xFFu], fp4_byte_values[w >> 24u]));
-}
-
-// Two E2M1 codes (in bits 0..3 and 16..19 of t) as f16 bit patterns: the 3 magnitude bits go to
-// f16 bits 9..11 (exponent field e, mantissa top bit m) and the sign to bit 15, which makes an f16
-// equal to the E2M1 value times 2^-14 exactly (e >= 1: 2^(e-15) (1 + m/2); the subnormal code
-// 0b001 lands on the f16 subnormal 2^-15). Times 2^14 after the exact conversion to f32.
-fn fp4_pair_registers(t: u32) -> vec2<f32> {
-    let bits = ((t & 0x00070007u) << 9u) | ((t & 0x00080008u) << 12u);
-    return unpack2x16float(bits) * 16384.0;
-}
-
-// The 8 FP4 values of one packed word decoded from bits (no table): element k is nibble k
-// (docs/NUMERICS.md 9.1), so the pairs (k, k + 4) sit at bits 4k and 4k + 16.
-fn decode_fp4_word_registers(w: u32) -> Octet {
-    let p0 = fp4_pair_registers(w);
-    let p1 = fp4_pair_registers(w >> 4u);
-    let p2 = fp4_pair_registers(w >> 8u);
-    let p3 = fp4_pair_registers(w >> 12u);
-    return Octet(vec4<f32>(p0.x, p1.x, p2.x, p3.x), vec4<f32>(p0.y, p1.y, p2.y, p3.y));
-}
-
 // Unscaled octet dot products: one token, four tokens.
 fn dot_octet(w: Octet, x: Octet) -> f32 {
     return dot(w.lo, x.lo) + dot(w.hi, x.hi);
@@ -503,11 +469,3 @@ fn gemv2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     }
 }
 
-// Self-check of the register decode on this adapter (run once per device, see
-// `Context::fp4_register_decode`): out_bits[c] = the f32 bits of E2M1 code c (c < 16) as
-// `fp4_pair_registers` decodes it. An adapter that flushes f16 subnormals in `unpack2x16float`
-// gets code 1 wrong (0 instead of 0.5) and keeps the table decode.
-@compute @workgroup_size(16)
-fn fp4_decode_check(@builtin(local_invocation_index) lid: u32) {
-    out_bits[lid] = bitcast<u32>(fp4_pair_registers(lid).x);
-}

@@ -21,7 +21,16 @@ fn shader_dir() -> std::path::PathBuf {
 fn validate(name: &str, src: &str) -> (naga::Module, naga::valid::ModuleInfo) {
     let module = naga::front::wgsl::parse_str(src)
         .unwrap_or_else(|e| panic!("{name}: WGSL parse error:\n{}", e.emit_to_string(src)));
-    let info = Validator::new(ValidationFlags::all(), Capabilities::empty())
+    // Only a shader that declares it may convert f16 (Shader::needs_f16_in_f32).
+    let caps = if Shader::ALL
+        .iter()
+        .any(|s| s.name() == name && s.needs_f16_in_f32())
+    {
+        Capabilities::SHADER_FLOAT16_IN_FLOAT32
+    } else {
+        Capabilities::empty()
+    };
+    let info = Validator::new(ValidationFlags::all(), caps)
         .validate(&module)
         .unwrap_or_else(|e| panic!("{name}: validation error:\n{}", e.emit_to_string(src)));
     (module, info)
@@ -221,6 +230,7 @@ fn moe_all_variants() {
     for (sh, entries) in [
         (Shader::MoeGemm, ["gemm1", "gemm2"]),
         (Shader::MoeGemv, ["gemv1", "gemv2"]),
+        (Shader::MoeGemvFp4Registers, ["gemv1", "gemv2"]),
     ] {
         let (m, i) = validate(sh.name(), &sh.compose());
         for w in MxFormat::ALL {

@@ -322,18 +322,24 @@ impl Context {
         let on = match std::env::var("MXMOE_FP4_DECODE").as_deref() {
             Ok("table") => false,
             Ok("registers") => true,
-            _ => ctx.check_fp4_register_decode(),
+            _ => {
+                adapter
+                    .get_downlevel_capabilities()
+                    .flags
+                    .contains(wgpu::DownlevelFlags::SHADER_F16_IN_F32)
+                    && ctx.check_fp4_register_decode()
+            }
         };
         ctx.fp4_register_decode.store(on, Ordering::Relaxed);
         Ok(ctx)
     }
 
-    /// Run `fp4_decode_check` (shaders/moe_gemv.wgsl) and compare the 16 E2M1 codes it
+    /// Run `fp4_decode_check` (shaders/moe_gemv_fp4_registers.wgsl) and compare the 16 E2M1 codes it
     /// decodes from bits with the format table's values, bit for bit (±0 included). False on
     /// any difference or error: the table decode is always right.
     fn check_fp4_register_decode(&self) -> bool {
         let run = || -> Result<bool, BackendError> {
-            let pipe = self.pipeline(Shader::MoeGemv, "fp4_decode_check", &[])?;
+            let pipe = self.pipeline(Shader::MoeGemvFp4Registers, "fp4_decode_check", &[])?;
             let out = self.storage(64);
             let bg = self.bind(&pipe, &[(9, &out)]);
             let mut enc = self

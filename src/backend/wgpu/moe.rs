@@ -355,17 +355,15 @@ pub fn forward(
     ];
     let p_lists = ctx.pipeline(Shader::MoeLists, "lists", &[("TILE_M", tile_m as u32)])?;
     let (experts, e1, e2) = if gemv {
-        (Shader::MoeGemv, "gemv1", "gemv2")
+        let shader = if ctx.fp4_register_decode.load(Ordering::Relaxed) {
+            Shader::MoeGemvFp4Registers
+        } else {
+            Shader::MoeGemv
+        };
+        (shader, "gemv1", "gemv2")
     } else {
         (Shader::MoeGemm, "gemm1", "gemm2")
     };
-    let mut ov = ov.to_vec();
-    if gemv {
-        ov.push((
-            "FP4_REGISTER_DECODE",
-            ctx.fp4_register_decode.load(Ordering::Relaxed) as u32,
-        ));
-    }
     let p_g1 = ctx.pipeline(experts, e1, &ov)?;
     let p_g2 = ctx.pipeline(experts, e2, &ov)?;
     let p_comb = ctx.pipeline(Shader::MoeCombine, "combine", &[("ROUND_BF16", bf16)])?;

@@ -45,13 +45,17 @@ pub const MOE_LISTS: File = shader_file!("moe_lists.wgsl");
 pub const MOE_GEMM: File = shader_file!("moe_gemm.wgsl");
 /// The decode expert passes `gemv1`, `gemv2` (grouped GEMV).
 pub const MOE_GEMV: File = shader_file!("moe_gemv.wgsl");
+/// The GEMV's FP4 word decode through a workgroup-memory table (every adapter).
+pub const MOE_GEMV_FP4_TABLE: File = shader_file!("moe_gemv_fp4_table.wgsl");
+/// The GEMV's FP4 word decode from bits in registers (adapters that pass its check).
+pub const MOE_GEMV_FP4_REGISTERS: File = shader_file!("moe_gemv_fp4_registers.wgsl");
 /// The MoE pass `combine`: the deterministic sum over the top-k slots.
 pub const MOE_COMBINE: File = shader_file!("moe_combine.wgsl");
 /// The memory-bandwidth diagnostic of `WgpuBackend::bandwidth_probe` (self-contained).
 pub const BANDWIDTH_PROBE: File = shader_file!("bandwidth_probe.wgsl");
 
 /// Every file of `shaders/`.
-pub const FILES: [File; 10] = [
+pub const FILES: [File; 12] = [
     MX_COMMON,
     EXACT_MATH,
     QUANT,
@@ -60,6 +64,8 @@ pub const FILES: [File; 10] = [
     MOE_LISTS,
     MOE_GEMM,
     MOE_GEMV,
+    MOE_GEMV_FP4_TABLE,
+    MOE_GEMV_FP4_REGISTERS,
     MOE_COMBINE,
     BANDWIDTH_PROBE,
 ];
@@ -79,8 +85,11 @@ pub enum Shader {
     /// `gemm1`, `gemm2` (overrides `WEIGHT_FMT`, `ACT_FMT`, `ACT_SCALE_MODE`, `ACTIVATION`,
     /// `ROUND_BF16`).
     MoeGemm,
-    /// `gemv1`, `gemv2` (the same overrides as [`Shader::MoeGemm`]).
+    /// `gemv1`, `gemv2` (the same overrides as [`Shader::MoeGemm`]), FP4 decoded through a
+    /// table.
     MoeGemv,
+    /// The same with FP4 decoded from bits in registers; also `fp4_decode_check`.
+    MoeGemvFp4Registers,
     /// `combine` (override `ROUND_BF16`).
     MoeCombine,
     /// `main`, `rows`, `rows_lut`.
@@ -88,12 +97,13 @@ pub enum Shader {
 }
 
 impl Shader {
-    pub const ALL: [Shader; 7] = [
+    pub const ALL: [Shader; 8] = [
         Shader::Quant,
         Shader::Route,
         Shader::MoeLists,
         Shader::MoeGemm,
         Shader::MoeGemv,
+        Shader::MoeGemvFp4Registers,
         Shader::MoeCombine,
         Shader::BandwidthProbe,
     ];
@@ -106,6 +116,7 @@ impl Shader {
             Shader::MoeLists => "moe_lists",
             Shader::MoeGemm => "moe_gemm",
             Shader::MoeGemv => "moe_gemv",
+            Shader::MoeGemvFp4Registers => "moe_gemv_fp4_registers",
             Shader::MoeCombine => "moe_combine",
             Shader::BandwidthProbe => "bandwidth_probe",
         }
@@ -119,7 +130,10 @@ impl Shader {
             Shader::Route => &[EXACT_MATH, ROUTE],
             Shader::MoeLists => &[MX_COMMON, MOE_COMMON, MOE_LISTS],
             Shader::MoeGemm => &[MX_COMMON, MOE_COMMON, MOE_GEMM],
-            Shader::MoeGemv => &[MX_COMMON, MOE_COMMON, MOE_GEMV],
+            Shader::MoeGemv => &[MX_COMMON, MOE_COMMON, MOE_GEMV_FP4_TABLE, MOE_GEMV],
+            Shader::MoeGemvFp4Registers => {
+                &[MX_COMMON, MOE_COMMON, MOE_GEMV_FP4_REGISTERS, MOE_GEMV]
+            }
             Shader::MoeCombine => &[MX_COMMON, MOE_COMMON, MOE_COMBINE],
             Shader::BandwidthProbe => &[BANDWIDTH_PROBE],
         }
@@ -128,6 +142,12 @@ impl Shader {
     /// Whether the generated preamble comes first (every shader but the self-contained probe).
     pub const fn has_preamble(self) -> bool {
         !matches!(self, Shader::BandwidthProbe)
+    }
+
+    /// Whether the shader converts f16 to f32 (`unpack2x16float`): naga's
+    /// `SHADER_FLOAT16_IN_FLOAT32` capability, wgpu's `DownlevelFlags::SHADER_F16_IN_F32`.
+    pub const fn needs_f16_in_f32(self) -> bool {
+        matches!(self, Shader::MoeGemvFp4Registers)
     }
 
     /// The full source, ready to compile.
