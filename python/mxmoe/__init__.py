@@ -728,7 +728,8 @@ def verify(
       ``summary``: the CLI's verdict line;
     - ``rel_l2``, ``max_abs``: against the contract reference; ``bit_exact``; ``tolerance``;
     - ``closest`` (e.g. ``"even scales, f32 intermediates"``), ``closest_scale_mode``,
-      ``closest_intermediate``, ``closest_rel_l2``; ``variants``: all eight;
+      ``closest_intermediate``, ``closest_rel_l2`` (None, None, None, inf when the output holds
+      NaN/Inf); ``variants``: all eight;
     - ``ids_identical``, ``ids_differ`` (None when ``topk_ids`` is not given: then the ids do
       not enter the verdict), ``ids_total``, ``weights_rel_l2`` (None without ``topk_weights``);
     - ``worst``: ``{token, column, theirs, reference}`` of the largest absolute error.

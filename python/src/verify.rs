@@ -33,7 +33,7 @@ struct Report {
     ids_total: usize,
     weights_rel: Option<f64>,
     variants: Vec<Variant>,
-    best: usize,
+    best: Option<usize>,
     worst: (usize, usize, f32, f32),
 }
 
@@ -89,16 +89,20 @@ fn run(
             }
         }
     }
-    let want = want.expect("the layer's own scale mode is one of ScaleMode::ALL");
+    let internal = || Failure::Value("internal: the layer's scale mode is not among the variants".into());
+    let want = want.ok_or_else(internal)?;
     let contract = variants
         .iter()
         .position(|v| v.mode == layer.config.act_scale_mode && v.inter == "f32")
-        .expect("present");
-    // The first variant with the smallest rel-L2, as the CLI's strict `<` scan.
-    let mut best = 0;
+        .ok_or_else(internal)?;
+    // The first variant with the smallest rel-L2, as the CLI's strict `<` scan from infinity
+    // (none when every rel-L2 is NaN or infinite: an output holding NaN/Inf).
+    let mut best: Option<usize> = None;
+    let mut best_rel = f64::INFINITY;
     for (j, v) in variants.iter().enumerate() {
-        if v.rel < variants[best].rel {
-            best = j;
+        if v.rel < best_rel {
+            best = Some(j);
+            best_rel = v.rel;
         }
     }
     let (ids_checked, same_ids, ids_differ) = match ids {
@@ -191,11 +195,20 @@ pub fn verify<'py>(
     d.set_item("rel_l2", r.contract_rel)?;
     d.set_item("max_abs", r.contract_max_abs)?;
     d.set_item("tolerance", tolerance)?;
-    let b = &r.variants[r.best];
-    d.set_item("closest", &b.name)?;
-    d.set_item("closest_scale_mode", b.mode.name())?;
-    d.set_item("closest_intermediate", b.inter)?;
-    d.set_item("closest_rel_l2", b.rel)?;
+    match r.best.map(|j| &r.variants[j]) {
+        Some(b) => {
+            d.set_item("closest", &b.name)?;
+            d.set_item("closest_scale_mode", b.mode.name())?;
+            d.set_item("closest_intermediate", b.inter)?;
+            d.set_item("closest_rel_l2", b.rel)?;
+        }
+        None => {
+            for k in ["closest", "closest_scale_mode", "closest_intermediate"] {
+                d.set_item(k, py.None())?;
+            }
+            d.set_item("closest_rel_l2", f64::INFINITY)?;
+        }
+    }
     let vs = PyList::empty(py);
     for v in &r.variants {
         let e = PyDict::new(py);
