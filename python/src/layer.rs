@@ -3,9 +3,7 @@
 
 use crate::{err_io, err_moe, f32s, i32s, out_f32, out_i32, parse_mode, parse_scheme, Failure};
 use mxmoe::format::{MxTensor, ScaleMode};
-use mxmoe::moe::{
-    Activation, MoeConfig, MoeError, MoeLayer, MoeWeights, RouterConfig, Scoring,
-};
+use mxmoe::moe::{Activation, MoeConfig, MoeError, MoeLayer, MoeWeights, RouterConfig, Scoring};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyDict};
 use std::path::PathBuf;
@@ -24,9 +22,7 @@ impl Layer {
     /// Load a layer bundle or a one-layer gpt-oss checkpoint (the CLI's loader).
     #[staticmethod]
     fn load(py: Python<'_>, path: PathBuf) -> PyResult<Layer> {
-        let l = py
-            .detach(|| mxmoe::io::load_layer(&path))
-            .map_err(err_io)?;
+        let l = py.detach(|| mxmoe::io::load_layer(&path)).map_err(err_io)?;
         Ok(Layer { inner: l.layer })
     }
 
@@ -71,11 +67,15 @@ impl Layer {
         let layer = py.detach(|| -> Result<MoeLayer, Failure> {
             let fmt = scheme.weight;
             let tensor = |name: &str, data: &[u8], scales: &[u8], shape: Vec<usize>| {
-                MxTensor::new(fmt, shape, data.to_vec(), scales.to_vec()).map_err(|e| {
-                    Failure::Moe(MoeError::Shape(format!("{name}: {e}")))
-                })
+                MxTensor::new(fmt, shape, data.to_vec(), scales.to_vec())
+                    .map_err(|e| Failure::Moe(MoeError::Shape(format!("{name}: {e}"))))
             };
-            let w13 = tensor("w13_weight", w13, w13_scale, vec![experts, 2 * inter, hidden])?;
+            let w13 = tensor(
+                "w13_weight",
+                w13,
+                w13_scale,
+                vec![experts, 2 * inter, hidden],
+            )?;
             let w2 = tensor("w2_weight", w2, w2_scale, vec![experts, hidden, inter])?;
             let expert_map = expert_map.map(|b| i32s(b, "expert_map")).transpose()?;
             let n_experts = expert_map.as_ref().map_or(experts, Vec::len);
@@ -155,8 +155,14 @@ impl Layer {
         let f = c.scheme.weight;
         let d = PyDict::new(py);
         let u8s = |v: &[u8], shape: Vec<usize>| (PyByteArray::new(py, v), shape, "uint8");
-        d.set_item("w13_weight", u8s(&w.w13.data, vec![e, 2 * i, f.packed_len(h)]))?;
-        d.set_item("w13_weight_scale", u8s(&w.w13.scales, vec![e, 2 * i, h / 32]))?;
+        d.set_item(
+            "w13_weight",
+            u8s(&w.w13.data, vec![e, 2 * i, f.packed_len(h)]),
+        )?;
+        d.set_item(
+            "w13_weight_scale",
+            u8s(&w.w13.scales, vec![e, 2 * i, h / 32]),
+        )?;
         d.set_item("w2_weight", u8s(&w.w2.data, vec![e, h, f.packed_len(i)]))?;
         d.set_item("w2_weight_scale", u8s(&w.w2.scales, vec![e, h, i / 32]))?;
         if let Some(b) = &w.w13_bias {

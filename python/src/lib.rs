@@ -238,7 +238,10 @@ fn quantize<'py>(
         let b = open_backend(kind, adapter)?;
         Ok(b.quantize(fmt, mode, &x, &shape)?)
     })?;
-    Ok((PyByteArray::new(py, &t.data), PyByteArray::new(py, &t.scales)))
+    Ok((
+        PyByteArray::new(py, &t.data),
+        PyByteArray::new(py, &t.scales),
+    ))
 }
 
 /// Dequantize packed codes + E8M0 scales of logical `shape`: f32 bytes.

@@ -89,7 +89,8 @@ fn run(
             }
         }
     }
-    let internal = || Failure::Value("internal: the layer's scale mode is not among the variants".into());
+    let internal =
+        || Failure::Value("internal: the layer's scale mode is not among the variants".into());
     let want = want.ok_or_else(internal)?;
     let contract = variants
         .iter()
@@ -182,9 +183,7 @@ pub fn verify<'py>(
         let g = f32s(logits, "router_logits")?;
         let o = f32s(output, "output")?;
         let ids = topk_ids.map(|b| i32s(b, "topk_ids")).transpose()?;
-        let w = topk_weights
-            .map(|b| f32s(b, "topk_weights"))
-            .transpose()?;
+        let w = topk_weights.map(|b| f32s(b, "topk_weights")).transpose()?;
         run(l, &x, &g, &o, ids.as_deref(), w.as_deref(), tolerance)
     })?;
     let d = PyDict::new(py);
