@@ -127,7 +127,7 @@ fn parse_backend(s: &str) -> PyResult<BackendKind> {
 /// Native-endian f32 values from the bytes the Python side sent (copied: `bytes` gives no
 /// alignment guarantee).
 pub(crate) fn f32s(b: &[u8], what: &str) -> Result<Vec<f32>, Failure> {
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return Err(Failure::Value(format!(
             "{what}: {} bytes is not a whole number of float32 values",
             b.len()
@@ -137,7 +137,7 @@ pub(crate) fn f32s(b: &[u8], what: &str) -> Result<Vec<f32>, Failure> {
 }
 
 pub(crate) fn i32s(b: &[u8], what: &str) -> Result<Vec<i32>, Failure> {
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return Err(Failure::Value(format!(
             "{what}: {} bytes is not a whole number of int32 values",
             b.len()
