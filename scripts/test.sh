@@ -36,8 +36,59 @@ set +e
 cargo test --workspace "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
-# One closing line over every test binary (cargo's own last line is the doc-tests').
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
-     END { printf "\ntotal: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+
+# The Python package (python/): build its abi3 wheel with maturin (into target/, beside the
+# core's build), install it into a virtualenv under target/pyenv, and run its pytest suite
+# against the CLI binary the tests above built. MXMOE_SKIP_PYTHON=1 skips this step.
+py_pass=0 py_fail=0 py_skip=0
+if [ "${MXMOE_SKIP_PYTHON:-0}" != 1 ]; then
+  t0=$SECONDS
+  py_rc=0
+  set +e
+  (
+    set -e
+    venv=target/pyenv
+    if [ ! -x "$venv/bin/python" ]; then
+      if ! python3 -m venv "$venv" 2>/dev/null; then
+        # Debian's python3 needs python3-venv for ensurepip.
+        rm -rf "$venv"
+        if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv
+        python3 -m venv "$venv"
+      fi
+    fi
+    "$venv/bin/pip" install -q --disable-pip-version-check maturin numpy pytest ml_dtypes safetensors
+    rm -f target/wheels/mxmoe-*.whl
+    CARGO_TARGET_DIR="$PWD/target" "$venv/bin/maturin" build --release -m python/Cargo.toml --out target/wheels
+    "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps target/wheels/mxmoe-*.whl
+  ) 2>&1 | tee -a "$log"
+  py_rc=${PIPESTATUS[0]}
+  if [ "$py_rc" = 0 ]; then
+    MXMOE_BIN="${MXMOE_BIN:-$PWD/target/debug/mxmoe}" target/pyenv/bin/pytest python/tests -q \
+      -p no:cacheprovider --junitxml=target/pytest.xml 2>&1 | tee -a "$log"
+    py_rc=${PIPESTATUS[0]}
+    read -r py_pass py_fail py_skip < <(target/pyenv/bin/python - <<'PY' 2>/dev/null || echo "0 1 0"
+import xml.etree.ElementTree as ET
+r = ET.parse("target/pytest.xml").getroot()
+s = r if r.tag == "testsuite" else r.find("testsuite")
+n, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
+print(n - f - e - k, f + e, k)
+PY
+    )
+  else
+    echo "scripts/test.sh: building or installing the Python wheel failed" >&2
+    py_fail=1
+  fi
+  set -e
+  if [ "$py_rc" != 0 ] && [ "$py_fail" = 0 ]; then py_fail=1; fi
+  echo "python: $py_pass passed, $py_fail failed, $py_skip skipped ($((SECONDS - t0)) s for wheel + pytest)"
+  [ "$py_rc" = 0 ] || { [ "$rc" != 0 ] || rc=$py_rc; }
+fi
+
+# One closing line over every test binary and the pytest suite (cargo's own last line is the
+# doc-tests').
+awk -v pp="$py_pass" -v pf="$py_fail" -v ps="$py_skip" \
+    '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "\ntotal: %d passed, %d failed, %d skipped\n", p + pp, f + pf, s + ps }' "$log"
 rm -f "$log"
 exit "$rc"
