@@ -57,6 +57,20 @@ pub enum BackendKind {
     Auto,
 }
 
+impl BackendKind {
+    /// The backends themselves (not `Auto`), in the order `--backend all` opens them.
+    pub const CONCRETE: [BackendKind; 3] = [BackendKind::Cpu, BackendKind::Wgpu, BackendKind::Hip];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Wgpu => "wgpu",
+            BackendKind::Hip => "hip",
+            BackendKind::Auto => "auto",
+        }
+    }
+}
+
 impl FromStr for BackendKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
