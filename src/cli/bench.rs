@@ -111,10 +111,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         io::write_atomic(path, serde_json::to_string_pretty(&res)?.as_bytes())?;
         eprintln!("wrote {}", path.display());
     }
-    if let Some(bad) = res
-        .iter()
-        .find(|r| r.rel_l2_vs_cpu.is_some_and(|x| !(x <= MOE_REL_L2)))
-    {
+    let disagrees = |x: f64| x.is_nan() || x > MOE_REL_L2;
+    if let Some(bad) = res.iter().find(|r| r.rel_l2_vs_cpu.is_some_and(disagrees)) {
         bail!(
             "M = {}: output disagrees with the CPU reference (rel-L2 {:?})",
             bad.tokens,
