@@ -274,9 +274,13 @@ mod tests {
         assert!(rep.ids_identical && rep.ids_differ == 0 && rep.ids_total == 6);
         assert_eq!(rep.variants.len(), 8);
         assert_eq!(rep.contract_rel_l2, 0.0);
-        let c = rep.closest().unwrap();
-        assert_eq!(c.rel_l2, 0.0);
-        assert_eq!(c.name(), "even scales, f32 intermediates");
+        // The contract variant (the layer's `even` scales) is exact; on a layer this small
+        // another scale mode may tie with it, and the first of the ties is the closest.
+        let contract = &rep.variants[1];
+        assert_eq!(contract.name(), "even scales, f32 intermediates");
+        assert_eq!(contract.rel_l2, 0.0);
+        assert_eq!(rep.closest().unwrap().rel_l2, 0.0);
+        assert!(rep.closest.unwrap() <= 1);
         let j = serde_json::to_value(&rep).unwrap();
         assert_eq!(j["verdict"], "BIT-EXACT");
         assert_eq!(j["variants"][1]["scale_mode"], "even");
