@@ -1,8 +1,8 @@
 //! `mxmoe info`: the backends and adapters present, the formats, scale modes and schemes.
 
+use super::open_backends;
 use anyhow::Result;
 use clap::Args;
-use mxmoe::backend::{Backend, BackendKind};
 use mxmoe::format::{MxFormat, ScaleMode};
 use mxmoe::scheme::Scheme;
 
@@ -13,27 +13,33 @@ pub struct InfoArgs {}
 pub fn run(_: &InfoArgs) -> Result<()> {
     println!("mxmoe {}", env!("CARGO_PKG_VERSION"));
     println!("backends:");
-    println!(
-        "  cpu   available   {} (exact reference; f64/f32 accumulation)",
-        Backend::open(BackendKind::Cpu, None)?.adapter()
-    );
-    match Backend::open(BackendKind::Wgpu, None) {
-        Ok(b) => println!("  wgpu  available   picks: {}", b.adapter()),
-        Err(e) => println!("  wgpu  unavailable ({e})"),
-    }
-    let adapters = mxmoe::backend::wgpu::enumerate_adapters();
-    println!("wgpu adapters ({}):", adapters.len());
-    for a in &adapters {
-        println!("  - {a}");
-    }
-    match Backend::open(BackendKind::Hip, None) {
-        Ok(b) => println!("  hip   available   {}", b.adapter()),
-        Err(e) => println!("  hip   unavailable ({e})"),
+    for (name, b) in open_backends("all", None)? {
+        match b {
+            Ok(b) => match name.as_str() {
+                "cpu" => println!(
+                    "  cpu   available   {} (exact reference; f64/f32 accumulation)",
+                    b.adapter()
+                ),
+                "wgpu" => println!("  wgpu  available   picks: {}", b.adapter()),
+                _ => println!("  {name:<5} available   {}", b.adapter()),
+            },
+            Err(e) => println!("  {name:<5} unavailable ({e})"),
+        }
+        if name == "wgpu" {
+            let adapters = mxmoe::backend::wgpu::enumerate_adapters();
+            println!("wgpu adapters ({}):", adapters.len());
+            for a in &adapters {
+                println!("  - {a}");
+            }
+        }
     }
     println!("formats: {}", MxFormat::ALL.map(|f| f.name()).join(", "));
-    let modes = ScaleMode::ALL.map(|m| match m == ScaleMode::default() {
-        true => format!("{m} (default)"),
-        false => m.to_string(),
+    let modes = ScaleMode::ALL.map(|m| {
+        if m == ScaleMode::default() {
+            format!("{m} (default)")
+        } else {
+            m.to_string()
+        }
     });
     println!("scale modes: {}", modes.join(", "));
     println!("schemes: {}", Scheme::ALL.map(|s| s.name()).join(", "));
