@@ -58,10 +58,11 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
-    /// The backends themselves (not `Auto`), in the order `--backend all` opens them.
-    pub const CONCRETE: [BackendKind; 3] = [BackendKind::Cpu, BackendKind::Wgpu, BackendKind::Hip];
+    /// Every concrete backend, in the order `--backend all` and the conformance tests run them.
+    /// A new backend adds its arm here and is then tested by the whole case catalog.
+    pub const ALL: [BackendKind; 3] = [BackendKind::Cpu, BackendKind::Wgpu, BackendKind::Hip];
 
-    pub const fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             BackendKind::Cpu => "cpu",
             BackendKind::Wgpu => "wgpu",

@@ -97,7 +97,7 @@ pub type Opened = (String, Result<Backend, String>);
 /// reported as skipped; an unknown name is an error.
 pub fn open_backends(which: &str, adapter: Option<&str>) -> Result<Vec<Opened>> {
     let kinds: Vec<(String, BackendKind)> = match which {
-        "all" => BackendKind::CONCRETE
+        "all" => BackendKind::ALL
             .iter()
             .map(|&k| (k.name().to_string(), k))
             .collect(),
