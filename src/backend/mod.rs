@@ -57,6 +57,21 @@ pub enum BackendKind {
     Auto,
 }
 
+impl BackendKind {
+    /// Every concrete backend, in the order `--backend all` and the conformance tests run them.
+    /// A new backend adds its arm here and is then tested by the whole case catalog.
+    pub const ALL: [BackendKind; 3] = [BackendKind::Cpu, BackendKind::Wgpu, BackendKind::Hip];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Wgpu => "wgpu",
+            BackendKind::Hip => "hip",
+            BackendKind::Auto => "auto",
+        }
+    }
+}
+
 impl FromStr for BackendKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

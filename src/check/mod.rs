@@ -6,6 +6,8 @@
 //! **bit-exact** for quantize / dequantize / QDQ (NaN == NaN), exact ids for routing, a
 //! relative-L2 bound for MoE outputs. Results are OK / FAIL / UNSUPPORTED / SKIPPED.
 
+pub mod verify;
+
 use crate::backend::{Backend, BackendError, Op};
 use crate::format::{MxFormat, MxTensor, ScaleMode, BLOCK};
 use crate::moe::synth::{synth_batch, synth_layer, Rng, SynthSpec};

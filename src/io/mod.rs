@@ -5,6 +5,9 @@
 //! to a temporary file in the target's folder, which is renamed over the target only once
 //! complete, so a failed run leaves no partial output.
 
+mod floats;
+pub use floats::{float_tensors, FloatTensor};
+
 use crate::format::{FormatError, MxFormat, MxTensor, ScaleMode, BLOCK};
 use crate::moe::{Activation, MoeConfig, MoeLayer, MoeWeights, RouterConfig, Routing, Scoring};
 use crate::scheme::Scheme;

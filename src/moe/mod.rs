@@ -6,6 +6,7 @@
 
 pub mod exact_math;
 pub mod layer;
+pub mod presets;
 pub mod reference;
 pub mod routing;
 pub mod synth;
@@ -166,6 +167,15 @@ pub enum Accumulate {
     F64,
 }
 
+impl Accumulate {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Accumulate::F32 => "f32",
+            Accumulate::F64 => "f64",
+        }
+    }
+}
+
 impl FromStr for Accumulate {
     type Err = MoeError;
     fn from_str(s: &str) -> Result<Self, MoeError> {
@@ -188,6 +198,15 @@ pub enum Intermediate {
     /// Round to bf16 where vLLM does (after GEMM1's epilogue, after the activation, after
     /// GEMM2's epilogue, and the final sum), for parity runs.
     Bf16,
+}
+
+impl Intermediate {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Intermediate::F32 => "f32",
+            Intermediate::Bf16 => "bf16",
+        }
+    }
 }
 
 impl FromStr for Intermediate {

@@ -1,0 +1,152 @@
+//! `mxmoe bench`: time a MoE layer on a backend at several token counts.
+
+use super::BackendArgs;
+use anyhow::{anyhow, bail, Result};
+use clap::Args;
+use mxmoe::backend::BackendKind;
+use mxmoe::bench::{BenchParams, BenchResult};
+use mxmoe::check::MOE_REL_L2;
+use mxmoe::io;
+use mxmoe::moe::presets::Preset;
+use mxmoe::moe::synth::synth_layer_packed;
+use mxmoe::scheme::Scheme;
+use std::path::PathBuf;
+
+/// Time a MoE layer on a backend at several token counts; JSON with ratios to the floor.
+#[derive(Args)]
+#[command(
+    after_help = "Example:\n  mxmoe bench --backend wgpu --shape gpt-oss-120b --tokens 1,4,16,64 --json bench.json\n\n\
+Shapes: gpt-oss-120b (128 experts, H = I = 2880, top-4, swigluoai, w_mxfp4), deepseek-r1 (256 experts,\n\
+H 7168, I 2048, top-8, w_mxfp4_a_mxfp4), or custom with --experts/--hidden/--inter/--top-k. Weights are\n\
+random finite codes with plausible scales. The floor is the packed bytes of the experts the tokens\n\
+touch divided by --hbm-gbps (default 4550: the WGSL streaming read measured on an H200)."
+)]
+pub struct BenchArgs {
+    #[arg(long, default_value = "auto")]
+    backend: BackendKind,
+    #[arg(long)]
+    adapter: Option<String>,
+    /// gpt-oss-120b, deepseek-r1 or custom.
+    #[arg(long, default_value = "gpt-oss-120b")]
+    shape: String,
+    /// Scheme (overrides the shape's).
+    #[arg(long)]
+    scheme: Option<Scheme>,
+    #[arg(long)]
+    experts: Option<usize>,
+    #[arg(long)]
+    hidden: Option<usize>,
+    #[arg(long)]
+    inter: Option<usize>,
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Comma-separated token counts.
+    #[arg(long, default_value = "1,4,16,64")]
+    tokens: String,
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// Distinct token batches cycled through (defeats L2 reuse between iterations).
+    #[arg(long, default_value_t = 8)]
+    rotate: usize,
+    /// Memory bandwidth used for the floor, GB/s.
+    #[arg(long, default_value_t = 4550.0)]
+    hbm_gbps: f64,
+    /// Skip the correctness check against the CPU reference.
+    #[arg(long)]
+    no_check: bool,
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub fn run(a: &BenchArgs) -> Result<()> {
+    let mut spec = a.shape.parse::<Preset>()?.synth_spec();
+    if let Some(s) = a.scheme {
+        spec.scheme = s;
+    }
+    if let Some(x) = a.experts {
+        spec.n_experts = x;
+    }
+    if let Some(x) = a.hidden {
+        spec.hidden = x;
+    }
+    if let Some(x) = a.inter {
+        spec.inter = x;
+    }
+    if let Some(x) = a.top_k {
+        spec.router.top_k = x;
+    }
+    let tokens: Vec<usize> = a
+        .tokens
+        .split(',')
+        .map(|t| {
+            t.trim()
+                .parse::<usize>()
+                .map_err(|_| anyhow!("--tokens: '{t}' is not a number"))
+        })
+        .collect::<Result<_>>()?;
+    if tokens.contains(&0) || a.iters == 0 {
+        bail!("--tokens values and --iters must be at least 1");
+    }
+    let p = BenchParams {
+        tokens,
+        iters: a.iters,
+        rotate: a.rotate,
+        hbm_gbps: a.hbm_gbps,
+        check: !a.no_check,
+    };
+    let ba = BackendArgs {
+        backend: a.backend,
+        adapter: a.adapter.clone(),
+    };
+    let b = ba.open()?;
+    eprintln!("bench: {} on {} [{}]", spec.scheme, b.name(), b.adapter());
+    eprintln!(
+        "generating {} experts, H {}, I {}, top-{} ...",
+        spec.n_experts, spec.hidden, spec.inter, spec.router.top_k
+    );
+    let layer = synth_layer_packed(&spec)?;
+    let res = mxmoe::bench::run(&b, &layer, &p, |s| eprintln!("  {s}"))?;
+    print_table(&res);
+    if let Some(path) = &a.json {
+        io::write_atomic(path, serde_json::to_string_pretty(&res)?.as_bytes())?;
+        eprintln!("wrote {}", path.display());
+    }
+    let disagrees = |x: f64| x.is_nan() || x > MOE_REL_L2;
+    if let Some(bad) = res.iter().find(|r| r.rel_l2_vs_cpu.is_some_and(disagrees)) {
+        bail!(
+            "M = {}: output disagrees with the CPU reference (rel-L2 {:?})",
+            bad.tokens,
+            bad.rel_l2_vs_cpu
+        );
+    }
+    Ok(())
+}
+
+fn print_table(res: &[BenchResult]) {
+    println!(
+        "{:>6} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8} {:>10}",
+        "tokens",
+        "experts",
+        "wall ms",
+        "gpu ms",
+        "floor ms",
+        "GB/s",
+        "TFLOP/s",
+        "x floor",
+        "rel-L2"
+    );
+    for r in res {
+        println!(
+            "{:>6} {:>8.1} {:>10.3} {:>10} {:>10.4} {:>9.0} {:>9.2} {:>8.1} {:>10}",
+            r.tokens,
+            r.active_experts,
+            r.wall_ms,
+            r.gpu_ms.map_or("-".into(), |g| format!("{g:.3}")),
+            r.floor_ms,
+            r.gbps,
+            r.tflops,
+            r.ratio_to_floor,
+            r.rel_l2_vs_cpu.map_or("-".into(), |x| format!("{x:.2e}"))
+        );
+    }
+}

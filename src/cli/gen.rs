@@ -1,0 +1,86 @@
+//! `mxmoe gen`: a synthetic layer bundle and token batch.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use mxmoe::io::{self, TokenBatch};
+use mxmoe::moe::synth::{synth_batch, synth_layer, synth_layer_packed, SynthSpec};
+use mxmoe::moe::Activation;
+use mxmoe::scheme::Scheme;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Generate a synthetic layer bundle and token batch (heavy-tailed weights, skewed router).
+#[derive(Args)]
+#[command(
+    after_help = "Example:\n  mxmoe gen --scheme w_mxfp4_a_mxfp4 --experts 8 --hidden 256 --inter 128 --top-k 2 --tokens 16 \\\n      --layer-out layer.safetensors --batch-out batch.safetensors"
+)]
+pub struct GenArgs {
+    #[arg(long, default_value = "w_mxfp4_a_mxfp4")]
+    scheme: Scheme,
+    #[arg(long, default_value_t = 8)]
+    experts: usize,
+    #[arg(long, default_value_t = 256)]
+    hidden: usize,
+    #[arg(long, default_value_t = 256)]
+    inter: usize,
+    #[arg(long, default_value_t = 2)]
+    top_k: usize,
+    #[arg(long, default_value_t = 16)]
+    tokens: usize,
+    #[arg(long, default_value = "silu")]
+    activation: Activation,
+    /// Add w13/w2 biases.
+    #[arg(long)]
+    bias: bool,
+    /// Random codes and scales instead of quantized f32 weights (fast, for big shapes; no
+    /// unquantized weights are stored).
+    #[arg(long)]
+    packed: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    layer_out: PathBuf,
+    #[arg(long)]
+    batch_out: PathBuf,
+}
+
+pub fn run(a: &GenArgs) -> Result<()> {
+    let mut spec = SynthSpec::new(a.scheme, a.experts, a.hidden, a.inter, a.top_k);
+    spec.activation = a.activation;
+    spec.bias = a.bias;
+    spec.seed = a.seed;
+    let tokens = a.tokens;
+    if tokens == 0 {
+        bail!("--tokens must be at least 1");
+    }
+    let t0 = Instant::now();
+    eprintln!(
+        "generating {} layer: {} experts, H {}, I {}, top-{} ...",
+        spec.scheme, spec.n_experts, spec.hidden, spec.inter, spec.router.top_k
+    );
+    if a.packed {
+        let l = synth_layer_packed(&spec)?;
+        io::save_layer(&a.layer_out, &l, None)?;
+    } else {
+        let s = synth_layer(&spec)?;
+        io::save_layer(&a.layer_out, &s.layer, Some((&s.w13_f32, &s.w2_f32)))?;
+    }
+    let (hidden, logits) = synth_batch(tokens, spec.hidden, spec.n_experts, spec.seed);
+    io::save_batch(
+        &a.batch_out,
+        &TokenBatch {
+            hidden,
+            logits,
+            m: tokens,
+            hidden_size: spec.hidden,
+            n_experts: spec.n_experts,
+        },
+    )?;
+    eprintln!(
+        "wrote {} and {} in {:.1} s",
+        a.layer_out.display(),
+        a.batch_out.display(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,47 @@
+//! `mxmoe info`: the backends and adapters present, the formats, scale modes and schemes.
+
+use super::open_backends;
+use anyhow::Result;
+use clap::Args;
+use mxmoe::format::{MxFormat, ScaleMode};
+use mxmoe::scheme::Scheme;
+
+/// List the backends and adapters present, with features and limits.
+#[derive(Args)]
+pub struct InfoArgs {}
+
+pub fn run(_: &InfoArgs) -> Result<()> {
+    println!("mxmoe {}", env!("CARGO_PKG_VERSION"));
+    println!("backends:");
+    for (name, b) in open_backends("all", None)? {
+        match b {
+            Ok(b) => match name.as_str() {
+                "cpu" => println!(
+                    "  cpu   available   {} (exact reference; f64/f32 accumulation)",
+                    b.adapter()
+                ),
+                "wgpu" => println!("  wgpu  available   picks: {}", b.adapter()),
+                _ => println!("  {name:<5} available   {}", b.adapter()),
+            },
+            Err(e) => println!("  {name:<5} unavailable ({e})"),
+        }
+        if name == "wgpu" {
+            let adapters = mxmoe::backend::wgpu::enumerate_adapters();
+            println!("wgpu adapters ({}):", adapters.len());
+            for a in &adapters {
+                println!("  - {a}");
+            }
+        }
+    }
+    println!("formats: {}", MxFormat::ALL.map(|f| f.name()).join(", "));
+    let modes = ScaleMode::ALL.map(|m| {
+        if m == ScaleMode::default() {
+            format!("{m} (default)")
+        } else {
+            m.to_string()
+        }
+    });
+    println!("scale modes: {}", modes.join(", "));
+    println!("schemes: {}", Scheme::ALL.map(|s| s.name()).join(", "));
+    Ok(())
+}
