@@ -119,6 +119,13 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             bad.rel_l2_vs_cpu
         );
     }
+    if let Some(bad) = res.iter().find(|r| r.ids_match == Some(false)) {
+        bail!(
+            "M = {}: routing ids differ from the CPU reference on the {} checked token(s)",
+            bad.tokens,
+            bad.checked_tokens
+        );
+    }
     Ok(())
 }
 

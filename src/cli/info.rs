@@ -15,14 +15,19 @@ pub fn run(_: &InfoArgs) -> Result<()> {
     println!("backends:");
     for (name, b) in open_backends("all", None)? {
         match b {
-            Ok(b) => match name.as_str() {
-                "cpu" => println!(
-                    "  cpu   available   {} (exact reference; f64/f32 accumulation)",
-                    b.adapter()
-                ),
-                "wgpu" => println!("  wgpu  available   picks: {}", b.adapter()),
-                _ => println!("  {name:<5} available   {}", b.adapter()),
-            },
+            Ok(b) => {
+                match name.as_str() {
+                    "cpu" => println!(
+                        "  cpu   available   {} (exact reference; f64/f32 accumulation)",
+                        b.adapter()
+                    ),
+                    "wgpu" => println!("  wgpu  available   picks: {}", b.adapter()),
+                    _ => println!("  {name:<5} available   {}", b.adapter()),
+                }
+                for n in b.notes() {
+                    println!("        {n}");
+                }
+            }
             Err(e) => println!("  {name:<5} unavailable ({e})"),
         }
         if name == "wgpu" {
