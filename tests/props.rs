@@ -26,7 +26,7 @@ use proptest::test_runner::{Config, RngSeed};
 fn config(cases: u32) -> Config {
     Config {
         cases,
-        rng_seed: RngSeed::Fixed(0x6d78_6d6f_65),
+        rng_seed: RngSeed::Fixed(0x6d_786d_6f65),
         failure_persistence: None,
         ..Config::default()
     }

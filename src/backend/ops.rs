@@ -166,21 +166,5 @@ pub fn validate_route(
 /// Inputs of a MoE forward: `hidden` `[M, H]` (M >= 1), `logits` `[M, n_experts]`; returns M.
 /// The layer itself was validated when it was built or prepared.
 pub fn validate_moe(cfg: &MoeConfig, hidden: &[f32], logits: &[f32]) -> Result<usize, MoeError> {
-    let h = cfg.hidden;
-    if h == 0 || hidden.is_empty() || hidden.len() % h != 0 {
-        return Err(MoeError::Shape(format!(
-            "hidden_states has {} values, expected [M, {h}] with M >= 1",
-            hidden.len()
-        )));
-    }
-    let m = hidden.len() / h;
-    if logits.len() != m * cfg.n_experts {
-        return Err(MoeError::Shape(format!(
-            "router_logits has {} values, expected [M = {m}, E = {}] = {}",
-            logits.len(),
-            cfg.n_experts,
-            m * cfg.n_experts
-        )));
-    }
-    Ok(m)
+    cfg.check_batch(hidden, logits)
 }

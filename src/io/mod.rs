@@ -403,8 +403,11 @@ pub fn save_mx(
     save(path, &out, meta)
 }
 
+/// The MX tensors of a file, by name, and the file's scale mode (when it records one).
+pub type MxTensors = (Vec<(String, MxTensor)>, Option<ScaleMode>);
+
 /// Load every MX tensor of a quantized file: tensors `T` with a `T_scale` companion.
-pub fn load_mx(path: &Path) -> Result<(Vec<(String, MxTensor)>, Option<ScaleMode>), IoError> {
+pub fn load_mx(path: &Path) -> Result<MxTensors, IoError> {
     let f = StFile::open(path)?;
     let format: MxFormat = match f.meta_parse::<MxFormat>("format")? {
         Some(x) => x,

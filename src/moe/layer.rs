@@ -28,6 +28,30 @@ pub struct MoeConfig {
     pub inter: usize,
 }
 
+impl MoeConfig {
+    /// Check a token batch against the layer's shapes: `hidden` `[M, H]` with M >= 1, `logits`
+    /// `[M, n_experts]`; returns M. (Finite logits are the router's check.)
+    pub fn check_batch(&self, hidden: &[f32], logits: &[f32]) -> Result<usize, MoeError> {
+        let h = self.hidden;
+        if h == 0 || hidden.is_empty() || !hidden.len().is_multiple_of(h) {
+            return Err(MoeError::Shape(format!(
+                "hidden_states has {} values, expected [M, {h}] with M >= 1",
+                hidden.len()
+            )));
+        }
+        let m = hidden.len() / h;
+        if logits.len() != m * self.n_experts {
+            return Err(MoeError::Shape(format!(
+                "router_logits has {} values, expected [M = {m}, E = {}] = {}",
+                logits.len(),
+                self.n_experts,
+                m * self.n_experts
+            )));
+        }
+        Ok(m)
+    }
+}
+
 /// A layer's weights. Shapes are those of [`MoeConfig`]:
 ///
 /// * `w13`: `[E_local, 2I, H]`, rows `[0, I)` gate and `[I, 2I)` up for `silu`; interleaved

@@ -119,26 +119,10 @@ pub fn swiglu_oai(glu: f64, lin: f64) -> f64 {
     g / (1.0 + (-SWIGLU_ALPHA * g).exp()) * (l + 1.0)
 }
 
-/// Check the batch against the layer; returns M.
+/// Check the layer, then the batch against it; returns M.
 pub fn check_batch(layer: &MoeLayer, hidden: &[f32], logits: &[f32]) -> Result<usize, MoeError> {
     layer.validate()?;
-    let h = layer.config.hidden;
-    if hidden.is_empty() || hidden.len() % h != 0 {
-        return Err(MoeError::Shape(format!(
-            "hidden_states has {} values, expected [M, {h}] with M >= 1",
-            hidden.len()
-        )));
-    }
-    let m = hidden.len() / h;
-    if logits.len() != m * layer.config.n_experts {
-        return Err(MoeError::Shape(format!(
-            "router_logits has {} values, expected [M = {m}, E = {}] = {}",
-            logits.len(),
-            layer.config.n_experts,
-            m * layer.config.n_experts
-        )));
-    }
-    Ok(m)
+    layer.config.check_batch(hidden, logits)
 }
 
 /// Run the layer on a token batch: `hidden` `[M, H]`, `logits` `[M, n_experts]`.
