@@ -1,5 +1,5 @@
 // route.wgsl: router logits [M, E] (+ an optional e_score_correction_bias [E]) -> top-k ids and
-// weights, one 64-wide workgroup per token. The CPU twin is src/moe/routing.rs.
+// weights, one 64-wide workgroup per token. The CPU twin is src/moe/route.rs.
 //
 // Selection keys are exactly the CPU's, so the ids are too: the logits themselves, or with a
 // correction bias (DeepSeek-V3/R1) `score + bias`, the score being exact_sigmoid, or for softmax

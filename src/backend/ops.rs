@@ -160,7 +160,7 @@ pub fn validate_route(
     n_experts: usize,
     correction_bias: Option<&[f32]>,
 ) -> Result<usize, MoeError> {
-    crate::moe::routing::check_inputs(cfg, logits, n_experts, correction_bias)
+    crate::moe::route::check_inputs(cfg, logits, n_experts, correction_bias)
 }
 
 /// Inputs of a MoE forward: `hidden` `[M, H]` (M >= 1), `logits` `[M, n_experts]`; returns M.

@@ -8,12 +8,12 @@ pub mod exact_math;
 pub mod layer;
 pub mod presets;
 pub mod reference;
-pub mod routing;
+pub mod route;
 pub mod synth;
 
 pub use layer::{MoeConfig, MoeLayer, MoeWeights};
 pub use reference::{forward, forward_naive, MoeOptions, MoeOutput};
-pub use routing::{route, Routing};
+pub use route::{route, Routing};
 
 use std::fmt;
 use std::str::FromStr;

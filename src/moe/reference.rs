@@ -4,7 +4,7 @@
 //! runs experts in parallel with rayon; `forward_naive` dequantizes whole tensors and loops
 //! plainly. Tests hold the two together.
 
-use super::{routing, Accumulate, Activation, Intermediate, MoeError, MoeLayer, Routing};
+use super::{route, Accumulate, Activation, Intermediate, MoeError, MoeLayer, Routing};
 use crate::format::{qdq_slice, MxTensor};
 use rayon::prelude::*;
 
@@ -133,7 +133,7 @@ pub fn forward(
     opts: MoeOptions,
 ) -> Result<MoeOutput, MoeError> {
     let m = check_batch(layer, hidden, logits)?;
-    let routing = routing::route(
+    let routing = route(
         &layer.config.router,
         logits,
         layer.config.n_experts,
@@ -269,7 +269,7 @@ pub fn forward_naive(
     logits: &[f32],
 ) -> Result<MoeOutput, MoeError> {
     let m = check_batch(layer, hidden, logits)?;
-    let routing = routing::route(
+    let routing = route(
         &layer.config.router,
         logits,
         layer.config.n_experts,

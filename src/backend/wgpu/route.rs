@@ -58,7 +58,7 @@ pub fn check(
 
 /// The uniform block of route.wgsl (`has_bias`: see [`uses_bias`]).
 pub fn params(cfg: &RouterConfig, m: usize, n_experts: usize, has_bias: bool) -> [u32; 12] {
-    // The CPU's top-k-then-softmax ignores groups (src/moe/routing.rs), so do we.
+    // The CPU's top-k-then-softmax ignores groups (src/moe/route.rs), so do we.
     let (ng, tg) = match (cfg.scoring, cfg.n_group, cfg.topk_group) {
         (Scoring::TopkSoftmax, _, _) => (0, 0),
         (_, Some(g), Some(t)) => (g as u32, t as u32),
