@@ -334,6 +334,7 @@ fn run(cli: Cli) -> Result<()> {
             MoeOptions {
                 accumulate,
                 intermediate,
+                taps: false,
             },
             &over,
         ),
@@ -824,6 +825,7 @@ fn cmd_verify(layer: &PathBuf, input: &PathBuf, result: &PathBuf, tol: f64) -> R
                 MoeOptions {
                     accumulate: Accumulate::F64,
                     intermediate: inter,
+                    taps: false,
                 },
             )?;
             let (rel, mx) = check::rel_l2(&theirs.output, &r.output);

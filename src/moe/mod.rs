@@ -10,7 +10,7 @@ pub mod routing;
 pub mod synth;
 
 pub use layer::{MoeConfig, MoeLayer, MoeWeights};
-pub use reference::{forward, forward_naive, MoeOptions, MoeOutput};
+pub use reference::{forward, forward_naive, MoeOptions, MoeOutput, StageTaps};
 pub use routing::{route, Routing};
 
 use std::fmt;

@@ -258,6 +258,7 @@ pub fn forward(
                     topk_ids: ids,
                     topk_weights: ws,
                 },
+                stages: None,
             },
             times,
         ));
@@ -511,6 +512,7 @@ pub fn forward(
                 topk_ids: bytemuck::pod_collect_to_vec(&r[1]),
                 topk_weights: bytemuck::pod_collect_to_vec(&r[2]),
             },
+            stages: None,
         },
         times,
     ))
