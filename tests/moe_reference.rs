@@ -526,6 +526,7 @@ fn bf16_intermediates() {
     let opts = MoeOptions {
         accumulate: Accumulate::F64,
         intermediate: Intermediate::Bf16,
+        taps: false,
     };
     let o = forward(&c.layer, &c.hidden, &lg, opts).unwrap();
     let want = c.run(Variant {
@@ -867,4 +868,290 @@ fn route_rejects_bad_groups() {
         ..cfg
     };
     assert!(mxmoe::moe::route(&cfg, &logits, 4, None).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage taps
+// ---------------------------------------------------------------------------------------------
+
+/// Recompute every stage of a tapped forward from the taps of the stage before (and the
+/// dequantized weights), with this file's own f64 loops and activations, and assert each tap.
+/// Returns the taps for further checks.
+fn check_taps(layer: &MoeLayer, hs: &[f32], lg: &[f32]) -> mxmoe::moe::StageTaps {
+    let on = MoeOptions {
+        taps: true,
+        ..Default::default()
+    };
+    let o = forward(layer, hs, lg, on).unwrap();
+    let st = o.stages.clone().expect("taps requested");
+    let (h, i) = (layer.config.hidden, layer.config.inter);
+    let (m, k) = (hs.len() / h, o.routing.top_k);
+    assert_eq!(st.top_k, k);
+    assert_eq!(st.gemm1.len(), m * k * 2 * i);
+    assert_eq!((st.act.len(), st.inter_q.len()), (m * k * i, m * k * i));
+    assert_eq!((st.gemm2.len(), st.local.len()), (m * k * h, m * k));
+    let qdq = |x: &[f32], n: usize| match layer.config.scheme.activation {
+        Some(f) => qdq_slice(f, layer.config.act_scale_mode, x, n).unwrap(),
+        None => x.to_vec(),
+    };
+    // 1. The input tap is the QDQ of the input, bit for bit.
+    assert_eq!(st.input_q, qdq(hs, h), "input tap != QDQ(input)");
+    // 4. The intermediate tap is the QDQ of the activation tap, bit for bit (zero rows of
+    //    non-local slots stay zero under QDQ).
+    assert_eq!(
+        st.inter_q,
+        qdq(&st.act, i),
+        "intermediate tap != QDQ(activation tap)"
+    );
+    if layer.config.scheme.activation.is_some() {
+        let d = rel_l2(&st.inter_q, &st.act);
+        assert!(
+            d >= MATERIAL,
+            "the intermediate QDQ changed nothing ({d:e})"
+        );
+    }
+    let w13 = layer.weights.w13.dequantize();
+    let w2 = layer.weights.w2.dequantize();
+    let on_input = layer.config.router.apply_router_weight_on_input;
+    let (mut g1_want, mut act_want, mut y_want) = (
+        vec![0f32; m * k * 2 * i],
+        vec![0f32; m * k * i],
+        vec![0f32; m * k * h],
+    );
+    for a in 0..m * k {
+        let t = a / k;
+        let Some(e) = layer.local_id(o.routing.topk_ids[a] as usize) else {
+            assert!(!st.local[a], "slot {a}: non-local expert marked local");
+            let rows = [
+                &st.gemm1[a * 2 * i..(a + 1) * 2 * i],
+                &st.act[a * i..(a + 1) * i],
+                &st.gemm2[a * h..(a + 1) * h],
+            ];
+            assert!(rows.iter().all(|r| r.iter().all(|&v| v == 0.0)), "slot {a}");
+            continue;
+        };
+        assert!(st.local[a], "slot {a}: local expert marked non-local");
+        let w = o.routing.topk_weights[a] as f64;
+        // 2. GEMM1 (+bias, x router weight on the input) on the input tap.
+        let x = &st.input_q[t * h..(t + 1) * h];
+        let g1: Vec<f64> = (0..2 * i)
+            .map(|r| {
+                let row = &w13[(e * 2 * i + r) * h..(e * 2 * i + r + 1) * h];
+                let mut s: f64 = row.iter().zip(x).map(|(&p, &q)| p as f64 * q as f64).sum();
+                s += layer
+                    .weights
+                    .w13_bias
+                    .as_ref()
+                    .map_or(0.0, |b| b[e * 2 * i + r] as f64);
+                if on_input {
+                    s *= w;
+                }
+                s
+            })
+            .collect();
+        // 3. The activation of the recomputed GEMM1 row.
+        let act: Vec<f64> = (0..i)
+            .map(|c| match layer.config.activation {
+                Activation::Silu => silu(g1[c]) * g1[i + c],
+                Activation::SwigluOai => swiglu(g1[2 * c], g1[2 * c + 1], true),
+            })
+            .collect();
+        // 5. GEMM2 (+bias, x router weight) on the intermediate tap.
+        let aq = &st.inter_q[a * i..(a + 1) * i];
+        for r in 0..h {
+            let row = &w2[(e * h + r) * i..(e * h + r + 1) * i];
+            let mut s: f64 = row.iter().zip(aq).map(|(&p, &q)| p as f64 * q as f64).sum();
+            s += layer
+                .weights
+                .w2_bias
+                .as_ref()
+                .map_or(0.0, |b| b[e * h + r] as f64);
+            if !on_input {
+                s *= w;
+            }
+            y_want[a * h + r] = s as f32;
+        }
+        for (d, v) in g1_want[a * 2 * i..].iter_mut().zip(&g1) {
+            *d = *v as f32;
+        }
+        for (d, v) in act_want[a * i..].iter_mut().zip(&act) {
+            *d = *v as f32;
+        }
+    }
+    for (name, got, want) in [
+        ("GEMM1", &st.gemm1, &g1_want),
+        ("activation", &st.act, &act_want),
+        ("GEMM2", &st.gemm2, &y_want),
+    ] {
+        let err = rel_l2(got, want);
+        assert!(err <= TOL, "{name} tap vs recomputation: rel L2 {err:e}");
+    }
+    // 6. The combine: the output, and the sum over each token's slots of the GEMM2 taps.
+    assert_eq!(st.combine, o.output, "combine tap != output");
+    let mut sum = vec![0f32; m * h];
+    for a in 0..m * k {
+        for (s, v) in sum[(a / k) * h..(a / k + 1) * h]
+            .iter_mut()
+            .zip(&st.gemm2[a * h..(a + 1) * h])
+        {
+            *s += v;
+        }
+    }
+    let err = rel_l2(&sum, &o.output);
+    assert!(err <= TOL, "sum of GEMM2 taps vs output: rel L2 {err:e}");
+    st
+}
+
+/// Catches taps recorded at the wrong step, from the wrong slot or expert, or not at all: each
+/// stage recomputed from the stage before agrees, on silu and swigluoai layers with biases,
+/// an activation and a weight-only scheme, a layer holding half of its experts, and the router
+/// weight applied on the input.
+#[test]
+fn stage_taps_recompute_stage_by_stage() {
+    let (e, h, i, k, m) = (4, 64, 64, 2, 8);
+    for (scheme, act) in [
+        ("w_mxfp4_a_mxfp6_e2m3", Activation::Silu),
+        ("w_mxfp4_a_mxfp4", Activation::SwigluOai),
+        ("w_mxfp4", Activation::Silu),
+    ] {
+        let mut spec = SynthSpec::new(scheme.parse().unwrap(), e, h, i, k);
+        spec.activation = act;
+        spec.bias = true;
+        spec.seed = 31;
+        let layer = synth_layer(&spec).unwrap().layer;
+        assert!(layer.weights.w2_bias.is_some() && layer.weights.w13_bias.is_some());
+        let (hs, lg) = synth_batch(m, h, e, 31);
+        check_taps(&layer, &hs, &lg);
+    }
+    // Half the experts non-local: their slots are zero and marked.
+    let mut layer = make_layer(
+        "w_mxfp4_a_mxfp4".parse().unwrap(),
+        Activation::Silu,
+        4,
+        h,
+        i,
+        2,
+        13,
+    );
+    layer.config.n_experts = 8;
+    layer.weights.expert_map = Some(vec![2, -1, 0, -1, -1, 3, 1, -1]);
+    let (hs, lg) = synth_batch(m, h, 8, 13);
+    let st = check_taps(&layer, &hs, &lg);
+    let n_local = st.local.iter().filter(|&&l| l).count();
+    assert!(
+        n_local > 0 && n_local < st.local.len(),
+        "the batch must mix local and non-local slots ({n_local} of {})",
+        st.local.len()
+    );
+    // Router weight on the input (Llama 4, top-1 sigmoid).
+    let mut layer = make_layer(
+        "w_mxfp4_a_mxfp4".parse().unwrap(),
+        Activation::Silu,
+        e,
+        h,
+        i,
+        1,
+        17,
+    );
+    layer.config.router = RouterConfig {
+        scoring: Scoring::Sigmoid,
+        top_k: 1,
+        renormalize: false,
+        apply_router_weight_on_input: true,
+        ..RouterConfig::default()
+    };
+    let (hs, lg) = synth_batch(m, h, e, 17);
+    check_taps(&layer, &hs, &lg);
+}
+
+/// Catches taps that change the numbers or cost when off: without taps `stages` is `None`, with
+/// them the output is the same bits, in both accumulation modes and with bf16 intermediates.
+/// With fp32 accumulation the GEMM2 taps are the forward's own values, so their sum in slot
+/// order is the output bit for bit.
+#[test]
+fn stage_taps_off_changes_nothing() {
+    let (e, h, i, k, m) = (4, 64, 64, 2, 8);
+    let layer = make_layer(
+        "w_mxfp4_a_mxfp6_e2m3".parse().unwrap(),
+        Activation::Silu,
+        e,
+        h,
+        i,
+        k,
+        29,
+    );
+    let (hs, lg) = synth_batch(m, h, e, 29);
+    for accumulate in [Accumulate::F64, Accumulate::F32] {
+        for intermediate in [Intermediate::F32, Intermediate::Bf16] {
+            let off = MoeOptions {
+                accumulate,
+                intermediate,
+                taps: false,
+            };
+            let on = MoeOptions { taps: true, ..off };
+            let a = forward(&layer, &hs, &lg, off).unwrap();
+            let b = forward(&layer, &hs, &lg, on).unwrap();
+            assert!(a.stages.is_none(), "{off:?}: stages without taps");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a.output), bits(&b.output), "{off:?}");
+            assert_eq!(a.routing, b.routing);
+            let st = b.stages.expect("stages with taps");
+            assert_eq!(bits(&st.combine), bits(&b.output));
+            if (accumulate, intermediate) == (Accumulate::F32, Intermediate::F32) {
+                let mut sum = vec![0f32; m * h];
+                for a in 0..m * k {
+                    for (s, v) in sum[(a / k) * h..(a / k + 1) * h]
+                        .iter_mut()
+                        .zip(&st.gemm2[a * h..(a + 1) * h])
+                    {
+                        *s += v;
+                    }
+                }
+                assert_eq!(bits(&sum), bits(&b.output), "f32: slot sum != output");
+            }
+        }
+    }
+}
+
+/// The CPU backend returns taps; the wgpu backend answers UNSUPPORTED for a tapped forward
+/// (never a silent run without them). The wgpu half is SKIPPED without an adapter.
+#[test]
+fn stage_taps_through_backends() {
+    use mxmoe::backend::{Backend, BackendError, BackendKind};
+    let (e, h, i, k, m) = (4, 64, 64, 2, 4);
+    let layer = make_layer(
+        "w_mxfp4_a_mxfp4".parse().unwrap(),
+        Activation::Silu,
+        e,
+        h,
+        i,
+        k,
+        5,
+    );
+    let (hs, lg) = synth_batch(m, h, e, 5);
+    let opts = MoeOptions {
+        taps: true,
+        ..Default::default()
+    };
+    let cpu = Backend::open(BackendKind::Cpu, None).unwrap();
+    let p = cpu.prepare(&layer).unwrap();
+    assert!(cpu.moe(&p, &hs, &lg, opts).unwrap().stages.is_some());
+    match Backend::open(BackendKind::Wgpu, None) {
+        Err(err) => eprintln!("SKIPPED: wgpu half of stage_taps_through_backends: {err}"),
+        Ok(gpu) => {
+            let g = gpu.prepare(&layer).unwrap();
+            match gpu.moe(&g, &hs, &lg, opts) {
+                Err(BackendError::Unsupported { reason, .. }) => {
+                    assert!(reason.contains("taps"), "{reason}")
+                }
+                Err(other) => panic!("expected UNSUPPORTED, got {other}"),
+                Ok(_) => panic!("wgpu ran a tapped forward"),
+            }
+            let plain = MoeOptions {
+                taps: false,
+                ..opts
+            };
+            assert!(gpu.moe(&g, &hs, &lg, plain).unwrap().stages.is_none());
+        }
+    }
 }

@@ -649,6 +649,7 @@ fn check_moe(b: &WgpuBackend, layer: &MoeLayer, m: usize, seed: u64, what: &str)
     let opts = MoeOptions {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::F32,
+        taps: false,
     };
     let cpu = moe::forward(layer, &hs, &logits, opts).unwrap();
     let g = b.prepare(layer).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -813,6 +814,7 @@ fn moe_bf16_intermediates() {
     let opts = MoeOptions {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::Bf16,
+        taps: false,
     };
     for (scheme, act) in [
         (Scheme::OCP_MX[0], Activation::Silu),
@@ -1009,6 +1011,7 @@ fn moe_timed_forward() {
     let opts = MoeOptions {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::F32,
+        taps: false,
     };
     let plain = b
         .moe_path(&g, &hs, &logits, opts, MoePath::Gemv, false)
@@ -1049,6 +1052,7 @@ fn timing_report() {
     let opts = MoeOptions {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::F32,
+        taps: false,
     };
     // MXMOE_TIMING="E,H,I,k,M[;E,H,I,k,M...]" picks the shapes (e.g. gpt-oss-120b decode:
     // "128,2880,2880,4,1"); MXMOE_TIMING_M=M keeps the default layer with M tokens.

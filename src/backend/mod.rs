@@ -324,7 +324,7 @@ impl Backend {
     ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
         let cfg = layer.config();
         ops::validate_moe(cfg, hidden, logits)?;
-        self.require(Op::moe_of(cfg, layer.has_correction_bias(), false))?;
+        self.require(Op::moe_of(cfg, layer.has_correction_bias(), opts.taps))?;
         match (self, layer) {
             (Backend::Cpu(b), Prepared::Cpu(l)) => Ok((b.moe(l, hidden, logits, opts)?, None)),
             (Backend::Wgpu(b), Prepared::Wgpu(g)) => b.moe(g, hidden, logits, opts, timed),

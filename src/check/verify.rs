@@ -167,6 +167,7 @@ pub fn verify(
                 let opts = MoeOptions {
                     accumulate: Accumulate::F64,
                     intermediate,
+                    ..MoeOptions::default()
                 };
                 let r = moe::forward(&lv, &batch.hidden, &batch.logits, opts)?;
                 rel_l2(&theirs.output, &r.output)

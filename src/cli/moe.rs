@@ -79,6 +79,7 @@ pub fn run(a: &MoeArgs) -> Result<()> {
     let opts = MoeOptions {
         accumulate: a.accumulate,
         intermediate: a.intermediate,
+        ..MoeOptions::default()
     };
     let t0 = Instant::now();
     let mut l = io::load_layer(layer)?.layer;

@@ -12,7 +12,7 @@ pub mod route;
 pub mod synth;
 
 pub use layer::{MoeConfig, MoeLayer, MoeWeights};
-pub use reference::{forward, forward_naive, MoeOptions, MoeOutput};
+pub use reference::{forward, forward_naive, MoeOptions, MoeOutput, StageTaps};
 pub use route::{route, Routing};
 
 use std::fmt;

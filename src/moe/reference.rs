@@ -2,7 +2,8 @@
 //!
 //! `forward` streams packed weights row by row (dequantizing one row at a time, exactly) and
 //! runs experts in parallel with rayon; `forward_naive` dequantizes whole tensors and loops
-//! plainly. Tests hold the two together.
+//! plainly. Tests hold the two together. With `MoeOptions { taps: true, .. }`, `forward` also
+//! returns the intermediates of every step ([`StageTaps`]), for the viewer and for tests.
 
 use super::{route, Accumulate, Activation, Intermediate, MoeError, MoeLayer, Routing};
 use crate::format::{qdq_slice, MxTensor};
@@ -13,13 +14,49 @@ use rayon::prelude::*;
 pub struct MoeOptions {
     pub accumulate: Accumulate,
     pub intermediate: Intermediate,
+    /// Keep the intermediates of every step ([`StageTaps`], in [`MoeOutput::stages`]). Off by
+    /// default: without taps a forward allocates and computes nothing extra. Only the CPU
+    /// reference has them; GPU backends answer UNSUPPORTED.
+    pub taps: bool,
 }
 
-/// A forward result: `output` `[M, H]` and the routing that produced it.
+/// A forward result: `output` `[M, H]`, the routing that produced it, and (with
+/// [`MoeOptions::taps`]) the intermediates of every step.
 #[derive(Clone, Debug)]
 pub struct MoeOutput {
     pub output: Vec<f32>,
     pub routing: Routing,
+    /// `Some` exactly when the forward ran with `taps: true`.
+    pub stages: Option<StageTaps>,
+}
+
+/// The intermediates of one forward, step by step along the dataflow (module docs), as the
+/// forward used them. Per-slot tensors are slot-major: row `a = t * top_k + j` is token `t`'s
+/// `j`-th routing choice. Rows of slots whose expert this layer does not hold
+/// (`expert_map` -1) are zero and `local[a]` is `false`.
+///
+/// Values are rounded to f32 for the tap: with `Accumulate::F64` the GEMM1 and GEMM2 epilogues
+/// run in f64, so `gemm1` / `gemm2` are those f64 values rounded once (the activation and the
+/// combine read the f64 values); with `Accumulate::F32` they are the forward's own values, bit
+/// for bit. With `Intermediate::Bf16` they are the bf16-rounded values the next step reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StageTaps {
+    pub top_k: usize,
+    /// `[M, H]`: the input after QDQ (the input itself for weight-only schemes).
+    pub input_q: Vec<f32>,
+    /// `[M*k, 2I]`: GEMM1 output + bias (x router weight with `apply_router_weight_on_input`).
+    pub gemm1: Vec<f32>,
+    /// `[M*k, I]`: the activation output, what the intermediate QDQ reads.
+    pub act: Vec<f32>,
+    /// `[M*k, I]`: the intermediate after QDQ (= `act` for weight-only schemes), GEMM2's input.
+    pub inter_q: Vec<f32>,
+    /// `[M*k, H]`: GEMM2 output + bias, x router weight (unless applied on the input).
+    pub gemm2: Vec<f32>,
+    /// `[M*k]`: whether the slot's expert is local (non-local slots contribute nothing).
+    pub local: Vec<bool>,
+    /// `[M, H]`: the combine (the sum over each token's slots), equal to `MoeOutput::output`
+    /// bit for bit; kept here so the taps are a complete record on their own.
+    pub combine: Vec<f32>,
 }
 
 /// SwiGLU-OAI constants (gpt-oss `swiglu_limit`, `alpha`; NUMERICS.md 11).
@@ -139,11 +176,15 @@ pub fn forward(
         layer.config.n_experts,
         layer.weights.e_score_correction_bias.as_deref(),
     )?;
-    let output = match opts.accumulate {
-        Accumulate::F64 => run::<f64>(layer, hidden, m, &routing, opts.intermediate)?,
-        Accumulate::F32 => run::<f32>(layer, hidden, m, &routing, opts.intermediate)?,
+    let (output, stages) = match opts.accumulate {
+        Accumulate::F64 => run::<f64>(layer, hidden, m, &routing, opts.intermediate, opts.taps)?,
+        Accumulate::F32 => run::<f32>(layer, hidden, m, &routing, opts.intermediate, opts.taps)?,
     };
-    Ok(MoeOutput { output, routing })
+    Ok(MoeOutput {
+        output,
+        routing,
+        stages,
+    })
 }
 
 /// Group the `[M*k]` assignments by local expert.
@@ -157,13 +198,18 @@ pub fn assignments_by_expert(layer: &MoeLayer, routing: &Routing) -> Vec<Vec<usi
     lists
 }
 
+/// One expert's share of a forward: its slots, their GEMM2 rows `[t, H]`, and (with taps) the
+/// per-slot stages `(gemm1 [t, 2I], act [t, I], inter_q [t, I])`.
+type ExpertRun<R> = (Vec<usize>, Vec<R>, Option<(Vec<f32>, Vec<f32>, Vec<f32>)>);
+
 fn run<R: Real>(
     layer: &MoeLayer,
     hidden: &[f32],
     m: usize,
     routing: &Routing,
     inter: Intermediate,
-) -> Result<Vec<f32>, MoeError> {
+    taps: bool,
+) -> Result<(Vec<f32>, Option<StageTaps>), MoeError> {
     let (h, i, k) = (layer.config.hidden, layer.config.inter, routing.top_k);
     let act_fmt = layer.config.scheme.activation;
     let mode = layer.config.act_scale_mode;
@@ -178,11 +224,11 @@ fn run<R: Real>(
     let round = |v: R| if bf16 { R::of(bf16_round(v.f32())) } else { v };
 
     // 2. Per expert: GEMM1 -> activation -> intermediate QDQ -> GEMM2 (rows streamed).
-    let per_expert: Vec<(Vec<usize>, Vec<R>)> = lists
+    let per_expert: Vec<ExpertRun<R>> = lists
         .par_iter()
         .enumerate()
         .filter(|(_, l)| !l.is_empty())
-        .map(|(e, list)| -> Result<(Vec<usize>, Vec<R>), MoeError> {
+        .map(|(e, list)| -> Result<ExpertRun<R>, MoeError> {
             let t = list.len();
             let mut row = vec![0f32; h.max(i)];
             // GEMM1: g1[t][r], r in 0..2I.
@@ -214,6 +260,8 @@ fn run<R: Real>(
                 );
             }
             let act32: Vec<f32> = act.iter().map(|v| round(*v).f32()).collect();
+            // Taps only: the GEMM1 rows and the activation output (QDQ may consume it).
+            let tapped = taps.then(|| (g1.iter().map(|v| v.f32()).collect(), act32.clone()));
             let aq = match act_fmt {
                 Some(f) => qdq_slice(f, mode, &act32, i)?,
                 None => act32,
@@ -232,13 +280,14 @@ fn run<R: Real>(
                     y[ti * h + r] = round(v);
                 }
             }
-            Ok((list.clone(), y))
+            let tapped = tapped.map(|(g, a)| (g, a, aq));
+            Ok((list.clone(), y, tapped))
         })
         .collect::<Result<_, _>>()?;
 
     // 3. Combine: per token, sum the k slots in slot order (deterministic, no atomics).
     let mut slot: Vec<Option<(usize, usize)>> = vec![None; m * k];
-    for (pe, (list, _)) in per_expert.iter().enumerate() {
+    for (pe, (list, _, _)) in per_expert.iter().enumerate() {
         for (ti, &a) in list.iter().enumerate() {
             slot[a] = Some((pe, ti));
         }
@@ -258,7 +307,35 @@ fn run<R: Real>(
             *o = if bf16 { bf16_round(a.f32()) } else { a.f32() };
         }
     });
-    Ok(out)
+    let stages = taps.then(|| {
+        let mut st = StageTaps {
+            top_k: k,
+            input_q: xq,
+            gemm1: vec![0f32; m * k * 2 * i],
+            act: vec![0f32; m * k * i],
+            inter_q: vec![0f32; m * k * i],
+            gemm2: vec![0f32; m * k * h],
+            local: slot.iter().map(Option::is_some).collect(),
+            combine: out.clone(),
+        };
+        for (list, y, t) in &per_expert {
+            let (g1, act, aq) = t.as_ref().expect("taps were requested");
+            for (ti, &a) in list.iter().enumerate() {
+                let rows = |n: usize| (a * n..(a + 1) * n, ti * n..(ti + 1) * n);
+                let (d, s) = rows(2 * i);
+                st.gemm1[d].copy_from_slice(&g1[s]);
+                let (d, s) = rows(i);
+                st.act[d.clone()].copy_from_slice(&act[s.clone()]);
+                st.inter_q[d].copy_from_slice(&aq[s]);
+                let (d, s) = rows(h);
+                for (o, v) in st.gemm2[d].iter_mut().zip(&y[s]) {
+                    *o = v.f32();
+                }
+            }
+        }
+        st
+    });
+    Ok((out, stages))
 }
 
 /// The naive twin: dequantize whole weight tensors, plain loops, f64 sequential sums, the same
@@ -344,5 +421,6 @@ pub fn forward_naive(
     Ok(MoeOutput {
         output: out,
         routing,
+        stages: None,
     })
 }

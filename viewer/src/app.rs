@@ -1,141 +1,17 @@
-//! The application: state, a worker thread for everything heavy, and the frame layout.
-//!
-//! The UI thread never computes: a [`Job`] goes to the worker over a channel, the worker sends
-//! each finished view back as a [`Msg`] and calls `request_repaint()`, so views appear one by one
-//! while a progress bar shows the stage. A newer job cancels an older one between stages (and
-//! between schemes), and results of an old generation are dropped.
+//! The application: the frame layout, deferred commands, exports and unattended screenshots.
+//! Everything heavy runs on the worker thread ([`crate::worker`]); the app sends it jobs and
+//! stores the views it sends back in [`Results`].
 
-use crate::analysis::{self, ActView, BackendView, Dataset, RoutingView, SchemeView, WeightView};
-use crate::data::{self, Source, SynthParams};
+use crate::data::{Source, SynthParams};
 use crate::panels;
+use crate::worker::{Job, Jobs, Msg};
 use eframe::egui::{self, Color32, RichText, Ui};
-use mxmoe::moe::synth::SynthLayer;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// A view's data: not computed yet, ready, or failed with a message.
-#[derive(Clone, Debug, Default)]
-pub enum Slot<T> {
-    #[default]
-    Waiting,
-    Ready(Arc<T>),
-    Failed(String),
-}
-
-impl<T> Slot<T> {
-    pub fn is_waiting(&self) -> bool {
-        matches!(self, Slot::Waiting)
-    }
-}
-
-/// Everything the views show, for one dataset.
-#[derive(Clone, Debug, Default)]
-pub struct Results {
-    pub generation: u64,
-    pub dataset: Slot<Dataset>,
-    pub routing: Slot<RoutingView>,
-    pub acts: Slot<ActView>,
-    /// `None` inside: the file has no unquantized weights.
-    pub weights: Slot<Option<WeightView>>,
-    pub schemes: Slot<SchemeView>,
-    pub backends: Slot<BackendView>,
-}
-
-impl Results {
-    /// Compute every view synchronously (tests, and the worker's building blocks).
-    pub fn compute(src: &Source) -> Results {
-        let mut r = Results::default();
-        let d = match data::load(src) {
-            Ok(d) => Arc::new(d),
-            Err(e) => {
-                r.dataset = Slot::Failed(e);
-                return r;
-            }
-        };
-        r.dataset = Slot::Ready(d.clone());
-        match analysis::routing_view(&d) {
-            Ok(rv) => {
-                r.acts = Slot::Ready(Arc::new(analysis::act_view(&d, &rv.routing)));
-                r.routing = Slot::Ready(Arc::new(rv));
-            }
-            Err(e) => {
-                r.routing = Slot::Failed(e.clone());
-                r.acts = Slot::Failed(e);
-            }
-        }
-        r.weights = Slot::Ready(Arc::new(analysis::weight_view(&d)));
-        r.schemes = match analysis::scheme_view(&d, &mut Default::default(), |_| true) {
-            Some(Ok(s)) => Slot::Ready(Arc::new(s)),
-            Some(Err(e)) => Slot::Failed(e),
-            None => Slot::Failed("cancelled".into()),
-        };
-        r.backends = Slot::Ready(Arc::new(analysis::backend_view(&d)));
-        r
-    }
-
-    pub fn all_done(&self) -> bool {
-        if let Slot::Failed(_) = self.dataset {
-            return true;
-        }
-        !(self.dataset.is_waiting()
-            || self.routing.is_waiting()
-            || self.acts.is_waiting()
-            || self.weights.is_waiting()
-            || self.schemes.is_waiting()
-            || self.backends.is_waiting())
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Tab {
-    #[default]
-    Routing,
-    Weights,
-    Activations,
-    Schemes,
-    Backends,
-}
-
-impl Tab {
-    pub const ALL: [Tab; 5] = [
-        Tab::Routing,
-        Tab::Weights,
-        Tab::Activations,
-        Tab::Schemes,
-        Tab::Backends,
-    ];
-    pub fn name(self) -> &'static str {
-        match self {
-            Tab::Routing => "Routing",
-            Tab::Weights => "Weight error",
-            Tab::Activations => "Activation error",
-            Tab::Schemes => "Schemes",
-            Tab::Backends => "CPU vs GPU",
-        }
-    }
-    pub fn slug(self) -> &'static str {
-        match self {
-            Tab::Routing => "routing",
-            Tab::Weights => "weights",
-            Tab::Activations => "activations",
-            Tab::Schemes => "schemes",
-            Tab::Backends => "backends",
-        }
-    }
-    pub fn from_slug(s: &str) -> Option<Tab> {
-        Tab::ALL.into_iter().find(|t| t.slug() == s)
-    }
-}
-
-/// Per-view UI choices (selected expert, tensor, QDQ point).
-#[derive(Clone, Debug, Default)]
-pub struct ViewUi {
-    pub weights: panels::weights::WeightsUi,
-    pub acts: panels::activations::ActsUi,
-}
+pub use crate::state::{Results, Slot, Tab, ViewUi};
 
 /// What the user asked for; applied after the frame is drawn (egui_demo_app's deferred-command
 /// shape), so panels only push commands and never mutate the app mid-frame.
@@ -144,245 +20,6 @@ pub enum Command {
     Load(Source),
     ExportCsv,
     ExportPng,
-}
-
-/// Work for the worker thread.
-enum Job {
-    Load { gen: u64, src: Source },
-}
-
-/// What the worker sends back.
-enum Msg {
-    Progress {
-        gen: u64,
-        stage: String,
-        frac: f32,
-    },
-    Dataset {
-        gen: u64,
-        slot: Slot<Dataset>,
-    },
-    Routing {
-        gen: u64,
-        slot: Slot<RoutingView>,
-    },
-    Acts {
-        gen: u64,
-        slot: Slot<ActView>,
-    },
-    Weights {
-        gen: u64,
-        slot: Slot<Option<WeightView>>,
-    },
-    Schemes {
-        gen: u64,
-        slot: Slot<SchemeView>,
-    },
-    Backends {
-        gen: u64,
-        slot: Slot<BackendView>,
-    },
-    /// `stages`: seconds per stage, for the status line.
-    Done {
-        gen: u64,
-        seconds: f64,
-        stages: String,
-    },
-}
-
-/// The worker handle: a job channel, a message channel, the latest generation.
-struct Jobs {
-    tx: Sender<Job>,
-    rx: Receiver<Msg>,
-    latest: Arc<AtomicU64>,
-}
-
-/// Run `f`, turning a panic into an error message (a bug in a view must not kill the worker).
-fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
-        let msg = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "unknown panic".into());
-        format!("internal error: {msg}")
-    })
-}
-
-fn slot<T>(r: Result<Result<T, String>, String>) -> Slot<T> {
-    match r {
-        Ok(Ok(v)) => Slot::Ready(Arc::new(v)),
-        Ok(Err(e)) | Err(e) => Slot::Failed(e),
-    }
-}
-
-/// The generated layer for a synthetic key, and its weight view once computed.
-type SynthCache = (
-    data::SynthKey,
-    Arc<SynthLayer>,
-    Option<Slot<Option<WeightView>>>,
-);
-
-fn worker(rx: Receiver<Job>, tx: Sender<Msg>, latest: Arc<AtomicU64>, ctx: egui::Context) {
-    // The last synthetic layer and its weight view: changing only the router settings or the
-    // tokens reuses them (the weights are most of the work).
-    let mut synth_cache: Option<SynthCache> = None;
-    // Quantized weights per format for the scheme comparison, for the cached synthetic layer.
-    let mut scheme_cache = analysis::SchemeCache::default();
-    while let Ok(mut job) = rx.recv() {
-        // Skip to the newest queued job.
-        while let Ok(j) = rx.try_recv() {
-            job = j;
-        }
-        let Job::Load { gen, src } = job;
-        let t0 = Instant::now();
-        let timings = std::cell::RefCell::new(Vec::<(&'static str, f64)>::new());
-        let lap = std::cell::Cell::new(Instant::now());
-        let mark = |name: &'static str| {
-            timings
-                .borrow_mut()
-                .push((name, lap.get().elapsed().as_secs_f64()));
-            lap.set(Instant::now());
-        };
-        let live = || latest.load(Ordering::SeqCst) == gen;
-        let send = |m: Msg| {
-            let _ = tx.send(m);
-            ctx.request_repaint();
-        };
-        let progress = |stage: &str, frac: f32| {
-            send(Msg::Progress {
-                gen,
-                stage: stage.into(),
-                frac,
-            })
-        };
-        const STAGES: f32 = 6.0;
-        progress("loading", 0.0);
-        let key = match &src {
-            Source::Synthetic(p) => Some(data::synth_key(p)),
-            Source::Files { .. } => None,
-        };
-        if synth_cache.as_ref().map(|c| Some(c.0)) != Some(key) {
-            synth_cache = None;
-            scheme_cache = analysis::SchemeCache::default();
-        }
-        // Files are not cached: a file may change on disk between two loads.
-        let mut fresh = analysis::SchemeCache::default();
-        let scache = if key.is_some() {
-            &mut scheme_cache
-        } else {
-            &mut fresh
-        };
-        let loaded = guarded(|| -> Result<Dataset, String> {
-            match (&src, key) {
-                (Source::Synthetic(p), Some(k)) => {
-                    let base = match &synth_cache {
-                        Some((_, b, _)) => b.clone(),
-                        None => {
-                            let b = Arc::new(data::synth_base(p)?);
-                            synth_cache = Some((k, b.clone(), None));
-                            b
-                        }
-                    };
-                    data::synth_dataset(p, &base)
-                }
-                _ => data::load(&src),
-            }
-        });
-        let d = match loaded {
-            Ok(Ok(d)) => Arc::new(d),
-            Ok(Err(e)) | Err(e) => {
-                send(Msg::Dataset {
-                    gen,
-                    slot: Slot::Failed(e),
-                });
-                send(Msg::Done {
-                    gen,
-                    seconds: t0.elapsed().as_secs_f64(),
-                    stages: String::new(),
-                });
-                continue;
-            }
-        };
-        mark("load");
-        send(Msg::Dataset {
-            gen,
-            slot: Slot::Ready(d.clone()),
-        });
-        if !live() {
-            continue;
-        }
-        progress("routing", 1.0 / STAGES);
-        let rv = guarded(|| analysis::routing_view(&d));
-        let routing = match &rv {
-            Ok(Ok(r)) => Some(r.routing.clone()),
-            _ => None,
-        };
-        mark("routing");
-        send(Msg::Routing {
-            gen,
-            slot: slot(rv),
-        });
-        if !live() {
-            continue;
-        }
-        progress("activation QDQ error", 2.0 / STAGES);
-        let acts = match routing {
-            Some(r) => slot(guarded(|| Ok::<_, String>(analysis::act_view(&d, &r)))),
-            None => Slot::Failed("routing failed".into()),
-        };
-        mark("activations");
-        send(Msg::Acts { gen, slot: acts });
-        if !live() {
-            continue;
-        }
-        progress("weight error under 4 scale modes", 3.0 / STAGES);
-        let cached = synth_cache.as_ref().and_then(|c| c.2.clone());
-        let w = match cached {
-            Some(w) => w,
-            None => {
-                let w = slot(guarded(|| Ok::<_, String>(analysis::weight_view(&d))));
-                if let Some(c) = synth_cache.as_mut() {
-                    c.2 = Some(w.clone());
-                }
-                w
-            }
-        };
-        mark("weights");
-        send(Msg::Weights { gen, slot: w });
-        if !live() {
-            continue;
-        }
-        progress("schemes: quantize + forward x6", 4.0 / STAGES);
-        let r = guarded(|| {
-            analysis::scheme_view(&d, scache, |f| {
-                progress("schemes: quantize + forward x6", (4.0 + f) / STAGES);
-                live()
-            })
-        });
-        let s = match r {
-            Ok(None) => continue,
-            Ok(Some(x)) => slot(Ok(x)),
-            Err(e) => Slot::Failed(e),
-        };
-        mark("schemes");
-        send(Msg::Schemes { gen, slot: s });
-        progress("GPU backend", 5.0 / STAGES);
-        let b = slot(guarded(|| Ok::<_, String>(analysis::backend_view(&d))));
-        mark("gpu");
-        send(Msg::Backends { gen, slot: b });
-        let stages = timings
-            .borrow()
-            .iter()
-            .map(|(n, s)| format!("{n} {s:.1}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        send(Msg::Done {
-            gen,
-            seconds: t0.elapsed().as_secs_f64(),
-            stages,
-        });
-    }
 }
 
 /// Options from the command line that drive an unattended run (smoke test, screenshots).
@@ -471,16 +108,6 @@ impl ViewerApp {
 
     /// Start the worker with nothing loaded (tests set `results` themselves).
     pub fn idle(ctx: &egui::Context, tab: Tab, auto: AutoRun) -> Self {
-        let (jtx, jrx) = channel();
-        let (mtx, mrx) = channel();
-        let latest = Arc::new(AtomicU64::new(0));
-        {
-            let (latest, ctx) = (latest.clone(), ctx.clone());
-            std::thread::Builder::new()
-                .name("mxmoe-viewer-worker".into())
-                .spawn(move || worker(jrx, mtx, latest, ctx))
-                .expect("spawn the worker thread");
-        }
         ViewerApp {
             results: Results::default(),
             tab,
@@ -493,11 +120,7 @@ impl ViewerApp {
             status: None,
             progress: None,
             started: None,
-            jobs: Jobs {
-                tx: jtx,
-                rx: mrx,
-                latest,
-            },
+            jobs: Jobs::spawn(ctx),
             commands: Vec::new(),
             auto,
             frames: 0,
@@ -539,11 +162,7 @@ impl ViewerApp {
                     frac,
                 } if g == gen => self.progress = Some((stage, frac)),
                 Msg::Dataset { gen: g, slot } if g == gen => r.dataset = slot,
-                Msg::Routing { gen: g, slot } if g == gen => r.routing = slot,
-                Msg::Acts { gen: g, slot } if g == gen => r.acts = slot,
-                Msg::Weights { gen: g, slot } if g == gen => r.weights = slot,
-                Msg::Schemes { gen: g, slot } if g == gen => r.schemes = slot,
-                Msg::Backends { gen: g, slot } if g == gen => r.backends = slot,
+                Msg::View { gen: g, view } if g == gen => r.set(view),
                 Msg::Done {
                     gen: g,
                     seconds,

@@ -10,11 +10,21 @@ fn small() -> mxmoe_viewer::analysis::Dataset {
     data::load(&Source::Synthetic(SynthParams::small())).unwrap()
 }
 
+/// The small dataset and its one forward with stage taps.
+fn small_run() -> (
+    mxmoe_viewer::analysis::Dataset,
+    mxmoe_viewer::analysis::LayerRun,
+) {
+    let d = small();
+    let run = analysis::layer_run(&d).unwrap();
+    (d, run)
+}
+
 /// Catches a load histogram that forgets slots or double counts: it must sum to M * k.
 #[test]
 fn routing_load_sums_to_slots() {
-    let d = small();
-    let r = analysis::routing_view(&d).unwrap();
+    let (d, run) = small_run();
+    let r = analysis::routing_view(&d, &run);
     assert_eq!(r.load.iter().sum::<usize>(), d.m * r.top_k);
     assert!(r.max_over_mean >= 1.0);
     for t in 0..d.m {
@@ -65,9 +75,9 @@ fn weight_stats_follow_the_scale_rules() {
 /// the routing, and every slot of a local expert must have a non-zero intermediate.
 #[test]
 fn activation_stats_cover_both_points() {
-    let d = small();
-    let r = analysis::routing_view(&d).unwrap();
-    let a = analysis::act_view(&d, &r.routing);
+    let (d, run) = small_run();
+    let r = analysis::routing_view(&d, &run);
+    let a = analysis::act_view(&d, &run);
     let input = a.input.unwrap();
     let inter = a.intermediate.unwrap();
     assert_eq!(input.by_rule[0].groups(), d.m);
@@ -82,8 +92,8 @@ fn activation_stats_cover_both_points() {
 /// row equals the matching OCP row (same weights, same modes).
 #[test]
 fn schemes_compare_all_five() {
-    let d = small();
-    let s = analysis::scheme_view(&d, &mut Default::default(), |_| true)
+    let (d, run) = small_run();
+    let s = analysis::scheme_view(&d, &run, &mut Default::default(), |_| true)
         .unwrap()
         .unwrap();
     assert_eq!(s.rows.len(), 6);
@@ -107,7 +117,7 @@ fn schemes_compare_all_five() {
 #[test]
 fn gpu_comparison_or_explicit_skip() {
     let d = small();
-    match analysis::backend_view(&d) {
+    match analysis::backend_view(&d, &analysis::prepare_gpu(&d)) {
         BackendView::Skipped(why) => eprintln!("SKIPPED: CPU vs GPU: {why}"),
         BackendView::Failed { adapter, error } => panic!("GPU {adapter} failed: {error}"),
         BackendView::Diff(x) => {
@@ -121,6 +131,65 @@ fn gpu_comparison_or_explicit_skip() {
                 x.rel_l2
             );
         }
+    }
+}
+
+/// Catches a view that runs a forward of its own, or reads the wrong stage: the routing view
+/// shows the shared forward's routing, the activation view's intermediate is the QDQ error of
+/// the forward's activation tap (under the layer's own mode, exactly the error between the
+/// activation and intermediate taps), and the scheme view's stored row is the forward's output.
+#[test]
+fn views_come_from_one_forward() {
+    let (d, run) = small_run();
+    let l = &d.layer;
+    assert_eq!(
+        run.routing,
+        mxmoe::moe::route(&l.config.router, &d.logits, l.config.n_experts, None).unwrap()
+    );
+    assert_eq!(analysis::routing_view(&d, &run).routing, run.routing);
+    let a = analysis::act_view(&d, &run);
+    let inter = a.intermediate.unwrap();
+    let own = inter
+        .by_rule
+        .iter()
+        .find(|q| q.rule == Rule::Mode(l.config.act_scale_mode))
+        .unwrap();
+    let (mut e2, mut x2) = (0f64, 0f64);
+    for (&x, &q) in run.stages.act.iter().zip(&run.stages.inter_q) {
+        e2 += (q as f64 - x as f64).powi(2);
+        x2 += (x as f64).powi(2);
+    }
+    let want = (e2 / x2).sqrt();
+    assert!(
+        (own.rel_l2 - want).abs() <= 1e-12 * want,
+        "intermediate view {} vs taps {want}",
+        own.rel_l2
+    );
+    let s = analysis::scheme_view(&d, &run, &mut Default::default(), |_| true)
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.rows[0].seconds, run.seconds);
+    let reference = analysis::reference_forward(
+        l,
+        d.w13_orig.as_ref().unwrap(),
+        d.w2_orig.as_ref().unwrap(),
+        &d.hidden,
+        &run.routing,
+    );
+    let (mut e2, mut r2) = (0f64, 0f64);
+    for (&y, &r) in run.output.iter().zip(&reference) {
+        e2 += (y as f64 - r).powi(2);
+        r2 += r * r;
+    }
+    assert_eq!(s.rows[0].rel_l2, (e2 / r2).sqrt());
+}
+
+/// The GPU is opened once per process: every call hands out the same backend.
+#[test]
+fn backends_open_once() {
+    assert!(std::ptr::eq(analysis::cpu(), analysis::cpu()));
+    if let (Ok(a), Ok(b)) = (analysis::gpu(), analysis::gpu()) {
+        assert!(std::ptr::eq(a, b), "the GPU was opened twice");
     }
 }
 

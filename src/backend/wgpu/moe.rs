@@ -271,6 +271,7 @@ pub fn forward(
                     topk_ids: ids,
                     topk_weights: ws,
                 },
+                stages: None,
             },
             times,
         ));
@@ -513,6 +514,7 @@ pub fn forward(
                 topk_ids: bytemuck::pod_collect_to_vec(&r[1]),
                 topk_weights: bytemuck::pod_collect_to_vec(&r[2]),
             },
+            stages: None,
         },
         times,
     ))

@@ -3,14 +3,9 @@
 
 use super::{exp_histograms, rule_color, summary_grid};
 use crate::analysis::{ActView, Rule, TensorStats};
+use crate::state::ActsUi;
 use crate::widgets::{exact, legend, Colormap, Heatmap};
 use eframe::egui::{RichText, Ui, Vec2};
-
-#[derive(Clone, Debug, Default)]
-pub struct ActsUi {
-    /// 0 = input QDQ, 1 = intermediate QDQ.
-    pub point: usize,
-}
 
 pub fn show(ui: &mut Ui, v: &ActView, st: &mut ActsUi) {
     let (Some(fmt), Some(input), Some(inter)) = (v.format, &v.input, &v.intermediate) else {

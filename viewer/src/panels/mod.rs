@@ -1,5 +1,6 @@
 //! One module per view: functions over `&mut Ui` plus the view's data (egui_demo_app shape), so
-//! the snapshot tests draw exactly what the app draws.
+//! the snapshot tests draw exactly what the app draws. Panels read [`crate::state`] and
+//! [`crate::analysis`] and never the app: the app sits above them.
 
 pub mod activations;
 pub mod backends;
@@ -9,7 +10,7 @@ pub mod side;
 pub mod weights;
 
 use crate::analysis::{QuantStats, Rule};
-use crate::app::{Results, Slot, Tab, ViewUi};
+use crate::state::{Results, Slot, Tab, ViewUi};
 use crate::widgets::{num, pct};
 use eframe::egui::{self, Color32, Ui};
 use egui_plot::{Bar, BarChart, Plot};

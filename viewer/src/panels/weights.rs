@@ -4,15 +4,9 @@
 
 use super::{exp_histograms, rule_color, summary_grid};
 use crate::analysis::{Rule, TensorStats, WeightView};
+use crate::state::WeightsUi;
 use crate::widgets::{exact, legend, Colormap, Heatmap};
 use eframe::egui::{self, RichText, Ui, Vec2};
-
-#[derive(Clone, Debug, Default)]
-pub struct WeightsUi {
-    /// 0 = w13 (gate/up), 1 = w2 (down).
-    pub tensor: usize,
-    pub expert: usize,
-}
 
 pub fn show(ui: &mut Ui, v: Option<&WeightView>, st: &mut WeightsUi) {
     let Some(v) = v else {
