@@ -208,9 +208,11 @@ scale mode (floor/even/ceil/rceil) and with/without bf16 intermediates, and name
     /// Time a MoE layer on a backend at several token counts; JSON with ratios to the floor.
     #[command(
         after_help = "Example:\n  mxmoe bench --backend wgpu --shape gpt-oss-120b --tokens 1,4,16,64 --json bench.json\n\n\
-Shapes: gpt-oss-120b (128 experts, H = I = 2880, top-4, swigluoai, w_mxfp4), deepseek-r1 (256 experts,\n\
-H 7168, I 2048, top-8, w_mxfp4_a_mxfp4), or custom with --experts/--hidden/--inter/--top-k. Weights are\n\
-random finite codes with plausible scales. The floor is the packed bytes of the experts the tokens\n\
+Shapes (the case catalog's model shapes): gpt-oss-20b / gpt-oss-120b (32 / 128 experts, H = I = 2880,\n\
+top-4, swigluoai, w_mxfp4), deepseek-r1 (256 experts, H 7168, I 2048, top-8, sigmoid + correction bias,\n\
+8 groups, w_mxfp4_a_mxfp4), qwen3-30b-a3b (128 experts, H 2048, I 768, top-8), llama4-maverick (128\n\
+experts, H 5120, I 8192, top-1 on input), or custom; --experts/--hidden/--inter/--top-k override any.\n\
+Weights are random finite codes with plausible scales. The floor is the packed bytes of the experts the tokens\n\
 touch divided by --hbm-gbps (default 4550: the WGSL streaming read measured on an H200)."
     )]
     Bench {
@@ -218,7 +220,7 @@ touch divided by --hbm-gbps (default 4550: the WGSL streaming read measured on a
         backend: BackendKind,
         #[arg(long)]
         adapter: Option<String>,
-        /// gpt-oss-120b, deepseek-r1 or custom.
+        /// A model shape of the case catalog (gpt-oss-120b, deepseek-r1, ...) or custom.
         #[arg(long, default_value = "gpt-oss-120b")]
         shape: String,
         /// Scheme (overrides the shape's).
@@ -393,34 +395,26 @@ fn run(cli: Cli) -> Result<()> {
             no_check,
             json,
         } => {
-            let mut spec = match shape.as_str() {
-                "gpt-oss-120b" => {
-                    let mut s =
-                        SynthSpec::new(Scheme::new(MxFormat::Fp4E2M1, None), 128, 2880, 2880, 4);
-                    s.activation = Activation::SwigluOai;
-                    s.bias = true;
-                    s.router.scoring = Scoring::TopkSoftmax;
-                    s.router.renormalize = false;
-                    s
-                }
-                "deepseek-r1" => SynthSpec::new(Scheme::OCP_MX[0], 256, 7168, 2048, 8),
-                "custom" => SynthSpec::new(Scheme::OCP_MX[0], 32, 1024, 1024, 4),
-                s => bail!("unknown shape '{s}' (expected gpt-oss-120b, deepseek-r1 or custom)"),
-            };
+            let mut spec = check::catalog::model_shape(&shape).ok_or_else(|| {
+                anyhow!(
+                    "unknown shape '{shape}' (expected {})",
+                    check::catalog::MODEL_SHAPES.join(", ")
+                )
+            })?;
             if let Some(s) = scheme {
-                spec.scheme = s;
+                spec.synth.scheme = s;
             }
             if let Some(x) = experts {
-                spec.n_experts = x;
+                spec.synth.n_experts = x;
             }
             if let Some(x) = hidden {
-                spec.hidden = x;
+                spec.synth.hidden = x;
             }
             if let Some(x) = inter {
-                spec.inter = x;
+                spec.synth.inter = x;
             }
             if let Some(x) = top_k {
-                spec.router.top_k = x;
+                spec.synth.router.top_k = x;
             }
             let tokens: Vec<usize> = tokens
                 .split(',')
@@ -697,11 +691,7 @@ fn open_backends(
     adapter: Option<&str>,
 ) -> Result<Vec<(String, Result<Backend, String>)>> {
     let kinds: Vec<(&str, BackendKind)> = match which {
-        "all" => vec![
-            ("cpu", BackendKind::Cpu),
-            ("wgpu", BackendKind::Wgpu),
-            ("hip", BackendKind::Hip),
-        ],
+        "all" => BackendKind::ALL.iter().map(|k| (k.name(), *k)).collect(),
         w => vec![(w, w.parse::<BackendKind>().map_err(|e| anyhow!(e))?)],
     };
     Ok(kinds
@@ -727,49 +717,32 @@ fn cmd_check(
         "full" => Suite::Full,
         s => bail!("unknown suite '{s}' (expected quick or full)"),
     };
-    let mut failed = 0;
-    let mut all_json = Vec::new();
-    for (name, b) in open_backends(which, adapter)? {
-        let b = match b {
-            Ok(b) => b,
-            Err(e) => {
-                println!("{name}: SKIPPED ({e})");
-                all_json
-                    .push(serde_json::json!({"backend": name, "status": "SKIPPED", "reason": e}));
-                continue;
-            }
-        };
-        println!("== {} [{}]", b.name(), b.adapter());
-        let t0 = Instant::now();
-        let res = check::run_suite(&b, suite);
-        for r in &res {
-            if verbose || r.status == Status::Fail {
-                println!(
-                    "  {:<11} {:<60} {:>8.2} ms  {}",
-                    r.status.to_string(),
-                    r.name,
-                    r.millis,
-                    r.detail
-                );
-            }
+    // The case catalog on every backend that opens (outputs poisoned), each case's reference
+    // computed once; with MXMOE_REQUIRE_GPU=1 a backend compiled in without a device FAILS.
+    let opened =
+        check::open_backends(which, adapter, check::require_gpu()).map_err(|e| anyhow!(e))?;
+    for o in &opened {
+        if let Ok(b) = &o.backend {
+            println!("== {} [{}]", b.name(), b.adapter());
         }
-        let (ok, fail, uns, skip) = check::summary(&res);
-        failed += fail;
-        println!(
-            "{}: {ok} passed, {fail} failed, {uns} unsupported, {skip} skipped ({:.1} s)",
-            b.name(),
-            t0.elapsed().as_secs_f64()
-        );
-        all_json.push(serde_json::json!({
-            "backend": b.name(), "adapter": b.adapter(),
-            "cases": res.iter().map(|r| serde_json::json!({"name": r.name, "status": r.status.to_string(), "detail": r.detail, "ms": r.millis})).collect::<Vec<_>>(),
-        }));
+    }
+    let cases = check::cases(suite);
+    println!("{} cases", cases.len());
+    let reports = check::conformance(&opened, &cases, |name, r| {
+        if verbose || r.status != Status::Ok {
+            println!("{}", check::report::case_line(name, r));
+        }
+    });
+    for r in &reports {
+        println!("{}", r.summary_line());
     }
     if let Some(p) = json {
-        io::write_atomic(p, serde_json::to_string_pretty(&all_json)?.as_bytes())?;
+        let all: Vec<_> = reports.iter().map(|r| r.json()).collect();
+        io::write_atomic(p, serde_json::to_string_pretty(&all)?.as_bytes())?;
     }
-    if failed > 0 {
-        bail!("{failed} case(s) failed");
+    let failed = check::failures(&reports);
+    if !failed.is_empty() {
+        bail!("{} failure(s): {}", failed.len(), failed.join("; "));
     }
     Ok(())
 }
@@ -882,19 +855,20 @@ fn cmd_verify(layer: &PathBuf, input: &PathBuf, result: &PathBuf, tol: f64) -> R
 }
 
 fn cmd_bench(
-    spec: &SynthSpec,
+    spec: &check::catalog::LayerSpec,
     ba: BackendArgs,
     p: mxmoe::bench::BenchParams,
     json: Option<&std::path::Path>,
 ) -> Result<()> {
     let b = ba.open()?;
-    eprintln!("bench: {} on {} [{}]", spec.scheme, b.name(), b.adapter());
     eprintln!(
-        "generating {} experts, H {}, I {}, top-{} ...",
-        spec.n_experts, spec.hidden, spec.inter, spec.router.top_k
+        "bench: {} {} on {} [{}]",
+        spec.tag(),
+        spec.synth.scheme,
+        b.name(),
+        b.adapter()
     );
-    let layer = synth_layer_packed(spec)?;
-    let res = mxmoe::bench::run(&b, &layer, &p, |s| eprintln!("  {s}"))?;
+    let res = mxmoe::bench::run(&b, spec, &p, |s| eprintln!("  {s}"))?;
     println!(
         "{:>6} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8} {:>10}",
         "tokens",

@@ -57,6 +57,21 @@ pub enum BackendKind {
     Auto,
 }
 
+impl BackendKind {
+    /// Every concrete backend, in the order `--backend all` and the conformance tests run them.
+    /// A new backend adds its arm here and is then tested by the whole case catalog.
+    pub const ALL: [BackendKind; 3] = [BackendKind::Cpu, BackendKind::Wgpu, BackendKind::Hip];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Wgpu => "wgpu",
+            BackendKind::Hip => "hip",
+            BackendKind::Auto => "auto",
+        }
+    }
+}
+
 impl FromStr for BackendKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -177,6 +192,17 @@ impl Backend {
             Backend::Cpu(b) => b.adapter(),
             Backend::Wgpu(b) => b.adapter(),
             Backend::Hip(b) => b.adapter(),
+        }
+    }
+
+    /// Test hook: fill outputs with [`wgpu::POISON`] before every run where the backend
+    /// allocates device outputs (wgpu), so an element a kernel forgets to write fails the
+    /// comparison. The CPU returns fresh vectors it writes fully; a no-op there.
+    pub fn set_poison(&self, on: bool) {
+        match self {
+            Backend::Cpu(_) => {}
+            Backend::Wgpu(b) => b.set_poison(on),
+            Backend::Hip(_) => {}
         }
     }
 
