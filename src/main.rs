@@ -727,7 +727,7 @@ fn cmd_check(
         }
     }
     let cases = check::cases(suite);
-    println!("{} cases", cases.len());
+    let t0 = Instant::now();
     let reports = check::conformance(&opened, &cases, |name, r| {
         if verbose || r.status != Status::Ok {
             println!("{}", check::report::case_line(name, r));
@@ -736,6 +736,16 @@ fn cmd_check(
     for r in &reports {
         println!("{}", r.summary_line());
     }
+    println!(
+        "{} cases of the {} suite in {:.1} s (references included)",
+        cases.len(),
+        if suite == Suite::Quick {
+            "quick"
+        } else {
+            "full"
+        },
+        t0.elapsed().as_secs_f64()
+    );
     if let Some(p) = json {
         let all: Vec<_> = reports.iter().map(|r| r.json()).collect();
         io::write_atomic(p, serde_json::to_string_pretty(&all)?.as_bytes())?;

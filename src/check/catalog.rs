@@ -12,12 +12,12 @@
 //! the same id always means the same inputs (generator seeds are fixed in the code below).
 
 use super::inputs;
+pub use super::models::{bench_cases, model_cases, model_shape, MODEL_SHAPES};
 use super::{MOE_BF16_REL_L2, MOE_REL_L2, ROUTE_WEIGHT_REL};
 use crate::format::{MxFormat, MxTensor, ScaleMode};
 use crate::moe::synth::{synth_layer, synth_layer_packed, SynthSpec};
 use crate::moe::{
-    self, Accumulate, Activation, Intermediate, MoeError, MoeLayer, MoeOptions, RouterConfig,
-    Scoring,
+    self, Accumulate, Intermediate, MoeError, MoeLayer, MoeOptions, RouterConfig, Scoring,
 };
 use crate::scheme::Scheme;
 
@@ -63,6 +63,11 @@ impl Tol {
     /// MoE outputs with bf16 intermediates ([`MOE_BF16_REL_L2`]).
     pub const MOE_BF16: Tol = Tol {
         rel_l2: MOE_BF16_REL_L2,
+        elem_rel: None,
+    };
+    /// Routing weights inside a MoE forward: relative L2 only (as `mxmoe check` always had).
+    pub const ROUTE_WEIGHTS_RL2: Tol = Tol {
+        rel_l2: ROUTE_WEIGHT_REL,
         elem_rel: None,
     };
     /// Routing weights ([`ROUTE_WEIGHT_REL`], also per element).
@@ -464,7 +469,7 @@ pub fn moe_cost(layer: &MoeLayer, m: usize, logits: &[&[f32]]) -> Result<Cost, M
     })
 }
 
-fn moe_f32() -> MoeOptions {
+pub(super) fn moe_f32() -> MoeOptions {
     MoeOptions {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::F32,
@@ -478,14 +483,6 @@ fn moe_expect(opts: MoeOptions) -> Expect {
         output: if bf16 { Tol::MOE_BF16 } else { Tol::MOE },
         bf16_output: bf16,
     }
-}
-
-impl Tol {
-    /// Routing weights inside a MoE forward: relative L2 only (as `mxmoe check` always had).
-    pub const ROUTE_WEIGHTS_RL2: Tol = Tol {
-        rel_l2: ROUTE_WEIGHT_REL,
-        elem_rel: None,
-    };
 }
 
 /// A MoE case with the default (f32) options.
@@ -564,92 +561,4 @@ pub fn cases(suite: Suite) -> Vec<Case> {
     }));
     v.retain(|c| c.tier.in_suite(suite));
     v
-}
-
-/// The real model shapes by name (random packed weights; for `mxmoe bench`), and `custom`
-/// (a mid-size layer for `--experts/--hidden/--inter/--top-k` overrides).
-pub const MODEL_SHAPES: [&str; 6] = [
-    "gpt-oss-20b",
-    "gpt-oss-120b",
-    "deepseek-r1",
-    "qwen3-30b-a3b",
-    "llama4-maverick",
-    "custom",
-];
-
-/// The layer of a named model shape.
-pub fn model_shape(name: &str) -> Option<LayerSpec> {
-    let gpt_oss = |e: usize| {
-        let mut s = SynthSpec::new(Scheme::new(MxFormat::Fp4E2M1, None), e, 2880, 2880, 4);
-        s.activation = Activation::SwigluOai;
-        s.bias = true;
-        s.router.scoring = Scoring::TopkSoftmax;
-        s.router.renormalize = false;
-        s
-    };
-    let (synth, cbias, name) = match name {
-        "gpt-oss-20b" => (gpt_oss(32), None, "gpt-oss-20b"),
-        "gpt-oss-120b" => (gpt_oss(128), None, "gpt-oss-120b"),
-        "deepseek-r1" => {
-            let mut s = SynthSpec::new(Scheme::OCP_MX[0], 256, 7168, 2048, 8);
-            s.router = RouterConfig {
-                scoring: Scoring::Sigmoid,
-                top_k: 8,
-                renormalize: true,
-                n_group: Some(8),
-                topk_group: Some(4),
-                routed_scaling_factor: 2.5,
-                apply_router_weight_on_input: false,
-            };
-            (s, Some(1), "deepseek-r1")
-        }
-        "qwen3-30b-a3b" => (
-            SynthSpec::new(Scheme::OCP_MX[0], 128, 2048, 768, 8),
-            None,
-            "qwen3-30b-a3b",
-        ),
-        "llama4-maverick" => {
-            let mut s = SynthSpec::new(Scheme::OCP_MX[0], 128, 5120, 8192, 1);
-            s.router.scoring = Scoring::Sigmoid;
-            s.router.renormalize = false;
-            s.router.apply_router_weight_on_input = true;
-            (s, None, "llama4-maverick")
-        }
-        "custom" => (
-            SynthSpec::new(Scheme::OCP_MX[0], 32, 1024, 1024, 4),
-            None,
-            "custom",
-        ),
-        _ => return None,
-    };
-    Some(LayerSpec {
-        correction_bias: cbias,
-        packed: true,
-        name: Some(name),
-        ..LayerSpec::new(synth)
-    })
-}
-
-/// Benchmark cases of a layer: one per token count, each rotating through `rotate` batches
-/// (seeds `1000 + 7 r + M`), tier [`Tier::Model`].
-pub fn bench_cases(layer: &LayerSpec, tokens: &[usize], rotate: usize) -> Vec<Case> {
-    tokens
-        .iter()
-        .map(|&m| {
-            let seeds = (0..rotate.max(1) as u64)
-                .map(|r| 1000 + r * 7 + m as u64)
-                .collect();
-            moe_case_opts(Tier::Model, layer, m, seeds, moe_f32())
-        })
-        .collect()
-}
-
-/// The model-shape cases of the catalog (default token counts 1, 4, 16, 64; 8 rotating
-/// batches): what `mxmoe bench --shape NAME` runs.
-pub fn model_cases() -> Vec<Case> {
-    MODEL_SHAPES
-        .iter()
-        .filter_map(|n| model_shape(n))
-        .flat_map(|l| bench_cases(&l, &[1, 4, 16, 64], 8))
-        .collect()
 }

@@ -8,14 +8,15 @@
 //! and routing ids, relative-L2 bounds for routing weights and MoE outputs, an error for invalid
 //! inputs. Results are OK / FAIL / UNSUPPORTED (with the backend's reason) / SKIPPED.
 //!
-//! Files: `catalog.rs` (case types, ids, model shapes), `cases_format.rs` and `cases_moe.rs`
-//! (the cases), `inputs.rs` (input generators), `run.rs` (materialize, reference, run, judge,
+//! Files: `catalog.rs` (case types, ids, expectations, costs), `cases_format.rs` and
+//! `cases_moe.rs` (the cases), `models.rs` (real model shapes, for bench), `inputs.rs` (input generators), `run.rs` (materialize, reference, run, judge,
 //! open backends), `report.rs` (lines, summaries, JSON).
 
 pub mod cases_format;
 pub mod cases_moe;
 pub mod catalog;
 pub mod inputs;
+pub mod models;
 pub mod report;
 pub mod run;
 

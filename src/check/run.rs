@@ -290,9 +290,9 @@ fn tol_check(what: &str, got: &[f32], want: &[f32], tol: Tol) -> Result<String, 
         ));
     }
     if let Some(e) = tol.elem_rel {
-        if let Some(i) = (0..got.len())
-            .find(|&i| !((got[i] - want[i]).abs() <= e as f32 * want[i].abs().max(1e-6)))
-        {
+        // NaN is never within.
+        let within = |i: usize| (got[i] - want[i]).abs() <= e as f32 * want[i].abs().max(1e-6);
+        if let Some(i) = (0..got.len()).find(|&i| !within(i)) {
             return Err(format!(
                 "{what}[{i}]: {} vs {} (relative bound {e:e})",
                 got[i], want[i]
