@@ -828,3 +828,36 @@ fn wgpu_backend_through_the_cli_matches_cpu() {
     let (rel, _) = mxmoe::check::rel_l2(&res[1].output, &res[0].output);
     assert!(rel <= mxmoe::check::MOE_REL_L2, "rel-L2 {rel}");
 }
+
+/// `mxmoe check --json`: one object per backend with `backend`, `adapter` and `cases` (each
+/// `name`, `status`, `detail`, `ms`, plus `flops` and `bytes`); a backend that cannot be opened
+/// has `backend`, `status` and `reason`. Not compiled in is SKIPPED, never a failure.
+#[test]
+fn check_json_keeps_its_fields() {
+    let d = tempfile::tempdir().unwrap();
+    let j = p(d.path(), "check.json");
+    let r = run(&["check", "--backend", "cpu", "--json", s(&j)]);
+    assert!(r.ok, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("cpu: ") && r.stdout.contains(" 0 failed"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).unwrap()).unwrap();
+    let a = v.as_array().unwrap();
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0]["backend"], "cpu");
+    assert!(a[0]["adapter"].is_string());
+    let cases = a[0]["cases"].as_array().unwrap();
+    assert!(cases.len() > 300, "{} cases", cases.len());
+    for c in cases {
+        assert_eq!(c["status"], "OK", "{c}");
+        assert!(c["name"].is_string() && c["detail"].is_string() && c["ms"].is_number());
+        assert!(c["flops"].is_number() && c["bytes"].is_number());
+    }
+    assert!(cases.iter().any(|c| c["name"] == "qdq/mxfp4/even/special"));
+    let r = run(&["check", "--backend", "hip", "--json", s(&j)]);
+    assert!(r.ok, "{}{}", r.stdout, r.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).unwrap()).unwrap();
+    assert_eq!(v[0]["backend"], "hip");
+    assert_eq!(v[0]["status"], "SKIPPED");
+    assert!(v[0]["reason"].as_str().unwrap().contains("not compiled"));
+    let bad = run(&["check", "--suite", "huge"]);
+    assert!(!bad.ok && bad.stderr.contains("unknown suite"));
+}

@@ -7,6 +7,7 @@
 //! with that rule broken (no intermediate QDQ, gate/up swapped, unweighted w2 bias, ...) differs
 //! from `forward` by at least `MATERIAL` = 1000 x `TOL`, so the test would catch the bug.
 
+use mxmoe::check::rel_l2;
 use mxmoe::format::{qdq_slice, MxFormat, BLOCK};
 use mxmoe::moe::synth::{synth_batch, synth_layer, SynthSpec};
 use mxmoe::moe::{
@@ -21,18 +22,14 @@ const TOL: f64 = 1e-6;
 /// What "differs materially" means: far beyond TOL.
 const MATERIAL: f64 = 1000.0 * TOL;
 
-fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+/// The library's `check::rel_l2`, refusing an all-zero reference (the test would be vacuous).
+fn rel(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len());
-    let (mut num, mut den) = (0f64, 0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        num += (x as f64 - y as f64).powi(2);
-        den += (y as f64).powi(2);
-    }
     assert!(
-        den > 0.0,
+        b.iter().any(|&v| v != 0.0),
         "reference output is all zero: the test would be vacuous"
     );
-    (num / den).sqrt()
+    rel_l2(a, b).0
 }
 
 /// Ways to break the dataflow on purpose (all `false` = the contract).
@@ -232,7 +229,7 @@ impl Case {
             out: o.output,
         };
         let want = c.run(Variant::default());
-        let err = rel_l2(&c.out, &want);
+        let err = rel(&c.out, &want);
         assert!(
             err <= TOL,
             "forward vs independent pipeline: rel L2 {err:e} > {TOL:e}"
@@ -244,7 +241,7 @@ impl Case {
     }
     /// The pipeline with a rule broken differs from `forward` materially.
     fn breaks(&self, what: &str, v: Variant) {
-        let d = rel_l2(&self.run(v), &self.out);
+        let d = rel(&self.run(v), &self.out);
         eprintln!("{what}: broken pipeline differs by {d:.3e}");
         assert!(
             d >= MATERIAL,
@@ -311,7 +308,7 @@ fn check_scheme(scheme: Scheme) {
     )
     .unwrap();
     // Bound justified in tests/props.rs forward_f32_vs_f64.
-    assert!(rel_l2(&o32.output, &c.out) <= 2e-5);
+    assert!(rel(&o32.output, &c.out) <= 2e-5);
 }
 
 #[test]
@@ -533,13 +530,13 @@ fn bf16_intermediates() {
         bf16: true,
         ..Default::default()
     });
-    let err = rel_l2(&o.output, &want);
+    let err = rel(&o.output, &want);
     assert!(err <= TOL, "bf16 intermediates vs pipeline: {err:e}");
     assert!(
         o.output.iter().all(|v| bf16(*v) == *v),
         "outputs are bf16 values"
     );
-    let d = rel_l2(&o.output, &c.out);
+    let d = rel(&o.output, &c.out);
     assert!(
         d >= MATERIAL,
         "bf16 vs f32 intermediates differ by only {d:e}"
@@ -904,7 +901,7 @@ fn check_taps(layer: &MoeLayer, hs: &[f32], lg: &[f32]) -> mxmoe::moe::StageTaps
         "intermediate tap != QDQ(activation tap)"
     );
     if layer.config.scheme.activation.is_some() {
-        let d = rel_l2(&st.inter_q, &st.act);
+        let d = rel(&st.inter_q, &st.act);
         assert!(
             d >= MATERIAL,
             "the intermediate QDQ changed nothing ({d:e})"
@@ -983,7 +980,7 @@ fn check_taps(layer: &MoeLayer, hs: &[f32], lg: &[f32]) -> mxmoe::moe::StageTaps
         ("activation", &st.act, &act_want),
         ("GEMM2", &st.gemm2, &y_want),
     ] {
-        let err = rel_l2(got, want);
+        let err = rel(got, want);
         assert!(err <= TOL, "{name} tap vs recomputation: rel L2 {err:e}");
     }
     // 6. The combine: the output, and the sum over each token's slots of the GEMM2 taps.
@@ -997,7 +994,7 @@ fn check_taps(layer: &MoeLayer, hs: &[f32], lg: &[f32]) -> mxmoe::moe::StageTaps
             *s += v;
         }
     }
-    let err = rel_l2(&sum, &o.output);
+    let err = rel(&sum, &o.output);
     assert!(err <= TOL, "sum of GEMM2 taps vs output: rel L2 {err:e}");
     st
 }

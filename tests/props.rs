@@ -13,6 +13,7 @@
 
 mod oracle;
 
+use mxmoe::check::rel_l2;
 use mxmoe::format::{
     dequantize_block, pack_codes, qdq_block, qdq_slice, quantize_block, unpack_codes, MxFormat,
     MxTensor, ScaleMode, BLOCK,
@@ -214,16 +215,6 @@ proptest! {
     }
 }
 
-/// Relative L2 distance `‖a − b‖ / ‖b‖` in f64.
-fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
-    let (mut num, mut den) = (0f64, 0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        num += (x as f64 - y as f64).powi(2);
-        den += (y as f64).powi(2);
-    }
-    (num / den.max(f64::MIN_POSITIVE)).sqrt()
-}
-
 /// A random small MoE layer and batch.
 fn moe_case() -> impl Strategy<Value = (SynthSpec, usize, u64)> {
     (
@@ -269,7 +260,7 @@ proptest! {
         let o32 = forward(&layer, &hs, &lg, opts(Accumulate::F32)).unwrap();
         prop_assert_eq!(&o32.routing, &o64.routing);
         prop_assert!(o64.output.iter().any(|v| *v != 0.0));
-        let r = rel_l2(&o32.output, &o64.output);
+        let r = rel_l2(&o32.output, &o64.output).0;
         prop_assert!(r <= 2e-5, "{} {} H{} I{} E{} k{} m{}: rel L2 {:e}", spec.scheme,
             spec.activation, spec.hidden, spec.inter, spec.n_experts, spec.router.top_k, m, r);
     }
@@ -290,6 +281,6 @@ proptest! {
             let ulps = (a.to_bits() as i64 - b.to_bits() as i64).abs();
             prop_assert!(ulps <= 1 || a == b, "{}: output[{}] {:e} vs naive {:e}", spec.scheme, j, a, b);
         }
-        prop_assert!(rel_l2(&o.output, &n.output) <= 2f64.powi(-23));
+        prop_assert!(rel_l2(&o.output, &n.output).0 <= 2f64.powi(-23));
     }
 }

@@ -203,6 +203,17 @@ impl Backend {
         }
     }
 
+    /// Test hook: fill outputs with [`wgpu::POISON`] before every run where the backend
+    /// allocates device outputs (wgpu), so an element a kernel forgets to write fails the
+    /// comparison. The CPU returns fresh vectors it writes fully; a no-op there.
+    pub fn set_poison(&self, on: bool) {
+        match self {
+            Backend::Cpu(_) => {}
+            Backend::Wgpu(b) => b.set_poison(on),
+            Backend::Hip(_) => {}
+        }
+    }
+
     /// Whether this backend can run `op`, and if not, why.
     pub fn supports(&self, op: &Op) -> Support {
         match self {

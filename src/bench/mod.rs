@@ -14,10 +14,14 @@
 //! do not just re-read activations from L2. Every point is checked against the CPU reference
 //! (for M > [`CHECK_TOKENS`], on an evenly spaced sample of that many tokens: routing is per
 //! token, so the CPU's result on the sample is exactly its result on those rows).
+//!
+//! The layer, the token batches and the flop and byte counts come from the case catalog
+//! (`check::catalog::bench_cases` of a named model shape), so a benchmark point and a
+//! conformance case of the same id are the same computation.
 
 use crate::backend::{Backend, BackendError};
+use crate::check::catalog::{self, Kind, LayerSpec};
 use crate::check::rel_l2;
-use crate::moe::synth::synth_batch;
 use crate::moe::{self, Accumulate, MoeLayer, MoeOptions};
 use serde::Serialize;
 use std::time::Instant;
@@ -25,6 +29,8 @@ use std::time::Instant;
 /// One measured point.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchResult {
+    /// The catalog case measured (e.g. `moe/w_mxfp4/swigluoai/gpt-oss-120b/m4`).
+    pub case: String,
     pub backend: String,
     pub adapter: String,
     /// Kernel choices of the backend ([`Backend::notes`]).
@@ -167,10 +173,11 @@ pub struct BenchParams {
     pub check: bool,
 }
 
-/// Run the benchmark of `layer` on backend `b` at each token count.
+/// Run the benchmark of the layer `shape` (a catalog model shape, possibly with overridden
+/// sizes) on backend `b` at each token count of `p`: the catalog's bench cases of that layer.
 pub fn run(
     b: &Backend,
-    layer: &MoeLayer,
+    shape: &LayerSpec,
     p: &BenchParams,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<BenchResult>, BackendError> {
@@ -178,12 +185,13 @@ pub fn run(
         accumulate: Accumulate::F32,
         ..Default::default()
     };
-    let (h, i, e) = (
-        layer.config.hidden,
-        layer.config.inter,
-        layer.config.n_experts,
-    );
-    let k = layer.config.router.top_k;
+    let (h, i, e) = (shape.synth.hidden, shape.synth.inter, shape.n_experts());
+    let k = shape.synth.router.top_k;
+    progress(&format!(
+        "generating {} experts, H {h}, I {i}, top-{k} ...",
+        shape.synth.n_experts
+    ));
+    let layer = &shape.build()?;
     let per_expert = expert_bytes(layer);
     // Prepare once (the GPU uploads the weights; the CPU borrows them), timed on its own.
     let t_prep = Instant::now();
@@ -199,30 +207,17 @@ pub fn run(
         b.name()
     ));
     let mut out = Vec::new();
-    for &m in &p.tokens {
-        let batches: Vec<(Vec<f32>, Vec<f32>)> = (0..p.rotate.max(1))
-            .map(|r| synth_batch(m, h, e, 1000 + r as u64 * 7 + m as u64))
-            .collect();
-        // Count the floor's bytes: distinct local experts per batch.
-        let mut active = 0f64;
-        for (_, lg) in &batches {
-            let r = moe::route(
-                &layer.config.router,
-                lg,
-                e,
-                layer.weights.e_score_correction_bias.as_deref(),
-            )?;
-            let mut seen = vec![false; layer.local_experts()];
-            for &id in &r.topk_ids {
-                if let Some(l) = layer.local_id(id as usize) {
-                    seen[l] = true;
-                }
-            }
-            active += seen.iter().filter(|&&s| s).count() as f64;
-        }
-        active /= batches.len() as f64;
-        let bytes = active * per_expert;
-        let flops = (m * k) as f64 * (2.0 * 2.0 * i as f64 * h as f64 + 2.0 * h as f64 * i as f64);
+    for case in catalog::bench_cases(shape, &p.tokens, p.rotate) {
+        let Kind::Moe(mc) = &case.kind else {
+            continue;
+        };
+        let m = mc.m;
+        let batches: Vec<(Vec<f32>, Vec<f32>)> = (0..mc.seeds.len()).map(|r| mc.batch(r)).collect();
+        // The floor's bytes (the distinct local experts per batch) and the flops.
+        let logits: Vec<&[f32]> = batches.iter().map(|(_, lg)| lg.as_slice()).collect();
+        let cost = catalog::moe_cost(layer, m, &logits)?;
+        let (bytes, flops) = (cost.weight_bytes, cost.flops);
+        let active = bytes / per_expert;
         let batch = |bi: usize| {
             let (hs, lg) = &batches[bi % batches.len()];
             (hs.as_slice(), lg.as_slice())
@@ -296,6 +291,7 @@ pub fn run(
         let t = gpu_ms.unwrap_or(wall_ms);
         let floor_ms = bytes / (p.hbm_gbps * 1e9) * 1e3;
         let r = BenchResult {
+            case: case.id.clone(),
             backend: b.name().into(),
             adapter: b.adapter(),
             notes: b.notes(),

@@ -5,10 +5,10 @@ use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use mxmoe::backend::BackendKind;
 use mxmoe::bench::{BenchParams, BenchResult};
+use mxmoe::check;
 use mxmoe::check::MOE_REL_L2;
 use mxmoe::io;
 use mxmoe::moe::presets::Preset;
-use mxmoe::moe::synth::synth_layer_packed;
 use mxmoe::scheme::Scheme;
 use std::path::PathBuf;
 
@@ -59,21 +59,24 @@ pub struct BenchArgs {
 }
 
 pub fn run(a: &BenchArgs) -> Result<()> {
-    let mut spec = a.shape.parse::<Preset>()?.synth_spec();
-    if let Some(s) = a.scheme {
-        spec.scheme = s;
+    // The shape's layer comes from the case catalog (whose model shapes are moe::presets).
+    a.shape.parse::<Preset>()?;
+    let mut spec = check::catalog::model_shape(&a.shape).expect("a preset names a model shape");
+    let s = &mut spec.synth;
+    if let Some(x) = a.scheme {
+        s.scheme = x;
     }
     if let Some(x) = a.experts {
-        spec.n_experts = x;
+        s.n_experts = x;
     }
     if let Some(x) = a.hidden {
-        spec.hidden = x;
+        s.hidden = x;
     }
     if let Some(x) = a.inter {
-        spec.inter = x;
+        s.inter = x;
     }
     if let Some(x) = a.top_k {
-        spec.router.top_k = x;
+        s.router.top_k = x;
     }
     let tokens: Vec<usize> = a
         .tokens
@@ -99,13 +102,14 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         adapter: a.adapter.clone(),
     };
     let b = ba.open()?;
-    eprintln!("bench: {} on {} [{}]", spec.scheme, b.name(), b.adapter());
     eprintln!(
-        "generating {} experts, H {}, I {}, top-{} ...",
-        spec.n_experts, spec.hidden, spec.inter, spec.router.top_k
+        "bench: {} {} on {} [{}]",
+        spec.tag(),
+        spec.synth.scheme,
+        b.name(),
+        b.adapter()
     );
-    let layer = synth_layer_packed(&spec)?;
-    let res = mxmoe::bench::run(&b, &layer, &p, |s| eprintln!("  {s}"))?;
+    let res = mxmoe::bench::run(&b, &spec, &p, |s| eprintln!("  {s}"))?;
     print_table(&res);
     if let Some(path) = &a.json {
         io::write_atomic(path, serde_json::to_string_pretty(&res)?.as_bytes())?;

@@ -1,7 +1,6 @@
 //! `mxmoe check`: the conformance suite on a backend (or all) against the CPU reference.
 
-use super::open_backends;
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use mxmoe::check::{self, Status, Suite};
 use mxmoe::io;
@@ -36,49 +35,38 @@ pub fn run(a: &CheckArgs) -> Result<()> {
         "full" => Suite::Full,
         s => bail!("unknown suite '{s}' (expected quick or full)"),
     };
-    let mut failed = 0;
-    let mut all_json = Vec::new();
-    for (name, b) in open_backends(&a.backend, a.adapter.as_deref())? {
-        let b = match b {
-            Ok(b) => b,
-            Err(e) => {
-                println!("{name}: SKIPPED ({e})");
-                all_json
-                    .push(serde_json::json!({"backend": name, "status": "SKIPPED", "reason": e}));
-                continue;
-            }
-        };
-        println!("== {} [{}]", b.name(), b.adapter());
-        let t0 = Instant::now();
-        let res = check::run_suite(&b, suite);
-        for r in &res {
-            if a.verbose || r.status == Status::Fail {
-                println!(
-                    "  {:<11} {:<60} {:>8.2} ms  {}",
-                    r.status.to_string(),
-                    r.name,
-                    r.millis,
-                    r.detail
-                );
-            }
+    // The case catalog on every backend that opens (outputs poisoned), each case's reference
+    // computed once; with MXMOE_REQUIRE_GPU=1 a backend compiled in without a device FAILS.
+    let opened = check::open_backends(&a.backend, a.adapter.as_deref(), check::require_gpu())
+        .map_err(|e| anyhow!(e))?;
+    for o in &opened {
+        if let Ok(b) = &o.backend {
+            println!("== {} [{}]", b.name(), b.adapter());
         }
-        let (ok, fail, uns, skip) = check::summary(&res);
-        failed += fail;
-        println!(
-            "{}: {ok} passed, {fail} failed, {uns} unsupported, {skip} skipped ({:.1} s)",
-            b.name(),
-            t0.elapsed().as_secs_f64()
-        );
-        all_json.push(serde_json::json!({
-            "backend": b.name(), "adapter": b.adapter(),
-            "cases": res.iter().map(|r| serde_json::json!({"name": r.name, "status": r.status.to_string(), "detail": r.detail, "ms": r.millis})).collect::<Vec<_>>(),
-        }));
     }
+    let cases = check::cases(suite);
+    let t0 = Instant::now();
+    let reports = check::conformance(&opened, &cases, |name, r| {
+        if a.verbose || r.status != Status::Ok {
+            println!("{}", check::report::case_line(name, r));
+        }
+    });
+    for r in &reports {
+        println!("{}", r.summary_line());
+    }
+    println!(
+        "{} cases of the {} suite in {:.1} s (references included)",
+        cases.len(),
+        a.suite,
+        t0.elapsed().as_secs_f64()
+    );
     if let Some(p) = &a.json {
-        io::write_atomic(p, serde_json::to_string_pretty(&all_json)?.as_bytes())?;
+        let all: Vec<_> = reports.iter().map(|r| r.json()).collect();
+        io::write_atomic(p, serde_json::to_string_pretty(&all)?.as_bytes())?;
     }
-    if failed > 0 {
-        bail!("{failed} case(s) failed");
+    let failed = check::failures(&reports);
+    if !failed.is_empty() {
+        bail!("{} failure(s): {}", failed.len(), failed.join("; "));
     }
     Ok(())
 }

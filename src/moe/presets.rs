@@ -25,6 +25,8 @@ pub struct Preset {
     /// Whether the layer has w13/w2 biases.
     pub bias: bool,
     pub scheme: Scheme,
+    /// Whether the router has a DeepSeek `e_score_correction_bias` (selection only).
+    pub correction_bias: bool,
 }
 
 /// A router without groups, scaling or weight-on-input.
@@ -40,48 +42,117 @@ const fn plain_router(scoring: Scoring, top_k: usize, renormalize: bool) -> Rout
     }
 }
 
-impl Preset {
-    /// gpt-oss-120b: 128 experts, H = I = 2880, top-4 of a top-k-then-softmax router (no
-    /// renormalization), SwiGLU-OAI, biases, MXFP4 weights with unquantized activations.
-    pub const GPT_OSS_120B: Preset = Preset {
-        name: "gpt-oss-120b",
-        experts: 128,
+/// gpt-oss: H = I = 2880, top-4 of a top-k-then-softmax router (no renormalization),
+/// SwiGLU-OAI, biases, MXFP4 weights with unquantized activations.
+const fn gpt_oss(name: &'static str, experts: usize) -> Preset {
+    Preset {
+        name,
+        experts,
         hidden: 2880,
         inter: 2880,
         router: plain_router(Scoring::TopkSoftmax, 4, false),
         activation: Activation::SwigluOai,
         bias: true,
         scheme: Scheme::new(MxFormat::Fp4E2M1, None),
-    };
+        correction_bias: false,
+    }
+}
 
-    /// DeepSeek-R1's sizes: 256 routed experts, H 7168, I 2048, top-8, SiLU, w_mxfp4_a_mxfp4.
-    /// The router is a renormalized softmax top-8, not R1's grouped sigmoid with the correction
-    /// bias: the benchmark measures the expert GEMMs, which the router does not change.
-    pub const DEEPSEEK_R1: Preset = Preset {
-        name: "deepseek-r1",
-        experts: 256,
-        hidden: 7168,
-        inter: 2048,
-        router: plain_router(Scoring::Softmax, 8, true),
+/// A SiLU layer without biases under w_mxfp4_a_mxfp4.
+const fn silu_mxfp4(
+    name: &'static str,
+    experts: usize,
+    hidden: usize,
+    inter: usize,
+    router: RouterConfig,
+) -> Preset {
+    Preset {
+        name,
+        experts,
+        hidden,
+        inter,
+        router,
         activation: Activation::Silu,
         bias: false,
         scheme: Scheme::OCP_MX[0],
+        correction_bias: false,
+    }
+}
+
+impl Preset {
+    /// gpt-oss-20b: 32 experts (the gpt-oss layer otherwise).
+    pub const GPT_OSS_20B: Preset = gpt_oss("gpt-oss-20b", 32);
+
+    /// gpt-oss-120b: 128 experts.
+    pub const GPT_OSS_120B: Preset = gpt_oss("gpt-oss-120b", 128);
+
+    /// DeepSeek-R1: 256 routed experts, H 7168, I 2048, SiLU, w_mxfp4_a_mxfp4, and R1's router:
+    /// sigmoid scores, an `e_score_correction_bias` for selection, 8 groups of which 4 are
+    /// eligible, top-8, renormalized, scaled by 2.5.
+    pub const DEEPSEEK_R1: Preset = Preset {
+        correction_bias: true,
+        ..silu_mxfp4(
+            "deepseek-r1",
+            256,
+            7168,
+            2048,
+            RouterConfig {
+                scoring: Scoring::Sigmoid,
+                top_k: 8,
+                renormalize: true,
+                n_group: Some(8),
+                topk_group: Some(4),
+                routed_scaling_factor: 2.5,
+                apply_router_weight_on_input: false,
+            },
+        )
     };
+
+    /// Qwen3-30B-A3B: 128 experts, H 2048, I 768, softmax top-8, renormalized.
+    pub const QWEN3_30B_A3B: Preset = silu_mxfp4(
+        "qwen3-30b-a3b",
+        128,
+        2048,
+        768,
+        plain_router(Scoring::Softmax, 8, true),
+    );
+
+    /// Llama 4 Maverick: 128 experts, H 5120, I 8192, top-1 sigmoid, the router weight applied
+    /// on the input.
+    pub const LLAMA4_MAVERICK: Preset = silu_mxfp4(
+        "llama4-maverick",
+        128,
+        5120,
+        8192,
+        RouterConfig {
+            scoring: Scoring::Sigmoid,
+            top_k: 1,
+            renormalize: false,
+            n_group: None,
+            topk_group: None,
+            routed_scaling_factor: 1.0,
+            apply_router_weight_on_input: true,
+        },
+    );
 
     /// The base of a custom shape: 32 experts, H = I = 1024, top-4, SiLU, w_mxfp4_a_mxfp4.
-    pub const CUSTOM: Preset = Preset {
-        name: "custom",
-        experts: 32,
-        hidden: 1024,
-        inter: 1024,
-        router: plain_router(Scoring::Softmax, 4, true),
-        activation: Activation::Silu,
-        bias: false,
-        scheme: Scheme::OCP_MX[0],
-    };
+    pub const CUSTOM: Preset = silu_mxfp4(
+        "custom",
+        32,
+        1024,
+        1024,
+        plain_router(Scoring::Softmax, 4, true),
+    );
 
     /// Every preset, in the order error messages list them.
-    pub const ALL: [Preset; 3] = [Preset::GPT_OSS_120B, Preset::DEEPSEEK_R1, Preset::CUSTOM];
+    pub const ALL: [Preset; 6] = [
+        Preset::GPT_OSS_20B,
+        Preset::GPT_OSS_120B,
+        Preset::DEEPSEEK_R1,
+        Preset::QWEN3_30B_A3B,
+        Preset::LLAMA4_MAVERICK,
+        Preset::CUSTOM,
+    ];
 
     pub fn top_k(&self) -> usize {
         self.router.top_k
@@ -146,7 +217,8 @@ mod tests {
         let e = "llama".parse::<Preset>().unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown shape 'llama' (expected gpt-oss-120b, deepseek-r1 or custom)"
+            "unknown shape 'llama' (expected gpt-oss-20b, gpt-oss-120b, deepseek-r1, \
+             qwen3-30b-a3b, llama4-maverick or custom)"
         );
     }
 
@@ -162,9 +234,8 @@ mod tests {
         assert_eq!(s.router.scoring, Scoring::TopkSoftmax);
         assert_eq!(s.scheme.name(), "w_mxfp4");
         let d = Preset::DEEPSEEK_R1.synth_spec();
-        assert_eq!(
-            d.router,
-            SynthSpec::new(d.scheme, 256, 7168, 2048, 8).router
-        );
+        assert_eq!(d.router.scoring, Scoring::Sigmoid);
+        assert_eq!((d.router.n_group, d.router.topk_group), (Some(8), Some(4)));
+        assert!(Preset::DEEPSEEK_R1.correction_bias);
     }
 }

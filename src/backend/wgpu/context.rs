@@ -408,6 +408,11 @@ impl Context {
         }
     }
 
+    /// How many pipelines the cache holds (each built once per shader + entry + overrides).
+    pub fn pipeline_count(&self) -> usize {
+        self.pipelines.lock().map_or(0, |p| p.len())
+    }
+
     /// The cached pipeline of `entry` in shader `shader` with `overrides` (name, u32 value).
     /// Compiles the module and builds the pipeline on first use only.
     pub fn pipeline(

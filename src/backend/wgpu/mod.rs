@@ -112,6 +112,11 @@ impl WgpuBackend {
         self.ctx.chunk_override.store(bytes, Ordering::Relaxed);
     }
 
+    /// Test hook: how many compute pipelines the pipeline cache holds.
+    pub fn pipeline_count(&self) -> usize {
+        self.ctx.pipeline_count()
+    }
+
     pub fn supports(&self, op: &Op) -> Support {
         match op {
             Op::Quantize { .. } | Op::Dequantize { .. } | Op::Qdq { .. } => Support::Supported,

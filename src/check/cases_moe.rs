@@ -1,0 +1,292 @@
+//! The catalog's routing and MoE cases.
+
+use super::catalog::{moe_case, moe_case_opts, route_case, Case, LayerSpec, RouteCase, Tier};
+use crate::format::{MxFormat, ScaleMode};
+use crate::moe::synth::SynthSpec;
+use crate::moe::{Accumulate, Activation, Intermediate, MoeOptions, RouterConfig, Scoring};
+use crate::scheme::Scheme;
+
+fn spec(scheme: Scheme, act: Activation, e: usize, h: usize, i: usize, k: usize) -> SynthSpec {
+    let mut s = SynthSpec::new(scheme, e, h, i, k);
+    s.activation = act;
+    s
+}
+
+fn deepseek_router(top_k: usize, n_group: usize, topk_group: usize) -> RouterConfig {
+    RouterConfig {
+        scoring: Scoring::Sigmoid,
+        top_k,
+        renormalize: true,
+        n_group: Some(n_group),
+        topk_group: Some(topk_group),
+        routed_scaling_factor: 2.5,
+        apply_router_weight_on_input: false,
+    }
+}
+
+/// Standalone routing: every scoring x renormalize x grouping at several widths, exact ties,
+/// DeepSeek with a correction bias, more groups than a GPU router may hold.
+pub fn route_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (e, k, m) in [
+        (8usize, 1usize, 1usize),
+        (8, 2, 17),
+        (16, 8, 64),
+        (64, 4, 33),
+        (128, 8, 5),
+    ] {
+        for scoring in [Scoring::Softmax, Scoring::TopkSoftmax, Scoring::Sigmoid] {
+            for renormalize in [false, true] {
+                for group in [None, Some((4usize, 2usize))] {
+                    if group.is_some_and(|(g, tg)| k > tg * (e / g)) {
+                        continue;
+                    }
+                    let router = RouterConfig {
+                        scoring,
+                        top_k: k,
+                        renormalize,
+                        n_group: group.map(|g| g.0),
+                        topk_group: group.map(|g| g.1),
+                        routed_scaling_factor: if renormalize { 2.5 } else { 1.0 },
+                        apply_router_weight_on_input: false,
+                    };
+                    v.push(route_case(
+                        Tier::Quick,
+                        RouteCase {
+                            router,
+                            n_experts: e,
+                            m,
+                            seed: 3 + e as u64,
+                            ties: true,
+                            correction_bias: None,
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    // DeepSeek-V3/R1: sigmoid, e_score_correction_bias (selection only), groups, scaling.
+    for (e, k, g, tg, m) in [
+        (16usize, 4usize, 4usize, 2usize, 17usize),
+        (256, 8, 8, 4, 5),
+    ] {
+        v.push(route_case(
+            Tier::Quick,
+            RouteCase {
+                router: deepseek_router(k, g, tg),
+                n_experts: e,
+                m,
+                seed: 71,
+                ties: false,
+                correction_bias: Some(9),
+            },
+        ));
+    }
+    // 64 groups of 2 experts (a GPU router may hold fewer groups).
+    v.push(route_case(
+        Tier::Quick,
+        RouteCase {
+            router: RouterConfig {
+                top_k: 2,
+                n_group: Some(64),
+                topk_group: Some(2),
+                ..RouterConfig::default()
+            },
+            n_experts: 128,
+            m: 5,
+            seed: 131,
+            ties: false,
+            correction_bias: None,
+        },
+    ));
+    v
+}
+
+/// `mxmoe check`'s scheme matrix at one size: every OCP MX scheme, weight-only MXFP4 and the
+/// MXFP8 pair with both activations (M cycling through 1, 3, 17, 64; biases with swigluoai),
+/// top-k 1 and k = E, experts with no tokens, the gpt-oss, DeepSeek and Llama 4 routers and an
+/// expert_map.
+fn scheme_matrix(tier: Tier, h: usize, i: usize, e: usize) -> Vec<Case> {
+    let mut v = Vec::new();
+    let mut schemes: Vec<Scheme> = Scheme::OCP_MX.to_vec();
+    schemes.push(Scheme::new(MxFormat::Fp4E2M1, None));
+    schemes.push(Scheme::new(MxFormat::Fp8E4M3, Some(MxFormat::Fp8E4M3)));
+    for (si, &scheme) in schemes.iter().enumerate() {
+        for (ai, act) in [Activation::Silu, Activation::SwigluOai]
+            .into_iter()
+            .enumerate()
+        {
+            let m = [1, 3, 17, 64][(si + ai) % 4];
+            let mut s = spec(scheme, act, e, h, i, 2);
+            s.bias = ai == 1;
+            s.seed = 100 + si as u64 * 10 + ai as u64;
+            let seed = s.seed;
+            v.push(moe_case(tier, &LayerSpec::new(s), m, seed));
+        }
+    }
+    let base = Scheme::OCP_MX[0];
+    // top-k = 1 and 8 (8 = every expert of the quick layer).
+    for k in [1, 8] {
+        let mut s = SynthSpec::new(base, e, h, i, k);
+        s.seed = 7 + k as u64;
+        v.push(moe_case(tier, &LayerSpec::new(s), 17, 7 + k as u64));
+    }
+    // Experts with no tokens: one token, many experts.
+    let s = SynthSpec::new(Scheme::OCP_MX[1], 2 * e, h, i, 2);
+    v.push(moe_case(tier, &LayerSpec::new(s), 1, 9));
+    // gpt-oss router: top-k then softmax, swigluoai, biases, weight-only MXFP4.
+    let mut s = spec(
+        Scheme::new(MxFormat::Fp4E2M1, None),
+        Activation::SwigluOai,
+        e,
+        h,
+        i,
+        4,
+    );
+    s.bias = true;
+    s.router.scoring = Scoring::TopkSoftmax;
+    s.router.renormalize = false;
+    v.push(moe_case(tier, &LayerSpec::new(s), 5, 11));
+    // DeepSeek-V3 router: sigmoid, correction bias, groups, scaling factor.
+    let mut s = SynthSpec::new(base, e, h, i, 2);
+    s.router = deepseek_router(2, 4, 2);
+    let l = LayerSpec {
+        correction_bias: Some(3),
+        ..LayerSpec::new(s)
+    };
+    v.push(moe_case(tier, &l, 17, 12));
+    // Llama 4 router: top-1 sigmoid, weight on input.
+    let mut s = SynthSpec::new(Scheme::OCP_MX[2], e, h, i, 1);
+    s.router.scoring = Scoring::Sigmoid;
+    s.router.renormalize = false;
+    s.router.apply_router_weight_on_input = true;
+    v.push(moe_case(tier, &LayerSpec::new(s), 3, 13));
+    // expert_map: the router sees 2E experts, half of them local.
+    let l = LayerSpec {
+        router_experts: Some(2 * e),
+        ..LayerSpec::new(SynthSpec::new(Scheme::OCP_MX[3], e, h, i, 2))
+    };
+    v.push(moe_case(tier, &l, 17, 14));
+    v
+}
+
+/// Every MoE case.
+pub fn moe_cases() -> Vec<Case> {
+    let q = Tier::Quick;
+    let mut v = scheme_matrix(q, 64, 96, 8);
+    // Every OCP MX scheme and weight-only MXFP4, both activations, biases on every other
+    // scheme, M = 1, 3, 17, 64.
+    let mut schemes: Vec<Scheme> = Scheme::OCP_MX.to_vec();
+    schemes.push(Scheme::new(MxFormat::Fp4E2M1, None));
+    for (si, &scheme) in schemes.iter().enumerate() {
+        for act in [Activation::Silu, Activation::SwigluOai] {
+            let mut s = spec(scheme, act, 8, 96, 64, 2);
+            s.bias = si % 2 == 0;
+            s.seed = 100 + si as u64;
+            let l = LayerSpec::new(s);
+            for m in [1usize, 3, 17, 64] {
+                v.push(moe_case(q, &l, m, 7 + m as u64));
+            }
+        }
+    }
+    // top-k 1..8 with the other element formats (MXFP8 pairs, MXINT8, weight-only MXFP6).
+    for (scheme, k) in [
+        (
+            Scheme::new(MxFormat::Fp4E2M1, Some(MxFormat::Fp4E2M1)),
+            1usize,
+        ),
+        (Scheme::new(MxFormat::Fp4E2M1, Some(MxFormat::Fp6E2M3)), 8),
+        (Scheme::new(MxFormat::Fp8E4M3, Some(MxFormat::Fp8E4M3)), 8),
+        (Scheme::new(MxFormat::Fp8E5M2, Some(MxFormat::Fp8E5M2)), 2),
+        (Scheme::new(MxFormat::Int8, Some(MxFormat::Int8)), 4),
+        (Scheme::new(MxFormat::Fp6E3M2, None), 8),
+    ] {
+        let mut s = spec(scheme, Activation::Silu, 16, 64, 96, k);
+        s.bias = true;
+        let l = LayerSpec::new(s);
+        for m in [1usize, 17, 64] {
+            v.push(moe_case(q, &l, m, 31));
+        }
+    }
+    // expert_map: 16 router experts, 8 local (the even ids), swigluoai with biases.
+    let mut s = spec(Scheme::OCP_MX[0], Activation::SwigluOai, 8, 64, 64, 4);
+    s.bias = true;
+    let l = LayerSpec {
+        router_experts: Some(16),
+        ..LayerSpec::new(s)
+    };
+    for m in [1usize, 3, 17] {
+        v.push(moe_case(q, &l, m, 41));
+    }
+    // Llama 4: the router weight on the input (top-1), sigmoid scoring, floor activation scales.
+    let mut s = spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 64, 1);
+    s.router.apply_router_weight_on_input = true;
+    s.router.scoring = Scoring::Sigmoid;
+    let l = LayerSpec {
+        act_scale_mode: ScaleMode::Floor,
+        ..LayerSpec::new(s)
+    };
+    for m in [1usize, 17] {
+        v.push(moe_case(q, &l, m, 43));
+    }
+    // gpt-oss routing (top-k then softmax) with rceil scales; grouped softmax routing.
+    let mut s = spec(Scheme::OCP_MX[1], Activation::SwigluOai, 16, 64, 64, 4);
+    s.router.scoring = Scoring::TopkSoftmax;
+    let mut l = LayerSpec {
+        act_scale_mode: ScaleMode::RCeil,
+        ..LayerSpec::new(s)
+    };
+    v.push(moe_case(q, &l, 17, 47));
+    l.synth.router.scoring = Scoring::Softmax;
+    l.synth.router.n_group = Some(4);
+    l.synth.router.topk_group = Some(2);
+    v.push(moe_case(q, &l, 17, 53));
+    // More rows per expert than one GEMM tile (64): several tiles of one expert, the last
+    // partial.
+    let mut s = spec(Scheme::OCP_MX[2], Activation::SwigluOai, 4, 96, 96, 2);
+    s.bias = true;
+    v.push(moe_case(q, &LayerSpec::new(s), 200, 77));
+    // gpt-oss-like awkward sizes: H = 2880 (90 blocks: not a multiple of the 256-element GEMV
+    // chunk nor of the 128-column GEMM2 tile), I = 704, top-k-then-softmax, swigluoai,
+    // weight-only MXFP4 with biases.
+    let mut s = spec(
+        Scheme::new(MxFormat::Fp4E2M1, None),
+        Activation::SwigluOai,
+        4,
+        2880,
+        704,
+        2,
+    );
+    s.bias = true;
+    s.router.scoring = Scoring::TopkSoftmax;
+    s.router.renormalize = false;
+    v.push(moe_case(q, &LayerSpec::new(s), 3, 5));
+    // bf16 intermediates (vLLM parity): rounded after the GEMM1 epilogue, the activation, the
+    // GEMM2 epilogue and the final sum.
+    let bf16 = MoeOptions {
+        accumulate: Accumulate::F32,
+        intermediate: Intermediate::Bf16,
+        taps: false,
+    };
+    for (scheme, act) in [
+        (Scheme::OCP_MX[0], Activation::Silu),
+        (Scheme::new(MxFormat::Fp4E2M1, None), Activation::SwigluOai),
+    ] {
+        let mut s = spec(scheme, act, 8, 64, 96, 2);
+        s.bias = true;
+        v.push(moe_case_opts(q, &LayerSpec::new(s), 17, vec![5], bf16));
+    }
+    // DeepSeek-V3: sigmoid + correction bias + groups + scaling factor.
+    let mut s = spec(Scheme::OCP_MX[0], Activation::Silu, 16, 64, 64, 4);
+    s.router = deepseek_router(4, 4, 2);
+    let l = LayerSpec {
+        correction_bias: Some(9),
+        ..LayerSpec::new(s)
+    };
+    for m in [1usize, 17] {
+        v.push(moe_case(q, &l, m, 71));
+    }
+    // The scheme matrix at a larger size.
+    v.extend(scheme_matrix(Tier::Full, 512, 384, 32));
+    v
+}

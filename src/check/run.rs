@@ -1,0 +1,537 @@
+//! Running catalog cases: materialize a case into a concrete op call ([`Call`]), compute the CPU
+//! reference once, run the call on every backend, judge each result against the case's
+//! [`Expect`].
+
+use super::catalog::{moe_cost, Case, Cost, Expect, Invalid, Kind, Tol};
+use super::{first_bit_mismatch, rel_l2, CaseResult, Status};
+use crate::backend::{wgpu::POISON, Backend, BackendError, BackendKind};
+use crate::format::{qdq_slice, MxFormat, MxTensor, ScaleMode};
+use crate::moe::{self, MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A case made concrete: the op and its data.
+#[derive(Clone, Debug)]
+pub enum Call {
+    Quantize {
+        format: MxFormat,
+        mode: ScaleMode,
+        x: Vec<f32>,
+        shape: Vec<usize>,
+    },
+    Dequantize {
+        t: MxTensor,
+    },
+    Qdq {
+        format: MxFormat,
+        mode: ScaleMode,
+        x: Vec<f32>,
+        k: usize,
+    },
+    Route {
+        cfg: RouterConfig,
+        n_experts: usize,
+        logits: Vec<f32>,
+        bias: Option<Vec<f32>>,
+    },
+    Moe {
+        layer: Arc<MoeLayer>,
+        hidden: Vec<f32>,
+        logits: Vec<f32>,
+        opts: MoeOptions,
+    },
+}
+
+/// A result of a call.
+#[derive(Clone, Debug)]
+pub enum Output {
+    Tensor(MxTensor),
+    Values(Vec<f32>),
+    Routing(Routing),
+    Moe(MoeOutput),
+}
+
+/// Builds calls, keeping the last built layer (consecutive cases often share one).
+#[derive(Default)]
+pub struct Materializer {
+    last: Option<(String, Arc<MoeLayer>)>,
+}
+
+impl Materializer {
+    fn layer(&mut self, spec: &super::catalog::LayerSpec) -> Result<Arc<MoeLayer>, String> {
+        let key = spec.key();
+        if let Some((k, l)) = &self.last {
+            if *k == key {
+                return Ok(l.clone());
+            }
+        }
+        let l = Arc::new(
+            spec.build()
+                .map_err(|e| format!("building the layer: {e}"))?,
+        );
+        self.last = Some((key, l.clone()));
+        Ok(l)
+    }
+
+    /// The call a case makes.
+    pub fn call(&mut self, case: &Case) -> Result<Call, String> {
+        Ok(match &case.kind {
+            Kind::Quantize {
+                format,
+                mode,
+                input,
+            } => {
+                let x = input.generate(*format);
+                Call::Quantize {
+                    format: *format,
+                    mode: *mode,
+                    shape: vec![x.len() / input.k, input.k],
+                    x,
+                }
+            }
+            Kind::Qdq {
+                format,
+                mode,
+                input,
+            } => Call::Qdq {
+                format: *format,
+                mode: *mode,
+                x: input.generate(*format),
+                k: input.k,
+            },
+            Kind::Dequantize { format, input } => Call::Dequantize {
+                t: input.generate(*format),
+            },
+            Kind::Route(r) => Call::Route {
+                cfg: r.router.clone(),
+                n_experts: r.n_experts,
+                logits: r.logits(),
+                bias: r.bias(),
+            },
+            Kind::Moe(mc) => {
+                let (hidden, logits) = mc.batch(0);
+                Call::Moe {
+                    layer: self.layer(&mc.layer)?,
+                    hidden,
+                    logits,
+                    opts: mc.opts,
+                }
+            }
+            Kind::Invalid(w) => self.invalid(*w)?,
+        })
+    }
+
+    fn invalid(&mut self, w: Invalid) -> Result<Call, String> {
+        let (f, m) = (MxFormat::Fp4E2M1, ScaleMode::Even);
+        let moe_call = |s: &mut Self, cut: &dyn Fn(&mut Vec<f32>, &mut Vec<f32>)| {
+            let spec = Invalid::layer();
+            let (mut hidden, mut logits) = moe::synth::synth_batch(3, 32, 4, 1);
+            cut(&mut hidden, &mut logits);
+            Ok::<_, String>(Call::Moe {
+                layer: s.layer(&spec)?,
+                hidden,
+                logits,
+                opts: MoeOptions::default(),
+            })
+        };
+        Ok(match w {
+            Invalid::MoeShortLogits => moe_call(self, &|_, l| l.truncate(11))?,
+            Invalid::MoeRaggedHidden => moe_call(self, &|h, _| h.truncate(40))?,
+            Invalid::MoeNanLogits => moe_call(self, &|_, l| l[5] = f32::NAN)?,
+            Invalid::QdqK48 => Call::Qdq {
+                format: f,
+                mode: m,
+                x: vec![0.0; 48],
+                k: 48,
+            },
+            Invalid::QdqRagged => Call::Qdq {
+                format: f,
+                mode: m,
+                x: vec![0.0; 40],
+                k: 32,
+            },
+            Invalid::QuantizeShape => Call::Quantize {
+                format: f,
+                mode: m,
+                x: vec![0.0; 64],
+                shape: vec![3, 32],
+            },
+            Invalid::DequantizeTruncated => {
+                let mut t = MxTensor::quantize(MxFormat::Fp6E3M2, m, &[1.0; 64], &[2, 32])
+                    .map_err(|e| e.to_string())?;
+                t.data.pop();
+                Call::Dequantize { t }
+            }
+        })
+    }
+}
+
+/// The CPU reference of a call (the oracle functions, not a backend).
+pub fn reference(call: &Call) -> Result<Output, String> {
+    let r = match call {
+        Call::Quantize {
+            format,
+            mode,
+            x,
+            shape,
+        } => MxTensor::quantize(*format, *mode, x, shape).map(Output::Tensor),
+        Call::Dequantize { t } => Ok(Output::Values(t.dequantize())),
+        Call::Qdq { format, mode, x, k } => qdq_slice(*format, *mode, x, *k).map(Output::Values),
+        Call::Route {
+            cfg,
+            n_experts,
+            logits,
+            bias,
+        } => {
+            return moe::route(cfg, logits, *n_experts, bias.as_deref())
+                .map(Output::Routing)
+                .map_err(|e| e.to_string())
+        }
+        Call::Moe {
+            layer,
+            hidden,
+            logits,
+            opts,
+        } => {
+            return moe::forward(layer, hidden, logits, *opts)
+                .map(Output::Moe)
+                .map_err(|e| e.to_string())
+        }
+    };
+    r.map_err(|e| e.to_string())
+}
+
+/// Run a call on a backend (through the `Backend` face: inputs validated once, `supports`
+/// asked first).
+pub fn exec(b: &Backend, call: &Call) -> Result<Output, BackendError> {
+    Ok(match call {
+        Call::Quantize {
+            format,
+            mode,
+            x,
+            shape,
+        } => Output::Tensor(b.quantize(*format, *mode, x, shape)?),
+        Call::Dequantize { t } => Output::Values(b.dequantize(t)?),
+        Call::Qdq { format, mode, x, k } => Output::Values(b.qdq(*format, *mode, x, *k)?),
+        Call::Route {
+            cfg,
+            n_experts,
+            logits,
+            bias,
+        } => Output::Routing(b.route(cfg, logits, *n_experts, bias.as_deref())?),
+        Call::Moe {
+            layer,
+            hidden,
+            logits,
+            opts,
+        } => Output::Moe(b.moe_once(layer, hidden, logits, *opts)?),
+    })
+}
+
+/// Work and traffic of a call (see [`Cost`]).
+pub fn cost(call: &Call) -> Cost {
+    let n = |v: &[f32]| v.len() as f64;
+    match call {
+        Call::Quantize { format, x, .. } => Cost {
+            flops: n(x),
+            bytes: 4.0 * n(x) + packed_bytes(*format, x.len()),
+            weight_bytes: 0.0,
+        },
+        Call::Dequantize { t } => Cost {
+            flops: t.numel() as f64,
+            bytes: (t.data.len() + t.scales.len()) as f64 + 4.0 * t.numel() as f64,
+            weight_bytes: 0.0,
+        },
+        Call::Qdq { x, .. } => Cost {
+            flops: 2.0 * n(x),
+            bytes: 8.0 * n(x),
+            weight_bytes: 0.0,
+        },
+        Call::Route {
+            cfg,
+            logits,
+            bias,
+            n_experts,
+        } => {
+            let m = logits.len() / (*n_experts).max(1);
+            Cost {
+                flops: 3.0 * n(logits),
+                bytes: 4.0 * n(logits)
+                    + bias.as_ref().map_or(0.0, |b| 4.0 * n(b))
+                    + 8.0 * (m * cfg.top_k) as f64,
+                weight_bytes: 0.0,
+            }
+        }
+        Call::Moe {
+            layer,
+            hidden,
+            logits,
+            ..
+        } => {
+            let m = hidden.len() / layer.config.hidden.max(1);
+            moe_cost(layer, m, &[logits]).unwrap_or_default()
+        }
+    }
+}
+
+fn packed_bytes(f: MxFormat, n: usize) -> f64 {
+    (f.packed_len(n) + n / crate::format::BLOCK) as f64
+}
+
+fn tol_check(what: &str, got: &[f32], want: &[f32], tol: Tol) -> Result<String, String> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: length {} != {}", got.len(), want.len()));
+    }
+    let (r, mx) = rel_l2(got, want);
+    if r.is_nan() || r > tol.rel_l2 {
+        return Err(format!(
+            "{what} rel-L2 {r:.3e} > {:e} (max abs {mx:.3e})",
+            tol.rel_l2
+        ));
+    }
+    if let Some(e) = tol.elem_rel {
+        // NaN is never within.
+        let within = |i: usize| (got[i] - want[i]).abs() <= e as f32 * want[i].abs().max(1e-6);
+        if let Some(i) = (0..got.len()).find(|&i| !within(i)) {
+            return Err(format!(
+                "{what}[{i}]: {} vs {} (relative bound {e:e})",
+                got[i], want[i]
+            ));
+        }
+    }
+    Ok(format!("{what} rel-L2 {r:.2e}, max abs {mx:.2e}"))
+}
+
+fn first_diff<T: PartialEq>(a: &[T], b: &[T]) -> Option<usize> {
+    if a.len() != b.len() {
+        return Some(a.len().min(b.len()));
+    }
+    a.iter().zip(b).position(|(x, y)| x != y)
+}
+
+/// Judge a backend's output against the reference: `Ok(note)` or `Err(why it fails)`.
+pub fn judge(expect: &Expect, got: &Output, want: &Output) -> Result<String, String> {
+    match (expect, got, want) {
+        (Expect::BitExact, Output::Tensor(g), Output::Tensor(w)) => {
+            if g.shape != w.shape {
+                Err(format!("shape {:?} != {:?}", g.shape, w.shape))
+            } else if let Some(i) = first_diff(&g.scales, &w.scales) {
+                Err(format!(
+                    "scale bytes differ (first at block {i}: got {:?}, want {:?})",
+                    g.scales.get(i),
+                    w.scales.get(i)
+                ))
+            } else if let Some(i) = first_diff(&g.data, &w.data) {
+                let bb = g.format.spec().block_bytes();
+                Err(format!(
+                    "packed codes differ (first at byte {i}, block {}: got {:?}, want {:?})",
+                    i / bb,
+                    g.data.get(i),
+                    w.data.get(i)
+                ))
+            } else {
+                Ok(String::new())
+            }
+        }
+        (Expect::BitExact, Output::Values(g), Output::Values(w)) => {
+            first_bit_mismatch(g, w).map_or(Ok(String::new()), Err)
+        }
+        (Expect::Route { weights }, Output::Routing(g), Output::Routing(w)) => {
+            if let Some(i) = first_diff(&g.topk_ids, &w.topk_ids) {
+                return Err(format!("routing ids differ (first at slot {i})"));
+            }
+            tol_check(
+                "routing weights",
+                &g.topk_weights,
+                &w.topk_weights,
+                *weights,
+            )
+        }
+        (
+            Expect::Moe {
+                weights,
+                output,
+                bf16_output,
+            },
+            Output::Moe(g),
+            Output::Moe(w),
+        ) => {
+            if let Some(i) = first_diff(&g.routing.topk_ids, &w.routing.topk_ids) {
+                return Err(format!("routing ids differ (first at slot {i})"));
+            }
+            tol_check(
+                "routing weights",
+                &g.routing.topk_weights,
+                &w.routing.topk_weights,
+                *weights,
+            )?;
+            if let Some(i) = g.output.iter().position(|v| v.to_bits() == POISON) {
+                return Err(format!("output element {i} was never written (poison)"));
+            }
+            if *bf16_output {
+                if let Some(i) = g.output.iter().position(|v| v.to_bits() & 0xFFFF != 0) {
+                    return Err(format!(
+                        "output[{i}] = {:e} is not a bf16 value",
+                        g.output[i]
+                    ));
+                }
+            }
+            tol_check("output", &g.output, &w.output, *output)
+        }
+        (e, _, _) => Err(format!(
+            "internal: expectation {e:?} does not fit the output"
+        )),
+    }
+}
+
+/// Judge an error expectation on a backend's answer.
+fn judge_error(
+    contains: Option<&str>,
+    r: &Result<Output, BackendError>,
+) -> (Status, Result<String, String>) {
+    match r {
+        Ok(_) => (
+            Status::Fail,
+            Err("invalid input accepted (expected an error)".into()),
+        ),
+        Err(BackendError::Unsupported { reason, .. }) => (Status::Unsupported, Ok(reason.clone())),
+        Err(e) => {
+            let msg = e.to_string();
+            match contains {
+                Some(n) if !msg.contains(n) => (
+                    Status::Fail,
+                    Err(format!("error '{msg}' does not mention '{n}'")),
+                ),
+                _ => (Status::Ok, Ok(format!("rejected: {msg}"))),
+            }
+        }
+    }
+}
+
+/// Run one materialized case on a backend and judge it.
+pub fn run_call(
+    b: &Backend,
+    case: &Case,
+    call: &Call,
+    want: &Result<Output, String>,
+    cost: Cost,
+) -> CaseResult {
+    let t0 = Instant::now();
+    let got = exec(b, call);
+    let millis = t0.elapsed().as_secs_f64() * 1e3;
+    let (status, detail) = match (&case.expect, &got, want) {
+        (Expect::Error { contains }, r, _) => {
+            let (s, d) = judge_error(*contains, r);
+            (s, d.unwrap_or_else(|e| e))
+        }
+        (_, Err(BackendError::Unsupported { reason, .. }), _) => {
+            (Status::Unsupported, reason.clone())
+        }
+        (_, Err(e), _) => (Status::Fail, format!("error: {e}")),
+        (_, Ok(_), Err(e)) => (Status::Fail, format!("reference failed: {e}")),
+        (x, Ok(g), Ok(w)) => match judge(x, g, w) {
+            Ok(note) => (Status::Ok, note),
+            Err(why) => (Status::Fail, why),
+        },
+    };
+    CaseResult {
+        name: case.id.clone(),
+        status,
+        detail,
+        millis,
+        flops: cost.flops,
+        bytes: cost.bytes,
+    }
+}
+
+/// Run `cases` on every backend: each case is materialized and its reference computed once,
+/// then it runs on each backend in turn. `each(backend index, result)` is called as results
+/// come. Returns the results per backend, in case order.
+pub fn run_cases(
+    backends: &[&Backend],
+    cases: &[Case],
+    mut each: impl FnMut(usize, &CaseResult),
+) -> Vec<Vec<CaseResult>> {
+    let mut out = vec![Vec::with_capacity(cases.len()); backends.len()];
+    let mut mat = Materializer::default();
+    for case in cases {
+        let (call, want) = match mat.call(case) {
+            Ok(c) => {
+                let want = match case.expect {
+                    Expect::Error { .. } => Err("no reference".into()),
+                    _ => reference(&c),
+                };
+                (Some(c), want)
+            }
+            Err(e) => (None, Err(e)),
+        };
+        let cost = match (&call, &case.expect) {
+            (Some(c), e) if !matches!(e, Expect::Error { .. }) => cost(c),
+            _ => Cost::default(),
+        };
+        for (bi, b) in backends.iter().enumerate() {
+            let r = match &call {
+                Some(c) => run_call(b, case, c, &want, cost),
+                None => CaseResult {
+                    name: case.id.clone(),
+                    status: Status::Fail,
+                    detail: format!("cannot build the case: {:?}", want.as_ref().err()),
+                    millis: 0.0,
+                    flops: 0.0,
+                    bytes: 0.0,
+                },
+            };
+            each(bi, &r);
+            out[bi].push(r);
+        }
+    }
+    out
+}
+
+/// Whether `MXMOE_REQUIRE_GPU=1`: a backend that is compiled in but cannot be opened (no
+/// adapter) then FAILS instead of being SKIPPED.
+pub fn require_gpu() -> bool {
+    std::env::var("MXMOE_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// A backend as opened for a conformance run.
+pub struct Opened {
+    pub name: String,
+    /// The backend, or why it could not be opened.
+    pub backend: Result<Backend, String>,
+    /// When not opened: whether that is a failure (compiled in, `require` set) rather than a
+    /// skip.
+    pub fails: bool,
+}
+
+/// Open `which` (`all` = every [`BackendKind::ALL`], or one kind name) with outputs poisoned
+/// (GPU backends fill outputs with [`POISON`] before every run). With `require`, a backend that
+/// is compiled in but has no device is a failure; one not compiled in is always SKIPPED.
+pub fn open_backends(
+    which: &str,
+    adapter: Option<&str>,
+    require: bool,
+) -> Result<Vec<Opened>, String> {
+    let kinds: Vec<BackendKind> = match which {
+        "all" => BackendKind::ALL.to_vec(),
+        w => vec![w.parse::<BackendKind>()?],
+    };
+    Ok(kinds
+        .into_iter()
+        .map(|k| match Backend::open(k, adapter) {
+            Ok(b) => {
+                b.set_poison(true);
+                Opened {
+                    name: b.name().into(),
+                    backend: Ok(b),
+                    fails: false,
+                }
+            }
+            Err(e) => Opened {
+                name: k.name().into(),
+                fails: require && !matches!(e, BackendError::NotCompiled(_)),
+                backend: Err(e.to_string()),
+            },
+        })
+        .collect())
+}

@@ -1,0 +1,175 @@
+//! The case catalog (`src/check/catalog.rs`) on every backend (ARCHITECTURE.md "Testing
+//! model"): the cross-backend tests, written once.
+//!
+//! Every kind in `BackendKind::ALL` is opened with outputs poisoned; one that cannot be opened
+//! is reported SKIPPED, or FAILS when it is compiled in and `MXMOE_REQUIRE_GPU=1` (the default
+//! of `scripts/test.sh`). Each quick-suite case runs on each open backend against the CPU
+//! reference: bit-exact for quantize / dequantize / QDQ and routing ids, typed tolerances for
+//! routing weights and MoE outputs, an error for invalid inputs. An op a backend does not
+//! support is UNSUPPORTED with its reason, printed, not a failure. Each test prints one line
+//! per case and backend and a summary, and fails with the list of failing ids. A new backend
+//! needs no new test file: its arm in the backend enum (and `BackendKind::ALL`) is enough.
+//!
+//! Run with `--nocapture` to see the lines of passing tests.
+
+use mxmoe::check::catalog::{self, Kind};
+use mxmoe::check::run::{judge, Output};
+use mxmoe::check::{self, Case, Expect, Opened, Suite, Tol};
+use mxmoe::moe::{MoeOutput, Routing};
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+static BACKENDS: OnceLock<Vec<Opened>> = OnceLock::new();
+
+fn backends() -> &'static [Opened] {
+    BACKENDS.get_or_init(|| {
+        let opened = check::open_backends("all", None, check::require_gpu())
+            .expect("'all' names every backend");
+        for o in &opened {
+            match &o.backend {
+                Ok(b) => eprintln!("{}: {}", o.name, b.adapter()),
+                Err(e) if o.fails => eprintln!("{}: FAIL ({e}; MXMOE_REQUIRE_GPU=1)", o.name),
+                Err(e) => eprintln!("{}: SKIPPED ({e}; set MXMOE_REQUIRE_GPU=1 to fail)", o.name),
+            }
+        }
+        opened
+    })
+}
+
+/// Run the quick-suite cases that `pick` selects on every backend.
+fn run_catalog(label: &str, pick: impl Fn(&Case) -> bool) {
+    let cases: Vec<Case> = check::cases(Suite::Quick)
+        .into_iter()
+        .filter(|c| pick(c))
+        .collect();
+    assert!(!cases.is_empty(), "{label}: no cases");
+    let reports = check::conformance(backends(), &cases, |name, r| {
+        println!("{}", check::report::case_line(name, r));
+    });
+    println!("{label}: {} cases", cases.len());
+    for r in &reports {
+        println!("{}", r.summary_line());
+    }
+    let failed = check::failures(&reports);
+    assert!(
+        failed.is_empty(),
+        "{label}: {} failure(s):\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+#[test]
+fn quantize_dequantize_qdq() {
+    run_catalog("formats", |c| {
+        matches!(
+            c.kind,
+            Kind::Quantize { .. } | Kind::Dequantize { .. } | Kind::Qdq { .. }
+        )
+    });
+}
+
+#[test]
+fn routing() {
+    run_catalog("routing", |c| matches!(c.kind, Kind::Route(_)));
+}
+
+#[test]
+fn moe_forward() {
+    run_catalog("moe", Case::is_moe);
+}
+
+#[test]
+fn invalid_inputs_are_errors() {
+    run_catalog("invalid inputs", |c| matches!(c.kind, Kind::Invalid(_)));
+}
+
+/// Ids are unique over every suite and the model shapes, and the ids reports and scripts refer
+/// to keep their meaning.
+#[test]
+fn catalog_ids_are_unique_and_stable() {
+    let full = check::cases(Suite::Full);
+    let quick = check::cases(Suite::Quick);
+    let model = catalog::model_cases();
+    let mut seen = HashSet::new();
+    for c in full.iter().chain(&model) {
+        assert!(seen.insert(c.id.clone()), "duplicate id {}", c.id);
+    }
+    assert!(quick.len() < full.len());
+    assert!(quick.iter().all(|c| seen.contains(&c.id)));
+    for id in [
+        "quantize/mxfp4/even/special",
+        "qdq/mxfp6_e2m3/rceil/edges-k64",
+        "quantize/mxint8/floor/amax-sweep-k128",
+        "dequantize/mxfp8_e5m2/all-codes",
+        "route/sigmoid/e16-k4-g4of2-x2.5-cbias/m17",
+        "moe/w_mxfp4_a_mxfp4/silu/e8-h96-i64-k2-bias/m17",
+        "moe/w_mxfp4/swigluoai/e4-h2880-i704-k2-topk_softmax-norenorm-bias/m3",
+        "moe/w_mxfp4_a_mxfp4/silu/e16-h64-i64-k4-sigmoid-g4of2-x2.5-cbias/m17",
+        "moe/w_mxfp4_a_mxfp4/silu/e8-h64-i96-k2-bias/m17/bf16",
+        "moe/w_mxfp4/swigluoai/gpt-oss-120b/m1",
+        "invalid/moe/nan-logits",
+    ] {
+        assert!(seen.contains(id), "{id} is not in the catalog");
+    }
+    // Every case states an expectation that fits its kind.
+    for c in &full {
+        let ok = match (&c.kind, &c.expect) {
+            (Kind::Route(_), Expect::Route { .. }) | (Kind::Moe(_), Expect::Moe { .. }) => true,
+            (Kind::Invalid(_), Expect::Error { .. }) => true,
+            (Kind::Quantize { .. } | Kind::Dequantize { .. } | Kind::Qdq { .. }, e) => {
+                *e == Expect::BitExact
+            }
+            _ => false,
+        };
+        assert!(ok, "{}: {:?}", c.id, c.expect);
+    }
+}
+
+/// The judge itself: poison, one flipped bit, a NaN, a wrong id and an output off by more than
+/// the bound all fail; NaN equals NaN bitwise.
+#[test]
+fn the_judge_catches_what_it_must() {
+    let want = vec![1.0f32, -0.0, f32::NAN, 3.5];
+    let v = |x: &[f32]| Output::Values(x.to_vec());
+    assert!(judge(&Expect::BitExact, &v(&want), &v(&want)).is_ok());
+    let mut nan2 = want.clone();
+    nan2[2] = f32::from_bits(0x7FC0_0001);
+    assert!(judge(&Expect::BitExact, &v(&nan2), &v(&want)).is_ok());
+    let mut flip = want.clone();
+    flip[1] = 0.0;
+    assert!(judge(&Expect::BitExact, &v(&flip), &v(&want)).is_err());
+
+    let moe = |out: Vec<f32>, ids: Vec<i32>| {
+        Output::Moe(MoeOutput {
+            output: out,
+            routing: Routing {
+                top_k: 1,
+                topk_ids: ids,
+                topk_weights: vec![0.5, 0.25],
+            },
+            stages: None,
+        })
+    };
+    let exp = Expect::Moe {
+        weights: Tol::ROUTE_WEIGHTS,
+        output: Tol::MOE,
+        bf16_output: false,
+    };
+    let w = moe(vec![1.0, 2.0, -3.0, 4.0], vec![0, 1]);
+    assert!(judge(&exp, &moe(vec![1.0, 2.0, -3.0, 4.0], vec![0, 1]), &w).is_ok());
+    let poisoned = f32::from_bits(mxmoe::backend::wgpu::POISON);
+    let e = judge(&exp, &moe(vec![1.0, poisoned, -3.0, 4.0], vec![0, 1]), &w).unwrap_err();
+    assert!(e.contains("poison"), "{e}");
+    assert!(judge(&exp, &moe(vec![1.0, 2.0, -3.0, 4.0], vec![1, 0]), &w).is_err());
+    assert!(judge(&exp, &moe(vec![1.0, 2.0, -3.0, 4.1], vec![0, 1]), &w).is_err());
+    assert!(judge(&exp, &moe(vec![1.0, 2.0, f32::NAN, 4.0], vec![0, 1]), &w).is_err());
+    let bf = Expect::Moe {
+        weights: Tol::ROUTE_WEIGHTS,
+        output: Tol::MOE_BF16,
+        bf16_output: true,
+    };
+    let e = judge(&bf, &moe(vec![1.0, 2.0, -3.0, 4.0001], vec![0, 1]), &w).unwrap_err();
+    assert!(e.contains("bf16"), "{e}");
+    assert_eq!(check::rel_l2(&[3.0, 4.0], &[0.0, 0.0]).0, 5.0);
+}

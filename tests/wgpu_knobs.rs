@@ -1,0 +1,367 @@
+//! The wgpu backend's own knobs (ARCHITECTURE.md "Testing model"). What every backend must
+//! compute is compared in `tests/backend_ops.rs` (the case catalog); here are only the
+//! wgpu-specific paths and hooks, checked with the catalog's cases and its judge:
+//!
+//! * the MoE path choice: GEMM and GEMV both run on every quick MoE case of the catalog;
+//! * weights split across buffers, batches split across submits, quant ops in chunks;
+//! * the pipeline cache, timestamps per pass, poisoning, the adapter list, the bandwidth probe
+//!   and a timing report (the last two `#[ignore]`d: diagnostics, not tests).
+//!
+//! Outputs are POISONED (0x7FC0DEAD) by the backend before every run, so an element a kernel
+//! does not write fails. Without an adapter the tests print SKIPPED, and FAIL when
+//! `MXMOE_REQUIRE_GPU=1` (CI).
+
+use mxmoe::backend::wgpu::{MoePath, WgpuBackend};
+use mxmoe::backend::BackendError;
+use mxmoe::check::catalog::{moe_case, LayerSpec, Tier};
+use mxmoe::check::run::{judge, reference, Call, Materializer, Output};
+use mxmoe::check::{self, first_bit_mismatch, inputs, Case, Suite};
+use mxmoe::format::{MxFormat, MxTensor, ScaleMode};
+use mxmoe::moe::synth::{synth_batch, SynthSpec};
+use mxmoe::moe::{Accumulate, Activation, Intermediate, MoeOptions};
+use mxmoe::scheme::Scheme;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+static BACKEND: OnceLock<Option<WgpuBackend>> = OnceLock::new();
+
+fn backend() -> Option<&'static WgpuBackend> {
+    BACKEND
+        .get_or_init(|| match WgpuBackend::new(None) {
+            Ok(b) => {
+                b.set_poison(true);
+                eprintln!("wgpu adapter: {}", b.adapter());
+                Some(b)
+            }
+            Err(e) => {
+                if check::require_gpu() {
+                    panic!("MXMOE_REQUIRE_GPU=1 but no wgpu adapter: {e}");
+                }
+                None
+            }
+        })
+        .as_ref()
+}
+
+macro_rules! gpu {
+    ($name:expr) => {
+        match backend() {
+            Some(b) => b,
+            None => {
+                println!(
+                    "SKIPPED {}: no wgpu adapter (set MXMOE_REQUIRE_GPU=1 to fail)",
+                    $name
+                );
+                return;
+            }
+        }
+    };
+}
+
+fn spec(scheme: Scheme, act: Activation, e: usize, h: usize, i: usize, k: usize) -> SynthSpec {
+    let mut s = SynthSpec::new(scheme, e, h, i, k);
+    s.activation = act;
+    s
+}
+
+/// Run a catalog MoE case on both expert paths (GEMM and GEMV) of one prepared layer and
+/// judge each against the CPU reference with the case's expectation.
+fn check_paths(b: &WgpuBackend, mat: &mut Materializer, case: &Case) {
+    let call = mat
+        .call(case)
+        .unwrap_or_else(|e| panic!("{}: {e}", case.id));
+    let want = reference(&call).unwrap_or_else(|e| panic!("{}: reference: {e}", case.id));
+    let Call::Moe {
+        layer,
+        hidden,
+        logits,
+        opts,
+    } = &call
+    else {
+        panic!("{} is not a MoE case", case.id)
+    };
+    let g = b
+        .prepare(layer)
+        .unwrap_or_else(|e| panic!("{}: {e}", case.id));
+    for path in [MoePath::Gemm, MoePath::Gemv] {
+        let t = Instant::now();
+        let got = b
+            .moe_path(&g, hidden, logits, *opts, path, false)
+            .unwrap_or_else(|e| panic!("{}/{path:?}: {e}", case.id))
+            .0;
+        match judge(&case.expect, &Output::Moe(got), &want) {
+            Ok(note) => println!("OK   {}/{path:?} {:.1?} {note}", case.id, t.elapsed()),
+            Err(e) => panic!("{}/{path:?}: {e}", case.id),
+        }
+    }
+}
+
+/// GEMM and GEMV (the choice `MoePath::Auto` makes by the number of token-expert pairs) on
+/// every quick MoE case of the catalog: both paths must satisfy the case, whichever Auto picks.
+#[test]
+fn moe_gemm_and_gemv_paths_on_catalog_cases() {
+    let b = gpu!("moe_gemm_and_gemv_paths_on_catalog_cases");
+    let mut mat = Materializer::default();
+    let cases: Vec<Case> = check::cases(Suite::Quick)
+        .into_iter()
+        .filter(Case::is_moe)
+        .collect();
+    assert!(cases.len() > 50);
+    for c in &cases {
+        check_paths(b, &mut mat, c);
+    }
+}
+
+/// Weights split across several buffers (a chunk-size override far below the binding limit):
+/// the layer must give the same result as unsplit; 40 tokens need more than one binding of
+/// activations, so several submits; one expert larger than a binding is a clear OutOfMemory;
+/// the quant ops chunk too. Uses its own backend instance, so the override does not leak into
+/// the other tests.
+#[test]
+fn moe_weights_split_across_buffers() {
+    if backend().is_none() {
+        println!("SKIPPED moe_weights_split_across_buffers: no wgpu adapter");
+        return;
+    }
+    let b = WgpuBackend::new(None).unwrap();
+    b.set_poison(true);
+    let l = LayerSpec::new(spec(Scheme::OCP_MX[3], Activation::Silu, 8, 64, 64, 4));
+    let layer = l.build().unwrap();
+    let per_expert = (layer.weights.w13.data.len() / 8).max(layer.weights.w2.data.len() / 8) as u64;
+    b.set_max_chunk_bytes(per_expert * 3);
+    let g = b.prepare(&layer).unwrap();
+    assert_eq!(g.chunks(), 3, "8 experts, 3 per chunk");
+    let mut mat = Materializer::default();
+    check_paths(&b, &mut mat, &moe_case(Tier::Quick, &l, 17, 61));
+    check_paths(&b, &mut mat, &moe_case(Tier::Quick, &l, 40, 62));
+    if b.has_timestamps() {
+        let (hs, logits) = synth_batch(40, 64, 8, 62);
+        let (_, times) = b
+            .moe_path(&g, &hs, &logits, MoeOptions::default(), MoePath::Gemm, true)
+            .unwrap();
+        let times = times.unwrap_or_default();
+        let submits = times.iter().filter(|(n, _)| n == "route").count();
+        assert_eq!(submits, 3, "40 tokens at 18 per binding: {times:?}");
+    }
+    // One expert larger than a binding: a clear OutOfMemory naming sizes.
+    b.set_max_chunk_bytes(per_expert - 4);
+    match b.prepare(&layer) {
+        Err(BackendError::OutOfMemory(msg)) => assert!(msg.contains("MiB"), "{msg}"),
+        other => panic!("expected OutOfMemory, got {:?}", other.map(|g| g.chunks())),
+    }
+    // Quant ops chunk too: 8 blocks per chunk.
+    b.set_max_chunk_bytes(8 * 128);
+    let x = &inputs::edges(MxFormat::Fp6E2M3, 3)[..32 * 100];
+    let cpu = mxmoe::format::qdq_slice(MxFormat::Fp6E2M3, ScaleMode::RCeil, x, 32).unwrap();
+    let gpu = b.qdq(MxFormat::Fp6E2M3, ScaleMode::RCeil, x, 32).unwrap();
+    assert_eq!(first_bit_mismatch(&gpu, &cpu), None, "qdq chunked");
+    let t = MxTensor::quantize(MxFormat::Fp4E2M1, ScaleMode::Even, x, &[100, 32]).unwrap();
+    let tg = b
+        .quantize(MxFormat::Fp4E2M1, ScaleMode::Even, x, &[100, 32])
+        .unwrap();
+    assert_eq!(t, tg, "quantize chunked");
+    assert_eq!(
+        first_bit_mismatch(&b.dequantize(&t).unwrap(), &t.dequantize()),
+        None,
+        "dequantize chunked"
+    );
+}
+
+/// The pipeline cache: a second run of the same ops builds no new pipeline. Uses its own
+/// backend instance (the cache is per device context; other tests run concurrently).
+#[test]
+fn pipeline_cache_builds_each_pipeline_once() {
+    if backend().is_none() {
+        println!("SKIPPED pipeline_cache_builds_each_pipeline_once: no wgpu adapter");
+        return;
+    }
+    let b = &WgpuBackend::new(None).unwrap();
+    b.set_poison(true);
+    assert_eq!(b.pipeline_count(), 0);
+    let l = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 64, 2));
+    let layer = l.build().unwrap();
+    let g = b.prepare(&layer).unwrap();
+    let (hs, logits) = synth_batch(17, 64, 8, 3);
+    let x = inputs::random(4, 64, 1);
+    let run = || {
+        for path in [MoePath::Gemm, MoePath::Gemv] {
+            b.moe_path(&g, &hs, &logits, MoeOptions::default(), path, false)
+                .unwrap();
+        }
+        b.qdq(MxFormat::Fp4E2M1, ScaleMode::Even, &x, 64).unwrap();
+    };
+    run();
+    let n = b.pipeline_count();
+    assert!(n > 0);
+    run();
+    assert_eq!(b.pipeline_count(), n, "pipelines rebuilt on a second run");
+}
+
+/// Poisoning fills outputs before a run; it must never leak into a result: the same forward
+/// (split across submits) and QDQ with and without it give the same bits.
+#[test]
+fn poison_does_not_leak_into_results() {
+    if backend().is_none() {
+        println!("SKIPPED poison_does_not_leak_into_results: no wgpu adapter");
+        return;
+    }
+    let b = WgpuBackend::new(None).unwrap();
+    let layer = LayerSpec::new(spec(Scheme::OCP_MX[1], Activation::SwigluOai, 8, 64, 64, 2))
+        .build()
+        .unwrap();
+    let (hs, logits) = synth_batch(40, 64, 8, 5);
+    let x = inputs::edges(MxFormat::Fp8E4M3, 1);
+    let mut outs = Vec::new();
+    for poison in [false, true] {
+        b.set_poison(poison);
+        let g = b.prepare(&layer).unwrap();
+        let o = b
+            .moe(&g, &hs, &logits, MoeOptions::default(), false)
+            .unwrap()
+            .0;
+        let q = b.qdq(MxFormat::Fp8E4M3, ScaleMode::Even, &x, 64).unwrap();
+        outs.push((o.output, o.routing.topk_ids, q));
+    }
+    assert_eq!(first_bit_mismatch(&outs[1].0, &outs[0].0), None, "moe");
+    assert_eq!(outs[1].1, outs[0].1, "ids");
+    assert_eq!(first_bit_mismatch(&outs[1].2, &outs[0].2), None, "qdq");
+}
+
+/// Timing hooks for benchmarks: a timed forward gives the same output and, with
+/// TIMESTAMP_QUERY, one non-negative duration per pass.
+#[test]
+fn moe_timed_forward() {
+    let b = gpu!("moe_timed_forward");
+    let layer = LayerSpec::new(SynthSpec::new(Scheme::OCP_MX[0], 8, 64, 64, 2))
+        .build()
+        .unwrap();
+    let (hs, logits) = synth_batch(5, 64, 8, 3);
+    let g = b.prepare(&layer).unwrap();
+    let opts = MoeOptions {
+        accumulate: Accumulate::F32,
+        intermediate: Intermediate::F32,
+        taps: false,
+    };
+    let plain = b
+        .moe_path(&g, &hs, &logits, opts, MoePath::Gemv, false)
+        .unwrap()
+        .0;
+    let (timed, times) = b
+        .moe_path(&g, &hs, &logits, opts, MoePath::Gemv, true)
+        .unwrap();
+    let times = times.unwrap_or_default();
+    assert_eq!(plain.output, timed.output);
+    eprintln!("pass times (ms): {times:?}");
+    if b.has_timestamps() {
+        let names: Vec<&str> = times.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "route",
+                "moe/lists",
+                "moe/input_qdq",
+                "moe/gemv1",
+                "moe/gemv2",
+                "moe/combine"
+            ]
+        );
+        assert!(times.iter().all(|(_, t)| *t >= 0.0 && t.is_finite()));
+    } else {
+        println!("UNSUPPORTED timestamps on {}", b.adapter());
+    }
+}
+
+/// Not a correctness test: GPU pass times for a few shapes on both paths (run with
+/// `cargo test --release --test wgpu_backend -- --ignored --nocapture timing_report`;
+/// `MXMOE_TIMING="128,2880,2880,4,1;128,2880,2880,4,256"` for model shapes).
+#[test]
+#[ignore]
+fn timing_report() {
+    let b = gpu!("timing_report");
+    let opts = MoeOptions {
+        accumulate: Accumulate::F32,
+        intermediate: Intermediate::F32,
+        taps: false,
+    };
+    // MXMOE_TIMING="E,H,I,k,M[;E,H,I,k,M...]" picks the shapes (e.g. gpt-oss-120b decode:
+    // "128,2880,2880,4,1"); MXMOE_TIMING_M=M keeps the default layer with M tokens.
+    let shapes: Vec<(usize, usize, usize, usize, usize)> =
+        if let Ok(v) = std::env::var("MXMOE_TIMING") {
+            v.split(';')
+                .map(|t| {
+                    let n: Vec<usize> = t.split(',').map(|x| x.trim().parse().unwrap()).collect();
+                    (n[0], n[1], n[2], n[3], n[4])
+                })
+                .collect()
+        } else if let Ok(v) = std::env::var("MXMOE_TIMING_M") {
+            vec![(32, 1024, 512, 4, v.parse().unwrap())]
+        } else {
+            vec![
+                (32, 1024, 512, 4, 1),
+                (32, 1024, 512, 4, 16),
+                (32, 1024, 512, 4, 256),
+            ]
+        };
+    for (e, h, i, k, m) in shapes {
+        let layer = mxmoe::moe::synth::synth_layer_packed(&spec(
+            Scheme::OCP_MX[0],
+            Activation::Silu,
+            e,
+            h,
+            i,
+            k,
+        ))
+        .unwrap();
+        let g = b.prepare(&layer).unwrap();
+        let (hs, logits) = synth_batch(m, h, e, 1);
+        for path in [MoePath::Gemm, MoePath::Gemv] {
+            let _ = b.moe_path(&g, &hs, &logits, opts, path, true).unwrap();
+            let t = Instant::now();
+            let (_, times) = b.moe_path(&g, &hs, &logits, opts, path, true).unwrap();
+            let times = times.unwrap_or_default();
+            let wall = t.elapsed().as_secs_f64() * 1e3;
+            let gpu: f64 = times.iter().map(|(_, t)| t).sum();
+            let flops = 2.0 * (m * k) as f64 * (3 * h * i) as f64;
+            eprintln!(
+                "E={e} H={h} I={i} k={k} M={m} {path:?}: wall {wall:.2} ms, GPU {gpu:.2} ms \
+                 ({:.2} GFLOP/s, weights {:.1} MiB) {times:.3?}",
+                flops / gpu.max(1e-9) / 1e6,
+                g.bytes as f64 / (1 << 20) as f64
+            );
+        }
+    }
+}
+
+/// Streaming-read bandwidth of weight-like and pooled buffers (GB/s per pass), e.g. on the
+/// H200: `MXMOE_PROBE_MIB=1024 <test binary> --ignored --nocapture bandwidth_probe`.
+#[test]
+#[ignore]
+fn bandwidth_probe() {
+    let b = gpu!("bandwidth_probe");
+    let mib: u64 = std::env::var("MXMOE_PROBE_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    let r = b.bandwidth_probe(mib << 20, 5).unwrap();
+    eprintln!("bandwidth probe, {mib} MiB: {r:.1?}");
+}
+
+/// `mxmoe info`'s adapter list: non-empty when a backend opened, and it names the chosen one.
+#[test]
+fn adapters_are_listed() {
+    let b = gpu!("adapters_are_listed");
+    let list = WgpuBackend::enumerate_adapters();
+    for a in &list {
+        eprintln!("adapter: {a}");
+    }
+    let chosen = &b.info().adapter;
+    assert!(
+        list.iter()
+            .any(|a| a.name == chosen.name && a.backend == chosen.backend),
+        "{} not in the adapter list",
+        chosen.name
+    );
+    assert!(chosen.compute);
+    assert!(chosen.max_storage_buffer_binding_size >= 128 << 20);
+    eprintln!("enabled features: {:?}", b.info().enabled_features);
+}
