@@ -5,7 +5,8 @@
 //! intermediates, and returns a [`VerifyReport`]: the routing agreement, the error against each
 //! variant and which one is closest, the worst element against the contract (the layer's own
 //! scale mode, f32 intermediates), and a [`Verdict`]. Printing it is the caller's business; the
-//! report serializes to JSON.
+//! report serializes to JSON. [`verify_output`] is the same on slices, for a result whose
+//! producer does not report its routing ids or weights (the Python package's `verify`).
 
 use super::{rel_l2, MOE_REL_L2};
 use crate::format::ScaleMode;
@@ -24,6 +25,9 @@ pub enum VerifyError {
         m: usize,
         h: usize,
     },
+    /// The output slice does not hold `M * H` values.
+    #[error("output has {got} values, expected [M = {m}, H = {h}] = {}", .m * .h)]
+    Length { got: usize, m: usize, h: usize },
     /// The reference could not run (an invalid layer or batch).
     #[error(transparent)]
     Moe(#[from] MoeError),
@@ -102,20 +106,23 @@ pub struct WorstElement {
 /// Everything `mxmoe verify` reports.
 #[derive(Clone, Debug, Serialize)]
 pub struct VerifyReport {
-    /// The result's top-k ids equal the reference's (same k, every slot).
-    pub ids_identical: bool,
-    /// Slots whose id differs (compared up to the shorter of the two).
-    pub ids_differ: usize,
+    /// The result's top-k ids equal the reference's (same k, every slot); `None` when the
+    /// result gave no ids (then the routing does not enter the verdict).
+    pub ids_identical: Option<bool>,
+    /// Slots whose id differs (compared up to the shorter of the two); `None` without ids.
+    pub ids_differ: Option<usize>,
     /// Slots of the reference (`M * top_k`).
     pub ids_total: usize,
-    /// Relative L2 of the routing weights against the reference.
-    pub routing_weights_rel_l2: f64,
+    /// Relative L2 of the routing weights against the reference; `None` without weights.
+    pub routing_weights_rel_l2: Option<f64>,
     /// Every reference variant: intermediates f32 then bf16, each under every scale mode.
     pub variants: Vec<Variant>,
     /// Index into `variants` of the smallest rel-L2 (`None` when every rel-L2 is NaN).
     pub closest: Option<usize>,
     /// The rel-L2 against the contract reference (the layer's scale mode, f32 intermediates).
     pub contract_rel_l2: f64,
+    /// The largest absolute difference from the contract reference.
+    pub contract_max_abs: f64,
     pub worst: WorstElement,
     /// Every output bit equals the contract reference's.
     pub output_bit_exact: bool,
@@ -126,6 +133,25 @@ pub struct VerifyReport {
 impl VerifyReport {
     pub fn closest(&self) -> Option<&Variant> {
         self.closest.map(|i| &self.variants[i])
+    }
+
+    /// The verdict line: `BIT-EXACT`, `WITHIN TOLERANCE (rel-L2 1.234e-3 <= 1e-2)` or
+    /// `WRONG (rel-L2 1.234e-1 > 1e-2, routing differs)`.
+    pub fn summary(&self) -> String {
+        let (c, tol) = (self.contract_rel_l2, self.tolerance);
+        let detail = match self.verdict {
+            Verdict::BitExact => String::new(),
+            Verdict::WithinTolerance => format!(" (rel-L2 {c:.3e} <= {tol:e})"),
+            Verdict::Wrong => format!(
+                " (rel-L2 {c:.3e} > {tol:e}{})",
+                if self.ids_identical == Some(false) {
+                    ", routing differs"
+                } else {
+                    ""
+                }
+            ),
+        };
+        format!("{}{detail}", self.verdict.name())
     }
 }
 
@@ -146,13 +172,43 @@ pub fn verify(
             h,
         });
     }
+    verify_output(
+        layer,
+        batch,
+        &theirs.output,
+        Some(&theirs.routing.topk_ids),
+        Some(&theirs.routing.topk_weights),
+        tolerance,
+    )
+}
+
+/// [`verify`] on slices: `output` `[M, H]`, and the top-k ids and weights `[M, k]` when the
+/// result has them. Without ids the routing does not enter the verdict and the report's
+/// `ids_identical` and `ids_differ` are `None`; without weights `routing_weights_rel_l2` is.
+pub fn verify_output(
+    layer: &MoeLayer,
+    batch: &TokenBatch,
+    output: &[f32],
+    topk_ids: Option<&[i32]>,
+    topk_weights: Option<&[f32]>,
+    tolerance: f64,
+) -> Result<VerifyReport, VerifyError> {
+    let h = layer.config.hidden;
+    let m = moe::reference::check_batch(layer, &batch.hidden, &batch.logits)?;
+    if output.len() != m * h {
+        return Err(VerifyError::Length {
+            got: output.len(),
+            m,
+            h,
+        });
+    }
     // The contract reference: f64 accumulation, the layer's scale mode, f32 intermediates.
     let want = moe::forward(layer, &batch.hidden, &batch.logits, MoeOptions::default())?;
-    let (ids, want_ids) = (&theirs.routing.topk_ids, &want.routing.topk_ids);
-    let ids_identical = ids == want_ids;
-    let ids_differ = ids.iter().zip(want_ids).filter(|(a, b)| a != b).count();
-    let (routing_weights_rel_l2, _) =
-        rel_l2(&theirs.routing.topk_weights, &want.routing.topk_weights);
+    let want_ids = &want.routing.topk_ids;
+    let ids_identical = topk_ids.map(|ids| ids == want_ids.as_slice());
+    let ids_differ = topk_ids.map(|ids| ids.iter().zip(want_ids).filter(|(a, b)| a != b).count());
+    let routing_weights_rel_l2 = topk_weights.map(|w| rel_l2(w, &want.routing.topk_weights).0);
+    let (contract_rel_l2, contract_max_abs) = rel_l2(output, &want.output);
 
     let contract_mode = layer.config.act_scale_mode;
     let mut variants = Vec::new();
@@ -160,7 +216,7 @@ pub fn verify(
         for scale_mode in ScaleMode::ALL {
             let is_contract = scale_mode == contract_mode && intermediate == Intermediate::F32;
             let (rel, max_abs) = if is_contract {
-                rel_l2(&theirs.output, &want.output)
+                (contract_rel_l2, contract_max_abs)
             } else {
                 let mut lv = layer.clone();
                 lv.config.act_scale_mode = scale_mode;
@@ -170,7 +226,7 @@ pub fn verify(
                     ..MoeOptions::default()
                 };
                 let r = moe::forward(&lv, &batch.hidden, &batch.logits, opts)?;
-                rel_l2(&theirs.output, &r.output)
+                rel_l2(output, &r.output)
             };
             variants.push(Variant {
                 scale_mode,
@@ -186,10 +242,9 @@ pub fn verify(
             closest = Some(i);
         }
     }
-    let contract_rel_l2 = rel_l2(&theirs.output, &want.output).0;
 
     let (mut wi, mut wv) = (0, 0f64);
-    for (i, (a, b)) in theirs.output.iter().zip(&want.output).enumerate() {
+    for (i, (a, b)) in output.iter().zip(&want.output).enumerate() {
         let d = (*a as f64 - *b as f64).abs();
         if d > wv || d.is_nan() {
             wi = i;
@@ -199,18 +254,19 @@ pub fn verify(
     let worst = WorstElement {
         token: wi / h,
         column: wi % h,
-        theirs: theirs.output[wi],
+        theirs: output[wi],
         reference: want.output[wi],
     };
 
-    let output_bit_exact = theirs
-        .output
+    let output_bit_exact = output
         .iter()
         .zip(&want.output)
         .all(|(a, b)| a.to_bits() == b.to_bits());
-    let verdict = if output_bit_exact && ids_identical {
+    // Routing that was not given does not count against the result.
+    let routing_ok = ids_identical != Some(false);
+    let verdict = if output_bit_exact && routing_ok {
         Verdict::BitExact
-    } else if contract_rel_l2 <= tolerance && ids_identical {
+    } else if contract_rel_l2 <= tolerance && routing_ok {
         Verdict::WithinTolerance
     } else {
         Verdict::Wrong
@@ -223,6 +279,7 @@ pub fn verify(
         variants,
         closest,
         contract_rel_l2,
+        contract_max_abs,
         worst,
         output_bit_exact,
         tolerance,
@@ -272,7 +329,12 @@ mod tests {
         let (layer, batch, res) = setup();
         let rep = verify(&layer, &batch, &res, 1e-2).unwrap();
         assert_eq!(rep.verdict, Verdict::BitExact);
-        assert!(rep.ids_identical && rep.ids_differ == 0 && rep.ids_total == 6);
+        assert_eq!(
+            (rep.ids_identical, rep.ids_differ, rep.ids_total),
+            (Some(true), Some(0), 6)
+        );
+        assert_eq!(rep.routing_weights_rel_l2, Some(0.0));
+        assert_eq!(rep.summary(), "BIT-EXACT");
         assert_eq!(rep.variants.len(), 8);
         assert_eq!(rep.contract_rel_l2, 0.0);
         // The contract variant (the layer's `even` scales) is exact; on a layer this small
@@ -294,10 +356,32 @@ mod tests {
         let rep = verify(&layer, &batch, &res, 1e-9).unwrap();
         assert_eq!(rep.verdict, Verdict::Wrong);
         assert_eq!((rep.worst.token, rep.worst.column), (0, 7));
+        assert_eq!(rep.contract_max_abs, rep.variants[1].max_abs);
+        assert!(rep.summary().starts_with("WRONG (rel-L2 ") && rep.summary().ends_with(" > 1e-9)"));
         let rep = verify(&layer, &batch, &res, 10.0).unwrap();
         assert_eq!(rep.verdict, Verdict::WithinTolerance);
+        assert!(rep.summary().starts_with("WITHIN TOLERANCE (rel-L2 "));
         res.m = 2;
         let e = verify(&layer, &batch, &res, 1e-2).unwrap_err();
         assert_eq!(e.to_string(), "output is [2, 64], expected [M = 3, H = 64]");
+        let e = verify_output(&layer, &batch, &res.output[..64], None, None, 1e-2).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "output has 64 values, expected [M = 3, H = 64] = 192"
+        );
+    }
+
+    #[test]
+    fn routing_not_given_does_not_enter_the_verdict() {
+        let (layer, batch, mut res) = setup();
+        let rep = verify_output(&layer, &batch, &res.output, None, None, 1e-2).unwrap();
+        assert_eq!(rep.verdict, Verdict::BitExact);
+        assert_eq!((rep.ids_identical, rep.ids_differ), (None, None));
+        assert_eq!((rep.ids_total, rep.routing_weights_rel_l2), (6, None));
+        // Wrong ids make a bit-exact output WRONG, and the summary says why.
+        res.routing.topk_ids.swap(0, 1);
+        let rep = verify(&layer, &batch, &res, 1e-2).unwrap();
+        assert_eq!((rep.verdict, rep.ids_differ), (Verdict::Wrong, Some(2)));
+        assert!(rep.summary().ends_with(", routing differs)"));
     }
 }

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use mxmoe::check::verify::{self, Verdict, VerifyError, VerifyReport};
+use mxmoe::check::verify::{self, VerifyError, VerifyReport};
 use mxmoe::io;
 use std::path::PathBuf;
 
@@ -43,18 +43,22 @@ pub fn run(a: &VerifyArgs) -> Result<()> {
 }
 
 fn print(r: &VerifyReport) {
+    // A result file always has ids and weights (io::load_result requires them).
     println!(
         "routing: {}",
-        if r.ids_identical {
-            "ids identical".to_string()
-        } else {
-            format!("{} of {} ids differ", r.ids_differ, r.ids_total)
+        match r.ids_identical {
+            Some(true) => "ids identical".to_string(),
+            Some(false) => format!(
+                "{} of {} ids differ",
+                r.ids_differ.unwrap_or(0),
+                r.ids_total
+            ),
+            None => "ids not given".to_string(),
         }
     );
-    println!(
-        "routing weights rel-L2 vs reference: {:.3e}",
-        r.routing_weights_rel_l2
-    );
+    if let Some(w) = r.routing_weights_rel_l2 {
+        println!("routing weights rel-L2 vs reference: {w:.3e}");
+    }
     println!(
         "{:<28} {:>12} {:>12}",
         "reference variant", "rel-L2", "max abs"
@@ -71,18 +75,5 @@ fn print(r: &VerifyReport) {
         "worst element vs contract: token {}, column {}: theirs {:e}, reference {:e}",
         w.token, w.column, w.theirs, w.reference
     );
-    let (c, tol) = (r.contract_rel_l2, r.tolerance);
-    let detail = match r.verdict {
-        Verdict::BitExact => String::new(),
-        Verdict::WithinTolerance => format!(" (rel-L2 {c:.3e} <= {tol:e})"),
-        Verdict::Wrong => format!(
-            " (rel-L2 {c:.3e} > {tol:e}{})",
-            if r.ids_identical {
-                ""
-            } else {
-                ", routing differs"
-            }
-        ),
-    };
-    println!("verdict: {}{detail}", r.verdict.name());
+    println!("verdict: {}", r.summary());
 }
