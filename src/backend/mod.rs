@@ -1,10 +1,27 @@
-//! Backends: a closed enum. Each answers `supports(&op)` and runs ops; an op a backend cannot
-//! run is reported UNSUPPORTED (never silently passed).
+//! Backends: a closed enum. Each answers `supports(&op)` with [`Support`] (and the reason when
+//! it cannot) and runs ops; an op a backend cannot run is reported UNSUPPORTED, never silently
+//! passed. Inputs are validated once, in [`ops`], before any backend runs; layers are
+//! `prepare`d once (resident on the device) and run many times ([`Prepared`]).
 //!
-//! Contract for every backend (NUMERICS.md): quantize / dequantize / QDQ / packing are
+//! Contract for every backend (docs/NUMERICS.md): quantize / dequantize / QDQ / packing are
 //! **bit-exact** against the CPU reference (including NaN/Inf blocks, zero blocks, subnormal
 //! inputs and ±0); routing gives exactly the CPU ids; MoE outputs agree with the CPU reference
 //! within a relative-L2 bound (GEMM accumulation order differs between backends).
+//!
+//! Where each op lives (CPU = the reference; the HIP backend has no kernels yet):
+//!
+//! | op | CPU | WGSL (shader / host) | HIP |
+//! |---|---|---|---|
+//! | element codec, E8M0, packing | `format/{codec,scale,pack}.rs` | `shaders/mx_common.wgsl` (+ the preamble of `wgpu/source.rs`) | - |
+//! | quantize, dequantize, QDQ | `format/tensor.rs` | `shaders/quant.wgsl` / `wgpu/quant.rs` | - |
+//! | route | `moe/route.rs` + `moe/exact_math.rs` | `shaders/route.wgsl` + `shaders/exact_math.wgsl` / `wgpu/route.rs` | - |
+//! | expert lists | (`moe/reference.rs`, `assignments_by_expert`) | `shaders/moe_lists.wgsl` / `wgpu/moe.rs` | - |
+//! | grouped GEMM (prefill) | `moe/reference.rs` | `shaders/moe_gemm.wgsl` / `wgpu/moe.rs` | - |
+//! | grouped GEMV (decode) | `moe/reference.rs` | `shaders/moe_gemv.wgsl` + `moe_gemv_fp4_{table,registers}.wgsl` / `wgpu/moe.rs` | - |
+//! | activation + intermediate QDQ | `moe/reference.rs` (`activate`, `qdq_slice`) | the GEMM1/GEMV1 epilogues (`shaders/moe_common.wgsl`) | - |
+//! | combine | `moe/reference.rs` | `shaders/moe_combine.wgsl` / `wgpu/moe.rs` | - |
+//! | op descriptors, validation | `backend/ops.rs` | (shared) | (shared) |
+//! | dispatch | `backend/cpu/mod.rs` | `backend/wgpu/mod.rs` | `backend/hip/mod.rs` (stub) |
 
 pub mod cpu;
 pub mod hip;

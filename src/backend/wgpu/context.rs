@@ -217,7 +217,7 @@ pub struct Context {
     pub poison: AtomicBool,
     /// Whether the decode GEMV decodes FP4 codes in registers (`FP4_REGISTER_DECODE`) rather
     /// than through a table in workgroup memory: set when the adapter passes
-    /// [`Context::check_fp4_register_decode`]; `MXMOE_FP4_DECODE=table|registers` forces it.
+    /// `Context::check_fp4_register_decode`; `MXMOE_FP4_DECODE=table|registers` forces it.
     pub fp4_register_decode: AtomicBool,
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
