@@ -42,6 +42,8 @@ var<workgroup> r_groups: u32;             // eligible groups (bit set)
 var<workgroup> r_bv: array<f32, 64>;      // arg-max candidates
 var<workgroup> r_bi: array<i32, 64>;
 var<workgroup> r_sel: array<u32, 32>;
+var<workgroup> r_sel_score: array<u32, 32>; // exact scores of the selected experts, f32 bits
+var<workgroup> r_sel_total: u32;            // their sum (renormalization), f32 bits
 var<workgroup> r_sum: array<f32, 64>;
 var<workgroup> r_max: f32;   // exact softmax: the token's largest logit
 var<workgroup> r_total: u32; // exact softmax: the sum of e^(x - max), f32 bits
@@ -219,26 +221,35 @@ fn route(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
         }
         workgroupBarrier();
     }
-    if lid != 0u {
+    if rp.scoring == SCORING_SIGMOID || exact_softmax {
+        // The selected experts' exact scores (without the bias), one thread each; their
+        // sequential sum on one thread (the CPU's f32 operations and order, bit for bit); then
+        // the renormalizing exact divisions, one thread each.
+        if lid < k {
+            r_sel_score[lid] = r_score(base, r_sel[lid]);
+        }
+        workgroupBarrier();
+        if lid == 0u {
+            var total = 0.0;
+            if rp.renormalize != 0u {
+                for (var j = 0u; j < k; j = j + 1u) {
+                    total = total + bitcast<f32>(r_sel_score[j]);
+                }
+            }
+            r_sel_total = bitcast<u32>(total);
+        }
+        workgroupBarrier();
+        if lid < k {
+            var w = r_sel_score[lid];
+            if rp.renormalize != 0u {
+                w = exact_div(w, r_sel_total);
+            }
+            r_ids[t * k + lid] = i32(r_sel[lid]);
+            r_weights[t * k + lid] = bitcast<f32>(w) * rp.scaling;
+        }
         return;
     }
-    if rp.scoring == SCORING_SIGMOID || exact_softmax {
-        // The selected experts' exact scores (without the bias), renormalized by their
-        // sequential sum: the CPU's f32 operations, bit for bit.
-        var total = 0.0;
-        if rp.renormalize != 0u {
-            for (var j = 0u; j < k; j = j + 1u) {
-                total = total + bitcast<f32>(r_score(base, r_sel[j]));
-            }
-        }
-        for (var j = 0u; j < k; j = j + 1u) {
-            var w = r_score(base, r_sel[j]);
-            if rp.renormalize != 0u {
-                w = exact_div(w, bitcast<u32>(total));
-            }
-            r_ids[t * k + j] = i32(r_sel[j]);
-            r_weights[t * k + j] = bitcast<f32>(w) * rp.scaling;
-        }
+    if lid != 0u {
         return;
     }
     var total = 0.0;
