@@ -236,6 +236,11 @@ mod tests {
         let d = Preset::DEEPSEEK_R1.synth_spec();
         assert_eq!(d.router.scoring, Scoring::Sigmoid);
         assert_eq!((d.router.n_group, d.router.topk_group), (Some(8), Some(4)));
-        assert!(Preset::DEEPSEEK_R1.correction_bias);
+        let with_bias: Vec<&str> = Preset::ALL
+            .iter()
+            .filter(|p| p.correction_bias)
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(with_bias, ["deepseek-r1"]);
     }
 }
