@@ -15,6 +15,7 @@
 pub mod cases_format;
 pub mod cases_moe;
 pub mod catalog;
+pub mod faults;
 pub mod inputs;
 pub mod models;
 pub mod report;
