@@ -883,15 +883,27 @@ fn verify_json_diagnosis_and_exit_codes() {
     };
     // Our own result, top-k order reversed: a match, the contract named.
     let mut want = mxmoe::moe::forward(&l, &b.hidden, &b.logits, Default::default()).unwrap();
-    want.routing.topk_ids.chunks_mut(2).for_each(|c| c.reverse());
-    want.routing.topk_weights.chunks_mut(2).for_each(|c| c.reverse());
+    want.routing
+        .topk_ids
+        .chunks_mut(2)
+        .for_each(|c| c.reverse());
+    want.routing
+        .topk_weights
+        .chunks_mut(2)
+        .for_each(|c| c.reverse());
     let (res, js) = (p(d.path(), "ok.safetensors"), p(d.path(), "ok.json"));
     io::save_result(&res, &want.output, 32, &want.routing, HashMap::new()).unwrap();
     let (c, out) = code(&res, &js);
     assert_eq!(c, Some(0), "{out}");
-    assert!(out.contains("verdict: BIT-EXACT") && out.contains("variant: contract"), "{out}");
+    assert!(
+        out.contains("verdict: BIT-EXACT") && out.contains("variant: contract"),
+        "{out}"
+    );
     let j = read(&js);
-    assert_eq!((&j["verdict"], &j["variant"]), (&"match".into(), &"contract".into()));
+    assert_eq!(
+        (&j["verdict"], &j["variant"]),
+        (&"match".into(), &"contract".into())
+    );
     assert_eq!(j["diagnosis"].as_array().unwrap().len(), 0);
     // The intermediate QDQ left out: a mismatch, diagnosed.
     let bad = Fault::IntermediateQdqMissing.inject(&l, &b, None).unwrap();
@@ -903,7 +915,10 @@ fn verify_json_diagnosis_and_exit_codes() {
     let j = read(&js);
     assert_eq!(j["verdict"], "mismatch");
     assert!(j["variant"].is_null());
-    assert_eq!(j["diagnosis"][0]["fault"], "intermediate_qdq_missing", "{j}");
+    assert_eq!(
+        j["diagnosis"][0]["fault"], "intermediate_qdq_missing",
+        "{j}"
+    );
     assert!(j["diagnosis"][0]["rel_l2"].as_f64().unwrap() < 1e-12);
     // Output only (no routing): still judged, the ids are not given.
     let (res, js) = (p(d.path(), "out.safetensors"), p(d.path(), "out.json"));

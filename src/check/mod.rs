@@ -21,6 +21,7 @@ pub mod models;
 pub mod report;
 pub mod run;
 pub mod verify;
+pub mod verify_report;
 
 pub use catalog::{cases, Case, Cost, Expect, Kind, Suite, Tier, Tol};
 pub use report::summary;
