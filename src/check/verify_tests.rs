@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::moe::synth::{synth_batch, synth_layer, SynthSpec};
-use crate::moe::Scoring;
+use crate::moe::{Activation, Scoring};
 use crate::scheme::Scheme;
 
 fn batch(m: usize, h: usize, e: usize, seed: u64) -> TokenBatch {
@@ -244,6 +244,18 @@ fn every_planted_fault_is_caught_and_diagnosed_on_every_ocp_mx_scheme() {
                 Some(why) => skips.push(format!("{tag}: {} not applicable ({why})", f.id())),
             }
         }
+        // gpt-oss style: SwiGLU-OAI on interleaved rows, top-k softmax router, biases.
+        let mut spec = SynthSpec::new(scheme, 8, 128, 64, 2);
+        (spec.bias, spec.activation) = (true, Activation::SwigluOai);
+        spec.router.scoring = Scoring::TopkSoftmax;
+        let lg = synth_layer(&spec).unwrap().layer;
+        let tag_g = format!("{tag} (gpt-oss style)");
+        legit(&tag_g, &lg, &b, &mut fails);
+        for f in Fault::ALL {
+            if f.not_applicable(&lg).is_none() {
+                plant(&tag_g, &lg, &b, f, &mut fails, &mut skips);
+            }
+        }
         // A layer whose own scale mode is rceil: `activation_scale_mode_even` is a fault there.
         let mut lr = layer.clone();
         lr.config.act_scale_mode = ScaleMode::RCeil;
@@ -273,4 +285,39 @@ fn fault_ids_are_stable_and_round_trip() {
         assert_eq!(Fault::from_id(f.id()), Some(f));
     }
     assert_eq!(Fault::from_id("nope"), None);
+}
+
+#[test]
+fn a_result_written_in_bf16_is_compared_with_bf16_references() {
+    let (layer, batch, mut res) = setup();
+    let raw = res.output.clone();
+    res.output
+        .iter_mut()
+        .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
+    let rep = verify(&layer, &batch, &res, 1e-2).unwrap();
+    assert_eq!(rep.verdict, Verdict::WithinTolerance, "{}", rep.summary());
+    assert_eq!(rep.variant.as_deref(), Some("contract"));
+    assert!(rep.output_bf16 && !rep.output_bit_exact);
+    assert_eq!(rep.contract_rel_l2, rel_l2(&res.output, &raw).0);
+    assert!(rep.contract_rel_l2 > 0.0);
+}
+
+#[test]
+fn contract_only_makes_bf16_intermediates_a_fault() {
+    let (layer, batch, _) = setup();
+    let o = MoeOptions {
+        intermediate: Intermediate::Bf16,
+        ..MoeOptions::default()
+    };
+    let res = result(moe::forward(&layer, &batch.hidden, &batch.logits, o).unwrap());
+    let rep = verify(&layer, &batch, &res, 1e-2).unwrap();
+    assert_eq!(rep.variant.as_deref(), Some("vllm_bf16"));
+    let opts = VerifyOptions {
+        accept_bf16: false,
+        ..VerifyOptions::default()
+    };
+    let rep = verify_result(&layer, &batch, &res, &opts).unwrap();
+    assert_eq!(rep.verdict, Verdict::Wrong);
+    assert_eq!(rep.diagnosis[0].fault, "bf16_intermediates");
+    assert!(!rep.variants[5].legitimate);
 }
