@@ -861,3 +861,77 @@ fn check_json_keeps_its_fields() {
     let bad = run(&["check", "--suite", "huge"]);
     assert!(!bad.ok && bad.stderr.contains("unknown suite"));
 }
+
+#[test]
+fn verify_json_diagnosis_and_exit_codes() {
+    use mxmoe::check::faults::Fault;
+    let d = tempfile::tempdir().unwrap();
+    let (layer, batch) = small_layer(d.path());
+    let l = io::load_layer(&layer).unwrap().layer;
+    let b = io::load_batch(&batch).unwrap();
+    let code = |res: &Path, json: &Path| {
+        let o = bin()
+            .args(["verify", "--layer", s(&layer), "--input", s(&batch)])
+            .args(["--result", s(res), "--json", s(json)])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        (o.status.code(), out)
+    };
+    let read = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    // Our own result, top-k order reversed: a match, the contract named.
+    let mut want = mxmoe::moe::forward(&l, &b.hidden, &b.logits, Default::default()).unwrap();
+    want.routing
+        .topk_ids
+        .chunks_mut(2)
+        .for_each(|c| c.reverse());
+    want.routing
+        .topk_weights
+        .chunks_mut(2)
+        .for_each(|c| c.reverse());
+    let (res, js) = (p(d.path(), "ok.safetensors"), p(d.path(), "ok.json"));
+    io::save_result(&res, &want.output, 32, &want.routing, HashMap::new()).unwrap();
+    let (c, out) = code(&res, &js);
+    assert_eq!(c, Some(0), "{out}");
+    assert!(
+        out.contains("verdict: BIT-EXACT") && out.contains("variant: contract"),
+        "{out}"
+    );
+    let j = read(&js);
+    assert_eq!(
+        (&j["verdict"], &j["variant"]),
+        (&"match".into(), &"contract".into())
+    );
+    assert_eq!(j["diagnosis"].as_array().unwrap().len(), 0);
+    // The intermediate QDQ left out: a mismatch, diagnosed.
+    let bad = Fault::IntermediateQdqMissing.inject(&l, &b, None).unwrap();
+    let (res, js) = (p(d.path(), "bad.safetensors"), p(d.path(), "bad.json"));
+    io::save_result(&res, &bad.output, 32, &bad.routing, HashMap::new()).unwrap();
+    let (c, out) = code(&res, &js);
+    assert_eq!(c, Some(1), "{out}");
+    assert!(out.contains("diagnosis"), "{out}");
+    let j = read(&js);
+    assert_eq!(j["verdict"], "mismatch");
+    assert!(j["variant"].is_null());
+    assert_eq!(
+        j["diagnosis"][0]["fault"], "intermediate_qdq_missing",
+        "{j}"
+    );
+    assert!(j["diagnosis"][0]["rel_l2"].as_f64().unwrap() < 1e-12);
+    // Output only (no routing): still judged, the ids are not given.
+    let (res, js) = (p(d.path(), "out.safetensors"), p(d.path(), "out.json"));
+    let t = OutTensor::f32("output", vec![3, 32], &want.output);
+    io::save(&res, &[t], HashMap::new()).unwrap();
+    let (c, out) = code(&res, &js);
+    assert_eq!(c, Some(0), "{out}");
+    assert!(out.contains("routing: ids not given"), "{out}");
+    assert!(read(&js)["ids_identical"].is_null());
+    // A missing file: exit code 2, no report.
+    let (c, _) = code(&p(d.path(), "missing.safetensors"), &p(d.path(), "m.json"));
+    assert_eq!(c, Some(2));
+    assert!(!p(d.path(), "m.json").exists());
+    let r = run(&["verify", "--help"]);
+    assert!(r.stdout.contains("intermediate_qdq_missing") && r.stdout.contains("Exit codes"));
+}

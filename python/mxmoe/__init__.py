@@ -4,7 +4,8 @@ The same library as the ``mxmoe`` command line (Rust, through PyO3): bit-exact M
 dequantize and QDQ under the four scale modes (``floor``, ``even``, ``ceil``, ``rceil``; see
 docs/NUMERICS.md), the exact MoE forward of the five OCP MX schemes of AMD Quark as vLLM runs
 them (and the weight-only and MXFP8 ones), and ``verify``: the verdict of ``mxmoe verify`` on
-your kernel's output (BIT-EXACT, WITHIN TOLERANCE or WRONG, and the closest reference variant).
+your kernel's output (BIT-EXACT, WITHIN TOLERANCE or WRONG, the matched reference variant, and a
+diagnosis by fault injection).
 
 Arrays are NumPy arrays. Float inputs may be float32, float16 or bfloat16 (``ml_dtypes``, or a
 torch tensor); they are converted to float32 (exactly). Packed data and scales are uint8 (int8
@@ -719,17 +720,21 @@ def verify(
     the same verdict and closest variant as ``mxmoe verify`` on files.
 
     ``output`` ``[M, H]`` (float32/float16/bfloat16), optional ``topk_ids`` ``[M, top_k]`` and
-    ``topk_weights`` ``[M, top_k]``. The contract reference is the f64 forward under the layer's
-    scale mode with f32 intermediates; the output is also compared with the reference under
-    each scale mode x {f32, bf16} intermediates to name the closest. Returns a dict:
+    ``topk_weights`` ``[M, top_k]`` (compared per token as sets, weights aligned by id). The
+    output is judged against the named reference variants ``contract`` (the layer's scale
+    mode, f32 intermediates) and ``vllm_bf16`` (bf16 intermediates), each with a tolerance of
+    half its distance to the nearest known fault on this layer and batch (capped by
+    ``tolerance``); a mismatch is diagnosed by re-running the reference with each known fault
+    injected (docs/NUMERICS.md 10.5). Returns a dict:
 
-    - ``verdict``: ``"BIT-EXACT"`` (every output bit and every id equal), ``"WITHIN TOLERANCE"``
-      (contract rel-L2 <= ``tolerance`` and the same ids) or ``"WRONG"``; ``ok``: not WRONG;
-      ``summary``: the CLI's verdict line;
-    - ``rel_l2``, ``max_abs``: against the contract reference; ``bit_exact``; ``tolerance``;
+    - ``verdict``: ``"BIT-EXACT"``, ``"WITHIN TOLERANCE"`` or ``"WRONG"``; ``match`` / ``ok``:
+      not WRONG; ``variant``: the matched variant's id or None; ``summary``: the CLI's verdict
+      line; ``diagnosis``: ``[{fault, rel_l2}]`` closest first (empty on a match);
+    - ``rel_l2``, ``max_abs``: against the contract reference; ``bit_exact``; ``tolerance``
+      (the matched variant's, else the contract's);
     - ``closest`` (e.g. ``"even scales, f32 intermediates"``), ``closest_scale_mode``,
       ``closest_intermediate``, ``closest_rel_l2`` (None, None, None, inf when the output holds
-      NaN/Inf); ``variants``: all eight;
+      NaN/Inf); ``variants``: all eight (``id``, ``legitimate``, ``variant_tolerance``, ...);
     - ``ids_identical``, ``ids_differ`` (None when ``topk_ids`` is not given: then the ids do
       not enter the verdict), ``ids_total``, ``weights_rel_l2`` (None without ``topk_weights``);
     - ``worst``: ``{token, column, theirs, reference}`` of the largest absolute error.

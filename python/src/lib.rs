@@ -316,6 +316,7 @@ fn moe<'py>(
     let opts = MoeOptions {
         accumulate: accumulate.parse::<Accumulate>().map_err(err_moe)?,
         intermediate: intermediate.parse::<Intermediate>().map_err(err_moe)?,
+        ..MoeOptions::default()
     };
     let l = &layer.get().inner;
     let out = py.detach(|| -> Result<mxmoe::moe::MoeOutput, Failure> {

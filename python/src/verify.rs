@@ -55,6 +55,16 @@ pub fn verify<'py>(
     })?;
     let d = PyDict::new(py);
     d.set_item("verdict", r.verdict.name())?;
+    d.set_item("match", r.verdict.id() == "match")?;
+    d.set_item("variant", r.variant.clone())?;
+    let diag = PyList::empty(py);
+    for f in &r.diagnosis {
+        let e = PyDict::new(py);
+        e.set_item("fault", f.fault)?;
+        e.set_item("rel_l2", f.rel_l2)?;
+        diag.append(e)?;
+    }
+    d.set_item("diagnosis", diag)?;
     d.set_item("ok", r.verdict.passed())?;
     d.set_item("summary", r.summary())?;
     d.set_item("bit_exact", r.output_bit_exact)?;
@@ -79,6 +89,9 @@ pub fn verify<'py>(
     for v in &r.variants {
         let e = PyDict::new(py);
         e.set_item("name", v.name())?;
+        e.set_item("id", v.id.clone())?;
+        e.set_item("legitimate", v.legitimate)?;
+        e.set_item("variant_tolerance", v.tolerance)?;
         e.set_item("scale_mode", v.scale_mode.name())?;
         e.set_item("intermediate", v.intermediate.name())?;
         e.set_item("rel_l2", v.rel_l2)?;

@@ -153,11 +153,16 @@ def test_verify_agrees_with_the_cli(mxmoe_bin, generated, tmp_path, kind):
     assert (res["closest"] or "") == closest  # the CLI prints nothing when no variant is finite
     assert res["ok"] == (rc == 0)
     assert len(res["variants"]) == 8
-    want = {"exact": "BIT-EXACT", "noise": "WITHIN TOLERANCE", "bf16": "WITHIN TOLERANCE",
-            "floor": "WITHIN TOLERANCE", "wrong": "WRONG", "ids": "WRONG", "nan": "WRONG"}[kind]
+    # bf16 intermediates are the legitimate variant vllm_bf16 (bit-exact with it); another
+    # activation scale mode is a fault (activation_scale_mode_floor); ids reordered without
+    # their weights give other weights per expert.
+    want = {"exact": "BIT-EXACT", "noise": "WITHIN TOLERANCE", "bf16": "BIT-EXACT",
+            "floor": "WRONG", "wrong": "WRONG", "ids": "WRONG", "nan": "WRONG"}[kind]
     assert verdict == want, line
     if kind == "bf16":
-        assert closest == "even scales, bf16 intermediates"
+        assert closest == "even scales, bf16 intermediates" and res["variant"] == "vllm_bf16"
+    if kind == "floor":
+        assert res["diagnosis"][0]["fault"] == "activation_scale_mode_floor", res["diagnosis"]
     if kind == "floor":
         assert closest == "floor scales, f32 intermediates"
     if kind == "ids":

@@ -15,11 +15,13 @@
 pub mod cases_format;
 pub mod cases_moe;
 pub mod catalog;
+pub mod faults;
 pub mod inputs;
 pub mod models;
 pub mod report;
 pub mod run;
 pub mod verify;
+pub mod verify_report;
 
 pub use catalog::{cases, Case, Cost, Expect, Kind, Suite, Tier, Tol};
 pub use report::summary;

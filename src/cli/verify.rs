@@ -1,18 +1,30 @@
 //! `mxmoe verify`: a MoE result produced elsewhere against the reference
-//! ([`mxmoe::check::verify`] computes the report; this prints it).
+//! ([`mxmoe::check::verify`] computes the report; this prints it and writes it as JSON).
+//!
+//! Exit codes: 0 match, 1 mismatch, 2 an input could not be read or is invalid.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
-use mxmoe::check::verify::{self, VerifyError, VerifyReport};
-use mxmoe::io;
-use std::path::PathBuf;
+use mxmoe::check::verify::{self, VerifyOptions, VerifyReport};
+use mxmoe::io::{self, StFile};
+use std::path::{Path, PathBuf};
 
 /// Check a MoE result produced elsewhere (vLLM, SGLang, your kernel) against the reference.
 #[derive(Args)]
 #[command(
-    after_help = "Example:\n  mxmoe verify --layer layer.safetensors --input batch.safetensors --result theirs.safetensors\n\n\
-Reports the routing agreement and the output error against the f64 reference under each activation\n\
-scale mode (floor/even/ceil/rceil) and with/without bf16 intermediates, and names the closest."
+    after_help = "Example:\n  mxmoe verify --layer layer.safetensors --input batch.safetensors --result theirs.safetensors --json report.json\n\n\
+The result file holds `output` [M, H] and optionally `topk_ids` / `topk_weights` [M, k] (top-k order\n\
+does not matter: each token's experts are compared as a set, with their weights).\n\n\
+Reference variants (docs/NUMERICS.md 10.5): `contract` (the layer's scale mode, f32 intermediates) and\n\
+`vllm_bf16` (bf16 intermediates) are legitimate; the other scale modes are reported. Each legitimate\n\
+variant's tolerance is half the rel-L2 from it to the nearest known fault on this layer and batch\n\
+(capped by --tolerance). On a mismatch the reference is re-run with each known fault injected and\n\
+the faults are listed closest first. Fault ids:\n\
+  input_qdq_missing, intermediate_qdq_missing, activation_scale_mode_floor, activation_scale_mode_ceil,\n\
+  activation_scale_mode_rceil, activation_scale_mode_even, fp4_nibbles_swapped, fp6_bytes_swapped,\n\
+  gate_up_swapped, renormalize_missing, bf16_accumulation, bf16_intermediates,\n\
+  router_weight_on_input_missing, routing_differs\n\n\
+Exit codes: 0 match, 1 mismatch, 2 an input could not be read or is invalid."
 )]
 pub struct VerifyArgs {
     #[arg(long)]
@@ -21,21 +33,85 @@ pub struct VerifyArgs {
     input: PathBuf,
     #[arg(long)]
     result: PathBuf,
-    /// Relative-L2 bound for "within tolerance".
+    /// Upper bound on every variant's relative-L2 tolerance.
     #[arg(long, default_value_t = 1e-2)]
     tolerance: f64,
+    /// Accept only the contract: bf16 intermediates become the fault `bf16_intermediates`.
+    #[arg(long)]
+    contract_only: bool,
+    /// Write the whole report as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// A result file: `output`, and `topk_ids` / `topk_weights` when present.
+type Theirs = (Vec<f32>, Option<Vec<i32>>, Option<Vec<f32>>);
+
+fn load_theirs(path: &Path) -> Result<Theirs> {
+    let f = StFile::open(path)?;
+    if f.has("topk_ids") && f.has("topk_weights") {
+        let r = io::load_result(path)?;
+        return Ok((
+            r.output,
+            Some(r.routing.topk_ids),
+            Some(r.routing.topk_weights),
+        ));
+    }
+    if f.has("topk_weights") {
+        bail!("{}: topk_weights without topk_ids", path.display());
+    }
+    let (output, shape) = f.floats("output")?;
+    if shape.len() != 2 {
+        bail!(
+            "{}: output has shape {shape:?}, expected [M, H]",
+            path.display()
+        );
+    }
+    let ids = match f.has("topk_ids") {
+        true => Some(
+            f.ints("topk_ids")?
+                .0
+                .into_iter()
+                .map(|v| v as i32)
+                .collect(),
+        ),
+        false => None,
+    };
+    Ok((output, ids, None))
+}
+
+fn report(a: &VerifyArgs) -> Result<VerifyReport> {
+    let l = io::load_layer(&a.layer)?.layer;
+    let batch = io::load_batch(&a.input)?;
+    let (output, ids, weights) = load_theirs(&a.result)?;
+    let opts = VerifyOptions {
+        tolerance_cap: a.tolerance,
+        accept_bf16: !a.contract_only,
+    };
+    verify::verify_with(
+        &l,
+        &batch,
+        &output,
+        ids.as_deref(),
+        weights.as_deref(),
+        &opts,
+    )
+    .with_context(|| a.result.display().to_string())
 }
 
 pub fn run(a: &VerifyArgs) -> Result<()> {
-    let l = io::load_layer(&a.layer)?.layer;
-    let batch = io::load_batch(&a.input)?;
-    let theirs = io::load_result(&a.result)?;
-    let rep = match verify::verify(&l, &batch, &theirs, a.tolerance) {
+    let rep = match report(a) {
         Ok(r) => r,
-        Err(e @ VerifyError::Shape { .. }) => bail!("{}: {e}", a.result.display()),
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(2);
+        }
     };
     print(&rep);
+    if let Some(p) = &a.json {
+        let text = serde_json::to_string_pretty(&rep)?;
+        std::fs::write(p, text + "\n").with_context(|| format!("writing {}", p.display()))?;
+    }
     if !rep.verdict.passed() {
         bail!("result does not match the reference")
     }
@@ -43,28 +119,42 @@ pub fn run(a: &VerifyArgs) -> Result<()> {
 }
 
 fn print(r: &VerifyReport) {
-    // A result file always has ids and weights (io::load_result requires them).
-    println!(
-        "routing: {}",
-        match r.ids_identical {
-            Some(true) => "ids identical".to_string(),
-            Some(false) => format!(
-                "{} of {} ids differ",
-                r.ids_differ.unwrap_or(0),
-                r.ids_total
-            ),
-            None => "ids not given".to_string(),
-        }
-    );
+    let routing = match (r.ids_identical, r.tokens_same_experts) {
+        (Some(true), _) => format!("same experts for all {} tokens", r.tokens),
+        (Some(false), s) => format!(
+            "{} of {} ids differ ({} of {} tokens have the same experts)",
+            r.ids_differ.unwrap_or(0),
+            r.ids_total,
+            s.unwrap_or(0),
+            r.tokens
+        ),
+        (None, _) => "ids not given".to_string(),
+    };
+    println!("routing: {routing}");
     if let Some(w) = r.routing_weights_rel_l2 {
-        println!("routing weights rel-L2 vs reference: {w:.3e}");
+        println!(
+            "routing weights rel-L2 vs reference (aligned by id): {w:.3e} (bound {:e})",
+            r.routing_weights_tolerance
+        );
     }
     println!(
-        "{:<28} {:>12} {:>12}",
-        "reference variant", "rel-L2", "max abs"
+        "{:<20} {:>5} {:>11} {:>11} {:>11}  nearest fault",
+        "reference variant", "legit", "rel-L2", "max abs", "tolerance"
     );
     for v in &r.variants {
-        println!("{:<28} {:>12.3e} {:>12.3e}", v.name(), v.rel_l2, v.max_abs);
+        let tol = v.tolerance.map_or("-".into(), |t| format!("{t:.3e}"));
+        let near = v
+            .nearest_fault
+            .as_ref()
+            .map_or(String::new(), |n| format!("{} ({:.3e})", n.fault, n.rel_l2));
+        println!(
+            "{:<20} {:>5} {:>11.3e} {:>11.3e} {:>11}  {near}",
+            v.id,
+            if v.legitimate { "yes" } else { "no" },
+            v.rel_l2,
+            v.max_abs,
+            tol
+        );
     }
     let (name, rel) = r
         .closest()
@@ -75,5 +165,19 @@ fn print(r: &VerifyReport) {
         "worst element vs contract: token {}, column {}: theirs {:e}, reference {:e}",
         w.token, w.column, w.theirs, w.reference
     );
+    if !r.diagnosis.is_empty() {
+        println!("diagnosis (injected fault that explains the result best first):");
+        for d in r.diagnosis.iter().take(5) {
+            println!("  {:<32} rel-L2 {:.3e}", d.fault, d.rel_l2);
+        }
+        if let Some(m) = r.diagnosis_margin {
+            println!("  margin to the next: {m:.3e}");
+        }
+    }
+    if !r.skipped_faults.is_empty() {
+        let s: Vec<&str> = r.skipped_faults.iter().map(|s| s.fault).collect();
+        println!("not probed: {}", s.join(", "));
+    }
+    println!("variant: {}", r.variant.as_deref().unwrap_or("none"));
     println!("verdict: {}", r.summary());
 }

@@ -12,7 +12,9 @@ pub mod route;
 pub mod synth;
 
 pub use layer::{MoeConfig, MoeLayer, MoeWeights};
-pub use reference::{forward, forward_naive, MoeOptions, MoeOutput, StageTaps};
+pub use reference::{
+    forward, forward_naive, forward_probe, MoeOptions, MoeOutput, Probe, StageTaps,
+};
 pub use route::{route, Routing};
 
 use std::fmt;

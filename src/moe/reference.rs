@@ -20,6 +20,22 @@ pub struct MoeOptions {
     pub taps: bool,
 }
 
+/// Fault-injection hooks of the reference (`check::faults`): each switch leaves out or
+/// degrades one step of the contract, so that `mxmoe verify` can re-run the reference with a
+/// known fault and see whether it explains a result. Not part of [`MoeOptions`]: the public
+/// forward runs with every switch off ([`forward`] passes `Probe::default()`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Probe {
+    /// Skip the input QDQ (the GEMM1 reads the unquantized input).
+    pub skip_input_qdq: bool,
+    /// Skip the intermediate QDQ (the GEMM2 reads the unquantized activation output).
+    pub skip_intermediate_qdq: bool,
+    /// Accumulate the GEMM dot products in bf16 (every partial sum rounded to bf16).
+    pub bf16_accumulation: bool,
+    /// Use this routing instead of the router's (ids and weights, `[M, k]`).
+    pub routing: Option<Routing>,
+}
+
 /// A forward result: `output` `[M, H]`, the routing that produced it, and (with
 /// [`MoeOptions::taps`]) the intermediates of every step.
 #[derive(Clone, Debug)]
@@ -126,6 +142,14 @@ impl Real for f32 {
     }
 }
 
+/// A dot product accumulated in bf16 (the `bf16_accumulation` fault): sequential, every
+/// partial sum rounded to bf16 (the products themselves are f32).
+fn dot_bf16(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .fold(0f32, |s, (x, y)| bf16_round(s + x * y))
+}
+
 #[inline]
 fn bf16_round(x: f32) -> f32 {
     half::bf16::from_f32(x).to_f32()
@@ -169,16 +193,50 @@ pub fn forward(
     logits: &[f32],
     opts: MoeOptions,
 ) -> Result<MoeOutput, MoeError> {
+    forward_probe(layer, hidden, logits, opts, &Probe::default())
+}
+
+/// [`forward`] with fault-injection hooks ([`Probe`]); for `check::faults` only.
+pub fn forward_probe(
+    layer: &MoeLayer,
+    hidden: &[f32],
+    logits: &[f32],
+    opts: MoeOptions,
+    probe: &Probe,
+) -> Result<MoeOutput, MoeError> {
     let m = check_batch(layer, hidden, logits)?;
-    let routing = route(
-        &layer.config.router,
-        logits,
-        layer.config.n_experts,
-        layer.weights.e_score_correction_bias.as_deref(),
-    )?;
+    let routing = match &probe.routing {
+        Some(r) if r.topk_ids.len() == m * r.top_k && r.topk_weights.len() == r.topk_ids.len() => {
+            if let Some(&bad) = r
+                .topk_ids
+                .iter()
+                .find(|&&i| i < 0 || i as usize >= layer.config.n_experts)
+            {
+                return Err(MoeError::Input(format!(
+                    "topk_ids holds expert {bad}, outside [0, {})",
+                    layer.config.n_experts
+                )));
+            }
+            r.clone()
+        }
+        Some(r) => {
+            return Err(MoeError::Shape(format!(
+                "the given routing has {} ids and {} weights, expected [M = {m}, k = {}]",
+                r.topk_ids.len(),
+                r.topk_weights.len(),
+                r.top_k
+            )))
+        }
+        None => route(
+            &layer.config.router,
+            logits,
+            layer.config.n_experts,
+            layer.weights.e_score_correction_bias.as_deref(),
+        )?,
+    };
     let (output, stages) = match opts.accumulate {
-        Accumulate::F64 => run::<f64>(layer, hidden, m, &routing, opts.intermediate, opts.taps)?,
-        Accumulate::F32 => run::<f32>(layer, hidden, m, &routing, opts.intermediate, opts.taps)?,
+        Accumulate::F64 => run::<f64>(layer, hidden, m, &routing, opts, probe)?,
+        Accumulate::F32 => run::<f32>(layer, hidden, m, &routing, opts, probe)?,
     };
     Ok(MoeOutput {
         output,
@@ -207,16 +265,24 @@ fn run<R: Real>(
     hidden: &[f32],
     m: usize,
     routing: &Routing,
-    inter: Intermediate,
-    taps: bool,
+    opts: MoeOptions,
+    probe: &Probe,
 ) -> Result<(Vec<f32>, Option<StageTaps>), MoeError> {
+    let (inter, taps) = (opts.intermediate, opts.taps);
+    let dot = |a: &[f32], b: &[f32]| {
+        if probe.bf16_accumulation {
+            R::of(dot_bf16(a, b))
+        } else {
+            R::dot(a, b)
+        }
+    };
     let (h, i, k) = (layer.config.hidden, layer.config.inter, routing.top_k);
     let act_fmt = layer.config.scheme.activation;
     let mode = layer.config.act_scale_mode;
     // 1. Input QDQ, once per token (skipped for weight-only schemes).
     let xq = match act_fmt {
-        Some(f) => qdq_slice(f, mode, hidden, h)?,
-        None => hidden.to_vec(),
+        Some(f) if !probe.skip_input_qdq => qdq_slice(f, mode, hidden, h)?,
+        _ => hidden.to_vec(),
     };
     let lists = assignments_by_expert(layer, routing);
     let on_input = layer.config.router.apply_router_weight_on_input;
@@ -243,7 +309,7 @@ fn run<R: Real>(
                     .map_or(0.0, |b| b[e * 2 * i + r]);
                 for (ti, &a) in list.iter().enumerate() {
                     let tok = a / k;
-                    let mut v = R::dot(wrow, &xq[tok * h..(tok + 1) * h]) + R::of(b);
+                    let mut v = dot(wrow, &xq[tok * h..(tok + 1) * h]) + R::of(b);
                     if on_input {
                         v = v * R::of(routing.topk_weights[a]);
                     }
@@ -263,8 +329,8 @@ fn run<R: Real>(
             // Taps only: the GEMM1 rows and the activation output (QDQ may consume it).
             let tapped = taps.then(|| (g1.iter().map(|v| v.f32()).collect(), act32.clone()));
             let aq = match act_fmt {
-                Some(f) => qdq_slice(f, mode, &act32, i)?,
-                None => act32,
+                Some(f) if !probe.skip_intermediate_qdq => qdq_slice(f, mode, &act32, i)?,
+                _ => act32,
             };
             // GEMM2: y[t][r], r in 0..H, + bias, x router weight.
             let mut y = vec![R::default(); t * h];
@@ -273,7 +339,7 @@ fn run<R: Real>(
                 layer.weights.w2.dequantize_rows(e * h + r, wrow);
                 let b = layer.weights.w2_bias.as_ref().map_or(0.0, |b| b[e * h + r]);
                 for (ti, &a) in list.iter().enumerate() {
-                    let mut v = R::dot(wrow, &aq[ti * i..(ti + 1) * i]) + R::of(b);
+                    let mut v = dot(wrow, &aq[ti * i..(ti + 1) * i]) + R::of(b);
                     if !on_input {
                         v = v * R::of(routing.topk_weights[a]);
                     }
