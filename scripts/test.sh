@@ -33,7 +33,7 @@ export MXMOE_REQUIRE_GPU="${MXMOE_REQUIRE_GPU:-1}"
 export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
 log="$(mktemp)"
 set +e
-cargo test --workspace "$@" 2>&1 | tee "$log"
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 
