@@ -4,8 +4,9 @@
 //! Every kind in `BackendKind::ALL` is opened with outputs poisoned; one that cannot be opened
 //! is reported SKIPPED, or FAILS when it is compiled in and `MXMOE_REQUIRE_GPU=1` (the default
 //! of `scripts/test.sh`). Each quick-suite case runs on each open backend against the CPU
-//! reference: bit-exact for quantize / dequantize / QDQ and routing ids, typed tolerances for
-//! routing weights and MoE outputs, an error for invalid inputs. An op a backend does not
+//! reference: bit-exact for quantize / dequantize / QDQ and routing ids, routing weights bit-exact
+//! or within a typed tolerance (as each case says), MoE outputs within a tolerance, an error for
+//! invalid inputs. An op a backend does not
 //! support is UNSUPPORTED with its reason, printed, not a failure. Each test prints one line
 //! per case and backend and a summary, and fails with the list of failing ids. A new backend
 //! needs no new test file: its arm in the backend enum (and `BackendKind::ALL`) is enough.
@@ -13,9 +14,10 @@
 //! Run with `--nocapture` to see the lines of passing tests.
 
 use mxmoe::check::catalog::{self, Kind};
-use mxmoe::check::run::{judge, Output};
-use mxmoe::check::{self, Case, Expect, Opened, Suite, Tol};
-use mxmoe::moe::{MoeOutput, Routing};
+use mxmoe::check::run::{judge, reference, Call, Output};
+use mxmoe::check::{self, Case, Expect, Opened, Suite, Tol, Weights};
+use mxmoe::format::{MxFormat, ScaleMode};
+use mxmoe::moe::{MoeOutput, RouterConfig, Routing, Scoring};
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
@@ -112,6 +114,56 @@ fn catalog_ids_are_unique_and_stable() {
     ] {
         assert!(seen.contains(id), "{id} is not in the catalog");
     }
+    // The former wgpu-only exactness tests, now cases on every backend, with routing weights
+    // bit for bit: the sigmoid sweep (a sparse one in quick, the dense one in full), the
+    // adversarial DeepSeek routing (7 routers x 5 biases x 2 scorings x 2 renormalize), the
+    // DeepSeek-V3-shaped layer.
+    let bit_exact = |c: &&Case| {
+        matches!(
+            c.expect,
+            Expect::Route {
+                weights: Weights::BitExact
+            } | Expect::Moe {
+                weights: Weights::BitExact,
+                ..
+            }
+        )
+    };
+    let quick_ids: HashSet<&str> = quick.iter().map(|c| c.id.as_str()).collect();
+    for (id, in_quick) in [
+        ("route/sigmoid/e32-k32-norenorm/m2626-sweep8191", true),
+        ("route/sigmoid/e32-k32-norenorm/m42233-sweep509", false),
+        (
+            "route/sigmoid/e16-k4-g4of2-x2.5-cbias-zero/m48-adversarial",
+            true,
+        ),
+        (
+            "route/softmax/e256-k32-norenorm-x2.5-cbias-ulp-sub/m48-adversarial",
+            true,
+        ),
+        (
+            "moe/w_mxfp4_a_mxfp4/silu/e64-h64-i64-k8-sigmoid-g8of4-x2.5-cbias-eq8to16/m33",
+            true,
+        ),
+        (
+            "moe/w_mxfp4_a_mxfp4/silu/e64-h64-i64-k8-sigmoid-g8of4-x2.5-cbias-eq8to16/m9-saturated",
+            true,
+        ),
+    ] {
+        let c = full.iter().find(|c| c.id == id);
+        assert!(
+            c.is_some_and(|c| bit_exact(&c)),
+            "{id}: not a bit-exact-weights case"
+        );
+        assert_eq!(quick_ids.contains(id), in_quick, "{id}: suite");
+    }
+    let adversarial = |s: &[Case]| {
+        s.iter()
+            .filter(|c| c.id.ends_with("-adversarial") && bit_exact(c))
+            .count()
+    };
+    assert_eq!(adversarial(&quick), 140);
+    assert_eq!(full.iter().filter(bit_exact).count(), 146);
     // Every case states an expectation that fits its kind.
     for c in &full {
         let ok = match (&c.kind, &c.expect) {
@@ -130,6 +182,14 @@ fn catalog_ids_are_unique_and_stable() {
 /// the bound all fail; NaN equals NaN bitwise.
 #[test]
 fn the_judge_catches_what_it_must() {
+    // The call matters only for bit-exact routing weights (their flush exemptions).
+    let c = Call::Qdq {
+        format: MxFormat::Fp4E2M1,
+        mode: ScaleMode::Even,
+        x: Vec::new(),
+        k: 32,
+    };
+    let judge = |e: &Expect, got: &Output, want: &Output| judge(e, &c, got, want);
     let want = vec![1.0f32, -0.0, f32::NAN, 3.5];
     let v = |x: &[f32]| Output::Values(x.to_vec());
     assert!(judge(&Expect::BitExact, &v(&want), &v(&want)).is_ok());
@@ -152,7 +212,7 @@ fn the_judge_catches_what_it_must() {
         })
     };
     let exp = Expect::Moe {
-        weights: Tol::ROUTE_WEIGHTS,
+        weights: Weights::Within(Tol::ROUTE_WEIGHTS),
         output: Tol::MOE,
         bf16_output: false,
     };
@@ -165,11 +225,62 @@ fn the_judge_catches_what_it_must() {
     assert!(judge(&exp, &moe(vec![1.0, 2.0, -3.0, 4.1], vec![0, 1]), &w).is_err());
     assert!(judge(&exp, &moe(vec![1.0, 2.0, f32::NAN, 4.0], vec![0, 1]), &w).is_err());
     let bf = Expect::Moe {
-        weights: Tol::ROUTE_WEIGHTS,
+        weights: Weights::Within(Tol::ROUTE_WEIGHTS),
         output: Tol::MOE_BF16,
         bf16_output: true,
     };
     let e = judge(&bf, &moe(vec![1.0, 2.0, -3.0, 4.0001], vec![0, 1]), &w).unwrap_err();
     assert!(e.contains("bf16"), "{e}");
     assert_eq!(check::rel_l2(&[3.0, 4.0], &[0.0, 0.0]).0, 5.0);
+}
+
+/// Bit-exact routing weights: one flipped bit or a normal weight zeroed fails; what an adapter
+/// that flushes subnormals may change passes: a subnormal weight come back as zero, and any
+/// weight of a renormalized token with a score below `TINY_SCORE` (sigmoid(-100) = 3.7e-44).
+#[test]
+fn the_judge_of_bit_exact_routing_weights() {
+    let exp = Expect::Route {
+        weights: Weights::BitExact,
+    };
+    let call = |renormalize| Call::Route {
+        cfg: RouterConfig {
+            scoring: Scoring::Sigmoid,
+            top_k: 2,
+            renormalize,
+            ..RouterConfig::default()
+        },
+        n_experts: 2,
+        logits: vec![1.0, -100.0, 2.0, 0.5],
+        bias: None,
+    };
+    let routing = |o: &Output| match o {
+        Output::Routing(r) => r.clone(),
+        _ => unreachable!(),
+    };
+    let edit = |r: &Routing, j: usize, f: &dyn Fn(f32) -> f32| {
+        let mut r = r.clone();
+        r.topk_weights[j] = f(r.topk_weights[j]);
+        Output::Routing(r)
+    };
+    let flip = |x: f32| f32::from_bits(x.to_bits() ^ 1);
+    for renormalize in [false, true] {
+        let c = call(renormalize);
+        let want = reference(&c).unwrap();
+        let r = routing(&want);
+        assert!(judge(&exp, &c, &want, &want).is_ok());
+        // Token 1 (logits 2.0, 0.5): no tiny score, every bit counts.
+        assert!(judge(&exp, &c, &edit(&r, 2, &flip), &want).is_err());
+        assert!(judge(&exp, &c, &edit(&r, 3, &|_| 0.0), &want).is_err());
+        // Token 0: expert 1's score is subnormal.
+        let note = judge(&exp, &c, &edit(&r, 1, &|_| 0.0), &want).unwrap();
+        if renormalize {
+            assert!(note.contains("1 tokens with tiny scores"), "{note}");
+            assert!(judge(&exp, &c, &edit(&r, 0, &flip), &want).is_ok());
+        } else {
+            assert!(r.topk_weights[1].is_subnormal());
+            assert!(note.contains("1 subnormal weights flushed"), "{note}");
+            assert!(judge(&exp, &c, &edit(&r, 0, &flip), &want).is_err());
+            assert!(judge(&exp, &c, &edit(&r, 1, &flip), &want).is_err());
+        }
+    }
 }

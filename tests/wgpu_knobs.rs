@@ -15,7 +15,7 @@ use mxmoe::backend::wgpu::{MoePath, WgpuBackend};
 use mxmoe::backend::BackendError;
 use mxmoe::check::catalog::{moe_case, LayerSpec, Tier};
 use mxmoe::check::run::{judge, reference, Call, Materializer, Output};
-use mxmoe::check::{self, first_bit_mismatch, inputs, Case, Suite};
+use mxmoe::check::{self, first_bit_mismatch, inputs, Case, Expect, Suite, Weights};
 use mxmoe::format::{MxFormat, MxTensor, ScaleMode};
 use mxmoe::moe::synth::{synth_batch, SynthSpec};
 use mxmoe::moe::{Accumulate, Activation, Intermediate, MoeOptions};
@@ -89,7 +89,7 @@ fn check_paths(b: &WgpuBackend, mat: &mut Materializer, case: &Case) {
             .moe_path(&g, hidden, logits, *opts, path, false)
             .unwrap_or_else(|e| panic!("{}/{path:?}: {e}", case.id))
             .0;
-        match judge(&case.expect, &Output::Moe(got), &want) {
+        match judge(&case.expect, &call, &Output::Moe(got), &want) {
             Ok(note) => println!("OK   {}/{path:?} {:.1?} {note}", case.id, t.elapsed()),
             Err(e) => panic!("{}/{path:?}: {e}", case.id),
         }
@@ -97,7 +97,8 @@ fn check_paths(b: &WgpuBackend, mat: &mut Materializer, case: &Case) {
 }
 
 /// GEMM and GEMV (the choice `MoePath::Auto` makes by the number of token-expert pairs) on
-/// every quick MoE case of the catalog: both paths must satisfy the case, whichever Auto picks.
+/// every quick MoE case of the catalog: both paths must satisfy the case, whichever Auto picks
+/// (the DeepSeek-V3-shaped layer included: routing weights bit for bit on both).
 #[test]
 fn moe_gemm_and_gemv_paths_on_catalog_cases() {
     let b = gpu!("moe_gemm_and_gemv_paths_on_catalog_cases");
@@ -107,6 +108,21 @@ fn moe_gemm_and_gemv_paths_on_catalog_cases() {
         .filter(Case::is_moe)
         .collect();
     assert!(cases.len() > 50);
+    let deepseek = "moe/w_mxfp4_a_mxfp4/silu/e64-h64-i64-k8-sigmoid-g8of4-x2.5-cbias-eq8to16/";
+    for m in ["m1", "m5", "m33", "m9-saturated"] {
+        let id = format!("{deepseek}{m}");
+        let c = cases.iter().find(|c| c.id == id);
+        assert!(
+            c.is_some_and(|c| matches!(
+                c.expect,
+                Expect::Moe {
+                    weights: Weights::BitExact,
+                    ..
+                }
+            )),
+            "{id}: not among the quick MoE cases with bit-exact routing weights"
+        );
+    }
     for c in &cases {
         check_paths(b, &mut mat, c);
     }

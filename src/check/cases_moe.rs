@@ -1,6 +1,10 @@
 //! The catalog's routing and MoE cases.
 
-use super::catalog::{moe_case, moe_case_opts, route_case, Case, LayerSpec, RouteCase, Tier};
+use super::catalog::{
+    moe_case, moe_case_of, moe_case_opts, route_case, Case, LayerSpec, MoeCase, RouteCase,
+    RouteInput, Tier,
+};
+use super::inputs::{self, ADVERSARIAL_BIASES, ADVERSARIAL_ROUTERS, ADVERSARIAL_TOKENS};
 use crate::format::{MxFormat, ScaleMode};
 use crate::moe::synth::SynthSpec;
 use crate::moe::{Accumulate, Activation, Intermediate, MoeOptions, RouterConfig, Scoring};
@@ -25,7 +29,8 @@ fn deepseek_router(top_k: usize, n_group: usize, topk_group: usize) -> RouterCon
 }
 
 /// Standalone routing: every scoring x renormalize x grouping at several widths, exact ties,
-/// DeepSeek with a correction bias, more groups than a GPU router may hold.
+/// DeepSeek with a correction bias, more groups than a GPU router may hold; then, with weights
+/// bit for bit, the sigmoid sweep and the adversarial DeepSeek inputs.
 pub fn route_cases() -> Vec<Case> {
     let mut v = Vec::new();
     for (e, k, m) in [
@@ -56,9 +61,11 @@ pub fn route_cases() -> Vec<Case> {
                             router,
                             n_experts: e,
                             m,
-                            seed: 3 + e as u64,
-                            ties: true,
-                            correction_bias: None,
+                            input: RouteInput::Synth {
+                                seed: 3 + e as u64,
+                                ties: true,
+                                correction_bias: None,
+                            },
                         },
                     ));
                 }
@@ -76,9 +83,11 @@ pub fn route_cases() -> Vec<Case> {
                 router: deepseek_router(k, g, tg),
                 n_experts: e,
                 m,
-                seed: 71,
-                ties: false,
-                correction_bias: Some(9),
+                input: RouteInput::Synth {
+                    seed: 71,
+                    ties: false,
+                    correction_bias: Some(9),
+                },
             },
         ));
     }
@@ -94,11 +103,73 @@ pub fn route_cases() -> Vec<Case> {
             },
             n_experts: 128,
             m: 5,
-            seed: 131,
-            ties: false,
-            correction_bias: None,
+            input: RouteInput::Synth {
+                seed: 131,
+                ties: false,
+                correction_bias: None,
+            },
         },
     ));
+    v.extend(sigmoid_sweep_cases());
+    v.extend(adversarial_route_cases());
+    v
+}
+
+/// The GPU's exact sigmoid gives the CPU's bits (formerly the wgpu test
+/// `sigmoid_matches_cpu_bit_for_bit`): [`inputs::sigmoid_sweep`] through the route op (sigmoid
+/// scoring, top_k = E = 32, no renormalization, scaling 1: the weights are the sigmoids),
+/// weights bit for bit. Every 509th bit pattern in the full suite, every 8191st in quick.
+fn sigmoid_sweep_cases() -> Vec<Case> {
+    [(Tier::Quick, 8191u32), (Tier::Full, 509)]
+        .into_iter()
+        .map(|(tier, step)| {
+            let router = RouterConfig {
+                scoring: Scoring::Sigmoid,
+                top_k: 32,
+                renormalize: false,
+                ..RouterConfig::default()
+            };
+            let rc = RouteCase {
+                router,
+                n_experts: 32,
+                m: inputs::sigmoid_sweep_tokens(step),
+                input: RouteInput::SigmoidSweep { step },
+            };
+            route_case(tier, rc).weights_bit_exact()
+        })
+        .collect()
+}
+
+/// Adversarial DeepSeek-V3 routing (formerly the wgpu test `routing_deepseek_adversarial_exact`):
+/// every router of [`ADVERSARIAL_ROUTERS`] x every bias of [`ADVERSARIAL_BIASES`] x sigmoid and
+/// softmax scoring (both with the bias: exact scores) x renormalize or not, scaling 2.5, on
+/// [`inputs::adversarial_routing`]: ids exact, weights bit for bit.
+fn adversarial_route_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (r, &(e, k, group)) in ADVERSARIAL_ROUTERS.iter().enumerate() {
+        for bias in 0..ADVERSARIAL_BIASES.len() {
+            for scoring in [Scoring::Sigmoid, Scoring::Softmax] {
+                for renormalize in [true, false] {
+                    let router = RouterConfig {
+                        scoring,
+                        top_k: k,
+                        renormalize,
+                        n_group: group.map(|g| g.0),
+                        topk_group: group.map(|g| g.1),
+                        routed_scaling_factor: 2.5,
+                        apply_router_weight_on_input: false,
+                    };
+                    let rc = RouteCase {
+                        router,
+                        n_experts: e,
+                        m: ADVERSARIAL_TOKENS,
+                        input: RouteInput::Adversarial { router: r, bias },
+                    };
+                    v.push(route_case(Tier::Quick, rc).weights_bit_exact());
+                }
+            }
+        }
+    }
     v
 }
 
@@ -286,7 +357,37 @@ pub fn moe_cases() -> Vec<Case> {
     for m in [1usize, 17] {
         v.push(moe_case(q, &l, m, 71));
     }
+    v.extend(deepseek_shaped(q));
     // The scheme matrix at a larger size.
     v.extend(scheme_matrix(Tier::Full, 512, 384, 32));
+    v
+}
+
+/// A DeepSeek-V3-shaped layer (formerly the wgpu test `moe_deepseek_shaped_forward`): 64
+/// experts in 8 groups, 4 groups eligible, top-8, scaling 2.5, MXFP4, a correction bias with a
+/// run of equal entries (experts 8..16: ties between saturated experts); M = 1, 5, 33 (seeds
+/// 90 + M) and a batch of 9 (seed 7) whose token 0 saturates every sigmoid (its keys are
+/// 1.0 + bias; with these biases eight experts of the chosen groups rank above the equal run).
+/// Ids exact, routing weights bit for bit, outputs within the MoE tolerance.
+fn deepseek_shaped(tier: Tier) -> Vec<Case> {
+    let mut s = spec(Scheme::OCP_MX[0], Activation::Silu, 64, 64, 64, 8);
+    s.router = deepseek_router(8, 8, 4);
+    let l = LayerSpec {
+        correction_bias: Some(23),
+        equal_bias: Some((8, 16)),
+        ..LayerSpec::new(s)
+    };
+    let mut v: Vec<Case> = [1usize, 5, 33]
+        .into_iter()
+        .map(|m| moe_case(tier, &l, m, 90 + m as u64).weights_bit_exact())
+        .collect();
+    let saturated = MoeCase {
+        layer: l,
+        m: 9,
+        seeds: vec![7],
+        opts: super::catalog::moe_f32(),
+        saturated_token: true,
+    };
+    v.push(moe_case_of(tier, saturated).weights_bit_exact());
     v
 }

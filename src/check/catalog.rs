@@ -4,9 +4,10 @@
 //! A case is plain data: a **stable id** (e.g. `qdq/mxfp4/even/edges-k64`,
 //! `moe/w_mxfp4_a_mxfp4/silu/e8-h96-i64-k2-bias/m17`), the tier it belongs to, what to run (a
 //! deterministic generator of its inputs, [`Kind`]) and what to expect ([`Expect`]): bit-exact
-//! for quantize / dequantize / QDQ / routing ids, typed tolerances ([`Tol`]) for routing weights
-//! and MoE outputs, or an error for invalid inputs. Flop and byte counts ([`Cost`]) come from the
-//! materialized case (`check::run`).
+//! for quantize / dequantize / QDQ / routing ids, routing weights bit-exact where every backend
+//! computes the scores exactly ([`Weights::BitExact`]) or else within a typed tolerance
+//! ([`Tol`]), MoE outputs within a tolerance, or an error for invalid inputs. Flop and byte
+//! counts ([`Cost`]) come from the materialized case (`check::run`).
 //!
 //! Ids name the op, the format / scheme, the sizes and every feature that changes the result, so
 //! the same id always means the same inputs (generator seeds are fixed in the code below).
@@ -77,17 +78,31 @@ impl Tol {
     };
 }
 
+/// How routing weights must agree with the reference's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Weights {
+    /// Within a tolerance.
+    Within(Tol),
+    /// Bit for bit: for routers whose scores every backend computes to the CPU's bits (sigmoid,
+    /// or softmax with a correction bias; `moe::exact_math`). WGSL lets an adapter flush
+    /// subnormals in the float steps that follow (the renormalizing sum, the scaling multiply),
+    /// so two differences are accepted (`check::run`): a weight whose score or reference value
+    /// is subnormal may come back as zero, and with `renormalize` a token one of whose selected
+    /// scores is below [`super::run::TINY_SCORE`] is not compared bit for bit (its ids are).
+    BitExact,
+}
+
 /// What a backend's result must satisfy against the CPU reference.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expect {
     /// Bits equal (any NaN equals any NaN); for quantize, scale bytes and packed codes equal.
     BitExact,
-    /// Routing: ids identical, weights within `weights`.
-    Route { weights: Tol },
-    /// MoE: routing ids identical, routing weights within `weights`, no element left unwritten
+    /// Routing: ids identical, weights as `weights` says.
+    Route { weights: Weights },
+    /// MoE: routing ids identical, routing weights as `weights` says, no element left unwritten
     /// (poison), the output within `output`; with `bf16_output`, every output is a bf16 value.
     Moe {
-        weights: Tol,
+        weights: Weights,
         output: Tol,
         bf16_output: bool,
     },
@@ -175,26 +190,53 @@ impl DequantInput {
     }
 }
 
-/// A standalone routing case.
+/// A standalone routing case: `m` tokens of `n_experts` logits.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RouteCase {
     pub router: RouterConfig,
     pub n_experts: usize,
     pub m: usize,
-    pub seed: u64,
-    /// Exact ties in the first token ([`inputs::router_logits`]).
-    pub ties: bool,
-    /// Seed of a DeepSeek correction bias ([`inputs::correction_bias`]).
-    pub correction_bias: Option<u64>,
+    pub input: RouteInput,
+}
+
+/// The logits (and correction bias) a routing case routes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RouteInput {
+    /// [`inputs::router_logits`] with `seed` (`ties`: exact ties in the first token), and
+    /// optionally a DeepSeek correction bias ([`inputs::correction_bias`] with its seed).
+    Synth {
+        seed: u64,
+        ties: bool,
+        correction_bias: Option<u64>,
+    },
+    /// [`inputs::sigmoid_sweep`] with this step (tokens of 32 logits, no bias).
+    SigmoidSweep { step: u32 },
+    /// [`inputs::adversarial_routing`] of router `router` (an index into
+    /// [`inputs::ADVERSARIAL_ROUTERS`]) with its correction bias number `bias` (into
+    /// [`inputs::ADVERSARIAL_BIASES`]).
+    Adversarial { router: usize, bias: usize },
 }
 
 impl RouteCase {
     pub fn logits(&self) -> Vec<f32> {
-        inputs::router_logits(self.m, self.n_experts, self.seed, self.ties)
+        match self.input {
+            RouteInput::Synth { seed, ties, .. } => {
+                inputs::router_logits(self.m, self.n_experts, seed, ties)
+            }
+            RouteInput::SigmoidSweep { step } => inputs::sigmoid_sweep(step),
+            RouteInput::Adversarial { router, .. } => inputs::adversarial_routing(router).0,
+        }
     }
     pub fn bias(&self) -> Option<Vec<f32>> {
-        self.correction_bias
-            .map(|s| inputs::correction_bias(self.n_experts, s))
+        match self.input {
+            RouteInput::Synth {
+                correction_bias, ..
+            } => correction_bias.map(|s| inputs::correction_bias(self.n_experts, s)),
+            RouteInput::SigmoidSweep { .. } => None,
+            RouteInput::Adversarial { router, bias } => {
+                Some(inputs::adversarial_routing(router).1.swap_remove(bias))
+            }
+        }
     }
 }
 
@@ -230,6 +272,9 @@ pub struct LayerSpec {
     pub router_experts: Option<usize>,
     /// Seed of a DeepSeek `e_score_correction_bias`.
     pub correction_bias: Option<u64>,
+    /// Experts `a..b` of the correction bias (with `correction_bias`) all get 0.05: equal keys
+    /// for saturated sigmoids.
+    pub equal_bias: Option<(usize, usize)>,
     /// Random codes and scales (fast, for model shapes) instead of quantized f32 weights.
     pub packed: bool,
     /// A name that replaces the size part of ids (model shapes).
@@ -243,6 +288,7 @@ impl LayerSpec {
             act_scale_mode: ScaleMode::Even,
             router_experts: None,
             correction_bias: None,
+            equal_bias: None,
             packed: false,
             name: None,
         }
@@ -269,6 +315,9 @@ impl LayerSpec {
         t += &router_tag(&s.router, true);
         if self.correction_bias.is_some() {
             t += "-cbias";
+        }
+        if let Some((a, b)) = self.equal_bias {
+            t += &format!("-eq{a}to{b}");
         }
         if s.bias {
             t += "-bias";
@@ -301,8 +350,11 @@ impl LayerSpec {
             );
         }
         if let Some(seed) = self.correction_bias {
-            layer.weights.e_score_correction_bias =
-                Some(inputs::correction_bias(self.n_experts(), seed));
+            let mut b = inputs::correction_bias(self.n_experts(), seed);
+            if let Some((lo, hi)) = self.equal_bias {
+                b[lo..hi].fill(0.05);
+            }
+            layer.weights.e_score_correction_bias = Some(b);
         }
         layer.validate()?;
         Ok(layer)
@@ -317,17 +369,46 @@ pub struct MoeCase {
     pub m: usize,
     pub seeds: Vec<u64>,
     pub opts: MoeOptions,
+    /// Token 0's logits all 30.0: every sigmoid saturates to 1.0 (the correction bias, then
+    /// the index decides).
+    pub saturated_token: bool,
 }
 
 impl MoeCase {
     /// Batch `r` (of `seeds`): hidden `[m, H]`, logits `[m, n_experts]`.
     pub fn batch(&self, r: usize) -> (Vec<f32>, Vec<f32>) {
-        moe::synth::synth_batch(
+        let (hidden, mut logits) = moe::synth::synth_batch(
             self.m,
             self.layer.synth.hidden,
             self.layer.n_experts(),
             self.seeds[r % self.seeds.len()],
-        )
+        );
+        if self.saturated_token {
+            logits[..self.layer.n_experts()].fill(30.0);
+        }
+        (hidden, logits)
+    }
+
+    /// The id: `moe/{scheme}/{activation}/{layer tag}/m{M}[-saturated][/bf16][/f64]`.
+    pub fn id(&self) -> String {
+        let s = &self.layer.synth;
+        let mut id = format!(
+            "moe/{}/{}/{}/m{}",
+            s.scheme,
+            s.activation,
+            self.layer.tag(),
+            self.m
+        );
+        if self.saturated_token {
+            id += "-saturated";
+        }
+        if self.opts.intermediate == Intermediate::Bf16 {
+            id += "/bf16";
+        }
+        if self.opts.accumulate != Accumulate::F32 {
+            id += "/f64";
+        }
+        id
     }
 }
 
@@ -414,6 +495,14 @@ impl Case {
     pub fn is_moe(&self) -> bool {
         matches!(self.kind, Kind::Moe(_))
     }
+
+    /// The same case with its routing weights expected bit for bit ([`Weights::BitExact`]).
+    pub fn weights_bit_exact(mut self) -> Case {
+        if let Expect::Route { weights } | Expect::Moe { weights, .. } = &mut self.expect {
+            *weights = Weights::BitExact;
+        }
+        self
+    }
 }
 
 /// Work and traffic of one run of a case (for reports and `mxmoe bench`).
@@ -480,7 +569,7 @@ pub(super) fn moe_f32() -> MoeOptions {
 fn moe_expect(opts: MoeOptions) -> Expect {
     let bf16 = opts.intermediate == Intermediate::Bf16;
     Expect::Moe {
-        weights: Tol::ROUTE_WEIGHTS_RL2,
+        weights: Weights::Within(Tol::ROUTE_WEIGHTS_RL2),
         output: if bf16 { Tol::MOE_BF16 } else { Tol::MOE },
         bf16_output: bf16,
     }
@@ -491,7 +580,7 @@ pub fn moe_case(tier: Tier, layer: &LayerSpec, m: usize, seed: u64) -> Case {
     moe_case_opts(tier, layer, m, vec![seed], moe_f32())
 }
 
-/// A MoE case: id `moe/{scheme}/{activation}/{layer tag}/m{M}[/bf16]`.
+/// A MoE case ([`MoeCase::id`]).
 pub fn moe_case_opts(
     tier: Tier,
     layer: &LayerSpec,
@@ -499,49 +588,65 @@ pub fn moe_case_opts(
     seeds: Vec<u64>,
     opts: MoeOptions,
 ) -> Case {
-    let s = &layer.synth;
-    let mut id = format!("moe/{}/{}/{}/m{m}", s.scheme, s.activation, layer.tag());
-    if opts.intermediate == Intermediate::Bf16 {
-        id += "/bf16";
-    }
-    if opts.accumulate != Accumulate::F32 {
-        id += "/f64";
-    }
-    Case {
-        id,
+    moe_case_of(
         tier,
-        expect: moe_expect(opts),
-        kind: Kind::Moe(MoeCase {
+        MoeCase {
             layer: layer.clone(),
             m,
             seeds,
             opts,
-        }),
+            saturated_token: false,
+        },
+    )
+}
+
+/// The case of a [`MoeCase`] (its id, its options' expectation).
+pub fn moe_case_of(tier: Tier, mc: MoeCase) -> Case {
+    Case {
+        id: mc.id(),
+        tier,
+        expect: moe_expect(mc.opts),
+        kind: Kind::Moe(mc),
     }
 }
 
-/// A routing case: id `route/{scoring}/e{E}-k{k}{features}/m{M}[-ties]`.
+/// A routing case (weights within [`Tol::ROUTE_WEIGHTS`]): id
+/// `route/{scoring}/e{E}-k{k}{features}{bias}/m{M}{input}`, the bias `-cbias` (synthetic) or
+/// `-cbias-{name}` (adversarial), the input `-ties`, `-sweep{step}` or `-adversarial`.
 pub fn route_case(tier: Tier, rc: RouteCase) -> Case {
     let r = &rc.router;
+    let (bias, input) = match rc.input {
+        RouteInput::Synth {
+            ties,
+            correction_bias,
+            ..
+        } => (
+            if correction_bias.is_some() {
+                "-cbias".into()
+            } else {
+                String::new()
+            },
+            if ties { "-ties".into() } else { String::new() },
+        ),
+        RouteInput::SigmoidSweep { step } => (String::new(), format!("-sweep{step}")),
+        RouteInput::Adversarial { bias, .. } => (
+            format!("-cbias-{}", inputs::ADVERSARIAL_BIASES[bias]),
+            "-adversarial".into(),
+        ),
+    };
     let id = format!(
-        "route/{}/e{}-k{}{}{}/m{}{}",
+        "route/{}/e{}-k{}{}{bias}/m{}{input}",
         r.scoring,
         rc.n_experts,
         r.top_k,
         router_tag(r, false),
-        if rc.correction_bias.is_some() {
-            "-cbias"
-        } else {
-            ""
-        },
         rc.m,
-        if rc.ties { "-ties" } else { "" }
     );
     Case {
         id,
         tier,
         expect: Expect::Route {
-            weights: Tol::ROUTE_WEIGHTS,
+            weights: Weights::Within(Tol::ROUTE_WEIGHTS),
         },
         kind: Kind::Route(rc),
     }

@@ -293,3 +293,135 @@ pub fn correction_bias(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = Rng::new(seed);
     (0..n).map(|_| (rng.normal() * 0.1) as f32).collect()
 }
+
+/// The first and one-past-the-last bit patterns of [`sigmoid_sweep`]'s range: |x| in
+/// [2^-34, 128] (and the next 256 patterns above 128).
+const SWEEP_BITS: (u32, u32) = (0x2E80_0000, 0x4300_0100);
+
+/// Edge inputs of the sigmoid: ±0, subnormals, both sides of the 2^-33 threshold (sigmoid =
+/// 0.5 exactly), the saturation edge (17.33), the normal / subnormal / zero edges of the result
+/// (−87.33, −103.27, −103.97), ±128 and beyond, ±FLT_MAX.
+const SWEEP_EDGES: [f32; 27] = [
+    0.0,
+    -0.0,
+    1e-40,
+    -1e-40,
+    5e-11,
+    -5e-11,
+    1.2e-10,
+    -1.2e-10,
+    1.0,
+    -1.0,
+    17.33,
+    17.34,
+    -87.33,
+    -87.34,
+    -103.27,
+    -103.28,
+    -103.97,
+    -103.98,
+    -104.0,
+    127.99,
+    -127.99,
+    128.0,
+    -128.0,
+    1e30,
+    -1e30,
+    f32::MAX,
+    f32::MIN,
+];
+
+/// The tokens of 32 logits that [`sigmoid_sweep`] with this step makes.
+pub fn sigmoid_sweep_tokens(step: u32) -> usize {
+    let per_sign = (SWEEP_BITS.1 - SWEEP_BITS.0).div_ceil(step) as usize;
+    (SWEEP_EDGES.len() + 2 * per_sign).div_ceil(32)
+}
+
+/// A sweep of the sigmoid's inputs (formerly the wgpu test `sigmoid_matches_cpu_bit_for_bit`):
+/// the edges above, then every `step`-th bit pattern with |x| in [2^-34, 128] of positive then
+/// negative sign, padded with normal(0, 8) values (seed 5) to a whole number of tokens of 32
+/// logits ([`sigmoid_sweep_tokens`]). Routed with sigmoid scoring, top_k = E = 32, no
+/// renormalization and scaling 1, every logit comes back as a weight: its sigmoid.
+pub fn sigmoid_sweep(step: u32) -> Vec<f32> {
+    let mut xs = SWEEP_EDGES.to_vec();
+    for sign in [0u32, 0x8000_0000] {
+        for bits in (SWEEP_BITS.0..SWEEP_BITS.1).step_by(step as usize) {
+            xs.push(f32::from_bits(bits | sign));
+        }
+    }
+    let mut rng = Rng::new(5);
+    while !xs.len().is_multiple_of(32) {
+        xs.push((rng.normal() * 8.0) as f32);
+    }
+    xs
+}
+
+/// A router of [`ADVERSARIAL_ROUTERS`]: (E, top_k, (n_group, topk_group)).
+pub type AdversarialRouter = (usize, usize, Option<(usize, usize)>);
+
+/// The routers of the adversarial DeepSeek routing inputs ([`adversarial_routing`]): groups of
+/// 4, 2 and 1 experts, no groups, k up to 32.
+pub const ADVERSARIAL_ROUTERS: [AdversarialRouter; 7] = [
+    (16, 4, Some((4, 2))),
+    (16, 4, Some((16, 4))),
+    (16, 1, None),
+    (64, 8, Some((8, 4))),
+    (64, 6, Some((32, 3))),
+    (256, 8, Some((8, 4))),
+    (256, 32, None),
+];
+
+/// Tokens of each adversarial input.
+pub const ADVERSARIAL_TOKENS: usize = 48;
+
+/// The names (in ids) of the correction biases of [`adversarial_routing`], in its order.
+pub const ADVERSARIAL_BIASES: [&str; 5] = ["zero", "eighth", "random", "3values", "ulp-sub"];
+
+/// Adversarial DeepSeek routing inputs for router `r` of [`ADVERSARIAL_ROUTERS`] (formerly the
+/// wgpu test `routing_deepseek_adversarial_exact`; one RNG, seed 17, runs through the routers
+/// in order, so router `r`'s values are the ones that test used): logits
+/// `[ADVERSARIAL_TOKENS, E]` whose token t is of kind t % 8: one-ulp neighbours, saturated
+/// sigmoids (the bias decides, then the index), underflowing (subnormal or zero) sigmoids, all
+/// equal, |x| < 2^-33 (sigmoid 0.5 exactly), two values only, heavy tails, normal; and the five
+/// biases of [`ADVERSARIAL_BIASES`]: all zero, all 0.125, normal(0, 0.1), three distinct values
+/// (many equal), one-ulp differences with subnormals.
+pub fn adversarial_routing(r: usize) -> (Vec<f32>, Vec<Vec<f32>>) {
+    let mut rng = Rng::new(17);
+    let mut out = (Vec::new(), Vec::new());
+    for &(e, _, _) in &ADVERSARIAL_ROUTERS[..=r] {
+        let m = ADVERSARIAL_TOKENS;
+        let mut logits = Vec::with_capacity(m * e);
+        for t in 0..m {
+            let base = (rng.normal() * 3.0) as f32;
+            for i in 0..e {
+                let v = match t % 8 {
+                    0 => f32::from_bits(base.to_bits().wrapping_add((i % 5) as u32)),
+                    1 => 20.0 + (i % 7) as f32 * 10.0,
+                    2 => -86.0 - (i % 11) as f32 * 2.0,
+                    3 => base,
+                    4 => (rng.normal() * 1e-11) as f32,
+                    5 => [0.5f32, -0.5][i % 2],
+                    6 => (rng.normal() * rng.normal() * 6.0) as f32,
+                    _ => (rng.normal() * 2.0) as f32,
+                };
+                logits.push(v);
+            }
+        }
+        let biases = vec![
+            vec![0.0; e],
+            vec![0.125; e],
+            (0..e).map(|_| (rng.normal() * 0.1) as f32).collect(),
+            (0..e).map(|i| [0.0f32, 0.25, -0.25][i % 3]).collect(),
+            (0..e)
+                .map(|i| match i % 4 {
+                    0 => f32::from_bits(1 + i as u32),
+                    1 => -f32::from_bits(7),
+                    2 => f32::from_bits(0x3DCC_CCCD + (i % 3) as u32),
+                    _ => 0.1,
+                })
+                .collect(),
+        ];
+        out = (logits, biases);
+    }
+    out
+}

@@ -5,8 +5,11 @@
 //! For every case and every backend that opens: outputs are poisoned first (GPU backends fill
 //! them with `POISON` before every run), the case runs through the [`Backend`] face and is
 //! compared with the CPU reference: **bit-exact** for quantize / dequantize / QDQ (NaN == NaN)
-//! and routing ids, relative-L2 bounds for routing weights and MoE outputs, an error for invalid
-//! inputs. Results are OK / FAIL / UNSUPPORTED (with the backend's reason) / SKIPPED.
+//! and routing ids, routing weights bit-exact where the scores are exact on every backend
+//! ([`Weights::BitExact`]: the sigmoid sweep, the adversarial DeepSeek routing, the
+//! DeepSeek-V3-shaped layer) or else within a relative bound, MoE outputs within relative-L2
+//! bounds, an error for invalid inputs. Results are OK / FAIL / UNSUPPORTED (with the backend's
+//! reason) / SKIPPED.
 //!
 //! Files: `catalog.rs` (case types, ids, expectations, costs), `cases_format.rs` and
 //! `cases_moe.rs` (the cases), `models.rs` (real model shapes, for bench), `inputs.rs` (input generators), `run.rs` (materialize, reference, run, judge,
@@ -23,7 +26,7 @@ pub mod run;
 pub mod verify;
 pub mod verify_report;
 
-pub use catalog::{cases, Case, Cost, Expect, Kind, Suite, Tier, Tol};
+pub use catalog::{cases, Case, Cost, Expect, Kind, Suite, Tier, Tol, Weights};
 pub use report::summary;
 pub use run::{open_backends, require_gpu, Opened};
 

@@ -2,11 +2,13 @@
 //! reference once, run the call on every backend, judge each result against the case's
 //! [`Expect`].
 
-use super::catalog::{moe_cost, Case, Cost, Expect, Invalid, Kind, Tol};
+use super::catalog::{moe_cost, Case, Cost, Expect, Invalid, Kind, Tol, Weights};
 use super::{first_bit_mismatch, rel_l2, CaseResult, Status};
 use crate::backend::{wgpu::POISON, Backend, BackendError, BackendKind};
 use crate::format::{qdq_slice, MxFormat, MxTensor, ScaleMode};
-use crate::moe::{self, MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
+use crate::moe::{
+    self, exact_math, MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing, Scoring,
+};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -302,6 +304,113 @@ fn tol_check(what: &str, got: &[f32], want: &[f32], tol: Tol) -> Result<String, 
     Ok(format!("{what} rel-L2 {r:.2e}, max abs {mx:.2e}"))
 }
 
+/// A selected score below this makes a renormalized token exempt from the bit-for-bit weight
+/// check ([`Weights::BitExact`]): an adapter that flushes subnormals may have dropped a score
+/// from the renormalizing sum.
+pub const TINY_SCORE: f32 = 1e-30;
+
+/// The router, expert count, logits and whether a correction bias takes part, of a routing or
+/// MoE call.
+fn router_of(call: &Call) -> Option<(&RouterConfig, usize, &[f32], bool)> {
+    match call {
+        Call::Route {
+            cfg,
+            n_experts,
+            logits,
+            bias,
+        } => Some((cfg, *n_experts, logits, bias.is_some())),
+        Call::Moe { layer, logits, .. } => Some((
+            &layer.config.router,
+            layer.config.n_experts,
+            logits,
+            layer.weights.e_score_correction_bias.is_some(),
+        )),
+        _ => None,
+    }
+}
+
+/// Routing weights against the reference's (the ids already agree).
+fn weights_check(w: Weights, call: &Call, got: &Routing, want: &Routing) -> Result<String, String> {
+    match w {
+        Weights::Within(tol) => tol_check(
+            "routing weights",
+            &got.topk_weights,
+            &want.topk_weights,
+            tol,
+        ),
+        Weights::BitExact => weights_bits(call, got, want),
+    }
+}
+
+/// [`Weights::BitExact`]: every weight's bits, but for what an adapter that flushes subnormals
+/// may change: a weight whose score or reference value is subnormal may be ±0; with
+/// `renormalize`, a token with a selected score below [`TINY_SCORE`] is not compared. The
+/// scores are the CPU's exact ones (`moe::exact_math`), recomputed only for tokens that differ.
+/// A call without a router (none should come here) gets no exemption.
+fn weights_bits(call: &Call, got: &Routing, want: &Routing) -> Result<String, String> {
+    let (g, w) = (&got.topk_weights, &want.topk_weights);
+    if g.len() != w.len() {
+        return Err(format!(
+            "routing weights: length {} != {}",
+            g.len(),
+            w.len()
+        ));
+    }
+    let k = want.top_k.max(1);
+    let router = router_of(call);
+    let (mut flushed, mut tiny_tokens) = (0usize, 0usize);
+    for tok in 0..w.len().div_ceil(k) {
+        let slots = tok * k..((tok + 1) * k).min(w.len());
+        if slots.clone().all(|j| g[j].to_bits() == w[j].to_bits()) {
+            continue;
+        }
+        let bad = |j: usize, why: &str| {
+            Err(format!(
+                "routing weights differ in bits at slot {j} (token {}): got {:e} ({:#010x}), \
+                 want {:e} ({:#010x}){why}",
+                j / k,
+                g[j],
+                g[j].to_bits(),
+                w[j],
+                w[j].to_bits()
+            ))
+        };
+        let Some((cfg, e, logits, has_bias)) = router else {
+            let j = slots.clone().find(|&j| g[j].to_bits() != w[j].to_bits());
+            return bad(j.unwrap_or(slots.start), "");
+        };
+        let row = &logits[tok * e..(tok + 1) * e];
+        let scores = match (cfg.scoring, has_bias) {
+            (Scoring::Sigmoid, _) => row.iter().map(|&x| exact_math::sigmoid(x)).collect(),
+            (Scoring::Softmax, true) => exact_math::softmax(row),
+            _ => moe::route::softmax(row),
+        };
+        let score = |j: usize| scores[want.topk_ids[j] as usize];
+        if cfg.renormalize && slots.clone().any(|j| score(j) < TINY_SCORE) {
+            tiny_tokens += 1;
+            continue;
+        }
+        for j in slots {
+            if g[j].to_bits() == w[j].to_bits() {
+                continue;
+            }
+            if g[j] == 0.0 && (w[j].is_subnormal() || score(j).is_subnormal()) {
+                flushed += 1;
+                continue;
+            }
+            return bad(j, &format!(" (score {:e})", score(j)));
+        }
+    }
+    let mut note = format!("routing weights bit-exact ({} slots", w.len());
+    if flushed > 0 {
+        note += &format!("; {flushed} subnormal weights flushed to zero");
+    }
+    if tiny_tokens > 0 {
+        note += &format!("; {tiny_tokens} tokens with tiny scores differ, not compared");
+    }
+    Ok(note + ")")
+}
+
 fn first_diff<T: PartialEq>(a: &[T], b: &[T]) -> Option<usize> {
     if a.len() != b.len() {
         return Some(a.len().min(b.len()));
@@ -309,8 +418,9 @@ fn first_diff<T: PartialEq>(a: &[T], b: &[T]) -> Option<usize> {
     a.iter().zip(b).position(|(x, y)| x != y)
 }
 
-/// Judge a backend's output against the reference: `Ok(note)` or `Err(why it fails)`.
-pub fn judge(expect: &Expect, got: &Output, want: &Output) -> Result<String, String> {
+/// Judge a backend's output of `call` against the reference: `Ok(note)` or `Err(why it
+/// fails)`. (The call gives [`Weights::BitExact`] the router and logits, for its exemptions.)
+pub fn judge(expect: &Expect, call: &Call, got: &Output, want: &Output) -> Result<String, String> {
     match (expect, got, want) {
         (Expect::BitExact, Output::Tensor(g), Output::Tensor(w)) => {
             if g.shape != w.shape {
@@ -340,12 +450,7 @@ pub fn judge(expect: &Expect, got: &Output, want: &Output) -> Result<String, Str
             if let Some(i) = first_diff(&g.topk_ids, &w.topk_ids) {
                 return Err(format!("routing ids differ (first at slot {i})"));
             }
-            tol_check(
-                "routing weights",
-                &g.topk_weights,
-                &w.topk_weights,
-                *weights,
-            )
+            weights_check(*weights, call, g, w)
         }
         (
             Expect::Moe {
@@ -359,12 +464,7 @@ pub fn judge(expect: &Expect, got: &Output, want: &Output) -> Result<String, Str
             if let Some(i) = first_diff(&g.routing.topk_ids, &w.routing.topk_ids) {
                 return Err(format!("routing ids differ (first at slot {i})"));
             }
-            tol_check(
-                "routing weights",
-                &g.routing.topk_weights,
-                &w.routing.topk_weights,
-                *weights,
-            )?;
+            let wnote = weights_check(*weights, call, &g.routing, &w.routing)?;
             if let Some(i) = g.output.iter().position(|v| v.to_bits() == POISON) {
                 return Err(format!("output element {i} was never written (poison)"));
             }
@@ -376,7 +476,12 @@ pub fn judge(expect: &Expect, got: &Output, want: &Output) -> Result<String, Str
                     ));
                 }
             }
-            tol_check("output", &g.output, &w.output, *output)
+            let onote = tol_check("output", &g.output, &w.output, *output)?;
+            Ok(if *weights == Weights::BitExact {
+                format!("{onote}; {wnote}")
+            } else {
+                onote
+            })
         }
         (e, _, _) => Err(format!(
             "internal: expectation {e:?} does not fit the output"
@@ -429,7 +534,7 @@ pub fn run_call(
         }
         (_, Err(e), _) => (Status::Fail, format!("error: {e}")),
         (_, Ok(_), Err(e)) => (Status::Fail, format!("reference failed: {e}")),
-        (x, Ok(g), Ok(w)) => match judge(x, g, w) {
+        (x, Ok(g), Ok(w)) => match judge(x, call, g, w) {
             Ok(note) => (Status::Ok, note),
             Err(why) => (Status::Fail, why),
         },
