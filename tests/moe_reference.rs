@@ -6,6 +6,8 @@
 //! dataflow rule is pinned twice: `forward` matches the pipeline within `TOL`, and the pipeline
 //! with that rule broken (no intermediate QDQ, gate/up swapped, unweighted w2 bias, ...) differs
 //! from `forward` by at least `MATERIAL` = 1000 x `TOL`, so the test would catch the bug.
+//!
+//! Over 600 lines: the independent hand-written pipeline plus one test per dataflow feature.
 
 use mxmoe::check::rel_l2;
 use mxmoe::format::{qdq_slice, MxFormat, BLOCK};

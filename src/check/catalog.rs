@@ -11,6 +11,10 @@
 //!
 //! Ids name the op, the format / scheme, the sizes and every feature that changes the result, so
 //! the same id always means the same inputs (generator seeds are fixed in the code below).
+//!
+//! Over 600 lines: the case types, their ids and expectations and the judge of each kind are
+//! kept together so an id and what it checks read in one place; the cases themselves live in
+//! `cases_format.rs`, `cases_moe.rs` and `models.rs`.
 
 use super::inputs;
 pub use super::models::{bench_cases, model_cases, model_shape, model_shape_names};

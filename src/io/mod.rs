@@ -4,6 +4,9 @@
 //! Every error names the file, the tensor and what was expected. Writes are atomic: the bytes go
 //! to a temporary file in the target's folder, which is renamed over the target only once
 //! complete, so a failed run leaves no partial output.
+//!
+//! Over 600 lines: one reader/writer per file kind over one `StFile`; it splits by file kind
+//! (MX tensors, layer bundles, gpt-oss, batches, results) with the model-directory loader.
 
 mod floats;
 pub use floats::{float_tensors, FloatTensor};

@@ -1,6 +1,9 @@
 //! The wgpu context, created once: instance, adapter choice, device, queue, the pipeline cache
 //! (keyed by [`Shader`] + entry + overrides) and a buffer pool. Thin per-call helpers live here
 //! too (upload, readback, dispatch-grid sizing).
+//!
+//! Over 600 lines: one type (`Context`) and the small helpers every op file uses; the pieces
+//! (adapter choice, pipeline cache, buffer pool, timers, readback) share its locks and limits.
 
 use super::source::Shader;
 use crate::backend::BackendError;
