@@ -48,6 +48,25 @@ var<workgroup> r_sum: array<f32, 64>;
 var<workgroup> r_max: f32;   // exact softmax: the token's largest logit
 var<workgroup> r_total: u32; // exact softmax: the sum of e^(x - max), f32 bits
 
+// Keys are compared on their bits: an unsigned integer whose order is the IEEE order of finite
+// f32 values with -0 == +0. A float comparison would do on a GPU that keeps subnormals, but
+// adapters that flush them (the H200's driver does) would tie a subnormal logit with 0 and pick
+// other ids than the CPU, which compares exactly.
+fn key_ord(v: f32) -> u32 {
+    var b = bitcast<u32>(v);
+    if b == 0x80000000u {
+        b = 0u;
+    }
+    if (b & 0x80000000u) != 0u {
+        return ~b;
+    }
+    return b | 0x80000000u;
+}
+
+fn key_gt(a: f32, b: f32) -> bool {
+    return key_ord(a) > key_ord(b);
+}
+
 // (va, ia) beats (vb, ib): larger value, ties to the lower index; -1 = no candidate.
 fn r_better(va: f32, ia: i32, vb: f32, ib: i32) -> bool {
     if ia < 0 {
@@ -56,7 +75,7 @@ fn r_better(va: f32, ia: i32, vb: f32, ib: i32) -> bool {
     if ib < 0 {
         return true;
     }
-    return va > vb || (va == vb && ia < ib);
+    return key_gt(va, vb) || (key_ord(va) == key_ord(vb) && ia < ib);
 }
 
 // The score of group g (experts g*per .. g*per+per-1): its best key, or with a correction bias
@@ -66,7 +85,9 @@ fn r_group_score(g: u32, per: u32) -> f32 {
     if rp.has_bias == 0u {
         var best = r_key[b];
         for (var i = 1u; i < per; i = i + 1u) {
-            best = max(best, r_key[b + i]);
+            if key_gt(r_key[b + i], best) {
+                best = r_key[b + i];
+            }
         }
         return best;
     }
@@ -75,16 +96,16 @@ fn r_group_score(g: u32, per: u32) -> f32 {
     }
     var best = r_key[b];
     var second = r_key[b + 1u];
-    if second > best {
+    if key_gt(second, best) {
         best = r_key[b + 1u];
         second = r_key[b];
     }
     for (var i = 2u; i < per; i = i + 1u) {
         let v = r_key[b + i];
-        if v > best {
+        if key_gt(v, best) {
             second = best;
             best = v;
-        } else if v > second {
+        } else if key_gt(v, second) {
             second = v;
         }
     }
@@ -161,7 +182,7 @@ fn route(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
                 var best = -1;
                 var bv = 0.0;
                 for (var g = 0u; g < rp.n_group; g = g + 1u) {
-                    if (chosen & (1u << g)) == 0u && (best < 0 || r_gscore[g] > bv) {
+                    if (chosen & (1u << g)) == 0u && (best < 0 || key_gt(r_gscore[g], bv)) {
                         best = i32(g);
                         bv = r_gscore[g];
                     }
@@ -181,7 +202,7 @@ fn route(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
         var bv = 0.0;
         for (var i = lid; i < e; i = i + R_WG) {
             if r_taken[i] == 0u && (groups & (1u << min(i / per, 31u))) != 0u {
-                if bi < 0 || r_key[i] > bv {
+                if bi < 0 || key_gt(r_key[i], bv) {
                     bi = i32(i);
                     bv = r_key[i];
                 }
