@@ -153,15 +153,6 @@ impl Prepared<'_> {
             Prepared::Hip(_) => "hip",
         }
     }
-
-    /// Bytes of weights copied to the device (0 for the CPU, which borrows).
-    pub fn device_bytes(&self) -> u64 {
-        match self {
-            Prepared::Cpu(_) => 0,
-            Prepared::Wgpu(g) => g.bytes,
-            Prepared::Hip(_) => 0,
-        }
-    }
 }
 
 /// GPU time per pass in milliseconds, in submission order.
