@@ -18,7 +18,7 @@ fn bf16_tensor(name: &str, shape: Vec<usize>, v: &[f32]) -> OutTensor {
         name: name.into(),
         dtype: Dtype::BF16,
         shape,
-        bytes,
+        bytes: bytes.into(),
     }
 }
 
@@ -165,7 +165,7 @@ fn token_batches_accept_bf16_and_f16() {
             name: "hidden_states".into(),
             dtype: dt,
             shape: vec![1, 32],
-            bytes,
+            bytes: bytes.into(),
         };
         let path = d.path().join(format!("b-{dt:?}.safetensors"));
         io::save(

@@ -43,11 +43,11 @@ pub(crate) fn load_gptoss(f: &StFile, prefix: &str, hf: bool) -> Result<LoadedLa
         )
     };
     let load = |bn: &str, sn: &str| -> Result<MxTensor, IoError> {
-        let (data, bs) = f.bytes_u8(bn)?;
+        let (data, bs) = f.bytes_shared(bn)?;
         if bs.len() != 4 || bs[3] != 16 {
             return Err(f.shape_err(bn, "[E, N, K/32, 16]".into(), bs));
         }
-        let (scales, ss) = f.bytes_u8(sn)?;
+        let (scales, ss) = f.bytes_shared(sn)?;
         if ss != bs[..3] {
             return Err(f.shape_err(sn, format!("{:?} (blocks.shape[:-1])", &bs[..3]), ss));
         }

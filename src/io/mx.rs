@@ -13,8 +13,8 @@ pub(crate) fn mx_out(name: &str, t: &MxTensor) -> [OutTensor; 2] {
     let mut ss = lead.to_vec();
     ss.push(t.k() / BLOCK);
     [
-        OutTensor::u8(name, ps, &t.data),
-        OutTensor::u8(format!("{name}_scale"), ss, &t.scales),
+        OutTensor::u8_shared(name, ps, &t.data),
+        OutTensor::u8_shared(format!("{name}_scale"), ss, &t.scales),
     ]
 }
 
