@@ -5,23 +5,31 @@
 //! to a temporary file in the target's folder, which is renamed over the target only once
 //! complete, so a failed run leaves no partial output.
 //!
-//! Modules: `stfile` (reading and writing safetensors files: `StFile`, `save`, `write_atomic`),
-//! `mx` (MX tensor files), `batch` (token batches and MoE results), `layer` (layer bundles and
-//! the loader's dispatch), `gptoss` (gpt-oss checkpoints), `floats` (float tensors for
-//! quantize/qdq).
+//! Modules: `stfile` (reading and writing safetensors files, memory-mapped: `StFile`, `save`,
+//! `write_atomic`), `mx` (MX tensor files), `batch` (token batches and MoE results), `layer`
+//! (layer bundles), `model` (model directories and files, layer listing and selection),
+//! `conventions` (naming conventions: finding and loading layers), `gptoss` (gpt-oss expert
+//! tensors), `gguf` (llama.cpp GGUF), `floats` (float tensors for quantize/qdq).
 
 mod batch;
+pub mod conventions;
 mod floats;
+pub mod gguf;
 mod gptoss;
 mod layer;
+pub mod model;
 mod mx;
 mod stfile;
 
-pub use batch::{load_batch, load_result, save_batch, save_result, MoeResult, TokenBatch};
+pub use batch::{
+    load_batch, load_batch_for, load_result, save_batch, save_result, MoeResult, TokenBatch,
+};
+pub use conventions::{Convention, LayerInfo};
 pub use floats::{float_tensors, FloatTensor};
-pub use layer::{load_layer, save_layer, LoadedLayer};
+pub use layer::{load_layer, save_layer, save_loaded, LoadedLayer};
+pub use model::{list_layers, load_layer_with, LayerQuery};
 pub use mx::{load_mx, save_mx, MxTensors};
-pub use stfile::{save, write_atomic, OutTensor, StFile};
+pub use stfile::{save, write_atomic, write_atomic_with, OutTensor, StFile};
 
 use std::path::Path;
 

@@ -11,6 +11,20 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// Drop the pages of `r` from this process's mapping (unix; no-op elsewhere).
+pub(crate) fn release_range(map: &Mmap, r: std::ops::Range<usize>) {
+    #[cfg(unix)]
+    if !r.is_empty() {
+        // SAFETY: `Mmap::map` makes a read-only shared file mapping: DONTNEED only drops the
+        // pages from our page tables, and a later access reads the file again (nothing is lost).
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, r.start, r.len())
+        };
+    }
+    #[cfg(not(unix))]
+    let _ = (map, r);
+}
+
 /// Names for an error message: all of them up to 40, else the first 40 and a count.
 pub(crate) fn list_names(names: &[String]) -> String {
     const MAX: usize = 40;
@@ -291,6 +305,19 @@ impl StFile {
         let info = self.info(name)?;
         let b = Bytes::mapped(self.map.clone(), self.range(info)).expect("validated offsets");
         Ok((info.dtype, info.shape.clone(), b))
+    }
+
+    /// Drop a tensor's mapped pages from this process's memory once it has been copied (the
+    /// loaders that must copy, per-expert and GGUF, call this so the peak stays near one copy).
+    /// Touching the tensor again reads it again from the page cache.
+    pub fn release(&self, name: &str) {
+        #[cfg(unix)]
+        if let Some(info) = self.tensors.get(name) {
+            let r = self.range(info);
+            release_range(&self.map, r);
+        }
+        #[cfg(not(unix))]
+        let _ = name;
     }
 
     /// A u8 tensor (or one of the 1-byte float dtypes, F8_E8M0 scales for instance, taken as
