@@ -1052,3 +1052,108 @@ fn bundles_load_zero_copy() {
     assert_eq!(l.weights.w13, src.layer.weights.w13);
     let _ = BLOCK;
 }
+
+/// quantize / dequantize / qdq on tensors of any rank and on checkpoints: a 3-D expert stack
+/// quantizes to the bytes of the same values as rows; a checkpoint's experts dequantize to the
+/// E2M1 table times the block scale.
+#[test]
+fn quantize_tools_take_any_rank_and_checkpoints() {
+    let d = tempfile::tempdir().unwrap();
+    let x: Vec<f32> = (0..2 * 3 * 64)
+        .map(|k| ((k * 13 % 97) as f32 - 48.0) / 8.0)
+        .collect();
+    let f3 = d.path().join("x3.safetensors");
+    let f2 = d.path().join("x2.safetensors");
+    io::save(
+        &f3,
+        &[OutTensor::f32("w", vec![2, 3, 64], &x)],
+        HashMap::new(),
+    )
+    .unwrap();
+    io::save(&f2, &[OutTensor::f32("w", vec![6, 64], &x)], HashMap::new()).unwrap();
+    let (q3, q2) = (
+        d.path().join("q3.safetensors"),
+        d.path().join("q2.safetensors"),
+    );
+    for (i, o) in [(&f3, &q3), (&f2, &q2)] {
+        let (ok, _, err) = run(&[
+            "quantize",
+            "--format",
+            "mxfp4",
+            "--input",
+            s(i),
+            "--output",
+            s(o),
+        ]);
+        assert!(ok, "{err}");
+    }
+    let a = io::StFile::open(&q3).unwrap();
+    let b = io::StFile::open(&q2).unwrap();
+    assert_eq!(a.shape("w").unwrap(), vec![2, 3, 32]);
+    assert_eq!(a.shape("w_scale").unwrap(), vec![2, 3, 2]);
+    assert_eq!(a.bytes_u8("w").unwrap().0, b.bytes_u8("w").unwrap().0);
+    assert_eq!(
+        a.bytes_u8("w_scale").unwrap().0,
+        b.bytes_u8("w_scale").unwrap().0
+    );
+    // --tensor picks; a missing name is an error naming it.
+    let (ok, _, err) = run(&[
+        "qdq",
+        "--format",
+        "mxfp4",
+        "--input",
+        s(&f3),
+        "--output",
+        s(&d.path().join("n.safetensors")),
+        "--tensor",
+        "nope",
+    ]);
+    assert!(!ok && err.contains("nope"), "{err}");
+
+    // A checkpoint: the HF gpt-oss directory, layer 1.
+    let c = cases(d.path())
+        .into_iter()
+        .find(|c| c.conv == Convention::HfGptOss)
+        .unwrap();
+    let deq = d.path().join("deq.safetensors");
+    let (ok, _, err) = run(&[
+        "dequantize",
+        "--input",
+        s(&c.dir),
+        "--layer-index",
+        "1",
+        "--output",
+        s(&deq),
+    ]);
+    assert!(ok, "{err}");
+    let f = io::StFile::open(&deq).unwrap();
+    let (v, shape) = f.floats("w13_weight").unwrap();
+    assert_eq!(shape, vec![E, 2 * I, H]);
+    const FP4: [f32; 16] = [
+        0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+    ];
+    let w = &c.srcs[1].layer.weights.w13;
+    for idx in [0usize, 1, 33, 777, v.len() - 1] {
+        let byte = w.data[idx / 2];
+        let code = if idx % 2 == 0 { byte & 15 } else { byte >> 4 };
+        let scale = 2f32.powi(w.scales[idx / 32] as i32 - 127);
+        assert_eq!(v[idx], FP4[code as usize] * scale, "element {idx}");
+    }
+    // quantize takes the checkpoint's experts as w13_weight / w2_weight [E, N, K].
+    let q = d.path().join("requant.safetensors");
+    let (ok, _, err) = run(&[
+        "quantize",
+        "--format",
+        "mxfp4",
+        "--input",
+        s(&c.dir),
+        "--layer-index",
+        "0",
+        "--output",
+        s(&q),
+    ]);
+    assert!(ok, "{err}");
+    let f = io::StFile::open(&q).unwrap();
+    assert_eq!(f.shape("w13_weight").unwrap(), vec![E, 2 * I, H / 2]);
+    assert_eq!(f.shape("w2_weight_scale").unwrap(), vec![E, H, I / 32]);
+}

@@ -130,6 +130,73 @@ impl LayerSel {
     }
 }
 
+// The layer selector of `quantize`, `dequantize` and `qdq`, whose input may be a layer file or a
+// checkpoint (their `--input`). (No doc comment, as above.)
+#[derive(Args, Clone, Default)]
+pub struct LayerPick {
+    /// With a checkpoint as input: which MoE layer (the index `mxmoe layers` lists).
+    #[arg(long, value_name = "N")]
+    pub layer_index: Option<usize>,
+    /// With a checkpoint as input: which MoE layer, by name or prefix.
+    #[arg(long, value_name = "PREFIX")]
+    pub layer_name: Option<String>,
+    /// With a checkpoint as input: its scheme, when it does not record one.
+    #[arg(long)]
+    pub scheme: Option<Scheme>,
+}
+
+impl LayerPick {
+    fn given(&self) -> bool {
+        self.layer_index.is_some() || self.layer_name.is_some() || self.scheme.is_some()
+    }
+    fn query(&self) -> LayerQuery {
+        LayerQuery {
+            index: self.layer_index,
+            name: self.layer_name.clone(),
+            scheme: self.scheme,
+        }
+    }
+
+    /// Whether `input` is read as a layer: a selector was given, or it is a directory, a GGUF
+    /// file, or a safetensors file in which an MoE layer is found.
+    pub fn is_layer_input(&self, input: &std::path::Path) -> bool {
+        self.given()
+            || input.is_dir()
+            || io::gguf::is_gguf(input)
+            || io::list_layers(input, None).is_ok()
+    }
+
+    /// The layer's experts dequantized on `b`: `w13_weight` `[E, 2I, H]` and `w2_weight`
+    /// `[E, H, I]` (f32), and the layer's scheme.
+    pub fn expert_floats(
+        &self,
+        b: &Backend,
+        input: &std::path::Path,
+    ) -> Result<(Vec<io::FloatTensor>, Scheme)> {
+        let l = io::load_layer_with(input, &self.query())?.layer;
+        let mut out = Vec::new();
+        for (name, t) in [("w13_weight", &l.weights.w13), ("w2_weight", &l.weights.w2)] {
+            let data = b
+                .dequantize(t)
+                .map_err(|e| anyhow!("dequantizing {name} of {}: {e}", input.display()))?;
+            out.push(io::FloatTensor {
+                name: name.into(),
+                data,
+                shape: t.shape.clone(),
+            });
+        }
+        eprintln!(
+            "note: {}: taking the MoE layer's experts ({}, {} experts, H {}, I {}) as w13_weight and w2_weight",
+            input.display(),
+            l.config.scheme,
+            l.config.local_experts,
+            l.config.hidden,
+            l.config.inter
+        );
+        Ok((out, l.config.scheme))
+    }
+}
+
 /// A backend named on the command line, opened or not (with the reason).
 pub type Opened = (String, Result<Backend, String>);
 

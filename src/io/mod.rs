@@ -25,7 +25,7 @@ pub use batch::{
     load_batch, load_batch_for, load_result, save_batch, save_result, MoeResult, TokenBatch,
 };
 pub use conventions::{Convention, LayerInfo};
-pub use floats::{float_tensors, FloatTensor};
+pub use floats::{float_tensors, float_tensors_named, FloatTensor};
 pub use layer::{load_layer, save_layer, save_loaded, LoadedLayer};
 pub use model::{list_layers, load_layer_with, LayerQuery};
 pub use mx::{load_mx, save_mx, MxTensors};
