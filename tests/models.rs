@@ -7,6 +7,8 @@
 //! The writers below are this file's own code: they lay out a known layer's bytes the way each
 //! convention documents it (reshapes, per-expert splits, gate/up de-interleaving, ggml's nibble
 //! order), independently of the loader under test.
+//!
+//! Over 600 lines: one writer per convention (six, and GGUF) is most of it; each is short.
 
 use mxmoe::format::{MxFormat, MxTensor, BLOCK};
 use mxmoe::io::{self, Convention, LayerQuery, OutTensor, TokenBatch};

@@ -21,6 +21,9 @@
 //! router is `ffn_gate_inp.weight` `[E, H]` (+ `.bias`). We interleave gate/up again (our
 //! `swigluoai` layout). One difference remains: ggml reads the E8M0 byte 0xFF as 2^128, the
 //! OCP spec as NaN (we keep NaN: NUMERICS.md 2).
+//!
+//! Over 600 lines: a bounds-checked reader of the whole GGUF header (every value type) and the
+//! MXFP4 repacking belong together; most of the length is the checks' error messages.
 
 use super::conventions::{Convention, Key, LayerInfo};
 use super::stfile::{list_names, release_range};

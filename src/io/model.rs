@@ -235,7 +235,7 @@ pub fn load_layer_with(path: &Path, q: &LayerQuery) -> Result<LoadedLayer, IoErr
         Model::Safetensors(s) => {
             let layers = conventions::find_layers(&s, q.scheme)?;
             let info = select(&s.root, &layers, q)?;
-            conventions::load(&s, info, q.scheme)
+            conventions::load(&s, info)
         }
         Model::Gguf(g) => {
             let layers = g.layers(q.scheme)?;
