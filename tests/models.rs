@@ -1159,3 +1159,75 @@ fn quantize_tools_take_any_rank_and_checkpoints() {
     assert_eq!(f.shape("w13_weight").unwrap(), vec![E, 2 * I, H / 2]);
     assert_eq!(f.shape("w2_weight_scale").unwrap(), vec![E, H, I / 32]);
 }
+
+/// A GGUF cut short at every length, or with any header byte changed, is an error or a layer,
+/// never a panic; the errors name the file.
+#[test]
+fn damaged_gguf_never_panics() {
+    let d = tempfile::tempdir().unwrap();
+    let src = vec![source(Scheme::new(MxFormat::Fp4E2M1, None), E, Activation::SwigluOai, true, 90)];
+    let good = d.path().join("good.gguf");
+    write_gguf(&good, &src);
+    let bytes = std::fs::read(&good).unwrap();
+    let p = d.path().join("bad.gguf");
+    let try_load = |b: &[u8]| {
+        std::fs::write(&p, b).unwrap();
+        match std::panic::catch_unwind(|| io::load_layer(&p)) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => assert!(e.to_string().contains("bad.gguf"), "{e}"),
+            Err(_) => panic!("panic on a damaged GGUF ({} bytes)", b.len()),
+        }
+    };
+    let header_end = bytes.len() - 4 * E * (2 * I * H + H * I) * 17 / 32 / 4; // roughly past the infos
+    for n in (0..header_end.min(bytes.len())).step_by(7).chain([bytes.len() - 1]) {
+        try_load(&bytes[..n]);
+    }
+    for k in 0..header_end.min(bytes.len()).min(1200) {
+        let mut b = bytes.clone();
+        b[k] ^= 0xA5;
+        try_load(&b);
+    }
+}
+
+/// Model directories: an index naming a missing shard, a tensor in two shards, an empty
+/// directory, and selection by a prefix that matches several layers (`model.layers.1` is
+/// layer 1, not also 10..19).
+#[test]
+fn model_directory_errors_and_selection() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("m");
+    std::fs::create_dir_all(&dir).unwrap();
+    let e = io::list_layers(&dir, None).unwrap_err().to_string();
+    assert!(e.contains("no model.safetensors.index.json"), "{e}");
+    // 12 layers, one file: layer 1 by index and by the name prefix `model.layers.1`.
+    let srcs: Vec<Source> = (0..12)
+        .map(|k| source(Scheme::new(MxFormat::Fp4E2M1, Some(MxFormat::Fp4E2M1)), E, Activation::Silu, false, 100 + k))
+        .collect();
+    write_vllm(&dir, &srcs);
+    let layers = io::list_layers(&dir, None).unwrap();
+    assert_eq!(layers.iter().map(|l| l.index).collect::<Vec<_>>(), (0..12).collect::<Vec<_>>());
+    for q in [
+        LayerQuery { index: Some(10), ..LayerQuery::default() },
+        LayerQuery { name: Some("model.layers.10".into()), ..LayerQuery::default() },
+        LayerQuery { name: Some("model.layers.10.mlp".into()), ..LayerQuery::default() },
+    ] {
+        let l = io::load_layer_with(&dir, &q).unwrap();
+        assert_eq!(l.layer.weights.w13, srcs[10].layer.weights.w13, "{q:?}");
+    }
+    let l = io::load_layer_with(&dir, &LayerQuery { name: Some("model.layers.1".into()), ..LayerQuery::default() }).unwrap();
+    assert_eq!(l.layer.weights.w13, srcs[1].layer.weights.w13);
+    let e = io::load_layer_with(&dir, &LayerQuery { index: Some(12), ..LayerQuery::default() }).unwrap_err().to_string();
+    assert!(e.contains("no MoE layer with index 12") && e.contains("11 (model.layers.11.mlp)"), "{e}");
+    // An index naming a shard that is not there.
+    write_json(
+        &dir.join("model.safetensors.index.json"),
+        serde_json::json!({"weight_map": {"a": "model.safetensors", "b": "model-2.safetensors"}}),
+    );
+    let e = io::list_layers(&dir, None).unwrap_err().to_string();
+    assert!(e.contains("model-2.safetensors") && e.contains("missing"), "{e}");
+    // The same tensor in two shards.
+    std::fs::remove_file(dir.join("model.safetensors.index.json")).unwrap();
+    io::save(&dir.join("model-2.safetensors"), &[decoy(0)], HashMap::new()).unwrap();
+    let e = io::list_layers(&dir, None).unwrap_err().to_string();
+    assert!(e.contains("in two shards") && e.contains("q_proj"), "{e}");
+}
