@@ -4,7 +4,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use mxmoe::io::{self, TokenBatch};
 use mxmoe::moe::synth::{synth_batch, synth_layer, synth_layer_packed, SynthSpec};
-use mxmoe::moe::Activation;
+use mxmoe::moe::{budget, Activation};
 use mxmoe::scheme::Scheme;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -53,6 +53,15 @@ pub fn run(a: &GenArgs) -> Result<()> {
     if tokens == 0 {
         bail!("--tokens must be at least 1");
     }
+    // Every size checked (overflow-safe, against the memory available) before allocating.
+    budget::check_synth(
+        spec.scheme.weight,
+        spec.n_experts,
+        spec.hidden,
+        spec.inter,
+        a.packed,
+        tokens,
+    )?;
     let t0 = Instant::now();
     eprintln!(
         "generating {} layer: {} experts, H {}, I {}, top-{} ...",

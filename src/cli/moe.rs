@@ -32,9 +32,10 @@ pub struct MoeArgs {
     /// Activation QDQ scale mode (overrides the layer's `scale_mode`).
     #[arg(long)]
     scale_mode: Option<ScaleMode>,
-    /// GEMM accumulation: f64 (the oracle, CPU only) or f32.
-    #[arg(long, default_value = "f64")]
-    accumulate: Accumulate,
+    /// GEMM accumulation: f64 (the oracle, CPU only; the CPU's default) or f32 (the GPU
+    /// backends' only and default accumulation).
+    #[arg(long)]
+    accumulate: Option<Accumulate>,
     /// Intermediates: f32 (contract) or bf16 (vLLM parity).
     #[arg(long, default_value = "f32")]
     intermediate: Intermediate,
@@ -76,11 +77,6 @@ impl LayerOverrides {
 
 pub fn run(a: &MoeArgs) -> Result<()> {
     let (layer, input, output) = (&a.layer, &a.input, &a.output);
-    let opts = MoeOptions {
-        accumulate: a.accumulate,
-        intermediate: a.intermediate,
-        ..MoeOptions::default()
-    };
     let t0 = Instant::now();
     let mut l = io::load_layer(layer)?.layer;
     if let Some(m) = a.scale_mode {
@@ -110,6 +106,20 @@ pub fn run(a: &MoeArgs) -> Result<()> {
     }
     let t_load = t0.elapsed();
     let b = a.backend.open()?;
+    // What the backend really accumulates in (the label and the metadata say that).
+    let accumulate = match a.accumulate {
+        Some(Accumulate::F64) if b.accumulation(Accumulate::F64) != Accumulate::F64 => bail!(
+            "--accumulate f64: backend {} accumulates in f32 only (f64 is the CPU reference's)",
+            b.name()
+        ),
+        Some(x) => x,
+        None => b.accumulation(Accumulate::F64),
+    };
+    let opts = MoeOptions {
+        accumulate,
+        intermediate: a.intermediate,
+        ..MoeOptions::default()
+    };
     let t1 = Instant::now();
     let res = b.moe_once(&l, &batch.hidden, &batch.logits, opts)?;
     let t_run = t1.elapsed();
@@ -123,8 +133,8 @@ pub fn run(a: &MoeArgs) -> Result<()> {
     ]);
     io::save_result(output, &res.output, c.hidden, &res.routing, m)?;
     eprintln!(
-        "moe {} ({} experts, H {}, I {}, top-{}) on {} tokens, backend {} [{}], {:?} accumulation, {} scales: load {:.2} s, run {:.3} s -> {}",
-        c.scheme, c.n_experts, c.hidden, c.inter, c.router.top_k, batch.m, b.name(), b.adapter(), opts.accumulate, c.act_scale_mode,
+        "moe {} ({} experts, H {}, I {}, top-{}) on {} tokens, backend {} [{}], {} accumulation, {} scales: load {:.2} s, run {:.3} s -> {}",
+        c.scheme, c.n_experts, c.hidden, c.inter, c.router.top_k, batch.m, b.name(), b.adapter(), opts.accumulate.name(), c.act_scale_mode,
         t_load.as_secs_f64(), t_run.as_secs_f64(), output.display()
     );
     Ok(())

@@ -138,6 +138,13 @@ impl MoeLayer {
         if e == 0 {
             return Err(MoeError::Config("the layer has no experts".into()));
         }
+        // Every product below is of these sizes; refuse sizes whose products overflow.
+        if super::budget::product(&[c.local_experts.max(e), 3, h, i]).is_none() {
+            return Err(MoeError::TooLarge(format!(
+                "{} experts x 3 x H {h} x I {i} elements overflows 64-bit arithmetic",
+                c.local_experts.max(e)
+            )));
+        }
         let el = c.local_experts;
         if el == 0 || w.w13.shape.first() != Some(&el) {
             return Err(MoeError::Shape(format!(
