@@ -1,0 +1,319 @@
+//! Reading and writing safetensors files: `StFile` (a file with typed accessors whose errors
+//! name file, tensor and expectation), `save` (canonical header, atomic write), `write_atomic`.
+
+use super::{os, IoError};
+use crate::format::{MxFormat, MxTensor, BLOCK};
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Write `bytes` to `path` atomically (temp file in the same folder + rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".mxmoe-")
+        .suffix(".tmp")
+        .tempfile_in(&dir)
+        .map_err(|e| os(path, e))?;
+    tmp.write_all(bytes).map_err(|e| os(path, e))?;
+    tmp.as_file().sync_all().map_err(|e| os(path, e))?;
+    // tempfile creates 0600; an output file should get the usual 0644.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = tmp
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    tmp.persist(path).map_err(|e| os(path, e.error))?;
+    Ok(())
+}
+
+/// A tensor to write: name, dtype, shape, little-endian bytes.
+pub struct OutTensor {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub bytes: Vec<u8>,
+}
+
+impl OutTensor {
+    pub fn f32(name: impl Into<String>, shape: Vec<usize>, v: &[f32]) -> Self {
+        OutTensor {
+            name: name.into(),
+            dtype: Dtype::F32,
+            shape,
+            bytes: bytemuck::cast_slice(v).to_vec(),
+        }
+    }
+    pub fn i32(name: impl Into<String>, shape: Vec<usize>, v: &[i32]) -> Self {
+        OutTensor {
+            name: name.into(),
+            dtype: Dtype::I32,
+            shape,
+            bytes: bytemuck::cast_slice(v).to_vec(),
+        }
+    }
+    pub fn u8(name: impl Into<String>, shape: Vec<usize>, v: &[u8]) -> Self {
+        OutTensor {
+            name: name.into(),
+            dtype: Dtype::U8,
+            shape,
+            bytes: v.to_vec(),
+        }
+    }
+}
+
+/// Serialize tensors + metadata and write atomically.
+pub fn save(
+    path: &Path,
+    tensors: &[OutTensor],
+    meta: HashMap<String, String>,
+) -> Result<(), IoError> {
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|t| {
+            TensorView::new(t.dtype, t.shape.clone(), &t.bytes)
+                .map(|v| (t.name.clone(), v))
+                .map_err(|e| IoError::Invalid {
+                    path: path.display().to_string(),
+                    msg: format!("tensor '{}': {e}", t.name),
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    let meta = if meta.is_empty() { None } else { Some(meta) };
+    let bytes = safetensors::serialize(views, meta).map_err(|e| IoError::Invalid {
+        path: path.display().to_string(),
+        msg: e.to_string(),
+    })?;
+    write_atomic(path, &canonical_header(bytes))
+}
+
+/// Rewrite a serialized file's JSON header with sorted keys (the metadata is a `HashMap`, whose
+/// order changes from run to run), so the same tensors always give the same bytes. The header
+/// stays space-padded to a multiple of 8 bytes; data offsets are relative to the data section,
+/// which does not move.
+fn canonical_header(bytes: Vec<u8>) -> Vec<u8> {
+    use std::collections::BTreeMap;
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8-byte length")) as usize;
+    let Ok(mut header) =
+        serde_json::from_slice::<BTreeMap<String, serde_json::Value>>(&bytes[8..8 + n])
+    else {
+        return bytes;
+    };
+    if let Some(m) = header.get_mut("__metadata__") {
+        if let Ok(sorted) = serde_json::from_value::<BTreeMap<String, String>>(m.clone()) {
+            *m = serde_json::to_value(sorted).expect("strings serialize");
+        }
+    }
+    let mut h = serde_json::to_vec(&header).expect("a JSON value serializes");
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut out = Vec::with_capacity(8 + h.len() + bytes.len() - 8 - n);
+    out.extend_from_slice(&(h.len() as u64).to_le_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&bytes[8 + n..]);
+    out
+}
+
+/// A safetensors file read into memory, with typed accessors that produce clear errors.
+pub struct StFile {
+    pub path: String,
+    bytes: Vec<u8>,
+    meta: HashMap<String, String>,
+}
+
+impl StFile {
+    pub fn open(path: &Path) -> Result<StFile, IoError> {
+        let bytes = std::fs::read(path).map_err(|e| os(path, e))?;
+        let p = path.display().to_string();
+        let (_, md) = SafeTensors::read_metadata(&bytes).map_err(|e| IoError::Corrupt {
+            path: p.clone(),
+            msg: e.to_string(),
+        })?;
+        // Validate the whole header/data layout once, so later accessors cannot fail on it.
+        SafeTensors::deserialize(&bytes).map_err(|e| IoError::Corrupt {
+            path: p.clone(),
+            msg: e.to_string(),
+        })?;
+        let meta = md.metadata().clone().unwrap_or_default();
+        Ok(StFile {
+            path: p,
+            bytes,
+            meta,
+        })
+    }
+
+    fn st(&self) -> SafeTensors<'_> {
+        SafeTensors::deserialize(&self.bytes).expect("validated in open")
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        let mut n: Vec<String> = self.st().names().into_iter().map(String::from).collect();
+        n.sort();
+        n
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.st().tensor(name).is_ok()
+    }
+
+    pub fn meta(&self, key: &str) -> Option<&str> {
+        self.meta.get(key).map(String::as_str)
+    }
+
+    pub fn metadata(&self) -> &HashMap<String, String> {
+        &self.meta
+    }
+
+    /// Parse a metadata value, with a clear error naming the key.
+    pub fn meta_parse<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>, IoError>
+    where
+        T::Err: std::fmt::Display,
+    {
+        match self.meta(key) {
+            None => Ok(None),
+            Some(v) => v.parse::<T>().map(Some).map_err(|e| IoError::Meta {
+                path: self.path.clone(),
+                key: key.into(),
+                msg: format!("'{v}': {e}"),
+            }),
+        }
+    }
+
+    pub(crate) fn view(&self, name: &str) -> Result<TensorView<'_>, IoError> {
+        self.st().tensor(name).map_err(|_| IoError::Missing {
+            path: self.path.clone(),
+            tensor: name.into(),
+            hint: format!(" (the file has: {})", self.names().join(", ")),
+        })
+    }
+
+    pub fn dtype(&self, name: &str) -> Result<Dtype, IoError> {
+        Ok(self.view(name)?.dtype())
+    }
+
+    pub fn shape(&self, name: &str) -> Result<Vec<usize>, IoError> {
+        Ok(self.view(name)?.shape().to_vec())
+    }
+
+    /// A float tensor (f32, bf16 or f16 — widened exactly to f32) and its shape.
+    pub fn floats(&self, name: &str) -> Result<(Vec<f32>, Vec<usize>), IoError> {
+        let v = self.view(name)?;
+        let d = v.data();
+        let out: Vec<f32> = match v.dtype() {
+            Dtype::F32 => d
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            Dtype::BF16 => d
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            Dtype::F16 => d
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            other => {
+                return Err(IoError::Dtype {
+                    path: self.path.clone(),
+                    tensor: name.into(),
+                    expected: "F32, BF16 or F16".into(),
+                    got: format!("{other:?}"),
+                })
+            }
+        };
+        Ok((out, v.shape().to_vec()))
+    }
+
+    /// A u8 tensor and its shape.
+    pub fn bytes_u8(&self, name: &str) -> Result<(Vec<u8>, Vec<usize>), IoError> {
+        let v = self.view(name)?;
+        if v.dtype() != Dtype::U8 {
+            return Err(IoError::Dtype {
+                path: self.path.clone(),
+                tensor: name.into(),
+                expected: "U8".into(),
+                got: format!("{:?}", v.dtype()),
+            });
+        }
+        Ok((v.data().to_vec(), v.shape().to_vec()))
+    }
+
+    /// An integer tensor (i32 or i64) as i64.
+    pub fn ints(&self, name: &str) -> Result<(Vec<i64>, Vec<usize>), IoError> {
+        let v = self.view(name)?;
+        let d = v.data();
+        let out = match v.dtype() {
+            Dtype::I32 => d
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+                .collect(),
+            Dtype::I64 => d
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+            other => {
+                return Err(IoError::Dtype {
+                    path: self.path.clone(),
+                    tensor: name.into(),
+                    expected: "I32 or I64".into(),
+                    got: format!("{other:?}"),
+                })
+            }
+        };
+        Ok((out, v.shape().to_vec()))
+    }
+
+    pub(crate) fn shape_err(&self, tensor: &str, expected: String, got: Vec<usize>) -> IoError {
+        IoError::Shape {
+            path: self.path.clone(),
+            tensor: tensor.into(),
+            expected,
+            got,
+        }
+    }
+
+    /// An MX tensor stored as `name` (u8 packed, `[.., packed(K)]`) + `name_scale`
+    /// (u8 E8M0, `[.., K/32]`).
+    pub fn mx(&self, name: &str, format: MxFormat) -> Result<MxTensor, IoError> {
+        let (data, pshape) = self.bytes_u8(name)?;
+        let sname = format!("{name}_scale");
+        let (scales, sshape) = self.bytes_u8(&sname)?;
+        let Some((&pk, lead)) = pshape.split_last() else {
+            return Err(self.shape_err(name, "at least one dimension".into(), pshape));
+        };
+        let bb = format.spec().block_bytes();
+        if pk == 0 || pk % bb != 0 {
+            return Err(self.shape_err(
+                name,
+                format!(
+                    "a last dimension that is a multiple of {bb} bytes (one 32-element {format} block)"
+                ),
+                pshape.clone(),
+            ));
+        }
+        let k = pk / bb * BLOCK;
+        let mut want_s = lead.to_vec();
+        want_s.push(k / BLOCK);
+        if sshape != want_s {
+            return Err(self.shape_err(
+                &sname,
+                format!("{want_s:?} (one E8M0 byte per 32 of K = {k})"),
+                sshape,
+            ));
+        }
+        let mut shape = lead.to_vec();
+        shape.push(k);
+        MxTensor::new(format, shape, data, scales).map_err(|e| IoError::Invalid {
+            path: self.path.clone(),
+            msg: format!("tensor '{name}': {e}"),
+        })
+    }
+}
