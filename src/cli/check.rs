@@ -70,6 +70,9 @@ pub fn run(a: &CheckArgs) -> Result<()> {
     let require = a.require.as_deref().map(required).transpose()?.unwrap_or_default();
     // The case catalog on every backend that opens (outputs poisoned), each case's reference
     // computed once.
+    if let (Some(j), Some(x)) = (&a.json, &a.junit) {
+        io::check_outputs(&[("--json", j), ("--junit", x)], &[])?;
+    }
     let mut opened = check::open_backends(&a.backend, a.adapter.as_deref(), check::require_gpu())
         .map_err(|e| anyhow!(e))?;
     for r in &require {

@@ -22,6 +22,7 @@ pub struct DequantizeArgs {
 }
 
 pub fn run(a: &DequantizeArgs) -> Result<()> {
+    io::check_outputs(&[("--output", &a.output)], &[("--input", &a.input)])?;
     let b = a.backend.open()?;
     let (ts, _) = io::load_mx(&a.input)?;
     let mut out = Vec::new();

@@ -77,8 +77,13 @@ impl LayerOverrides {
 
 pub fn run(a: &MoeArgs) -> Result<()> {
     let (layer, input, output) = (&a.layer, &a.input, &a.output);
+    io::check_outputs(&[("--output", output)], &[("--layer", layer), ("--input", input)])?;
     let t0 = Instant::now();
-    let mut l = io::load_layer(layer)?.layer;
+    let loaded = io::load_layer(layer)?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {}: {w}", layer.display());
+    }
+    let mut l = loaded.layer;
     if let Some(m) = a.scale_mode {
         l.config.act_scale_mode = m;
     }
@@ -124,13 +129,18 @@ pub fn run(a: &MoeArgs) -> Result<()> {
     let res = b.moe_once(&l, &batch.hidden, &batch.logits, opts)?;
     let t_run = t1.elapsed();
     let c = &l.config;
-    let m = meta([
+    let mut m = meta([
         ("scheme", c.scheme.name()),
         ("backend", b.name().to_string()),
         ("scale_mode", c.act_scale_mode.name().to_string()),
         ("accumulate", opts.accumulate.name().to_string()),
         ("intermediate", opts.intermediate.name().to_string()),
     ]);
+    if !loaded.warnings.is_empty() {
+        // Recorded with the result: whoever reads it later sees the layer was suspect.
+        let w: Vec<String> = loaded.warnings.iter().map(|w| w.to_string()).collect();
+        m.insert("warnings".into(), w.join("; "));
+    }
     io::save_result(output, &res.output, c.hidden, &res.routing, m)?;
     eprintln!(
         "moe {} ({} experts, H {}, I {}, top-{}) on {} tokens, backend {} [{}], {} accumulation, {} scales: load {:.2} s, run {:.3} s -> {}",

@@ -27,6 +27,7 @@ pub struct QdqArgs {
 
 pub fn run(a: &QdqArgs) -> Result<()> {
     let (format, mode) = (a.format, a.scale_mode);
+    io::check_outputs(&[("--output", &a.output)], &[("--input", &a.input)])?;
     let b = a.backend.open()?;
     let f = StFile::open(&a.input)?;
     let mut out = Vec::new();

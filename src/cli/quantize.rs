@@ -1,7 +1,7 @@
 //! `mxmoe quantize`: every 2-D float tensor of a file to an MX format.
 
 use super::{note, BackendArgs};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use mxmoe::format::{MxFormat, ScaleMode};
 use mxmoe::io::{self, FloatTensor, StFile};
@@ -32,9 +32,23 @@ pub struct QuantizeArgs {
 pub fn run(a: &QuantizeArgs) -> Result<()> {
     let (format, mode) = (a.format, a.scale_mode);
     let b = a.backend.open()?;
+    io::check_outputs(&[("--output", &a.output)], &[("--input", &a.input)])?;
     let f = StFile::open(&a.input)?;
+    let tensors = io::float_tensors(&f, true, note)?;
+    // Each T becomes T and T_scale: refuse a file where that writes one name twice.
+    let taken: std::collections::HashSet<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
+    if let Some(t) = tensors
+        .iter()
+        .find(|t| taken.contains(format!("{}_scale", t.name).as_str()))
+    {
+        let (file, n) = (a.input.display(), &t.name);
+        bail!(
+            "{file}: tensors '{n}' and '{n}_scale' are both float tensors to quantize, but the \
+             quantized '{n}' is stored with its scales as '{n}_scale' (rename one of them)"
+        );
+    }
     let mut out = Vec::new();
-    for FloatTensor { name, data, shape } in io::float_tensors(&f, true, note)? {
+    for FloatTensor { name, data, shape } in tensors {
         let t = b
             .quantize(format, mode, &data, &shape)
             .with_context(|| format!("quantizing '{name}' of {}", a.input.display()))?;

@@ -81,7 +81,17 @@ fn load_theirs(path: &Path) -> Result<Theirs> {
 }
 
 fn report(a: &VerifyArgs) -> Result<VerifyReport> {
-    let l = io::load_layer(&a.layer)?.layer;
+    if let Some(j) = &a.json {
+        io::check_outputs(
+            &[("--json", j)],
+            &[("--layer", &a.layer), ("--input", &a.input), ("--result", &a.result)],
+        )?;
+    }
+    let loaded = io::load_layer(&a.layer)?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {}: {w}", a.layer.display());
+    }
+    let l = loaded.layer;
     let batch = io::load_batch(&a.input)?;
     let (output, ids, weights) = load_theirs(&a.result)?;
     let opts = VerifyOptions {
@@ -110,7 +120,7 @@ pub fn run(a: &VerifyArgs) -> Result<()> {
     print(&rep);
     if let Some(p) = &a.json {
         let text = serde_json::to_string_pretty(&rep)?;
-        std::fs::write(p, text + "\n").with_context(|| format!("writing {}", p.display()))?;
+        io::write_atomic(p, (text + "\n").as_bytes())?;
     }
     if !rep.verdict.passed() {
         bail!("result does not match the reference")

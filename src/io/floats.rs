@@ -27,7 +27,7 @@ pub fn float_tensors(
         msg,
     };
     let mut out = Vec::new();
-    for n in f.names() {
+    for n in f.name_list().iter().cloned() {
         let dt = f.dtype(&n)?;
         if !matches!(dt, Dtype::F32 | Dtype::BF16 | Dtype::F16) {
             note(&format!(
@@ -59,7 +59,7 @@ pub fn float_tensors(
         return Err(invalid(format!(
             "no {}float tensors to process (tensors: {})",
             if two_d_only { "2-D " } else { "" },
-            f.names().join(", ")
+            super::stfile::names_hint(f.name_list())
         )));
     }
     Ok(out)

@@ -1,6 +1,7 @@
 //! gpt-oss checkpoints (Hugging Face and original openai/gpt-oss names) holding one MoE layer.
 
-use super::layer::{finish, opt_floats, router_from_meta, LoadedLayer};
+use super::layer::{finish_named, opt_floats, router_from_meta, LoadedLayer};
+use super::validate::LayerNames;
 use super::{IoError, StFile};
 use crate::format::{FormatError, MxFormat, MxTensor, ScaleMode, BLOCK};
 use crate::moe::{Activation, MoeConfig, MoeLayer, MoeWeights, RouterConfig, Scoring};
@@ -99,5 +100,11 @@ pub(crate) fn load_gptoss(f: &StFile, prefix: &str, hf: bool) -> Result<LoadedLa
             expert_map: None,
         },
     };
-    finish(f, layer, None, None)
+    let names = LayerNames {
+        w13_scale: &s1,
+        w2_scale: &s2,
+        w13_bias: &bias1,
+        w2_bias: &bias2,
+    };
+    finish_named(f, layer, None, None, &names)
 }

@@ -3,6 +3,7 @@
 
 use super::gptoss::{gptoss_prefixes, load_gptoss};
 use super::mx::mx_out;
+use super::validate::{check_layer, LayerNames};
 use super::{save, IoError, OutTensor, StFile};
 use crate::format::ScaleMode;
 use crate::moe::{Activation, MoeConfig, MoeLayer, MoeWeights, RouterConfig, Scoring};
@@ -17,6 +18,9 @@ pub struct LoadedLayer {
     pub layer: MoeLayer,
     pub w13_orig: Option<Vec<f32>>,
     pub w2_orig: Option<Vec<f32>>,
+    /// Legal but almost certainly broken data (NaN weight blocks, non-finite biases): commands
+    /// print these and record them in their results (`io::validate`).
+    pub warnings: Vec<super::LayerWarning>,
 }
 
 /// Save a layer bundle with the vLLM/Quark names and the routing keys as metadata.
@@ -158,6 +162,19 @@ pub(crate) fn finish(
     w13_orig: Option<Vec<f32>>,
     w2_orig: Option<Vec<f32>>,
 ) -> Result<LoadedLayer, IoError> {
+    finish_named(f, layer, w13_orig, w2_orig, &LayerNames::BUNDLE)
+}
+
+/// [`finish`] for a file whose tensors have other names (warnings name the file's tensors).
+pub(crate) fn finish_named(
+    f: &StFile,
+    layer: MoeLayer,
+    w13_orig: Option<Vec<f32>>,
+    w2_orig: Option<Vec<f32>>,
+    names: &LayerNames<'_>,
+) -> Result<LoadedLayer, IoError> {
+    // The file-level checks first: their messages name the file's keys and tensors.
+    let warnings = check_layer(f, &layer, names)?;
     layer.validate().map_err(|e| IoError::Invalid {
         path: f.path.clone(),
         msg: e.to_string(),
@@ -166,6 +183,7 @@ pub(crate) fn finish(
         layer,
         w13_orig,
         w2_orig,
+        warnings,
     })
 }
 

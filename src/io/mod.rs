@@ -15,13 +15,17 @@ mod floats;
 mod gptoss;
 mod layer;
 mod mx;
+mod output;
 mod stfile;
+mod validate;
 
 pub use batch::{load_batch, load_result, save_batch, save_result, MoeResult, TokenBatch};
 pub use floats::{float_tensors, FloatTensor};
 pub use layer::{load_layer, save_layer, LoadedLayer};
 pub use mx::{load_mx, save_mx, MxTensors};
-pub use stfile::{save, write_atomic, OutTensor, StFile};
+pub use output::{all_or_nothing, check_input, check_outputs, write_atomic};
+pub use stfile::{save, OutTensor, StFile};
+pub use validate::LayerWarning;
 
 use std::path::Path;
 

@@ -1,38 +1,13 @@
 //! Reading and writing safetensors files: `StFile` (a file with typed accessors whose errors
 //! name file, tensor and expectation), `save` (canonical header, atomic write), `write_atomic`.
 
+use super::output::write_atomic;
 use super::{os, IoError};
 use crate::format::{MxFormat, MxTensor, BLOCK};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-
-/// Write `bytes` to `path` atomically (temp file in the same folder + rename).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
-    use std::io::Write;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".mxmoe-")
-        .suffix(".tmp")
-        .tempfile_in(&dir)
-        .map_err(|e| os(path, e))?;
-    tmp.write_all(bytes).map_err(|e| os(path, e))?;
-    tmp.as_file().sync_all().map_err(|e| os(path, e))?;
-    // tempfile creates 0600; an output file should get the usual 0644.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = tmp
-            .as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644));
-    }
-    tmp.persist(path).map_err(|e| os(path, e.error))?;
-    Ok(())
-}
+use std::path::Path;
 
 /// A tensor to write: name, dtype, shape, little-endian bytes.
 pub struct OutTensor {
@@ -75,6 +50,16 @@ pub fn save(
     tensors: &[OutTensor],
     meta: HashMap<String, String>,
 ) -> Result<(), IoError> {
+    let mut seen = std::collections::HashSet::new();
+    if let Some(t) = tensors.iter().find(|t| !seen.insert(t.name.as_str())) {
+        return Err(IoError::Invalid {
+            path: path.display().to_string(),
+            msg: format!(
+                "tensor '{}' would be written twice (a safetensors file holds one tensor per name)",
+                t.name
+            ),
+        });
+    }
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
         .map(|t| {
@@ -122,46 +107,79 @@ fn canonical_header(bytes: Vec<u8>) -> Vec<u8> {
     out
 }
 
+/// One tensor of a file: dtype, shape and where its bytes lie in the file.
+struct Entry {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    range: std::ops::Range<usize>,
+}
+
 /// A safetensors file read into memory, with typed accessors that produce clear errors.
+/// The header is parsed once at `open` into an index, so accessors cost O(1) in the number of
+/// tensors (a file with 100,000 tensors is read in linear time).
 pub struct StFile {
     pub path: String,
     bytes: Vec<u8>,
     meta: HashMap<String, String>,
+    index: HashMap<String, Entry>,
+    /// Tensor names, sorted.
+    names: Vec<String>,
 }
 
 impl StFile {
+    /// Read and check a safetensors file: a regular file (not a FIFO or device), a valid
+    /// header without duplicate keys, data offsets inside the file.
     pub fn open(path: &Path) -> Result<StFile, IoError> {
+        super::output::check_input(path)?;
         let bytes = std::fs::read(path).map_err(|e| os(path, e))?;
         let p = path.display().to_string();
+        super::validate::check_header(&p, &bytes)?;
         let (_, md) = SafeTensors::read_metadata(&bytes).map_err(|e| IoError::Corrupt {
             path: p.clone(),
             msg: e.to_string(),
         })?;
         // Validate the whole header/data layout once, so later accessors cannot fail on it.
-        SafeTensors::deserialize(&bytes).map_err(|e| IoError::Corrupt {
+        let st = SafeTensors::deserialize(&bytes).map_err(|e| IoError::Corrupt {
             path: p.clone(),
             msg: e.to_string(),
         })?;
+        let base = bytes.as_ptr() as usize;
+        let mut index = HashMap::new();
+        for (name, v) in st.iter() {
+            let start = v.data().as_ptr() as usize - base;
+            index.insert(
+                name.to_string(),
+                Entry {
+                    dtype: v.dtype(),
+                    shape: v.shape().to_vec(),
+                    range: start..start + v.data().len(),
+                },
+            );
+        }
+        let mut names: Vec<String> = index.keys().cloned().collect();
+        names.sort();
         let meta = md.metadata().clone().unwrap_or_default();
         Ok(StFile {
             path: p,
             bytes,
             meta,
+            index,
+            names,
         })
     }
 
-    fn st(&self) -> SafeTensors<'_> {
-        SafeTensors::deserialize(&self.bytes).expect("validated in open")
+    /// The tensor names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.names.clone()
     }
 
-    pub fn names(&self) -> Vec<String> {
-        let mut n: Vec<String> = self.st().names().into_iter().map(String::from).collect();
-        n.sort();
-        n
+    /// The tensor names, sorted, without a copy.
+    pub fn name_list(&self) -> &[String] {
+        &self.names
     }
 
     pub fn has(&self, name: &str) -> bool {
-        self.st().tensor(name).is_ok()
+        self.index.contains_key(name)
     }
 
     pub fn meta(&self, key: &str) -> Option<&str> {
@@ -188,10 +206,17 @@ impl StFile {
     }
 
     pub(crate) fn view(&self, name: &str) -> Result<TensorView<'_>, IoError> {
-        self.st().tensor(name).map_err(|_| IoError::Missing {
+        let missing = || IoError::Missing {
             path: self.path.clone(),
             tensor: name.into(),
-            hint: format!(" (the file has: {})", self.names().join(", ")),
+            hint: format!(" (the file has: {})", names_hint(&self.names)),
+        };
+        let e = self.index.get(name).ok_or_else(missing)?;
+        TensorView::new(e.dtype, e.shape.clone(), &self.bytes[e.range.clone()]).map_err(|err| {
+            IoError::Corrupt {
+                path: self.path.clone(),
+                msg: format!("tensor '{name}': {err}"),
+            }
         })
     }
 
@@ -315,5 +340,18 @@ impl StFile {
             path: self.path.clone(),
             msg: format!("tensor '{name}': {e}"),
         })
+    }
+}
+
+/// Tensor names for a message: all of them when few, else the first 20 and a count.
+pub(crate) fn names_hint(names: &[String]) -> String {
+    if names.len() <= 20 {
+        names.join(", ")
+    } else {
+        format!(
+            "{}, ... ({} tensors in all)",
+            names[..20].join(", "),
+            names.len()
+        )
     }
 }

@@ -209,6 +209,18 @@ impl MoeLayer {
                         "expert_map entry {bad} is outside [-1, {el}) (local experts: {el})"
                     )));
                 }
+                let mut owner = vec![usize::MAX; el];
+                for (g, &v) in m.iter().enumerate().filter(|(_, &v)| v >= 0) {
+                    let o = &mut owner[v as usize];
+                    if *o != usize::MAX {
+                        return Err(MoeError::Config(format!(
+                            "expert_map maps global experts {} and {g} both to local expert {v} \
+                             (each local expert belongs to one global id)",
+                            *o
+                        )));
+                    }
+                    *o = g;
+                }
             }
         }
         if let Some(b) = &w.e_score_correction_bias {
@@ -265,10 +277,12 @@ impl MoeLayer {
                 r.top_k
             )));
         }
-        if !r.routed_scaling_factor.is_finite() {
-            return Err(MoeError::Config(
-                "routed_scaling_factor must be finite".into(),
-            ));
+        let f = r.routed_scaling_factor;
+        if !(f.is_finite() && f > 0.0) {
+            return Err(MoeError::Config(format!(
+                "routed_scaling_factor must be finite and > 0 (it multiplies the routing \
+                 weights), got {f}"
+            )));
         }
         Ok(())
     }
