@@ -613,6 +613,31 @@ fn loader_errors_name_file_tensor_expected_and_found() {
     patched(&layer, &l, &[], vec![], &["w2_weight"]);
     let r = run(&moe_args(&l, &batch, &out));
     refused(&r, &["shape.safetensors", "missing tensor 'w2_weight'", "the file has:"], Some(&out));
+    // No experts: the shape found and what was expected (was: "w13_weight holds 0 experts,
+    // the configuration says 0").
+    let f = StFile::open(&layer).unwrap();
+    let mut empty = Vec::new();
+    for n in ["w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"] {
+        let mut sh = f.shape(n).unwrap();
+        sh[0] = 0;
+        empty.push(OutTensor::u8(n, sh, &[]));
+    }
+    patched(&layer, &l, &[], empty, &[]);
+    let r = run(&moe_args(&l, &batch, &out));
+    refused(&r, &["shape.safetensors", "w13_weight has shape [0, 64, 32]", "expected [E, 2I, H] with E >= 1"], Some(&out));
+    // A missing tensor in a file of many: the names listed are bounded, with the count (was:
+    // every one of thousands of names on one line).
+    let extra: Vec<OutTensor> = (0..500)
+        .map(|i| OutTensor::f32(format!("extra.{i:03}"), vec![1], &[0.0]))
+        .collect();
+    patched(&layer, &l, &[], extra, &["w2_weight"]);
+    let r = run(&moe_args(&l, &batch, &out));
+    refused(
+        &r,
+        &["shape.safetensors", "missing tensor 'w2_weight'", "w2_weight_scale", "(503 tensors in all)"],
+        Some(&out),
+    );
+    assert!(r.stderr.len() < 2000, "a wall of names: {} bytes", r.stderr.len());
     // Truncated data: the crate's message, with the file.
     let bytes = std::fs::read(&layer).unwrap();
     std::fs::write(&l, &bytes[..bytes.len() - 100]).unwrap();

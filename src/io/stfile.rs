@@ -209,7 +209,7 @@ impl StFile {
         let missing = || IoError::Missing {
             path: self.path.clone(),
             tensor: name.into(),
-            hint: format!(" (the file has: {})", names_hint(&self.names)),
+            hint: format!(" (the file has: {})", names_near(&self.names, name)),
         };
         let e = self.index.get(name).ok_or_else(missing)?;
         TensorView::new(e.dtype, e.shape.clone(), &self.bytes[e.range.clone()]).map_err(|err| {
@@ -354,4 +354,25 @@ pub(crate) fn names_hint(names: &[String]) -> String {
             names.len()
         )
     }
+}
+
+/// Tensor names for a "missing tensor" message: all when few, else the 20 closest to `want`
+/// (those sharing its stem first, then the longest common prefix) and the count.
+pub(crate) fn names_near(names: &[String], want: &str) -> String {
+    if names.len() <= 20 {
+        return names.join(", ");
+    }
+    let stem = want
+        .rsplit('.')
+        .next()
+        .unwrap_or(want)
+        .split('_')
+        .next()
+        .unwrap_or(want);
+    let prefix = |n: &str| n.bytes().zip(want.bytes()).take_while(|(a, b)| a == b).count();
+    let mut ranked: Vec<&String> = names.iter().collect();
+    ranked.sort_by_key(|n| (!n.contains(stem), std::cmp::Reverse(prefix(n))));
+    let mut near: Vec<&str> = ranked[..20].iter().map(|s| s.as_str()).collect();
+    near.sort();
+    format!("{}, ... ({} tensors in all)", near.join(", "), names.len())
 }

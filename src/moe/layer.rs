@@ -146,7 +146,13 @@ impl MoeLayer {
             )));
         }
         let el = c.local_experts;
-        if el == 0 || w.w13.shape.first() != Some(&el) {
+        if w.w13.shape.first() == Some(&0) || el == 0 {
+            return Err(MoeError::Shape(format!(
+                "w13_weight has shape {:?}: no experts (expected [E, 2I, H] with E >= 1)",
+                w.w13.shape
+            )));
+        }
+        if w.w13.shape.first() != Some(&el) {
             return Err(MoeError::Shape(format!(
                 "w13_weight holds {} experts, the configuration says {el}",
                 w.w13.shape.first().copied().unwrap_or(0)
