@@ -227,11 +227,26 @@ pub fn check_layer(
         let el = l.config.local_experts;
         let mut first = vec![None; el];
         for (g, &v) in m.iter().enumerate() {
-            if v < 0 {
+            if v == -1 {
                 continue;
             }
+            if v < -1 {
+                return Err(IoError::Invalid {
+                    path: f.path.clone(),
+                    msg: format!(
+                        "expert_map entry {v} (global expert {g}) is outside [-1, {el}) (-1 \
+                         marks an expert of another rank)"
+                    ),
+                });
+            }
             let Some(slot) = first.get_mut(v as usize) else {
-                continue; // out of range: MoeLayer::validate names it
+                return Err(IoError::Invalid {
+                    path: f.path.clone(),
+                    msg: format!(
+                        "expert_map entry {v} (global expert {g}) is outside [-1, {el}): the \
+                         weights hold {el} local experts"
+                    ),
+                });
             };
             if let Some(g0) = *slot {
                 return Err(IoError::Invalid {
