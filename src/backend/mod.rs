@@ -194,6 +194,16 @@ impl Backend {
         }
     }
 
+    /// The GEMM accumulation this backend actually uses for `requested`: the CPU honours it;
+    /// the GPU backends accumulate in f32 whatever is asked (WGSL has no f64), so a report
+    /// never claims f64 for them.
+    pub fn accumulation(&self, requested: crate::moe::Accumulate) -> crate::moe::Accumulate {
+        match self {
+            Backend::Cpu(_) => requested,
+            Backend::Wgpu(_) | Backend::Hip(_) => crate::moe::Accumulate::F32,
+        }
+    }
+
     /// The device this backend runs on, in words (adapter name, driver).
     pub fn adapter(&self) -> String {
         match self {

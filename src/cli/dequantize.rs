@@ -27,6 +27,7 @@ pub struct DequantizeArgs {
 }
 
 pub fn run(a: &DequantizeArgs) -> Result<()> {
+    io::check_outputs(&[("--output", &a.output)], &[("--input", &a.input)])?;
     let b = a.backend.open()?;
     let mx_file =
         !a.input.is_dir() && io::StFile::open(&a.input).is_ok_and(|f| f.meta("format").is_some());

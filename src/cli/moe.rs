@@ -34,9 +34,10 @@ pub struct MoeArgs {
     /// Activation QDQ scale mode (overrides the layer's `scale_mode`).
     #[arg(long)]
     scale_mode: Option<ScaleMode>,
-    /// GEMM accumulation: f64 (the oracle, CPU only) or f32.
-    #[arg(long, default_value = "f64")]
-    accumulate: Accumulate,
+    /// GEMM accumulation: f64 (the oracle, CPU only; the CPU's default) or f32 (the GPU
+    /// backends' only and default accumulation).
+    #[arg(long)]
+    accumulate: Option<Accumulate>,
     /// Intermediates: f32 (contract) or bf16 (vLLM parity).
     #[arg(long, default_value = "f32")]
     intermediate: Intermediate,
@@ -78,13 +79,12 @@ impl LayerOverrides {
 
 pub fn run(a: &MoeArgs) -> Result<()> {
     let (layer, input, output) = (&a.sel.layer, &a.input, &a.output);
-    let opts = MoeOptions {
-        accumulate: a.accumulate,
-        intermediate: a.intermediate,
-        ..MoeOptions::default()
-    };
+    io::check_outputs(&[("--output", output)], &[("--layer", layer), ("--input", input)])?;
     let t0 = Instant::now();
     let loaded = a.sel.load()?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {}: {w}", layer.display());
+    }
     let batch = io::load_batch_for(input, loaded.router.as_ref())?;
     let mut l = loaded.layer;
     if let Some(m) = a.scale_mode {
@@ -113,21 +113,40 @@ pub fn run(a: &MoeArgs) -> Result<()> {
     }
     let t_load = t0.elapsed();
     let b = a.backend.open()?;
+    // What the backend really accumulates in (the label and the metadata say that).
+    let accumulate = match a.accumulate {
+        Some(Accumulate::F64) if b.accumulation(Accumulate::F64) != Accumulate::F64 => bail!(
+            "--accumulate f64: backend {} accumulates in f32 only (f64 is the CPU reference's)",
+            b.name()
+        ),
+        Some(x) => x,
+        None => b.accumulation(Accumulate::F64),
+    };
+    let opts = MoeOptions {
+        accumulate,
+        intermediate: a.intermediate,
+        ..MoeOptions::default()
+    };
     let t1 = Instant::now();
     let res = b.moe_once(&l, &batch.hidden, &batch.logits, opts)?;
     let t_run = t1.elapsed();
     let c = &l.config;
-    let m = meta([
+    let mut m = meta([
         ("scheme", c.scheme.name()),
         ("backend", b.name().to_string()),
         ("scale_mode", c.act_scale_mode.name().to_string()),
         ("accumulate", opts.accumulate.name().to_string()),
         ("intermediate", opts.intermediate.name().to_string()),
     ]);
+    if !loaded.warnings.is_empty() {
+        // Recorded with the result: whoever reads it later sees the layer was suspect.
+        let w: Vec<String> = loaded.warnings.iter().map(|w| w.to_string()).collect();
+        m.insert("warnings".into(), w.join("; "));
+    }
     io::save_result(output, &res.output, c.hidden, &res.routing, m)?;
     eprintln!(
-        "moe {} ({} experts, H {}, I {}, top-{}) on {} tokens, backend {} [{}], {:?} accumulation, {} scales: load {:.2} s, run {:.3} s -> {}",
-        c.scheme, c.n_experts, c.hidden, c.inter, c.router.top_k, batch.m, b.name(), b.adapter(), opts.accumulate, c.act_scale_mode,
+        "moe {} ({} experts, H {}, I {}, top-{}) on {} tokens, backend {} [{}], {} accumulation, {} scales: load {:.2} s, run {:.3} s -> {}",
+        c.scheme, c.n_experts, c.hidden, c.inter, c.router.top_k, batch.m, b.name(), b.adapter(), opts.accumulate.name(), c.act_scale_mode,
         t_load.as_secs_f64(), t_run.as_secs_f64(), output.display()
     );
     Ok(())

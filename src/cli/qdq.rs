@@ -34,6 +34,7 @@ pub struct QdqArgs {
 
 pub fn run(a: &QdqArgs) -> Result<()> {
     let (format, mode) = (a.format, a.scale_mode);
+    io::check_outputs(&[("--output", &a.output)], &[("--input", &a.input)])?;
     let b = a.backend.open()?;
     let inputs = if a.tensors.is_empty() && a.pick.is_layer_input(&a.input) {
         a.pick.expert_floats(&b, &a.input)?.0

@@ -2,7 +2,7 @@
 //! layer's experts, to an MX format.
 
 use super::{note, BackendArgs, LayerPick};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use mxmoe::format::{MxFormat, ScaleMode};
 use mxmoe::io::{self, FloatTensor, StFile};
@@ -42,12 +42,25 @@ pub struct QuantizeArgs {
 pub fn run(a: &QuantizeArgs) -> Result<()> {
     let (format, mode) = (a.format, a.scale_mode);
     let b = a.backend.open()?;
+    io::check_outputs(&[("--output", &a.output)], &[("--input", &a.input)])?;
     let inputs = if a.tensors.is_empty() && a.pick.is_layer_input(&a.input) {
         a.pick.expert_floats(&b, &a.input)?.0
     } else {
         let f = StFile::open(&a.input)?;
         io::float_tensors_named(&f, &a.tensors, note)?
     };
+    // Each T becomes T and T_scale: refuse a file where that writes one name twice.
+    let taken: std::collections::HashSet<&str> = inputs.iter().map(|t| t.name.as_str()).collect();
+    if let Some(t) = inputs
+        .iter()
+        .find(|t| taken.contains(format!("{}_scale", t.name).as_str()))
+    {
+        let (file, n) = (a.input.display(), &t.name);
+        bail!(
+            "{file}: tensors '{n}' and '{n}_scale' are both float tensors to quantize, but the \
+             quantized '{n}' is stored with its scales as '{n}_scale' (rename one of them)"
+        );
+    }
     let mut out = Vec::new();
     for FloatTensor { name, data, shape } in inputs {
         let t = b

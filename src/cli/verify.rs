@@ -81,7 +81,16 @@ fn load_theirs(path: &Path) -> Result<Theirs> {
 }
 
 fn report(a: &VerifyArgs) -> Result<VerifyReport> {
+    if let Some(j) = &a.json {
+        io::check_outputs(
+            &[("--json", j)],
+            &[("--layer", &a.sel.layer), ("--input", &a.input), ("--result", &a.result)],
+        )?;
+    }
     let loaded = a.sel.load()?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {}: {w}", a.sel.layer.display());
+    }
     let batch = io::load_batch_for(&a.input, loaded.router.as_ref())?;
     let l = loaded.layer;
     let (output, ids, weights) = load_theirs(&a.result)?;
@@ -111,7 +120,7 @@ pub fn run(a: &VerifyArgs) -> Result<()> {
     print(&rep);
     if let Some(p) = &a.json {
         let text = serde_json::to_string_pretty(&rep)?;
-        std::fs::write(p, text + "\n").with_context(|| format!("writing {}", p.display()))?;
+        io::write_atomic(p, (text + "\n").as_bytes())?;
     }
     if !rep.verdict.passed() {
         bail!("result does not match the reference")

@@ -29,6 +29,7 @@
 use super::gptoss::gptoss_mx;
 use super::model::Store;
 use super::stfile::list_names;
+use super::validate::{check_layer_at, LayerNames};
 use super::{IoError, LoadedLayer, StFile};
 use crate::format::{Bytes, MxFormat, MxTensor, ScaleMode, BLOCK};
 use crate::moe::{
@@ -686,6 +687,22 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
             s.file(d)?.mx_pair(d, sc, w)
         }
     };
+    // Names for the warnings of `validate::check_layer_at` (NaN blocks, non-finite biases).
+    let (scale13, scale2, bias13, bias2) = match &info.key {
+        Key::Stacked(n) => (
+            n.w13_scale.clone(),
+            n.w2_scale.clone(),
+            n.w13_bias.clone(),
+            n.w2_bias.clone(),
+        ),
+        Key::PerExpert { prefix, .. } => (
+            format!("{prefix}.E.{{gate,up}}_proj.weight_scale"),
+            format!("{prefix}.E.down_proj.weight_scale"),
+            String::new(),
+            String::new(),
+        ),
+        Key::Gguf(_) => unreachable!("GGUF layers load through io::gguf"),
+    };
     let (weights, router, orig) = match &info.key {
         Key::Stacked(n) => {
             let w13 = mx(&n.w13, &n.w13_scale, n.blocks4d)?;
@@ -768,6 +785,18 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
         config: info.config.clone(),
         weights,
     };
+    // The file-level checks first: their messages name the checkpoint's keys and tensors.
+    let meta_n = match s.single_file() {
+        Some(f) => f.meta_parse::<usize>("n_experts")?,
+        None => None,
+    };
+    let names = LayerNames {
+        w13_scale: &scale13,
+        w2_scale: &scale2,
+        w13_bias: &bias13,
+        w2_bias: &bias2,
+    };
+    let warnings = check_layer_at(&s.root, meta_n, &layer, &names)?;
     layer
         .validate()
         .map_err(|err| invalid(&s.root, format!("layer '{}': {err}", info.name)))?;
@@ -777,6 +806,7 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
         w13_orig,
         w2_orig,
         router,
+        warnings,
     })
 }
 

@@ -90,7 +90,7 @@ fn float_tensors_in(
         return Err(invalid(format!(
             "no {}float tensors to process (tensors: {})",
             if two_d_only { "2-D " } else { "" },
-            f.names().join(", ")
+            super::stfile::names_hint(f.names_ref())
         )));
     }
     Ok(out)

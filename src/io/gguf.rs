@@ -606,6 +606,21 @@ impl GgufFile {
                 expert_map: None,
             },
         };
+        let (s13, s2) = (
+            format!("blk.{b}.ffn_gate_exps.weight + ffn_up_exps.weight (scales)"),
+            format!("blk.{b}.ffn_down_exps.weight (scales)"),
+        );
+        let (b13, b2) = (
+            format!("blk.{b}.ffn_gate_exps.bias + ffn_up_exps.bias"),
+            format!("blk.{b}.ffn_down_exps.bias"),
+        );
+        let names = super::validate::LayerNames {
+            w13_scale: &s13,
+            w2_scale: &s2,
+            w13_bias: &b13,
+            w2_bias: &b2,
+        };
+        let warnings = super::validate::check_layer_at(&self.path, None, &layer, &names)?;
         layer
             .validate()
             .map_err(|x| inv(format!("layer blk.{b}: {x}")))?;
@@ -614,6 +629,7 @@ impl GgufFile {
             w13_orig: None,
             w2_orig: None,
             router,
+            warnings,
         })
     }
 }

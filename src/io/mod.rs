@@ -19,7 +19,9 @@ mod gptoss;
 mod layer;
 pub mod model;
 mod mx;
+mod output;
 mod stfile;
+mod validate;
 
 pub use batch::{
     load_batch, load_batch_for, load_result, save_batch, save_result, MoeResult, TokenBatch,
@@ -29,7 +31,9 @@ pub use floats::{float_tensors, float_tensors_named, FloatTensor};
 pub use layer::{load_layer, save_layer, save_loaded, LoadedLayer};
 pub use model::{list_layers, load_layer_with, LayerQuery};
 pub use mx::{load_mx, save_mx, MxTensors};
-pub use stfile::{save, write_atomic, write_atomic_with, OutTensor, StFile};
+pub use output::{all_or_nothing, check_input, check_outputs, write_atomic, write_atomic_with};
+pub use stfile::{save, OutTensor, StFile};
+pub use validate::LayerWarning;
 
 use std::path::Path;
 
