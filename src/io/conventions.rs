@@ -154,9 +154,13 @@ fn layer_number(name: &str) -> Option<usize> {
 pub fn find_layers(s: &Store, scheme: Option<Scheme>) -> Result<Vec<LayerInfo>, IoError> {
     let mut keys: Vec<(String, Convention, Key)> = Vec::new();
     let mut per_expert: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    // A stacked layer's companion tensor that is missing (`X.w13_weight` without `X.w2_weight`).
+    let mut partial: Option<String> = None;
     for n in s.names() {
         if let Some(p) = n.strip_suffix("w13_weight") {
-            if s.has(&format!("{p}w2_weight")) {
+            if !s.has(&format!("{p}w2_weight")) {
+                partial.get_or_insert(format!("{p}w2_weight"));
+            } else {
                 let conv = if p.is_empty() {
                     Convention::Bundle
                 } else {
@@ -225,6 +229,16 @@ pub fn find_layers(s: &Store, scheme: Option<Scheme>) -> Result<Vec<LayerInfo>, 
         ));
     }
     if keys.is_empty() {
+        if let Some(t) = partial {
+            return Err(IoError::Missing {
+                path: s.root.clone(),
+                hint: format!(
+                    " (the layer's w13_weight is there; the file has: {})",
+                    super::stfile::names_near(s.names(), &t)
+                ),
+                tensor: t,
+            });
+        }
         return Err(invalid(
             &s.root,
             format!(

@@ -49,6 +49,10 @@ pub const MXFP4_BLOCK_BYTES: usize = 17;
 /// Whether a file starts with the GGUF magic.
 pub fn is_gguf(path: &Path) -> bool {
     use std::io::Read;
+    // Only a regular file is opened: opening a FIFO for reading would block.
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let mut m = [0u8; 4];
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut m))

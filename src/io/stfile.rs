@@ -110,7 +110,10 @@ pub fn save(
     let mut order: Vec<&OutTensor> = tensors.iter().collect();
     order.sort_by(|a, b| b.dtype.cmp(&a.dtype).then_with(|| a.name.cmp(&b.name)));
     if let Some(w) = order.windows(2).find(|w| w[0].name == w[1].name) {
-        return Err(invalid(format!("tensor '{}' given twice", w[0].name)));
+        return Err(invalid(format!(
+            "tensor '{}' would be written twice (a safetensors file holds one tensor per name)",
+            w[0].name
+        )));
     }
     let mut header: BTreeMap<String, serde_json::Value> = BTreeMap::new();
     let mut off = 0usize;
