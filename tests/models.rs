@@ -514,7 +514,7 @@ fn write_gguf(path: &Path, srcs: &[Source]) {
         offsets.push(off);
         off += (t.data.len() as u64).div_ceil(32) * 32;
     }
-    while out.len() % 32 != 0 {
+    while !out.len().is_multiple_of(32) {
         out.push(0);
     }
     let data_start = out.len();
@@ -773,7 +773,7 @@ fn gguf_nibble_order_by_hand() {
         out.extend(39u32.to_le_bytes());
         out.extend(((k * 32 * 17).div_ceil(32) as u64 * 32).to_le_bytes());
     }
-    while out.len() % 32 != 0 {
+    while !out.len().is_multiple_of(32) {
         out.push(0);
     }
     let start = out.len();
@@ -894,7 +894,7 @@ fn each_convention_through_the_cli_on_both_backends() {
             "--layer",
             s(&c.dir),
             "--layer-name",
-            &format!("{}", io::list_layers(&c.dir, None).unwrap()[1].name),
+            &io::list_layers(&c.dir, None).unwrap()[1].name.clone(),
             "--output",
             s(&bundle),
         ]);
