@@ -272,7 +272,8 @@ fn write_vllm(dir: &Path, srcs: &[Source]) {
 fn per_expert_tensors(p: &str, layer: &MoeLayer, fmt: MxFormat) -> Vec<OutTensor> {
     let w = &layer.weights;
     let e = layer.config.local_experts;
-    let (r13, r2) = (fmt.packed_len(H), fmt.packed_len(I));
+    let (h_, i_) = (layer.config.hidden, layer.config.inter);
+    let (r13, r2) = (fmt.packed_len(h_), fmt.packed_len(i_));
     let mut t = Vec::new();
     for x in 0..e {
         let rows = |m: &MxTensor, rb: usize, sb: usize, r0: usize, n: usize, base: usize| {
@@ -280,13 +281,13 @@ fn per_expert_tensors(p: &str, layer: &MoeLayer, fmt: MxFormat) -> Vec<OutTensor
             let c = m.scales[(base + r0) * sb..(base + r0 + n) * sb].to_vec();
             (d, c)
         };
-        let (g, gs) = rows(&w.w13, r13, H / 32, 0, I, x * 2 * I);
-        let (u, us) = rows(&w.w13, r13, H / 32, I, I, x * 2 * I);
-        let (d, ds) = rows(&w.w2, r2, I / 32, 0, H, x * H);
+        let (g, gs) = rows(&w.w13, r13, h_ / 32, 0, i_, x * 2 * i_);
+        let (u, us) = rows(&w.w13, r13, h_ / 32, i_, i_, x * 2 * i_);
+        let (d, ds) = rows(&w.w2, r2, i_ / 32, 0, h_, x * h_);
         for (name, data, sc, n, rb, sb) in [
-            ("gate_proj", g, gs, I, r13, H / 32),
-            ("up_proj", u, us, I, r13, H / 32),
-            ("down_proj", d, ds, H, r2, I / 32),
+            ("gate_proj", g, gs, i_, r13, h_ / 32),
+            ("up_proj", u, us, i_, r13, h_ / 32),
+            ("down_proj", d, ds, h_, r2, i_ / 32),
         ] {
             t.push(OutTensor::u8(
                 format!("{p}{x}.{name}.weight"),
@@ -399,14 +400,16 @@ fn write_gguf(path: &Path, srcs: &[Source]) {
     let mut ts: Vec<T> = Vec::new();
     for (n, src) in srcs.iter().enumerate() {
         let w = &src.layer.weights;
-        let (rb13, sb13) = (H / 2, H / 32);
-        let (rb2, sb2) = (I / 2, I / 32);
+        let c = &src.layer.config;
+        let (e_, h_, i_) = (c.local_experts, c.hidden, c.inter);
+        let (rb13, sb13) = (h_ / 2, h_ / 32);
+        let (rb2, sb2) = (i_ / 2, i_ / 32);
         let mut gate = Vec::new();
         let mut up = Vec::new();
         let mut down = Vec::new();
-        for x in 0..E {
-            for r in 0..2 * I {
-                let row = x * 2 * I + r;
+        for x in 0..e_ {
+            for r in 0..2 * i_ {
+                let row = x * 2 * i_ + r;
                 let g = ggml_mxfp4_row(
                     &w.w13.data[row * rb13..(row + 1) * rb13],
                     &w.w13.scales[row * sb13..(row + 1) * sb13],
@@ -417,8 +420,8 @@ fn write_gguf(path: &Path, srcs: &[Source]) {
                     up.extend(g)
                 }
             }
-            for r in 0..H {
-                let row = x * H + r;
+            for r in 0..h_ {
+                let row = x * h_ + r;
                 down.extend(ggml_mxfp4_row(
                     &w.w2.data[row * rb2..(row + 1) * rb2],
                     &w.w2.scales[row * sb2..(row + 1) * sb2],
@@ -426,13 +429,13 @@ fn write_gguf(path: &Path, srcs: &[Source]) {
             }
         }
         let b13 = w.w13_bias.as_ref().unwrap();
-        let gb: Vec<f32> = (0..E * I)
-            .map(|k| b13[(k / I) * 2 * I + 2 * (k % I)])
+        let gb: Vec<f32> = (0..e_ * i_)
+            .map(|k| b13[(k / i_) * 2 * i_ + 2 * (k % i_)])
             .collect();
-        let ub: Vec<f32> = (0..E * I)
-            .map(|k| b13[(k / I) * 2 * I + 2 * (k % I) + 1])
+        let ub: Vec<f32> = (0..e_ * i_)
+            .map(|k| b13[(k / i_) * 2 * i_ + 2 * (k % i_) + 1])
             .collect();
-        let (e, h, i) = (E as u64, H as u64, I as u64);
+        let (e, h, i) = (e_ as u64, h_ as u64, i_ as u64);
         let b = format!("blk.{n}");
         ts.extend([
             T {
@@ -514,7 +517,7 @@ fn write_gguf(path: &Path, srcs: &[Source]) {
         offsets.push(off);
         off += (t.data.len() as u64).div_ceil(32) * 32;
     }
-    while out.len() % 32 != 0 {
+    while !out.len().is_multiple_of(32) {
         out.push(0);
     }
     let data_start = out.len();
@@ -773,7 +776,7 @@ fn gguf_nibble_order_by_hand() {
         out.extend(39u32.to_le_bytes());
         out.extend(((k * 32 * 17).div_ceil(32) as u64 * 32).to_le_bytes());
     }
-    while out.len() % 32 != 0 {
+    while !out.len().is_multiple_of(32) {
         out.push(0);
     }
     let start = out.len();
@@ -894,7 +897,7 @@ fn each_convention_through_the_cli_on_both_backends() {
             "--layer",
             s(&c.dir),
             "--layer-name",
-            &format!("{}", io::list_layers(&c.dir, None).unwrap()[1].name),
+            &io::list_layers(&c.dir, None).unwrap()[1].name.clone(),
             "--output",
             s(&bundle),
         ]);
@@ -1165,7 +1168,13 @@ fn quantize_tools_take_any_rank_and_checkpoints() {
 #[test]
 fn damaged_gguf_never_panics() {
     let d = tempfile::tempdir().unwrap();
-    let src = vec![source(Scheme::new(MxFormat::Fp4E2M1, None), E, Activation::SwigluOai, true, 90)];
+    let src = vec![source(
+        Scheme::new(MxFormat::Fp4E2M1, None),
+        E,
+        Activation::SwigluOai,
+        true,
+        90,
+    )];
     let good = d.path().join("good.gguf");
     write_gguf(&good, &src);
     let bytes = std::fs::read(&good).unwrap();
@@ -1179,7 +1188,10 @@ fn damaged_gguf_never_panics() {
         }
     };
     let header_end = bytes.len() - 4 * E * (2 * I * H + H * I) * 17 / 32 / 4; // roughly past the infos
-    for n in (0..header_end.min(bytes.len())).step_by(7).chain([bytes.len() - 1]) {
+    for n in (0..header_end.min(bytes.len()))
+        .step_by(7)
+        .chain([bytes.len() - 1])
+    {
         try_load(&bytes[..n]);
     }
     for k in 0..header_end.min(bytes.len()).min(1200) {
@@ -1201,33 +1213,117 @@ fn model_directory_errors_and_selection() {
     assert!(e.contains("no model.safetensors.index.json"), "{e}");
     // 12 layers, one file: layer 1 by index and by the name prefix `model.layers.1`.
     let srcs: Vec<Source> = (0..12)
-        .map(|k| source(Scheme::new(MxFormat::Fp4E2M1, Some(MxFormat::Fp4E2M1)), E, Activation::Silu, false, 100 + k))
+        .map(|k| {
+            source(
+                Scheme::new(MxFormat::Fp4E2M1, Some(MxFormat::Fp4E2M1)),
+                E,
+                Activation::Silu,
+                false,
+                100 + k,
+            )
+        })
         .collect();
     write_vllm(&dir, &srcs);
     let layers = io::list_layers(&dir, None).unwrap();
-    assert_eq!(layers.iter().map(|l| l.index).collect::<Vec<_>>(), (0..12).collect::<Vec<_>>());
+    assert_eq!(
+        layers.iter().map(|l| l.index).collect::<Vec<_>>(),
+        (0..12).collect::<Vec<_>>()
+    );
     for q in [
-        LayerQuery { index: Some(10), ..LayerQuery::default() },
-        LayerQuery { name: Some("model.layers.10".into()), ..LayerQuery::default() },
-        LayerQuery { name: Some("model.layers.10.mlp".into()), ..LayerQuery::default() },
+        LayerQuery {
+            index: Some(10),
+            ..LayerQuery::default()
+        },
+        LayerQuery {
+            name: Some("model.layers.10".into()),
+            ..LayerQuery::default()
+        },
+        LayerQuery {
+            name: Some("model.layers.10.mlp".into()),
+            ..LayerQuery::default()
+        },
     ] {
         let l = io::load_layer_with(&dir, &q).unwrap();
         assert_eq!(l.layer.weights.w13, srcs[10].layer.weights.w13, "{q:?}");
     }
-    let l = io::load_layer_with(&dir, &LayerQuery { name: Some("model.layers.1".into()), ..LayerQuery::default() }).unwrap();
+    let l = io::load_layer_with(
+        &dir,
+        &LayerQuery {
+            name: Some("model.layers.1".into()),
+            ..LayerQuery::default()
+        },
+    )
+    .unwrap();
     assert_eq!(l.layer.weights.w13, srcs[1].layer.weights.w13);
-    let e = io::load_layer_with(&dir, &LayerQuery { index: Some(12), ..LayerQuery::default() }).unwrap_err().to_string();
-    assert!(e.contains("no MoE layer with index 12") && e.contains("11 (model.layers.11.mlp)"), "{e}");
+    let e = io::load_layer_with(
+        &dir,
+        &LayerQuery {
+            index: Some(12),
+            ..LayerQuery::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("no MoE layer with index 12") && e.contains("11 (model.layers.11.mlp)"),
+        "{e}"
+    );
     // An index naming a shard that is not there.
     write_json(
         &dir.join("model.safetensors.index.json"),
         serde_json::json!({"weight_map": {"a": "model.safetensors", "b": "model-2.safetensors"}}),
     );
     let e = io::list_layers(&dir, None).unwrap_err().to_string();
-    assert!(e.contains("model-2.safetensors") && e.contains("missing"), "{e}");
+    assert!(
+        e.contains("model-2.safetensors") && e.contains("missing"),
+        "{e}"
+    );
     // The same tensor in two shards.
     std::fs::remove_file(dir.join("model.safetensors.index.json")).unwrap();
-    io::save(&dir.join("model-2.safetensors"), &[decoy(0)], HashMap::new()).unwrap();
+    io::save(
+        &dir.join("model-2.safetensors"),
+        &[decoy(0)],
+        HashMap::new(),
+    )
+    .unwrap();
     let e = io::list_layers(&dir, None).unwrap_err().to_string();
     assert!(e.contains("in two shards") && e.contains("q_proj"), "{e}");
+}
+
+/// Not a test: writes the big fixtures docs/loading.md measures, from layers `mxmoe gen` made in
+/// `$MXMOE_BIG_DIR`: `ds.safetensors` (DeepSeek-R1 shape) as a Quark per-expert directory
+/// `ds-per-expert/`, and `gptoss.safetensors` (gpt-oss-120b shape, with biases) as
+/// `gptoss.gguf`. Run with `MXMOE_BIG_DIR=... cargo test --release --test models -- --ignored`.
+#[test]
+#[ignore]
+fn make_big_fixtures() {
+    let Ok(dir) = std::env::var("MXMOE_BIG_DIR") else {
+        eprintln!("MXMOE_BIG_DIR not set: nothing to write");
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let ds = dir.join("ds.safetensors");
+    if ds.exists() {
+        let l = io::load_layer(&ds).unwrap().layer;
+        let out = dir.join("ds-per-expert");
+        std::fs::create_dir_all(&out).unwrap();
+        let t = per_expert_tensors("model.layers.3.mlp.experts.", &l, MxFormat::Fp4E2M1);
+        io::save(&out.join("model.safetensors"), &t, HashMap::new()).unwrap();
+        write_json(
+            &out.join("config.json"),
+            quark_config("fp4", "fp4", serde_json::json!({"num_experts_per_tok": 8})),
+        );
+    }
+    let g = dir.join("gptoss.safetensors");
+    if g.exists() {
+        let l = io::load_layer(&g).unwrap().layer;
+        let (e, h) = (l.config.local_experts, l.config.hidden);
+        let src = Source {
+            router_w: vec![0.0; e * h],
+            router_b: vec![0.0; e],
+            corr: Vec::new(),
+            layer: l,
+        };
+        write_gguf(&dir.join("gptoss.gguf"), &[src]);
+    }
 }

@@ -130,7 +130,7 @@ pub fn save(
         header.insert("__metadata__".into(), serde_json::json!(sorted));
     }
     let mut h = serde_json::to_vec(&header).expect("a JSON value serializes");
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     write_atomic_with(path, |w| {
