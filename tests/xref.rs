@@ -11,7 +11,9 @@ use mxmoe::io::StFile;
 use std::path::PathBuf;
 
 fn open(name: &str) -> StFile {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("xref/vectors").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("xref/vectors")
+        .join(name);
     StFile::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -24,7 +26,8 @@ fn bytes(f: &StFile, n: &str) -> Vec<u8> {
 }
 
 fn cases(f: &StFile, fmt: &str) -> Vec<String> {
-    let v: serde_json::Value = serde_json::from_str(f.meta("cases").expect("cases metadata")).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(f.meta("cases").expect("cases metadata")).unwrap();
     match &v {
         serde_json::Value::Object(m) => &m[fmt],
         _ => &v,
@@ -66,7 +69,10 @@ impl Tally {
             self.blocks, self.elements, self.skipped, self.contract_differs
         );
         assert!(self.blocks > 0);
-        assert!(self.contract_differs > 0, "{peer}: the vectors never tell the profile from the contract");
+        assert!(
+            self.contract_differs > 0,
+            "{peer}: the vectors never tell the profile from the contract"
+        );
     }
 }
 
@@ -90,8 +96,21 @@ fn fmt(s: &str) -> MxFormat {
     s.parse().unwrap()
 }
 
-const FLOATS: [&str; 5] = ["mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxfp8_e5m2"];
-const ALL: [&str; 6] = ["mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxfp8_e5m2", "mxint8"];
+const FLOATS: [&str; 5] = [
+    "mxfp4",
+    "mxfp6_e2m3",
+    "mxfp6_e3m2",
+    "mxfp8_e4m3",
+    "mxfp8_e5m2",
+];
+const ALL: [&str; 6] = [
+    "mxfp4",
+    "mxfp6_e2m3",
+    "mxfp6_e3m2",
+    "mxfp8_e4m3",
+    "mxfp8_e5m2",
+    "mxint8",
+];
 
 #[test]
 fn torchao_profile_matches_torchao_vectors() {
@@ -112,7 +131,12 @@ fn torchao_profile_matches_torchao_vectors() {
             for (i, xb) in x.chunks_exact(BLOCK).enumerate() {
                 let b = p.block(format, mode, xb);
                 let what = format!("torchao {key}");
-                assert_eq!(b.byte, Some(scale[i]), "{what}: block {i} ({}): scale byte", desc[i]);
+                assert_eq!(
+                    b.byte,
+                    Some(scale[i]),
+                    "{what}: block {i} ({}): scale byte",
+                    desc[i]
+                );
                 let want = &codes[i * cb..(i + 1) * cb];
                 if format == MxFormat::Fp4E2M1 {
                     // torchao's `pack_uint4`: c[2i] | c[2i+1] << 4 on u8 (NaN garbage included).
@@ -123,7 +147,14 @@ fn torchao_profile_matches_torchao_vectors() {
                 } else {
                     assert_eq!(&b.codes[..], want, "{what}: block {i} ({}): codes", desc[i]);
                 }
-                check_values(&what, &desc[i], i, xb, &b.qdq, &deq[i * BLOCK..(i + 1) * BLOCK]);
+                check_values(
+                    &what,
+                    &desc[i],
+                    i,
+                    xb,
+                    &b.qdq,
+                    &deq[i * BLOCK..(i + 1) * BLOCK],
+                );
                 t.contract(format, mode, xb, &deq[i * BLOCK..(i + 1) * BLOCK]);
                 t.blocks += 1;
                 t.elements += BLOCK;
@@ -148,7 +179,14 @@ fn quark_profile_matches_quark_vectors() {
             let qdq = floats(&f, &format!("{key}.qdq"));
             for (i, xb) in x.chunks_exact(BLOCK).enumerate() {
                 let b = p.block(format, mode, xb);
-                check_values(&format!("quark {key}"), &desc[i], i, xb, &b.qdq, &qdq[i * BLOCK..(i + 1) * BLOCK]);
+                check_values(
+                    &format!("quark {key}"),
+                    &desc[i],
+                    i,
+                    xb,
+                    &b.qdq,
+                    &qdq[i * BLOCK..(i + 1) * BLOCK],
+                );
                 t.contract(format, mode, xb, &qdq[i * BLOCK..(i + 1) * BLOCK]);
                 t.blocks += 1;
                 t.elements += BLOCK;
@@ -170,8 +208,20 @@ fn microxcaling_profile_matches_microxcaling_vectors() {
         let qdq = floats(&f, &format!("{name}.nearest.qdq"));
         for (i, xb) in x.chunks_exact(BLOCK).enumerate() {
             let b = p.block(format, ScaleMode::Floor, xb);
-            check_values(&format!("microxcaling {name}"), &desc[i], i, xb, &b.qdq, &qdq[i * BLOCK..(i + 1) * BLOCK]);
-            t.contract(format, ScaleMode::Floor, xb, &qdq[i * BLOCK..(i + 1) * BLOCK]);
+            check_values(
+                &format!("microxcaling {name}"),
+                &desc[i],
+                i,
+                xb,
+                &b.qdq,
+                &qdq[i * BLOCK..(i + 1) * BLOCK],
+            );
+            t.contract(
+                format,
+                ScaleMode::Floor,
+                xb,
+                &qdq[i * BLOCK..(i + 1) * BLOCK],
+            );
             t.blocks += 1;
             t.elements += BLOCK;
         }
@@ -201,12 +251,34 @@ fn nvidia_profile_matches_modelopt_vectors() {
             }
             let b = p.block(format, ScaleMode::RCeil, xb);
             let what = format!("nvidia {name}");
-            assert_eq!(b.byte, Some(scale[i]), "{what}: block {i} ({}): scale byte", desc[i]);
+            assert_eq!(
+                b.byte,
+                Some(scale[i]),
+                "{what}: block {i} ({}): scale byte",
+                desc[i]
+            );
             let mut packed = [0u8; BLOCK];
             p.pack(format, &b.codes, &mut packed[..cb]);
-            assert_eq!(&packed[..cb], &codes[i * cb..(i + 1) * cb], "{what}: block {i} ({}): codes", desc[i]);
-            check_values(&what, &desc[i], i, xb, &b.qdq, &deq[i * BLOCK..(i + 1) * BLOCK]);
-            t.contract(format, ScaleMode::RCeil, xb, &deq[i * BLOCK..(i + 1) * BLOCK]);
+            assert_eq!(
+                &packed[..cb],
+                &codes[i * cb..(i + 1) * cb],
+                "{what}: block {i} ({}): codes",
+                desc[i]
+            );
+            check_values(
+                &what,
+                &desc[i],
+                i,
+                xb,
+                &b.qdq,
+                &deq[i * BLOCK..(i + 1) * BLOCK],
+            );
+            t.contract(
+                format,
+                ScaleMode::RCeil,
+                xb,
+                &deq[i * BLOCK..(i + 1) * BLOCK],
+            );
             t.blocks += 1;
             t.elements += BLOCK;
         }
@@ -237,13 +309,35 @@ fn ggml_profile_matches_gguf_vectors() {
         let mut qs = [0u8; 16];
         p.pack(MxFormat::Fp4E2M1, &b.codes, &mut qs);
         assert_eq!(&qs[..], &want[1..], "ggml block {i} ({}): qs", desc[i]);
-        check_values("ggml", &desc[i], i, xb, &b.qdq, &deq[i * BLOCK..(i + 1) * BLOCK]);
+        check_values(
+            "ggml",
+            &desc[i],
+            i,
+            xb,
+            &b.qdq,
+            &deq[i * BLOCK..(i + 1) * BLOCK],
+        );
         // The profile's dequantize of its own bytes gives the peer's values too.
         let mut codes = [0u8; BLOCK];
         p.unpack(MxFormat::Fp4E2M1, &qs, &mut codes);
-        let d: Vec<f32> = codes.iter().map(|&c| p.dequant_elem(MxFormat::Fp4E2M1, c, want[0])).collect();
-        check_values("ggml dequantize", &desc[i], i, xb, &d, &deq[i * BLOCK..(i + 1) * BLOCK]);
-        t.contract(MxFormat::Fp4E2M1, ScaleMode::Floor, xb, &deq[i * BLOCK..(i + 1) * BLOCK]);
+        let d: Vec<f32> = codes
+            .iter()
+            .map(|&c| p.dequant_elem(MxFormat::Fp4E2M1, c, want[0]))
+            .collect();
+        check_values(
+            "ggml dequantize",
+            &desc[i],
+            i,
+            xb,
+            &d,
+            &deq[i * BLOCK..(i + 1) * BLOCK],
+        );
+        t.contract(
+            MxFormat::Fp4E2M1,
+            ScaleMode::Floor,
+            xb,
+            &deq[i * BLOCK..(i + 1) * BLOCK],
+        );
         t.blocks += 1;
         t.elements += BLOCK;
     }
@@ -273,7 +367,9 @@ fn ocp_profile_matches_microxcaling_even_vectors() {
             // An f32 log2 that rounds to an integer above the exact floor, for any element.
             let log2_rounds = xb.iter().any(|&v| {
                 let a = v.abs();
-                a > 0.0 && a.is_finite() && ((a as f64).log2() as f32).floor() as i32 != (a.to_bits() >> 23) as i32 - 127
+                a > 0.0
+                    && a.is_finite()
+                    && ((a as f64).log2() as f32).floor() as i32 != (a.to_bits() >> 23) as i32 - 127
                     && a.to_bits() >> 23 != 0
             });
             let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));

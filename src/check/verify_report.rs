@@ -125,6 +125,8 @@ pub struct WorstElement {
 /// Everything `mxmoe verify` reports.
 #[derive(Clone, Debug, Serialize)]
 pub struct VerifyReport {
+    /// The compatibility profile the reference ran under (`contract` by default).
+    pub profile: &'static str,
     /// `match` or `mismatch`.
     pub verdict: Verdict,
     /// `BIT-EXACT`, `WITHIN TOLERANCE` or `WRONG`.

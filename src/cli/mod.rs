@@ -15,6 +15,7 @@ mod verify;
 use anyhow::{anyhow, Result};
 use clap::{Args, Parser, Subcommand};
 use mxmoe::backend::{Backend, BackendKind};
+use mxmoe::format::ProfileId;
 use std::collections::HashMap;
 
 #[derive(Parser)]
@@ -110,6 +111,17 @@ pub fn open_backends(which: &str, adapter: Option<&str>) -> Result<Vec<Opened>> 
         .into_iter()
         .map(|(n, k)| (n, Backend::open(k, adapter).map_err(|e| e.to_string())))
         .collect())
+}
+
+/// `--profile` of the commands that quantize: a non-default profile runs on the CPU reference.
+pub fn profile_backend(profile: ProfileId, b: &BackendArgs) -> Result<()> {
+    if profile != ProfileId::Contract && b.backend != BackendKind::Cpu {
+        anyhow::bail!(
+            "--profile {profile} reproduces {} and runs on the CPU reference only (use --backend cpu)",
+            profile.spec().peer
+        );
+    }
+    Ok(())
 }
 
 /// safetensors metadata from key-value pairs.

@@ -6,6 +6,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use mxmoe::check::verify::{self, VerifyOptions, VerifyReport};
+use mxmoe::format::ProfileId;
 use mxmoe::io::{self, StFile};
 use std::path::{Path, PathBuf};
 
@@ -39,6 +40,10 @@ pub struct VerifyArgs {
     /// Accept only the contract: bf16 intermediates become the fault `bf16_intermediates`.
     #[arg(long)]
     contract_only: bool,
+    /// Compatibility profile the reference runs under: contract (default), ocp, quark, torchao,
+    /// nvidia, microxcaling or ggml (docs/NUMERICS.md 17).
+    #[arg(long, default_value = "contract")]
+    profile: ProfileId,
     /// Write the whole report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -87,6 +92,7 @@ fn report(a: &VerifyArgs) -> Result<VerifyReport> {
     let opts = VerifyOptions {
         tolerance_cap: a.tolerance,
         accept_bf16: !a.contract_only,
+        profile: a.profile,
     };
     verify::verify_with(
         &l,
@@ -130,6 +136,9 @@ fn print(r: &VerifyReport) {
         ),
         (None, _) => "ids not given".to_string(),
     };
+    if r.profile != "contract" {
+        println!("profile: {}", r.profile);
+    }
     println!("routing: {routing}");
     if let Some(w) = r.routing_weights_rel_l2 {
         println!(

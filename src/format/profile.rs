@@ -15,8 +15,8 @@
 
 use super::codec::encode_elem;
 use super::{
-    dequant_elem, quantize_block, ElemKind, FormatError, MxFormat, MxTensor,
-    ScaleMode, BLOCK, SCALE_NAN,
+    dequant_elem, quantize_block, ElemKind, FormatError, MxFormat, MxTensor, ScaleMode, BLOCK,
+    SCALE_NAN,
 };
 use std::fmt;
 use std::str::FromStr;
@@ -340,7 +340,12 @@ impl Profile {
                 profile: self.name,
                 peer: self.peer,
                 format: fmt,
-                have: self.formats.iter().map(|f| f.name()).collect::<Vec<_>>().join(", "),
+                have: self
+                    .formats
+                    .iter()
+                    .map(|f| f.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         }
         if !self.modes.contains(&mode) {
@@ -348,7 +353,12 @@ impl Profile {
                 profile: self.name,
                 peer: self.peer,
                 mode,
-                have: self.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "),
+                have: self
+                    .modes
+                    .iter()
+                    .map(|m| m.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         }
         Ok(())
@@ -389,9 +399,7 @@ impl Profile {
         match (self.engine, byte) {
             // vLLM `mxfp6_utils.py::_dequant_mxfp6` / Quark HIP bf16: 2^(255-127) = +Inf, so
             // x * Inf (NUMERICS.md 16, Q8); 0 * Inf = NaN.
-            (Engine::Quark, SCALE_NAN) => {
-                dequant_elem(fmt, code, 127) * f32::INFINITY
-            }
+            (Engine::Quark, SCALE_NAN) => dequant_elem(fmt, code, 127) * f32::INFINITY,
             // ggml `ggml_e8m0_to_fp32_half(255)` = 2^127 times the doubled table value.
             (Engine::Ggml, SCALE_NAN) => {
                 (dequant_elem(fmt, code, 127) * 2.0) * f32::from_bits(254 << 23)
@@ -623,7 +631,8 @@ fn torchao_f32_to_floatx(x: f32, ebits: u32, mbits: u32) -> u8 {
     let max_int = ones(ebits + mbits);
     let sign_mask = 1i64 << (ebits + mbits);
     let magic_adder = ones(23 - mbits - 1);
-    let max_normal = 2f64.powi((ones(ebits) - exp_bias) as i32) * (ones(mbits + 1) as f64 / 2f64.powi(mbits as i32));
+    let max_normal = 2f64.powi((ones(ebits) - exp_bias) as i32)
+        * (ones(mbits + 1) as f64 / 2f64.powi(mbits as i32));
     let min_normal = 2f64.powi((1 - exp_bias) as i32);
     let denorm_exp = (127 - exp_bias) + (23 - mbits as i64) + 1;
     let denorm_mask_int = (denorm_exp << 23) as i32;
@@ -864,7 +873,11 @@ fn modelopt_block(fmt: MxFormat, x: &[f32]) -> ProfileBlock {
         // (NaN too: N4); ceil; clamp [-127, 127]. `quantize_with_scale`: x * exp2(127 - byte),
         // clamp ±448, cast (RNE).
         let descale = amax / 448.0;
-        let l = if descale > 0.0 { log2f(descale) } else { -127.0 };
+        let l = if descale > 0.0 {
+            log2f(descale)
+        } else {
+            -127.0
+        };
         byte = (l.ceil().clamp(-127.0, 127.0) + 127.0) as u8;
         let sf = pow2f(127.0 - byte as f32);
         for (c, &v) in codes.iter_mut().zip(x) {
@@ -986,12 +999,34 @@ mod tests {
     fn ggml_g5_row() {
         let mut x = [0f32; BLOCK];
         let v = [
-            5.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, -0.25, -0.75, -1.25, -2.5, -3.5, 0.1, -0.1,
-            f32::from_bits(0x3E80_0001), f32::from_bits(0x3E80_0004), 4.75, 5.5, -0.0, 0.0,
+            5.0,
+            0.25,
+            0.75,
+            1.25,
+            1.75,
+            2.5,
+            3.5,
+            -0.25,
+            -0.75,
+            -1.25,
+            -2.5,
+            -3.5,
+            0.1,
+            -0.1,
+            f32::from_bits(0x3E80_0001),
+            f32::from_bits(0x3E80_0004),
+            4.75,
+            5.5,
+            -0.0,
+            0.0,
         ];
         x[..v.len()].copy_from_slice(&v);
-        let b = ProfileId::Ggml.spec().block(MxFormat::Fp4E2M1, ScaleMode::Floor, &x);
-        let want = [6, 0, 1, 2, 3, 4, 5, 0, 9, 0xA, 0xC, 0xD, 0, 0, 1, 1, 6, 7, 0, 0];
+        let b = ProfileId::Ggml
+            .spec()
+            .block(MxFormat::Fp4E2M1, ScaleMode::Floor, &x);
+        let want = [
+            6, 0, 1, 2, 3, 4, 5, 0, 9, 0xA, 0xC, 0xD, 0, 0, 1, 1, 6, 7, 0, 0,
+        ];
         assert_eq!(&b.codes[..want.len()], &want);
         assert_eq!(b.byte, Some(127));
     }
@@ -1001,25 +1036,38 @@ mod tests {
     fn ggml_split_packing() {
         let codes: Vec<u8> = (0..16).chain((0..16).rev()).collect();
         let mut out = [0u8; 16];
-        ProfileId::Ggml.spec().pack(MxFormat::Fp4E2M1, &codes, &mut out);
+        ProfileId::Ggml
+            .spec()
+            .pack(MxFormat::Fp4E2M1, &codes, &mut out);
         assert_eq!(
             out,
-            [0xF0, 0xE1, 0xD2, 0xC3, 0xB4, 0xA5, 0x96, 0x87, 0x78, 0x69, 0x5A, 0x4B, 0x3C, 0x2D, 0x1E, 0x0F]
+            [
+                0xF0, 0xE1, 0xD2, 0xC3, 0xB4, 0xA5, 0x96, 0x87, 0x78, 0x69, 0x5A, 0x4B, 0x3C, 0x2D,
+                0x1E, 0x0F
+            ]
         );
         let mut back = [0u8; 32];
-        ProfileId::Ggml.spec().unpack(MxFormat::Fp4E2M1, &out, &mut back);
+        ProfileId::Ggml
+            .spec()
+            .unpack(MxFormat::Fp4E2M1, &out, &mut back);
         assert_eq!(back.to_vec(), codes);
     }
 
     #[test]
     fn unsupported_format_and_mode_are_errors() {
         let g = ProfileId::Ggml.spec();
-        let e = g.check(MxFormat::Fp8E4M3, ScaleMode::Floor).unwrap_err().to_string();
+        let e = g
+            .check(MxFormat::Fp8E4M3, ScaleMode::Floor)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("mxfp8_e4m3") && e.contains("mxfp4"), "{e}");
         let t = ProfileId::Torchao.spec();
         assert!(t.check(MxFormat::Int8, ScaleMode::Floor).is_err());
         let q = ProfileId::Quark.spec();
-        let e = q.check(MxFormat::Fp4E2M1, ScaleMode::RCeil).unwrap_err().to_string();
+        let e = q
+            .check(MxFormat::Fp4E2M1, ScaleMode::RCeil)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("rceil"), "{e}");
     }
 }

@@ -31,6 +31,8 @@ pub enum MoeError {
     Input(String),
     #[error(transparent)]
     Format(#[from] crate::format::FormatError),
+    #[error(transparent)]
+    Profile(#[from] crate::format::ProfileError),
 }
 
 /// The expert activation between the two GEMMs.
