@@ -19,6 +19,7 @@ pub mod cases_format;
 pub mod cases_moe;
 pub mod catalog;
 pub mod faults;
+pub mod golden;
 pub mod inputs;
 pub mod models;
 pub mod report;

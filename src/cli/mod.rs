@@ -6,6 +6,7 @@ mod check;
 mod demo;
 mod dequantize;
 mod gen;
+mod golden;
 mod info;
 mod moe;
 mod qdq;
@@ -44,6 +45,7 @@ enum Cmd {
     Gen(gen::GenArgs),
     Check(check::CheckArgs),
     Verify(verify::VerifyArgs),
+    Golden(golden::GoldenArgs),
     Bench(bench::BenchArgs),
     Info(info::InfoArgs),
     Demo(demo::DemoArgs),
@@ -59,6 +61,7 @@ impl Cli {
             Cmd::Gen(a) => gen::run(&a),
             Cmd::Check(a) => check::run(&a),
             Cmd::Verify(a) => verify::run(&a),
+            Cmd::Golden(a) => golden::run(&a),
             Cmd::Bench(a) => bench::run(&a),
             Cmd::Info(a) => info::run(&a),
             Cmd::Demo(a) => demo::run(&a),
