@@ -136,12 +136,25 @@ impl Fault {
         routing: Option<&Routing>,
         profile: ProfileId,
     ) -> Result<MoeOutput, MoeError> {
-        let mut l = layer.clone();
-        let mut probe = Probe::default();
-        let mut opts = MoeOptions {
+        let opts = MoeOptions {
             profile,
             ..MoeOptions::default()
         };
+        self.inject_opts(layer, batch, routing, opts)
+    }
+
+    /// [`Fault::inject_with`] from given forward options (the profile, `taps` for the
+    /// per-stage comparison); the fault overrides what it injects.
+    pub fn inject_opts(
+        self,
+        layer: &MoeLayer,
+        batch: &TokenBatch,
+        routing: Option<&Routing>,
+        mut opts: MoeOptions,
+    ) -> Result<MoeOutput, MoeError> {
+        let profile = opts.profile;
+        let mut l = layer.clone();
+        let mut probe = Probe::default();
         match self {
             Fault::InputQdqMissing => probe.skip_input_qdq = true,
             Fault::IntermediateQdqMissing => probe.skip_intermediate_qdq = true,

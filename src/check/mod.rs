@@ -26,6 +26,7 @@ pub mod report;
 pub mod run;
 pub mod verify;
 pub mod verify_report;
+pub mod verify_stages;
 
 pub use catalog::{cases, Case, Cost, Expect, Kind, Suite, Tier, Tol, Weights};
 pub use report::summary;

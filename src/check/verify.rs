@@ -47,6 +47,9 @@ pub enum VerifyError {
     /// The routing ids or weights are not `[M, k]`, or an id is not an expert of the layer.
     #[error("{0}")]
     Routing(String),
+    /// A stage tensor of the result has the wrong size.
+    #[error("{0}")]
+    Stage(String),
     /// The reference could not run (an invalid layer or batch).
     #[error(transparent)]
     Moe(#[from] MoeError),
@@ -488,6 +491,9 @@ pub fn verify_with(
         worst,
         output_bit_exact,
         tolerance,
+        stages: Vec::new(),
+        first_differing_stage: None,
+        stage_diagnosis: Vec::new(),
     })
 }
 
