@@ -203,8 +203,8 @@ impl ProfileId {
                 formats: &[MxFormat::Fp4E2M1],
                 engine: Engine::Ggml,
                 fp4_layout: Fp4Layout::GgmlSplit,
-                differences: "G1 floor(log2) scale in f32; G2 ties toward zero; G3 +0 only; G4 split nibble order; \
-                    G5 byte 255 decodes as 2^128",
+                differences: "L1 floor(log2) scale in f32; L2 ties toward zero; L3 +0 only; L4 split nibble order; \
+                    L5 byte 255 decodes as 2^128",
             },
         }
     }
