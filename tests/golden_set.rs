@@ -134,6 +134,7 @@ fn parse_float(s: &str) -> f32 {
 /// code (unlisted elements: code 0) and every listed dequantized value (unlisted: +0, or NaN in
 /// a scale-255 block).
 #[test]
+#[allow(clippy::needless_range_loop)]
 fn hand_cases_equal_the_hand_written_vectors() {
     let hand: Value =
         serde_json::from_str(&std::fs::read_to_string(shipped().join("vectors.json")).unwrap())

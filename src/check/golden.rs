@@ -256,7 +256,10 @@ fn hand_cases() -> Result<Vec<HandCase>, String> {
 }
 
 /// The embedded edge inputs: per format, the blocks and their descriptions.
-fn edge_inputs() -> Result<Vec<(MxFormat, Vec<f32>, Vec<String>)>, String> {
+/// Per format: the input blocks and their descriptions.
+type EdgeInputs = Vec<(MxFormat, Vec<f32>, Vec<String>)>;
+
+fn edge_inputs() -> Result<EdgeInputs, String> {
     let st = safetensors::SafeTensors::deserialize(XREF_INPUTS).map_err(|e| e.to_string())?;
     let (_, meta) =
         safetensors::SafeTensors::read_metadata(XREF_INPUTS).map_err(|e| e.to_string())?;

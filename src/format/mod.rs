@@ -35,6 +35,7 @@
 
 mod codec;
 mod pack;
+mod peers;
 mod profile;
 mod scale;
 mod tensor;
