@@ -289,19 +289,32 @@ fn verify_under_a_profile() {
     let out = moe::forward(&l, &b.hidden, &b.logits, o).unwrap();
     let res = d.path().join("res.safetensors");
     write(&res, &out, 128, true, None);
+    // The layer's mode is even, which microxcaling lacks: the reference takes its floor (as
+    // `moe --profile` does) and says so.
     let (code, j, text) = verify(d.path(), &lp, &bp, &res, &["--profile", "microxcaling"]);
-    // The layer's mode is even, which microxcaling lacks: a clear error, exit 2.
-    assert_eq!(code, Some(2), "{text}");
-    assert!(text.contains("no 'even' scale mode"), "{text}");
-    assert!(j.is_null());
-    let l2 = d.path().join("layer_floor.safetensors");
-    io::save_layer(&l2, &l, None).unwrap();
-    let (code, j, text) = verify(d.path(), &l2, &bp, &res, &["--profile", "microxcaling"]);
     assert_eq!(
         (code, &j["grade"], &j["profile"]),
         (Some(0), &"BIT-EXACT".into(), &"microxcaling".into()),
         "{text}"
     );
+    assert!(text.contains("has no 'even' scale mode"), "{text}");
+    let l2 = d.path().join("layer_floor.safetensors");
+    io::save_layer(&l2, &l, None).unwrap();
+    let (code, j, text) = verify(d.path(), &l2, &bp, &res, &["--profile", "microxcaling"]);
+    assert_eq!(
+        (code, &j["grade"]),
+        (Some(0), &"BIT-EXACT".into()),
+        "{text}"
+    );
+    // An activation format the peer lacks (ggml has only MXFP4): exit 2, a clear error.
+    let l6 = synth_layer(&SynthSpec::new(Scheme::OCP_MX[1], 8, 128, 64, 2))
+        .unwrap()
+        .layer;
+    let p6 = d.path().join("layer6.safetensors");
+    io::save_layer(&p6, &l6, None).unwrap();
+    let (code, j, text) = verify(d.path(), &p6, &bp, &res, &["--profile", "ggml"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("has no mxfp6_e3m2") && j.is_null(), "{text}");
     let (_, j, _) = verify(d.path(), &l2, &bp, &res, &[]);
     assert_eq!(
         j["output_bit_exact"], false,

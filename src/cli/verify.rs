@@ -110,7 +110,16 @@ fn load_theirs(path: &Path) -> Result<Theirs> {
 }
 
 fn report(a: &VerifyArgs) -> Result<VerifyReport> {
-    let l = io::load_layer(&a.layer)?.layer;
+    let mut l = io::load_layer(&a.layer)?.layer;
+    // As `moe --profile`: a layer mode the peer lacks becomes the profile's own.
+    let p = a.profile.spec();
+    if !p.modes.contains(&l.config.act_scale_mode) {
+        eprintln!(
+            "profile {}: {} has no '{}' scale mode; the reference uses its '{}'",
+            p.name, p.peer, l.config.act_scale_mode, p.default_mode
+        );
+        l.config.act_scale_mode = p.default_mode;
+    }
     let batch = io::load_batch(&a.input)?;
     let (output, ids, weights) = load_theirs(&a.result)?;
     let dump = load_stages(&a.result)?;

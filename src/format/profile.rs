@@ -536,4 +536,47 @@ mod tests {
             .to_string();
         assert!(e.contains("rceil"), "{e}");
     }
+
+    /// Scale byte 255 on dequantization, from the cited sources (hand-derived): Quark / vLLM
+    /// `_dequant_mxfp6` compute 2^(255-127) = +Inf, so x * Inf (0 * Inf = NaN); ggml's
+    /// `ggml_e8m0_to_fp32_half(255)` = 2^127 times the doubled table; the contract gives NaN.
+    #[test]
+    fn byte_255_decodes_per_profile() {
+        let f = MxFormat::Fp4E2M1;
+        let q = ProfileId::Quark.spec();
+        assert_eq!(q.dequant_elem(f, 0x1, 255), f32::INFINITY);
+        assert_eq!(q.dequant_elem(f, 0x9, 255), f32::NEG_INFINITY);
+        assert!(q.dequant_elem(f, 0x0, 255).is_nan());
+        let g = ProfileId::Ggml.spec();
+        assert_eq!(g.dequant_elem(f, 0x1, 255), 2f32.powi(127));
+        assert_eq!(g.dequant_elem(f, 0x7, 255), f32::INFINITY);
+        assert_eq!(g.dequant_elem(f, 0x0, 255), 0.0);
+        assert!(ProfileId::Contract
+            .spec()
+            .dequant_elem(f, 0x1, 255)
+            .is_nan());
+        // Elsewhere the contract's decoding: byte 0 is 2^-127.
+        assert_eq!(q.dequant_elem(f, 0x2, 0), 2f32.powi(-127));
+    }
+
+    /// A block Quark only fake-quantizes (floor scale 2^-129 for amax 2^-127: Q5) has no packed
+    /// form; quantize says so, naming the block.
+    #[test]
+    fn quark_blocks_without_a_byte_are_refused_by_quantize() {
+        let mut x = vec![1.0f32; 64];
+        x[32] = 2f32.powi(-127);
+        for v in &mut x[33..] {
+            *v = 0.0;
+        }
+        let q = ProfileId::Quark.spec();
+        let e = q
+            .quantize(MxFormat::Fp4E2M1, ScaleMode::Floor, &x, &[2, 32])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("block 1") && e.contains("qdq"), "{e}");
+        let y = q
+            .qdq_slice(MxFormat::Fp4E2M1, ScaleMode::Floor, &x, 32)
+            .unwrap();
+        assert_eq!(y[32], 2f32.powi(-127));
+    }
 }
