@@ -27,8 +27,8 @@ the faults are listed closest first. Fault ids:\n\
 Exit codes: 0 match, 1 mismatch, 2 an input could not be read or is invalid."
 )]
 pub struct VerifyArgs {
-    #[arg(long)]
-    layer: PathBuf,
+    #[command(flatten)]
+    sel: super::LayerSel,
     #[arg(long)]
     input: PathBuf,
     #[arg(long)]
@@ -84,15 +84,15 @@ fn report(a: &VerifyArgs) -> Result<VerifyReport> {
     if let Some(j) = &a.json {
         io::check_outputs(
             &[("--json", j)],
-            &[("--layer", &a.layer), ("--input", &a.input), ("--result", &a.result)],
+            &[("--layer", &a.sel.layer), ("--input", &a.input), ("--result", &a.result)],
         )?;
     }
-    let loaded = io::load_layer(&a.layer)?;
+    let loaded = a.sel.load()?;
     for w in &loaded.warnings {
-        eprintln!("warning: {}: {w}", a.layer.display());
+        eprintln!("warning: {}: {w}", a.sel.layer.display());
     }
+    let batch = io::load_batch_for(&a.input, loaded.router.as_ref())?;
     let l = loaded.layer;
-    let batch = io::load_batch(&a.input)?;
     let (output, ids, weights) = load_theirs(&a.result)?;
     let opts = VerifyOptions {
         tolerance_cap: a.tolerance,

@@ -2,7 +2,7 @@
 //! `topk_weights`).
 
 use super::{save, IoError, OutTensor, StFile};
-use crate::moe::Routing;
+use crate::moe::{RouterWeights, Routing};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -17,10 +17,45 @@ pub struct TokenBatch {
 }
 
 pub fn load_batch(path: &Path) -> Result<TokenBatch, IoError> {
+    load_batch_for(path, None)
+}
+
+/// A token batch for a layer with (or without) its router weights: when the file has no
+/// `router_logits` and `router` is given, the logits are computed from `hidden_states`
+/// ([`RouterWeights::logits`], f32, NUMERICS.md 10.6). A file's own `router_logits` win.
+pub fn load_batch_for(path: &Path, router: Option<&RouterWeights>) -> Result<TokenBatch, IoError> {
     let f = StFile::open(path)?;
     let (hidden, hs) = f.floats("hidden_states")?;
     if hs.len() != 2 || hs[0] == 0 || hs[1] == 0 {
         return Err(f.shape_err("hidden_states", "[M, H] with M, H >= 1".into(), hs));
+    }
+    if !f.has("router_logits") {
+        if let Some(r) = router {
+            if r.hidden != hs[1] {
+                return Err(f.shape_err(
+                    "hidden_states",
+                    format!("[M, H = {}] (the router's hidden size)", r.hidden),
+                    hs,
+                ));
+            }
+            let logits = r.logits(&hidden).map_err(|e| IoError::Invalid {
+                path: f.path.clone(),
+                msg: e.to_string(),
+            })?;
+            return Ok(TokenBatch {
+                hidden,
+                logits,
+                m: hs[0],
+                hidden_size: hs[1],
+                n_experts: r.n_experts,
+            });
+        }
+        return Err(IoError::Missing {
+            path: f.path.clone(),
+            tensor: "router_logits".into(),
+            hint: " (a batch needs router_logits [M, E] unless the layer has its router weights)"
+                .into(),
+        });
     }
     let (logits, ls) = f.floats("router_logits")?;
     if ls.len() != 2 || ls[0] != hs[0] || ls[1] == 0 {

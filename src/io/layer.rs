@@ -1,13 +1,11 @@
-//! Layer bundles (vLLM/Quark names, routing keys as metadata) and `load_layer`, which
-//! dispatches to the bundle or the gpt-oss reader.
+//! Layer bundles (vLLM/Quark names, routing keys as metadata): `save_layer`, `save_loaded`;
+//! `load_layer` reads a bundle or any checkpoint `super::model` opens (`super::conventions`
+//! knows the names).
 
-use super::gptoss::{gptoss_prefixes, load_gptoss};
+use super::model::{load_layer_with, LayerQuery};
 use super::mx::mx_out;
-use super::validate::{check_layer, LayerNames};
 use super::{save, IoError, OutTensor, StFile};
-use crate::format::ScaleMode;
-use crate::moe::{Activation, MoeConfig, MoeLayer, MoeWeights, RouterConfig, Scoring};
-use crate::scheme::Scheme;
+use crate::moe::{MoeLayer, RouterConfig, RouterWeights, Scoring};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -18,8 +16,11 @@ pub struct LoadedLayer {
     pub layer: MoeLayer,
     pub w13_orig: Option<Vec<f32>>,
     pub w2_orig: Option<Vec<f32>>,
+    /// The model's router weights, when the checkpoint has them (a batch may then hold only
+    /// `hidden_states`: [`super::batch::load_batch_for`]).
+    pub router: Option<RouterWeights>,
     /// Legal but almost certainly broken data (NaN weight blocks, non-finite biases): commands
-    /// print these and record them in their results (`io::validate`).
+    /// print these and record them in their results (`super::validate`).
     pub warnings: Vec<super::LayerWarning>,
 }
 
@@ -29,8 +30,17 @@ pub fn save_layer(
     l: &MoeLayer,
     orig: Option<(&[f32], &[f32])>,
 ) -> Result<(), IoError> {
+    save_layer_with(path, l, orig, Vec::new())
+}
+
+fn save_layer_with(
+    path: &Path,
+    l: &MoeLayer,
+    orig: Option<(&[f32], &[f32])>,
+    extra: Vec<OutTensor>,
+) -> Result<(), IoError> {
     let (e, h, i) = (l.local_experts(), l.config.hidden, l.config.inter);
-    let mut t: Vec<OutTensor> = Vec::new();
+    let mut t: Vec<OutTensor> = extra;
     t.extend(mx_out("w13_weight", &l.weights.w13));
     t.extend(mx_out("w2_weight", &l.weights.w2));
     if let Some(b) = &l.weights.w13_bias {
@@ -91,29 +101,31 @@ fn parse_bool(f: &StFile, key: &str) -> Result<Option<bool>, IoError> {
     }
 }
 
-/// Load a layer bundle (vLLM/Quark names) or a gpt-oss-style checkpoint holding one layer.
+/// Load the one MoE layer of a file or model directory (any naming convention, GGUF too);
+/// [`load_layer_with`] picks one of several.
 pub fn load_layer(path: &Path) -> Result<LoadedLayer, IoError> {
-    let f = StFile::open(path)?;
-    if f.has("w13_weight") {
-        return load_bundle(&f);
+    load_layer_with(path, &LayerQuery::default())
+}
+
+/// Save a loaded layer as a bundle, with its router weights (`router_weight` `[E, H]`,
+/// `router_bias` `[E]`) and unquantized weights when it has them (`mxmoe extract`).
+pub fn save_loaded(path: &Path, l: &LoadedLayer) -> Result<(), IoError> {
+    let orig = match (&l.w13_orig, &l.w2_orig) {
+        (Some(a), Some(b)) => Some((a.as_slice(), b.as_slice())),
+        _ => None,
+    };
+    let mut extra = Vec::new();
+    if let Some(r) = &l.router {
+        extra.push(OutTensor::f32(
+            "router_weight",
+            vec![r.n_experts, r.hidden],
+            &r.weight,
+        ));
+        if let Some(b) = &r.bias {
+            extra.push(OutTensor::f32("router_bias", vec![r.n_experts], b));
+        }
     }
-    let pre = gptoss_prefixes(&f);
-    match pre.len() {
-        0 => Err(IoError::Missing {
-            path: f.path.clone(),
-            tensor: "w13_weight".into(),
-            hint: " (neither a layer bundle with w13_weight/w2_weight nor a gpt-oss checkpoint with *gate_up_proj_blocks)".into(),
-        }),
-        1 => load_gptoss(&f, &pre[0].0, pre[0].1),
-        _ => Err(IoError::Invalid {
-            path: f.path.clone(),
-            msg: format!(
-                "the file holds {} gpt-oss MoE layers ({}); extract one layer first",
-                pre.len(),
-                pre.iter().map(|p| p.0.as_str()).collect::<Vec<_>>().join(", ")
-            ),
-        }),
-    }
+    save_layer_with(path, &l.layer, orig, extra)
 }
 
 pub(crate) fn router_from_meta(
@@ -139,127 +151,4 @@ pub(crate) fn router_from_meta(
         r.apply_router_weight_on_input = b;
     }
     Ok(r)
-}
-
-pub(crate) fn opt_floats(
-    f: &StFile,
-    name: &str,
-    want: &[usize],
-) -> Result<Option<Vec<f32>>, IoError> {
-    if !f.has(name) {
-        return Ok(None);
-    }
-    let (v, s) = f.floats(name)?;
-    if s != want {
-        return Err(f.shape_err(name, format!("{want:?}"), s));
-    }
-    Ok(Some(v))
-}
-
-pub(crate) fn finish(
-    f: &StFile,
-    layer: MoeLayer,
-    w13_orig: Option<Vec<f32>>,
-    w2_orig: Option<Vec<f32>>,
-) -> Result<LoadedLayer, IoError> {
-    finish_named(f, layer, w13_orig, w2_orig, &LayerNames::BUNDLE)
-}
-
-/// [`finish`] for a file whose tensors have other names (warnings name the file's tensors).
-pub(crate) fn finish_named(
-    f: &StFile,
-    layer: MoeLayer,
-    w13_orig: Option<Vec<f32>>,
-    w2_orig: Option<Vec<f32>>,
-    names: &LayerNames<'_>,
-) -> Result<LoadedLayer, IoError> {
-    // The file-level checks first: their messages name the file's keys and tensors.
-    let warnings = check_layer(f, &layer, names)?;
-    layer.validate().map_err(|e| IoError::Invalid {
-        path: f.path.clone(),
-        msg: e.to_string(),
-    })?;
-    Ok(LoadedLayer {
-        layer,
-        w13_orig,
-        w2_orig,
-        warnings,
-    })
-}
-
-fn load_bundle(f: &StFile) -> Result<LoadedLayer, IoError> {
-    let scheme: Scheme = f
-        .meta_parse::<Scheme>("scheme")?
-        .ok_or_else(|| IoError::Meta {
-            path: f.path.clone(),
-            key: "scheme".into(),
-            msg: "missing (e.g. w_mxfp4_a_mxfp4)".into(),
-        })?;
-    let w13 = f.mx("w13_weight", scheme.weight)?;
-    let w2 = f.mx("w2_weight", scheme.weight)?;
-    if w13.shape.len() != 3 || w13.shape[1] % 2 != 0 {
-        return Err(f.shape_err(
-            "w13_weight",
-            "[E, 2I, packed(H)] (3-D, even row count)".into(),
-            f.shape("w13_weight")?,
-        ));
-    }
-    let (e, i2, h) = (w13.shape[0], w13.shape[1], w13.shape[2]);
-    let i = i2 / 2;
-    if w2.shape != [e, h, i] {
-        return Err(f.shape_err(
-            "w2_weight",
-            format!(
-                "logical [E = {e}, H = {h}, I = {i}] (packed [{e}, {h}, {}])",
-                scheme.weight.packed_len(i)
-            ),
-            w2.shape.clone(),
-        ));
-    }
-    let expert_map = if f.has("expert_map") {
-        let (m, s) = f.ints("expert_map")?;
-        if s.len() != 1 {
-            return Err(f.shape_err("expert_map", "[n_experts]".into(), s));
-        }
-        Some(
-            m.into_iter()
-                .map(|v| v.clamp(i32::MIN as i64, i32::MAX as i64) as i32)
-                .collect::<Vec<i32>>(),
-        )
-    } else {
-        None
-    };
-    let n_experts = match (&expert_map, f.meta_parse::<usize>("n_experts")?) {
-        (Some(m), _) => m.len(),
-        (None, Some(n)) => n,
-        (None, None) => e,
-    };
-    let activation = f
-        .meta_parse::<Activation>("activation")?
-        .unwrap_or_default();
-    let router = router_from_meta(f, RouterConfig::default())?;
-    let act_scale_mode = f.meta_parse::<ScaleMode>("scale_mode")?.unwrap_or_default();
-    let layer = MoeLayer {
-        config: MoeConfig {
-            scheme,
-            activation,
-            router,
-            act_scale_mode,
-            n_experts,
-            hidden: h,
-            inter: i,
-            local_experts: w13.shape[0],
-        },
-        weights: MoeWeights {
-            w13,
-            w2,
-            w13_bias: opt_floats(f, "w13_bias", &[e, 2 * i])?,
-            w2_bias: opt_floats(f, "w2_bias", &[e, h])?,
-            e_score_correction_bias: opt_floats(f, "e_score_correction_bias", &[n_experts])?,
-            expert_map,
-        },
-    };
-    let w13_orig = opt_floats(f, "w13_weight_orig", &[e, 2 * i, h])?;
-    let w2_orig = opt_floats(f, "w2_weight_orig", &[e, h, i])?;
-    finish(f, layer, w13_orig, w2_orig)
 }

@@ -13,8 +13,8 @@ pub(crate) fn mx_out(name: &str, t: &MxTensor) -> [OutTensor; 2] {
     let mut ss = lead.to_vec();
     ss.push(t.k() / BLOCK);
     [
-        OutTensor::u8(name, ps, &t.data),
-        OutTensor::u8(format!("{name}_scale"), ss, &t.scales),
+        OutTensor::u8_shared(name, ps, &t.data),
+        OutTensor::u8_shared(format!("{name}_scale"), ss, &t.scales),
     ]
 }
 
@@ -54,7 +54,7 @@ pub fn load_mx(path: &Path) -> Result<MxTensors, IoError> {
     };
     let mode = f.meta_parse::<ScaleMode>("scale_mode")?;
     let mut out = Vec::new();
-    for n in f.name_list() {
+    for n in f.names_ref() {
         // T is quantized when T_scale exists, unless T is itself the scales of another tensor
         // (O(1) lookups: files with 100,000 tensors load in linear time).
         let is_scales = n.strip_suffix("_scale").is_some_and(|t| f.has(t));

@@ -1,6 +1,6 @@
 //! The one way files are written and the checks on the paths a command reads and writes.
 //!
-//! * [`write_atomic`]: every writer's bytes go to a temporary file in the target's folder
+//! * [`write_atomic`] / [`write_atomic_with`] (streamed): every writer's bytes go to a temporary file in the target's folder
 //!   (`.mxmoe-XXXX.tmp`), synced, then renamed over the target, so a failed run never leaves a
 //!   partial file and never touches an existing output.
 //! * [`all_or_nothing`]: a command writing several files (`gen`: a layer and a batch) stages
@@ -12,6 +12,7 @@
 
 use super::{os, IoError};
 use std::cell::RefCell;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 thread_local! {
@@ -24,7 +25,17 @@ thread_local! {
 /// over `path` (inside [`all_or_nothing`]: renamed when it ends successfully). An existing
 /// `path` that is not a regular file (a directory, a FIFO, a device) is refused.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
-    use std::io::Write;
+    write_atomic_with(path, |w| w.write_all(bytes))
+}
+
+/// [`write_atomic`] with `body` writing the contents (buffered, streamed: no copy of the whole
+/// file in memory): the bytes go to a temporary file in the same folder, which replaces `path`
+/// only once complete and synced, so a failure leaves neither a partial file nor a changed
+/// `path`.
+pub fn write_atomic_with(
+    path: &Path,
+    body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<(), IoError> {
     if let Ok(m) = std::fs::metadata(path) {
         if !m.is_file() {
             return Err(IoError::Invalid {
@@ -45,7 +56,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
         .suffix(".tmp")
         .tempfile_in(&dir)
         .map_err(|e| os(path, e))?;
-    tmp.write_all(bytes).map_err(|e| os(path, e))?;
+    {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
+        body(&mut w).map_err(|e| os(path, e))?;
+        w.flush().map_err(|e| os(path, e))?;
+    }
     tmp.as_file().sync_all().map_err(|e| os(path, e))?;
     // tempfile creates 0600; an output file should get the usual 0644.
     #[cfg(unix)]

@@ -1,20 +1,52 @@
 //! Reading and writing safetensors files: `StFile` (a file with typed accessors whose errors
-//! name file, tensor and expectation), `save` (canonical header, atomic write), `write_atomic`.
+//! name file, tensor and expectation), `save` (canonical header, written by
+//! `output::write_atomic_with`).
 
-use super::output::write_atomic;
+use super::output::write_atomic_with;
 use super::{os, IoError};
-use crate::format::{MxFormat, MxTensor, BLOCK};
-use safetensors::tensor::{Dtype, TensorView};
+use crate::format::{Bytes, MxFormat, MxTensor, BLOCK};
+use memmap2::Mmap;
+use safetensors::tensor::{Dtype, TensorInfo, TensorView};
 use safetensors::SafeTensors;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
-/// A tensor to write: name, dtype, shape, little-endian bytes.
+/// Drop the pages of `r` from this process's mapping (unix; no-op elsewhere).
+pub(crate) fn release_range(map: &Mmap, r: std::ops::Range<usize>) {
+    #[cfg(unix)]
+    if !r.is_empty() {
+        // SAFETY: `Mmap::map` makes a read-only shared file mapping: DONTNEED only drops the
+        // pages from our page tables, and a later access reads the file again (nothing is lost).
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, r.start, r.len())
+        };
+    }
+    #[cfg(not(unix))]
+    let _ = (map, r);
+}
+
+/// Names for an error message: all of them up to 40, else the first 40 and a count.
+pub(crate) fn list_names(names: &[String]) -> String {
+    const MAX: usize = 40;
+    if names.len() <= MAX {
+        return names.join(", ");
+    }
+    format!(
+        "{}, ... ({} more, {} in all)",
+        names[..MAX].join(", "),
+        names.len() - MAX,
+        names.len()
+    )
+}
+
+/// A tensor to write: name, dtype, shape, little-endian bytes (owned, or borrowed from a mapped
+/// input file: `mxmoe extract` writes a layer without copying it into memory).
 pub struct OutTensor {
     pub name: String,
     pub dtype: Dtype,
     pub shape: Vec<usize>,
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
 }
 
 impl OutTensor {
@@ -23,7 +55,7 @@ impl OutTensor {
             name: name.into(),
             dtype: Dtype::F32,
             shape,
-            bytes: bytemuck::cast_slice(v).to_vec(),
+            bytes: bytemuck::cast_slice::<f32, u8>(v).into(),
         }
     }
     pub fn i32(name: impl Into<String>, shape: Vec<usize>, v: &[i32]) -> Self {
@@ -31,7 +63,7 @@ impl OutTensor {
             name: name.into(),
             dtype: Dtype::I32,
             shape,
-            bytes: bytemuck::cast_slice(v).to_vec(),
+            bytes: bytemuck::cast_slice::<i32, u8>(v).into(),
         }
     }
     pub fn u8(name: impl Into<String>, shape: Vec<usize>, v: &[u8]) -> Self {
@@ -39,147 +71,154 @@ impl OutTensor {
             name: name.into(),
             dtype: Dtype::U8,
             shape,
-            bytes: v.to_vec(),
+            bytes: v.into(),
+        }
+    }
+    /// A u8 tensor sharing `v` (no copy when `v` is mapped).
+    pub fn u8_shared(name: impl Into<String>, shape: Vec<usize>, v: &Bytes) -> Self {
+        OutTensor {
+            name: name.into(),
+            dtype: Dtype::U8,
+            shape,
+            bytes: v.clone(),
         }
     }
 }
 
-/// Serialize tensors + metadata and write atomically.
+/// Serialize tensors + metadata and write atomically, streaming the tensor bytes (no copy of
+/// the whole file in memory).
+///
+/// The layout is that of `safetensors::serialize` (tensors ordered by decreasing dtype
+/// alignment, then name, so every tensor stays aligned) with the JSON header's keys sorted
+/// (the metadata is a `HashMap`, whose order changes from run to run): the same tensors always
+/// give the same bytes. The header is space-padded to a multiple of 8 bytes.
 pub fn save(
     path: &Path,
     tensors: &[OutTensor],
     meta: HashMap<String, String>,
 ) -> Result<(), IoError> {
-    let mut seen = std::collections::HashSet::new();
-    if let Some(t) = tensors.iter().find(|t| !seen.insert(t.name.as_str())) {
-        return Err(IoError::Invalid {
-            path: path.display().to_string(),
-            msg: format!(
-                "tensor '{}' would be written twice (a safetensors file holds one tensor per name)",
-                t.name
-            ),
-        });
-    }
-    let views: Vec<(String, TensorView<'_>)> = tensors
-        .iter()
-        .map(|t| {
-            TensorView::new(t.dtype, t.shape.clone(), &t.bytes)
-                .map(|v| (t.name.clone(), v))
-                .map_err(|e| IoError::Invalid {
-                    path: path.display().to_string(),
-                    msg: format!("tensor '{}': {e}", t.name),
-                })
-        })
-        .collect::<Result<_, _>>()?;
-    let meta = if meta.is_empty() { None } else { Some(meta) };
-    let bytes = safetensors::serialize(views, meta).map_err(|e| IoError::Invalid {
-        path: path.display().to_string(),
-        msg: e.to_string(),
-    })?;
-    write_atomic(path, &canonical_header(bytes))
-}
-
-/// Rewrite a serialized file's JSON header with sorted keys (the metadata is a `HashMap`, whose
-/// order changes from run to run), so the same tensors always give the same bytes. The header
-/// stays space-padded to a multiple of 8 bytes; data offsets are relative to the data section,
-/// which does not move.
-fn canonical_header(bytes: Vec<u8>) -> Vec<u8> {
     use std::collections::BTreeMap;
-    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8-byte length")) as usize;
-    let Ok(mut header) =
-        serde_json::from_slice::<BTreeMap<String, serde_json::Value>>(&bytes[8..8 + n])
-    else {
-        return bytes;
+    let invalid = |msg: String| IoError::Invalid {
+        path: path.display().to_string(),
+        msg,
     };
-    if let Some(m) = header.get_mut("__metadata__") {
-        if let Ok(sorted) = serde_json::from_value::<BTreeMap<String, String>>(m.clone()) {
-            *m = serde_json::to_value(sorted).expect("strings serialize");
-        }
+    // Check each tensor's byte count against its dtype and shape (TensorView::new does).
+    for t in tensors {
+        TensorView::new(t.dtype, t.shape.clone(), &t.bytes)
+            .map_err(|e| invalid(format!("tensor '{}': {e}", t.name)))?;
+    }
+    let mut order: Vec<&OutTensor> = tensors.iter().collect();
+    order.sort_by(|a, b| b.dtype.cmp(&a.dtype).then_with(|| a.name.cmp(&b.name)));
+    if let Some(w) = order.windows(2).find(|w| w[0].name == w[1].name) {
+        return Err(invalid(format!("tensor '{}' given twice", w[0].name)));
+    }
+    let mut header: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    let mut off = 0usize;
+    for t in &order {
+        let end = off + t.bytes.len();
+        header.insert(
+            t.name.clone(),
+            serde_json::json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [off, end]}),
+        );
+        off = end;
+    }
+    if !meta.is_empty() {
+        let sorted: BTreeMap<String, String> = meta.into_iter().collect();
+        header.insert("__metadata__".into(), serde_json::json!(sorted));
     }
     let mut h = serde_json::to_vec(&header).expect("a JSON value serializes");
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
-    let mut out = Vec::with_capacity(8 + h.len() + bytes.len() - 8 - n);
-    out.extend_from_slice(&(h.len() as u64).to_le_bytes());
-    out.extend_from_slice(&h);
-    out.extend_from_slice(&bytes[8 + n..]);
-    out
+    write_atomic_with(path, |w| {
+        w.write_all(&(h.len() as u64).to_le_bytes())?;
+        w.write_all(&h)?;
+        for t in &order {
+            w.write_all(&t.bytes)?;
+        }
+        Ok(())
+    })
 }
 
-/// One tensor of a file: dtype, shape and where its bytes lie in the file.
-struct Entry {
-    dtype: Dtype,
-    shape: Vec<usize>,
-    range: std::ops::Range<usize>,
-}
-
-/// A safetensors file read into memory, with typed accessors that produce clear errors.
-/// The header is parsed once at `open` into an index, so accessors cost O(1) in the number of
-/// tensors (a file with 100,000 tensors is read in linear time).
+/// A safetensors file, memory-mapped: opening reads and checks the header only; tensor bytes
+/// are read from the mapping when an accessor asks for them (zero-copy for [`StFile::raw`] and
+/// [`StFile::mx`]). Typed accessors produce errors naming the file, tensor and expectation.
+///
+/// As with every memory-mapped reader, the file must not be truncated or rewritten in place
+/// while it is open (our own writes replace files by rename, which is safe).
 pub struct StFile {
     pub path: String,
-    bytes: Vec<u8>,
-    meta: HashMap<String, String>,
-    index: HashMap<String, Entry>,
+    map: Arc<Mmap>,
+    /// Offset of the data section (8 + header length).
+    data_start: usize,
+    tensors: HashMap<String, TensorInfo>,
     /// Tensor names, sorted.
     names: Vec<String>,
+    meta: HashMap<String, String>,
 }
 
 impl StFile {
-    /// Read and check a safetensors file: a regular file (not a FIFO or device), a valid
-    /// header without duplicate keys, data offsets inside the file.
     pub fn open(path: &Path) -> Result<StFile, IoError> {
-        super::output::check_input(path)?;
-        let bytes = std::fs::read(path).map_err(|e| os(path, e))?;
         let p = path.display().to_string();
-        super::validate::check_header(&p, &bytes)?;
-        let (_, md) = SafeTensors::read_metadata(&bytes).map_err(|e| IoError::Corrupt {
-            path: p.clone(),
-            msg: e.to_string(),
-        })?;
-        // Validate the whole header/data layout once, so later accessors cannot fail on it.
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| IoError::Corrupt {
-            path: p.clone(),
-            msg: e.to_string(),
-        })?;
-        let base = bytes.as_ptr() as usize;
-        let mut index = HashMap::new();
-        for (name, v) in st.iter() {
-            let start = v.data().as_ptr() as usize - base;
-            index.insert(
-                name.to_string(),
-                Entry {
-                    dtype: v.dtype(),
-                    shape: v.shape().to_vec(),
-                    range: start..start + v.data().len(),
-                },
-            );
+        // Stat first: opening a FIFO for reading blocks until a writer appears.
+        super::output::check_input(path)?;
+        let file = std::fs::File::open(path).map_err(|e| os(path, e))?;
+        let md = file.metadata().map_err(|e| os(path, e))?;
+        if !md.is_file() {
+            return Err(IoError::Invalid {
+                path: p,
+                msg: "not a regular file".into(),
+            });
         }
-        let mut names: Vec<String> = index.keys().cloned().collect();
+        // SAFETY: the mapping is read-only and private to this process; the usual caveat of
+        // memory-mapped readers (another process truncating the file while it is open) is
+        // stated on `StFile`.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| os(path, e))?;
+        Self::from_map(p, Arc::new(map))
+    }
+
+    fn from_map(p: String, map: Arc<Mmap>) -> Result<StFile, IoError> {
+        // Duplicate keys first: the crate's parser keeps the last one silently.
+        super::validate::check_header(&p, &map)?;
+        // read_metadata checks the header and that the offsets tile the data section exactly.
+        let (n, md) = SafeTensors::read_metadata(&map).map_err(|e| IoError::Corrupt {
+            path: p.clone(),
+            msg: e.to_string(),
+        })?;
+        let tensors: HashMap<String, TensorInfo> = md
+            .tensors()
+            .into_iter()
+            .map(|(k, v)| (k, v.clone()))
+            .collect();
+        let mut names: Vec<String> = tensors.keys().cloned().collect();
         names.sort();
         let meta = md.metadata().clone().unwrap_or_default();
         Ok(StFile {
             path: p,
-            bytes,
-            meta,
-            index,
+            map,
+            data_start: 8 + n,
+            tensors,
             names,
+            meta,
         })
     }
 
-    /// The tensor names, sorted.
     pub fn names(&self) -> Vec<String> {
         self.names.clone()
     }
 
-    /// The tensor names, sorted, without a copy.
-    pub fn name_list(&self) -> &[String] {
+    /// Tensor names, sorted (borrowed).
+    pub fn names_ref(&self) -> &[String] {
         &self.names
     }
 
     pub fn has(&self, name: &str) -> bool {
-        self.index.contains_key(name)
+        self.tensors.contains_key(name)
+    }
+
+    /// Size of the file in bytes.
+    pub fn file_len(&self) -> usize {
+        self.map.len()
     }
 
     pub fn meta(&self, key: &str) -> Option<&str> {
@@ -205,19 +244,64 @@ impl StFile {
         }
     }
 
-    pub(crate) fn view(&self, name: &str) -> Result<TensorView<'_>, IoError> {
-        let missing = || IoError::Missing {
+    fn info(&self, name: &str) -> Result<&TensorInfo, IoError> {
+        self.tensors.get(name).ok_or_else(|| IoError::Missing {
             path: self.path.clone(),
             tensor: name.into(),
             hint: format!(" (the file has: {})", names_near(&self.names, name)),
-        };
-        let e = self.index.get(name).ok_or_else(missing)?;
-        TensorView::new(e.dtype, e.shape.clone(), &self.bytes[e.range.clone()]).map_err(|err| {
+        })
+    }
+
+    fn range(&self, info: &TensorInfo) -> std::ops::Range<usize> {
+        self.data_start + info.data_offsets.0..self.data_start + info.data_offsets.1
+    }
+
+    pub(crate) fn view(&self, name: &str) -> Result<TensorView<'_>, IoError> {
+        let info = self.info(name)?;
+        TensorView::new(info.dtype, info.shape.clone(), &self.map[self.range(info)]).map_err(|e| {
             IoError::Corrupt {
                 path: self.path.clone(),
-                msg: format!("tensor '{name}': {err}"),
+                msg: format!("tensor '{name}': {e}"),
             }
         })
+    }
+
+    /// A tensor's dtype, shape and bytes, borrowed from the mapping (no copy).
+    pub fn raw(&self, name: &str) -> Result<(Dtype, Vec<usize>, Bytes), IoError> {
+        let info = self.info(name)?;
+        let b = Bytes::mapped(self.map.clone(), self.range(info)).expect("validated offsets");
+        Ok((info.dtype, info.shape.clone(), b))
+    }
+
+    /// Drop a tensor's mapped pages from this process's memory once it has been copied (the
+    /// loaders that must copy, per-expert and GGUF, call this so the peak stays near one copy).
+    /// Touching the tensor again reads it again from the page cache.
+    pub fn release(&self, name: &str) {
+        #[cfg(unix)]
+        if let Some(info) = self.tensors.get(name) {
+            let r = self.range(info);
+            release_range(&self.map, r);
+        }
+        #[cfg(not(unix))]
+        let _ = name;
+    }
+
+    /// A u8 tensor (or one of the 1-byte float dtypes, F8_E8M0 scales for instance, taken as
+    /// raw bytes), borrowed from the mapping.
+    pub fn bytes_shared(&self, name: &str) -> Result<(Bytes, Vec<usize>), IoError> {
+        let (dt, shape, b) = self.raw(name)?;
+        if !matches!(
+            dt,
+            Dtype::U8 | Dtype::I8 | Dtype::F8_E8M0 | Dtype::F8_E4M3 | Dtype::F8_E5M2
+        ) {
+            return Err(IoError::Dtype {
+                path: self.path.clone(),
+                tensor: name.into(),
+                expected: "U8".into(),
+                got: format!("{dt:?}"),
+            });
+        }
+        Ok((b, shape))
     }
 
     pub fn dtype(&self, name: &str) -> Result<Dtype, IoError> {
@@ -306,30 +390,57 @@ impl StFile {
     }
 
     /// An MX tensor stored as `name` (u8 packed, `[.., packed(K)]`) + `name_scale`
-    /// (u8 E8M0, `[.., K/32]`).
+    /// (u8 E8M0, `[.., K/32]`), borrowed from the mapping.
     pub fn mx(&self, name: &str, format: MxFormat) -> Result<MxTensor, IoError> {
-        let (data, pshape) = self.bytes_u8(name)?;
-        let sname = format!("{name}_scale");
-        let (scales, sshape) = self.bytes_u8(&sname)?;
-        let Some((&pk, lead)) = pshape.split_last() else {
+        self.mx_pair(name, &format!("{name}_scale"), format)
+    }
+
+    /// An MX tensor from a packed-codes tensor and its E8M0 scales tensor, borrowed from the
+    /// mapping. The codes are u8 (`[.., packed(K)]`) or safetensors' own MX element dtypes
+    /// (F4, F6_E2M3, F6_E3M2: shape `[.., K]` in elements; F8_E4M3/F8_E5M2: one byte each);
+    /// the scales are u8 or F8_E8M0, `[.., K/32]`.
+    pub fn mx_pair(&self, name: &str, sname: &str, format: MxFormat) -> Result<MxTensor, IoError> {
+        let (dt, pshape, data) = self.raw(name)?;
+        let (scales, sshape) = self.bytes_shared(sname)?;
+        let Some((&last, lead)) = pshape.split_last() else {
             return Err(self.shape_err(name, "at least one dimension".into(), pshape));
         };
-        let bb = format.spec().block_bytes();
-        if pk == 0 || pk % bb != 0 {
-            return Err(self.shape_err(
-                name,
-                format!(
-                    "a last dimension that is a multiple of {bb} bytes (one 32-element {format} block)"
-                ),
-                pshape.clone(),
-            ));
+        let elements = matches!(dt, Dtype::F4 | Dtype::F6_E2M3 | Dtype::F6_E3M2);
+        if !elements && !matches!(dt, Dtype::U8 | Dtype::I8 | Dtype::F8_E4M3 | Dtype::F8_E5M2) {
+            return Err(IoError::Dtype {
+                path: self.path.clone(),
+                tensor: name.into(),
+                expected: format!("U8 (packed {format} codes) or an MX element dtype"),
+                got: format!("{dt:?}"),
+            });
         }
-        let k = pk / bb * BLOCK;
+        let bb = format.spec().block_bytes();
+        let k = if elements {
+            if last == 0 || last % BLOCK != 0 {
+                return Err(self.shape_err(
+                    name,
+                    "a last dimension that is a multiple of 32 (elements)".into(),
+                    pshape.clone(),
+                ));
+            }
+            last
+        } else {
+            if last == 0 || last % bb != 0 {
+                return Err(self.shape_err(
+                    name,
+                    format!(
+                        "a last dimension that is a multiple of {bb} bytes (one 32-element {format} block)"
+                    ),
+                    pshape.clone(),
+                ));
+            }
+            last / bb * BLOCK
+        };
         let mut want_s = lead.to_vec();
         want_s.push(k / BLOCK);
         if sshape != want_s {
             return Err(self.shape_err(
-                &sname,
+                sname,
                 format!("{want_s:?} (one E8M0 byte per 32 of K = {k})"),
                 sshape,
             ));
@@ -340,19 +451,6 @@ impl StFile {
             path: self.path.clone(),
             msg: format!("tensor '{name}': {e}"),
         })
-    }
-}
-
-/// Tensor names for a message: all of them when few, else the first 20 and a count.
-pub(crate) fn names_hint(names: &[String]) -> String {
-    if names.len() <= 20 {
-        names.join(", ")
-    } else {
-        format!(
-            "{}, ... ({} tensors in all)",
-            names[..20].join(", "),
-            names.len()
-        )
     }
 }
 

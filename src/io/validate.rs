@@ -10,7 +10,7 @@
 //!   `expert_map`, the metadata's `n_experts`) and its data (NaN weight blocks: scale byte 0xFF,
 //!   the E8M0 NaN of the OCP MX spec v1.0 section 5.4; non-finite biases).
 
-use super::{IoError, StFile};
+use super::IoError;
 use crate::format::MxTensor;
 use crate::moe::MoeLayer;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -178,28 +178,22 @@ pub struct LayerNames<'a> {
     pub w2_scale: &'a str,
     pub w13_bias: &'a str,
     pub w2_bias: &'a str,
+    pub expert_map: &'a str,
+    pub correction_bias: &'a str,
 }
 
-impl LayerNames<'static> {
-    /// The vLLM/Quark bundle names.
-    pub const BUNDLE: LayerNames<'static> = LayerNames {
-        w13_scale: "w13_weight_scale",
-        w2_scale: "w2_weight_scale",
-        w13_bias: "w13_bias",
-        w2_bias: "w2_bias",
-    };
-}
-
-/// Check a loaded layer against its file (the checks [`MoeLayer::validate`] cannot make, and
-/// ones whose messages should name the file's keys): refuse what is invalid, return warnings
-/// for what is legal but broken.
+/// Check a loaded layer (the checks [`MoeLayer::validate`] cannot make, with messages naming
+/// the file's keys and tensors): refuse what is invalid, return warnings for what is legal but
+/// broken. `path` names the file (or model) in messages; `meta_n_experts` is the `n_experts`
+/// metadata key of a layer bundle, when it has one.
 pub fn check_layer(
-    f: &StFile,
+    path: &str,
     l: &MoeLayer,
     names: &LayerNames<'_>,
+    meta_n_experts: Option<usize>,
 ) -> Result<Vec<LayerWarning>, IoError> {
     let meta_err = |key: &str, msg: String| IoError::Meta {
-        path: f.path.clone(),
+        path: path.to_string(),
         key: key.into(),
         msg,
     };
@@ -212,13 +206,14 @@ pub fn check_layer(
         ));
     }
     if let Some(m) = &l.weights.expert_map {
-        if let Some(n) = f.meta_parse::<usize>("n_experts")? {
+        if let Some(n) = meta_n_experts {
             if n != m.len() {
                 return Err(meta_err(
                     "n_experts",
                     format!(
-                        "the metadata says {n} experts but tensor 'expert_map' has {} entries \
-                         (one per router expert)",
+                        "the metadata says {n} experts but tensor '{}' has {} entries (one per \
+                         router expert)",
+                        names.expert_map,
                         m.len()
                     ),
                 ));
@@ -232,7 +227,7 @@ pub fn check_layer(
             }
             if v < -1 {
                 return Err(IoError::Invalid {
-                    path: f.path.clone(),
+                    path: path.to_string(),
                     msg: format!(
                         "expert_map entry {v} (global expert {g}) is outside [-1, {el}) (-1 \
                          marks an expert of another rank)"
@@ -241,7 +236,7 @@ pub fn check_layer(
             }
             let Some(slot) = first.get_mut(v as usize) else {
                 return Err(IoError::Invalid {
-                    path: f.path.clone(),
+                    path: path.to_string(),
                     msg: format!(
                         "expert_map entry {v} (global expert {g}) is outside [-1, {el}): the \
                          weights hold {el} local experts"
@@ -250,10 +245,11 @@ pub fn check_layer(
             };
             if let Some(g0) = *slot {
                 return Err(IoError::Invalid {
-                    path: f.path.clone(),
+                    path: path.to_string(),
                     msg: format!(
-                        "tensor 'expert_map': global experts {g0} and {g} both map to local \
-                         expert {v} (expected each local expert at most once)"
+                        "tensor '{}': global experts {g0} and {g} both map to local expert {v} \
+                         (expected each local expert at most once)",
+                        names.expert_map
                     ),
                 });
             }
@@ -269,11 +265,12 @@ pub fn check_layer(
                 .map(|(e, _)| e.to_string())
                 .collect();
             return Err(IoError::Invalid {
-                path: f.path.clone(),
+                path: path.to_string(),
                 msg: format!(
-                    "tensor 'expert_map' maps {mapped} global experts to local ones, but the \
-                     weights hold {el} local experts (expected every local expert mapped once; \
+                    "tensor '{}' maps {mapped} global experts to local ones, but the weights \
+                     hold {el} local experts (expected every local expert mapped once; \
                      unmapped: {}{})",
+                    names.expert_map,
                     unmapped.join(", "),
                     if el - mapped > 8 { ", ..." } else { "" }
                 ),
@@ -283,10 +280,11 @@ pub fn check_layer(
     if let Some(b) = &l.weights.e_score_correction_bias {
         if let Some(p) = b.iter().position(|v| !v.is_finite()) {
             return Err(IoError::Invalid {
-                path: f.path.clone(),
+                path: path.to_string(),
                 msg: format!(
-                    "tensor 'e_score_correction_bias': entry {p} is {} (expected finite values: \
-                     the bias decides which experts are selected)",
+                    "tensor '{}': entry {p} is {} (expected finite values: the bias decides \
+                     which experts are selected)",
+                    names.correction_bias,
                     b[p]
                 ),
             });

@@ -6,12 +6,14 @@
 
 pub mod budget;
 pub mod exact_math;
+pub mod gate;
 pub mod layer;
 pub mod presets;
 pub mod reference;
 pub mod route;
 pub mod synth;
 
+pub use gate::RouterWeights;
 pub use layer::{MoeConfig, MoeLayer, MoeWeights};
 pub use reference::{
     forward, forward_naive, forward_probe, MoeOptions, MoeOutput, Probe, StageTaps,

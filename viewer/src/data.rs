@@ -132,7 +132,8 @@ pub fn load(src: &Source) -> Result<Dataset, String> {
             let l = mxmoe::io::load_layer(layer).map_err(|e| e.to_string())?;
             let (hidden, logits, m, bname) = match batch {
                 Some(b) => {
-                    let tb = mxmoe::io::load_batch(b).map_err(|e| e.to_string())?;
+                    let tb = mxmoe::io::load_batch_for(b, l.router.as_ref())
+                        .map_err(|e| e.to_string())?;
                     let name = b.file_name().map(|n| n.to_string_lossy().to_string());
                     (tb.hidden, tb.logits, tb.m, name.unwrap_or_default())
                 }

@@ -14,7 +14,8 @@ use std::path::PathBuf;
     about = "See expert routing and MX quantization error of a MoE layer"
 )]
 struct Args {
-    /// A layer bundle (vLLM/Quark names) or a gpt-oss-style safetensors checkpoint.
+    /// A layer bundle, or a checkpoint file / model directory / GGUF holding one MoE layer
+    /// (`mxmoe extract` takes one layer out of a larger one).
     #[arg(long)]
     layer: Option<PathBuf>,
     /// A token batch (hidden_states [M, H], router_logits [M, E]); without it, a synthetic batch.
