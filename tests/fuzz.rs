@@ -1,6 +1,6 @@
 //! A mutation fuzzer over the file loaders (issue 11, "Fuzzing"), on stable Rust with proptest:
 //! valid seed files (an MX tensor file, layer bundles with every optional tensor, a gpt-oss
-//! checkpoint, a token batch, a result) are mutated at the byte level (bit flips, byte sets,
+//! checkpoint, a token batch, a result, a GGUF) are mutated at the byte level (bit flips, byte sets,
 //! truncation, insertions, the header length) and at the header level (numbers in shapes and
 //! offsets, dtype and metadata strings, duplicated entries, NaN / 0xFF data), then handed to
 //! every loader. The property: a loader returns `Ok` or an error naming the file, and never
@@ -13,9 +13,10 @@
 //!   cargo test --release --test fuzz fuzz_loaders_long -- --ignored --nocapture`
 //!   (seed from `MXMOE_FUZZ_SEED`); docs/fuzzing.md records its counts and findings.
 //!
-//! GGUF: when the GGUF loader exists, add a seed (a small GGUF file) to `seeds()` and a target
-//! to `TARGETS` (`("gguf", |p| io::load_gguf(p).map(drop))`-shaped); the byte-level mutations
-//! apply unchanged (the header-level ones skip files that are not safetensors).
+//! GGUF: a small gpt-oss GGUF is one of the seeds; `load_layer` reads it (by its magic) through
+//! the GGUF loader, so the "layer" target covers it; the byte-level mutations apply unchanged
+//! (the header-level ones skip files that are not safetensors). Model directories (several
+//! files) are not fuzzed.
 
 use mxmoe::format::{MxFormat, MxTensor, ScaleMode};
 use mxmoe::io::{self, OutTensor, StFile, TokenBatch};
@@ -149,6 +150,67 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     };
     io::save_result(&p("result"), &[0.25; 96], 32, &routing, HashMap::new()).unwrap();
     out.push(("result", bytes_of(&p("result"))));
+    out.push(("gguf", gguf_seed()));
+    out
+}
+
+/// A small llama.cpp GGUF with one gpt-oss MoE block (2 experts, H = I = 32): the layout of
+/// ggml's docs/gguf.md (version 3: magic, version, tensor count, key/value count, key/values,
+/// tensor infos (name, n_dims, ne[], type, offset), data aligned to 32); MXFP4 is ggml type 39,
+/// a block is one E8M0 byte + 16 code bytes.
+fn gguf_seed() -> Vec<u8> {
+    fn s(out: &mut Vec<u8>, t: &str) {
+        out.extend((t.len() as u64).to_le_bytes());
+        out.extend(t.as_bytes());
+    }
+    let (e, h, i) = (2u64, 32u64, 32u64);
+    let block = |k: u64| -> Vec<u8> {
+        let mut b = vec![127u8]; // scale 2^0
+        b.extend((0..16).map(|j| ((j * 7 + k * 3) % 256) as u8 & 0x77));
+        b
+    };
+    let mx = |rows: u64| -> Vec<u8> { (0..rows).flat_map(block).collect() };
+    let f32s = |n: u64| -> Vec<u8> { (0..n).flat_map(|j| (j as f32 * 0.01).to_le_bytes()).collect() };
+    let ts: Vec<(&str, Vec<u64>, u32, Vec<u8>)> = vec![
+        ("blk.0.ffn_gate_exps.weight", vec![h, i, e], 39, mx(i * e)),
+        ("blk.0.ffn_up_exps.weight", vec![h, i, e], 39, mx(i * e)),
+        ("blk.0.ffn_down_exps.weight", vec![i, h, e], 39, mx(h * e)),
+        ("blk.0.ffn_gate_exps.bias", vec![i, e], 0, f32s(i * e)),
+        ("blk.0.ffn_up_exps.bias", vec![i, e], 0, f32s(i * e)),
+        ("blk.0.ffn_down_exps.bias", vec![h, e], 0, f32s(h * e)),
+        ("blk.0.ffn_gate_inp.weight", vec![h, e], 0, f32s(h * e)),
+    ];
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend((ts.len() as u64).to_le_bytes());
+    out.extend(2u64.to_le_bytes());
+    s(&mut out, "general.architecture");
+    out.extend(8u32.to_le_bytes()); // string
+    s(&mut out, "gpt-oss");
+    s(&mut out, "gpt-oss.expert_used_count");
+    out.extend(4u32.to_le_bytes()); // u32
+    out.extend(2u32.to_le_bytes());
+    let mut off = 0u64;
+    let mut offs = Vec::new();
+    for (name, ne, ty, data) in &ts {
+        s(&mut out, name);
+        out.extend((ne.len() as u32).to_le_bytes());
+        for d in ne {
+            out.extend(d.to_le_bytes());
+        }
+        out.extend(ty.to_le_bytes());
+        out.extend(off.to_le_bytes());
+        offs.push(off);
+        off += (data.len() as u64).div_ceil(32) * 32;
+    }
+    while out.len() % 32 != 0 {
+        out.push(0);
+    }
+    let start = out.len();
+    for ((_, _, _, data), o) in ts.iter().zip(offs) {
+        out.resize(start + o as usize, 0);
+        out.extend(data);
+    }
     out
 }
 
@@ -428,6 +490,25 @@ fn fuzz_loaders_long() {
         t0.elapsed().as_secs_f64(),
         loaded.join(", ")
     );
+}
+
+/// Every seed loads in the loader it is for (a seed that does not load tests only the first
+/// checks).
+#[test]
+fn seeds_load() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, bytes) in seeds() {
+        let p = d.path().join(format!("{name}.safetensors"));
+        std::fs::write(&p, &bytes).unwrap();
+        let target = match name {
+            "mx" => "mx",
+            "batch" => "batch",
+            "result" => "result",
+            _ => "layer",
+        };
+        let (_, load) = TARGETS.iter().find(|t| t.0 == target).unwrap();
+        load(&p).unwrap_or_else(|e| panic!("seed {name}: {e}"));
+    }
 }
 
 /// The mutators do what they say (a fuzzer whose mutations never reach the header finds

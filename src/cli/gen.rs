@@ -72,7 +72,7 @@ pub fn run(a: &GenArgs) -> Result<()> {
         spec.n_experts,
         spec.hidden,
         spec.inter,
-        a.packed,
+        a.packed || a.model.is_some(),
         tokens,
     )?;
     io::check_outputs(&[("--layer-out", &a.layer_out), ("--batch-out", &a.batch_out)], &[])?;

@@ -60,7 +60,7 @@ pub fn run(a: &QuantizeArgs) -> Result<()> {
         let f = StFile::open(&a.input)?;
         io::float_tensors_named(&f, &a.tensors, note)?
     };
-    // Each T becomes T and T_scale: refuse a file where that writes one name twice.
+    // Each T becomes T and T_scale: refuse inputs where that writes one name twice.
     let taken: std::collections::HashSet<&str> = inputs.iter().map(|t| t.name.as_str()).collect();
     if let Some(t) = inputs
         .iter()

@@ -29,7 +29,6 @@
 use super::gptoss::gptoss_mx;
 use super::model::Store;
 use super::stfile::list_names;
-use super::validate::{check_layer_at, LayerNames};
 use super::{IoError, LoadedLayer, StFile};
 use crate::format::{Bytes, MxFormat, MxTensor, ScaleMode, BLOCK};
 use crate::moe::{
@@ -154,13 +153,9 @@ fn layer_number(name: &str) -> Option<usize> {
 pub fn find_layers(s: &Store, scheme: Option<Scheme>) -> Result<Vec<LayerInfo>, IoError> {
     let mut keys: Vec<(String, Convention, Key)> = Vec::new();
     let mut per_expert: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    // A stacked layer's companion tensor that is missing (`X.w13_weight` without `X.w2_weight`).
-    let mut partial: Option<String> = None;
     for n in s.names() {
         if let Some(p) = n.strip_suffix("w13_weight") {
-            if !s.has(&format!("{p}w2_weight")) {
-                partial.get_or_insert(format!("{p}w2_weight"));
-            } else {
+            if s.has(&format!("{p}w2_weight")) {
                 let conv = if p.is_empty() {
                     Convention::Bundle
                 } else {
@@ -229,16 +224,6 @@ pub fn find_layers(s: &Store, scheme: Option<Scheme>) -> Result<Vec<LayerInfo>, 
         ));
     }
     if keys.is_empty() {
-        if let Some(t) = partial {
-            return Err(IoError::Missing {
-                path: s.root.clone(),
-                hint: format!(
-                    " (the layer's w13_weight is there; the file has: {})",
-                    super::stfile::names_near(s.names(), &t)
-                ),
-                tensor: t,
-            });
-        }
         return Err(invalid(
             &s.root,
             format!(
@@ -571,7 +556,7 @@ fn describe(
                 return Err(shape_err(
                     sf,
                     &n.w13_scale,
-                    "[E, 2I, H/32] (3-D, even row count)".into(),
+                    "[E, 2I, H/32] (3-D, E >= 1, even row count)".into(),
                 ));
             }
             let (e, h, i) = (ss[0], ss[2] * BLOCK, ss[1] / 2);
@@ -701,23 +686,7 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
             s.file(d)?.mx_pair(d, sc, w)
         }
     };
-    // Names for the warnings of `validate::check_layer_at` (NaN blocks, non-finite biases).
-    let (scale13, scale2, bias13, bias2) = match &info.key {
-        Key::Stacked(n) => (
-            n.w13_scale.clone(),
-            n.w2_scale.clone(),
-            n.w13_bias.clone(),
-            n.w2_bias.clone(),
-        ),
-        Key::PerExpert { prefix, .. } => (
-            format!("{prefix}.E.{{gate,up}}_proj.weight_scale"),
-            format!("{prefix}.E.down_proj.weight_scale"),
-            String::new(),
-            String::new(),
-        ),
-        Key::Gguf(_) => unreachable!("GGUF layers load through io::gguf"),
-    };
-    let (weights, router, orig) = match &info.key {
+    let (weights, router, orig, (check_path, names, meta_n)) = match &info.key {
         Key::Stacked(n) => {
             let w13 = mx(&n.w13, &n.w13_scale, n.blocks4d)?;
             let w2 = mx(&n.w2, &n.w2_scale, n.blocks4d)?;
@@ -772,7 +741,22 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
                 )),
                 None => None,
             };
-            (weights, router, orig)
+            // What `validate::check_layer` needs: the file, the tensors' names, and a bundle's
+            // `n_experts` metadata (checked against the expert_map).
+            let f13 = s.file(&n.w13)?;
+            let meta_n = match info.convention {
+                Convention::Bundle => f13.meta_parse::<usize>("n_experts")?,
+                _ => None,
+            };
+            let names = [
+                n.w13_scale.clone(),
+                n.w2_scale.clone(),
+                n.w13_bias.clone(),
+                n.w2_bias.clone(),
+                n.expert_map.clone().unwrap_or_else(|| "expert_map".into()),
+                n.corr.clone().unwrap_or_else(|| "e_score_correction_bias".into()),
+            ];
+            (weights, router, orig, (f13.path.clone(), names, meta_n))
         }
         Key::PerExpert {
             prefix,
@@ -791,7 +775,15 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
                 expert_map: None,
             };
             let router = router_weights(s, router_w.as_deref(), router_b.as_deref(), e, h)?;
-            (weights, router, None)
+            let names = [
+                format!("{prefix}*.{{gate,up}}_proj.weight_scale"),
+                format!("{prefix}*.down_proj.weight_scale"),
+                String::new(),
+                String::new(),
+                String::new(),
+                corr.clone().unwrap_or_default(),
+            ];
+            (weights, router, None, (s.root.clone(), names, None))
         }
         Key::Gguf(_) => unreachable!("GGUF layers load through io::gguf"),
     };
@@ -799,18 +791,21 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
         config: info.config.clone(),
         weights,
     };
-    // The file-level checks first: their messages name the checkpoint's keys and tensors.
-    let meta_n = match s.single_file() {
-        Some(f) => f.meta_parse::<usize>("n_experts")?,
-        None => None,
-    };
-    let names = LayerNames {
-        w13_scale: &scale13,
-        w2_scale: &scale2,
-        w13_bias: &bias13,
-        w2_bias: &bias2,
-    };
-    let warnings = check_layer_at(&s.root, meta_n, &layer, &names)?;
+    // The file-level checks first: their messages name the file's keys and tensors.
+    let [w13_scale, w2_scale, w13_bias, w2_bias, expert_map, correction_bias] = &names;
+    let warnings = super::validate::check_layer(
+        &check_path,
+        &layer,
+        &super::validate::LayerNames {
+            w13_scale,
+            w2_scale,
+            w13_bias,
+            w2_bias,
+            expert_map,
+            correction_bias,
+        },
+        meta_n,
+    )?;
     layer
         .validate()
         .map_err(|err| invalid(&s.root, format!("layer '{}': {err}", info.name)))?;

@@ -20,7 +20,7 @@ pub struct LoadedLayer {
     /// `hidden_states`: [`super::batch::load_batch_for`]).
     pub router: Option<RouterWeights>,
     /// Legal but almost certainly broken data (NaN weight blocks, non-finite biases): commands
-    /// print these and record them in their results (`io::validate`).
+    /// print these and record them in their results (`super::validate`).
     pub warnings: Vec<super::LayerWarning>,
 }
 

@@ -1,6 +1,6 @@
 //! The one way files are written and the checks on the paths a command reads and writes.
 //!
-//! * [`write_atomic`]: every writer's bytes go to a temporary file in the target's folder
+//! * [`write_atomic`] / [`write_atomic_with`] (streamed): every writer's bytes go to a temporary file in the target's folder
 //!   (`.mxmoe-XXXX.tmp`), synced, then renamed over the target, so a failed run never leaves a
 //!   partial file and never touches an existing output.
 //! * [`all_or_nothing`]: a command writing several files (`gen`: a layer and a batch) stages
@@ -28,8 +28,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
     write_atomic_with(path, |w| w.write_all(bytes))
 }
 
-/// [`write_atomic`] with `body` writing the contents through a buffered writer (large files are
-/// streamed, never assembled in memory): the same temporary file, sync, and rename.
+/// [`write_atomic`] with `body` writing the contents (buffered, streamed: no copy of the whole
+/// file in memory): the bytes go to a temporary file in the same folder, which replaces `path`
+/// only once complete and synced, so a failure leaves neither a partial file nor a changed
+/// `path`.
 pub fn write_atomic_with(
     path: &Path,
     body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,

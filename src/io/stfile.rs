@@ -1,5 +1,6 @@
 //! Reading and writing safetensors files: `StFile` (a file with typed accessors whose errors
-//! name file, tensor and expectation), `save` (canonical header, atomic write), `write_atomic`.
+//! name file, tensor and expectation), `save` (canonical header, written by
+//! `output::write_atomic_with`).
 
 use super::output::write_atomic_with;
 use super::{os, IoError};
@@ -38,7 +39,6 @@ pub(crate) fn list_names(names: &[String]) -> String {
         names.len()
     )
 }
-
 
 /// A tensor to write: name, dtype, shape, little-endian bytes (owned, or borrowed from a mapped
 /// input file: `mxmoe extract` writes a layer without copying it into memory).
@@ -110,10 +110,7 @@ pub fn save(
     let mut order: Vec<&OutTensor> = tensors.iter().collect();
     order.sort_by(|a, b| b.dtype.cmp(&a.dtype).then_with(|| a.name.cmp(&b.name)));
     if let Some(w) = order.windows(2).find(|w| w[0].name == w[1].name) {
-        return Err(invalid(format!(
-            "tensor '{}' would be written twice (a safetensors file holds one tensor per name)",
-            w[0].name
-        )));
+        return Err(invalid(format!("tensor '{}' given twice", w[0].name)));
     }
     let mut header: BTreeMap<String, serde_json::Value> = BTreeMap::new();
     let mut off = 0usize;
@@ -161,13 +158,18 @@ pub struct StFile {
 }
 
 impl StFile {
-    /// Read and check a safetensors file: a regular file (not a FIFO or device), a valid
-    /// header without duplicate keys, data offsets inside the file.
     pub fn open(path: &Path) -> Result<StFile, IoError> {
         let p = path.display().to_string();
-        // Before opening: opening a FIFO for reading would block until a writer appears.
+        // Stat first: opening a FIFO for reading blocks until a writer appears.
         super::output::check_input(path)?;
         let file = std::fs::File::open(path).map_err(|e| os(path, e))?;
+        let md = file.metadata().map_err(|e| os(path, e))?;
+        if !md.is_file() {
+            return Err(IoError::Invalid {
+                path: p,
+                msg: "not a regular file".into(),
+            });
+        }
         // SAFETY: the mapping is read-only and private to this process; the usual caveat of
         // memory-mapped readers (another process truncating the file while it is open) is
         // stated on `StFile`.
@@ -176,7 +178,7 @@ impl StFile {
     }
 
     fn from_map(p: String, map: Arc<Mmap>) -> Result<StFile, IoError> {
-        // Duplicate keys, which the crate's parser would resolve silently.
+        // Duplicate keys first: the crate's parser keeps the last one silently.
         super::validate::check_header(&p, &map)?;
         // read_metadata checks the header and that the offsets tile the data section exactly.
         let (n, md) = SafeTensors::read_metadata(&map).map_err(|e| IoError::Corrupt {
@@ -201,7 +203,6 @@ impl StFile {
         })
     }
 
-    /// The tensor names, sorted.
     pub fn names(&self) -> Vec<String> {
         self.names.clone()
     }
@@ -450,19 +451,6 @@ impl StFile {
             path: self.path.clone(),
             msg: format!("tensor '{name}': {e}"),
         })
-    }
-}
-
-/// Tensor names for a message: all of them when few, else the first 20 and a count.
-pub(crate) fn names_hint(names: &[String]) -> String {
-    if names.len() <= 20 {
-        names.join(", ")
-    } else {
-        format!(
-            "{}, ... ({} tensors in all)",
-            names[..20].join(", "),
-            names.len()
-        )
     }
 }
 

@@ -178,24 +178,22 @@ pub struct LayerNames<'a> {
     pub w2_scale: &'a str,
     pub w13_bias: &'a str,
     pub w2_bias: &'a str,
+    pub expert_map: &'a str,
+    pub correction_bias: &'a str,
 }
 
-/// Check a loaded layer read from `path` (a file or a model directory, whose metadata gave
-/// `meta_n_experts`), with the checks [`MoeLayer::validate`] cannot make or whose messages
-/// should name the file's keys: refuse what is invalid, return warnings for what is legal but
-/// broken.
-pub fn check_layer_at(
+/// Check a loaded layer (the checks [`MoeLayer::validate`] cannot make, with messages naming
+/// the file's keys and tensors): refuse what is invalid, return warnings for what is legal but
+/// broken. `path` names the file (or model) in messages; `meta_n_experts` is the `n_experts`
+/// metadata key of a layer bundle, when it has one.
+pub fn check_layer(
     path: &str,
-    meta_n_experts: Option<usize>,
     l: &MoeLayer,
     names: &LayerNames<'_>,
+    meta_n_experts: Option<usize>,
 ) -> Result<Vec<LayerWarning>, IoError> {
-    struct At<'a> {
-        path: &'a str,
-    }
-    let f = At { path };
     let meta_err = |key: &str, msg: String| IoError::Meta {
-        path: f.path.to_string(),
+        path: path.to_string(),
         key: key.into(),
         msg,
     };
@@ -213,8 +211,9 @@ pub fn check_layer_at(
                 return Err(meta_err(
                     "n_experts",
                     format!(
-                        "the metadata says {n} experts but tensor 'expert_map' has {} entries \
-                         (one per router expert)",
+                        "the metadata says {n} experts but tensor '{}' has {} entries (one per \
+                         router expert)",
+                        names.expert_map,
                         m.len()
                     ),
                 ));
@@ -228,7 +227,7 @@ pub fn check_layer_at(
             }
             if v < -1 {
                 return Err(IoError::Invalid {
-                    path: f.path.to_string(),
+                    path: path.to_string(),
                     msg: format!(
                         "expert_map entry {v} (global expert {g}) is outside [-1, {el}) (-1 \
                          marks an expert of another rank)"
@@ -237,7 +236,7 @@ pub fn check_layer_at(
             }
             let Some(slot) = first.get_mut(v as usize) else {
                 return Err(IoError::Invalid {
-                    path: f.path.to_string(),
+                    path: path.to_string(),
                     msg: format!(
                         "expert_map entry {v} (global expert {g}) is outside [-1, {el}): the \
                          weights hold {el} local experts"
@@ -246,10 +245,11 @@ pub fn check_layer_at(
             };
             if let Some(g0) = *slot {
                 return Err(IoError::Invalid {
-                    path: f.path.to_string(),
+                    path: path.to_string(),
                     msg: format!(
-                        "tensor 'expert_map': global experts {g0} and {g} both map to local \
-                         expert {v} (expected each local expert at most once)"
+                        "tensor '{}': global experts {g0} and {g} both map to local expert {v} \
+                         (expected each local expert at most once)",
+                        names.expert_map
                     ),
                 });
             }
@@ -265,11 +265,12 @@ pub fn check_layer_at(
                 .map(|(e, _)| e.to_string())
                 .collect();
             return Err(IoError::Invalid {
-                path: f.path.to_string(),
+                path: path.to_string(),
                 msg: format!(
-                    "tensor 'expert_map' maps {mapped} global experts to local ones, but the \
-                     weights hold {el} local experts (expected every local expert mapped once; \
+                    "tensor '{}' maps {mapped} global experts to local ones, but the weights \
+                     hold {el} local experts (expected every local expert mapped once; \
                      unmapped: {}{})",
+                    names.expert_map,
                     unmapped.join(", "),
                     if el - mapped > 8 { ", ..." } else { "" }
                 ),
@@ -279,10 +280,11 @@ pub fn check_layer_at(
     if let Some(b) = &l.weights.e_score_correction_bias {
         if let Some(p) = b.iter().position(|v| !v.is_finite()) {
             return Err(IoError::Invalid {
-                path: f.path.to_string(),
+                path: path.to_string(),
                 msg: format!(
-                    "tensor 'e_score_correction_bias': entry {p} is {} (expected finite values: \
-                     the bias decides which experts are selected)",
+                    "tensor '{}': entry {p} is {} (expected finite values: the bias decides \
+                     which experts are selected)",
+                    names.correction_bias,
                     b[p]
                 ),
             });
