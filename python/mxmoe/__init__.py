@@ -726,6 +726,7 @@ def verify(
     topk_weights: Any = None,
     *,
     tolerance: float = 1e-2,
+    profile: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Judge a MoE output computed elsewhere (your kernel, vLLM, SGLang) against the reference:
     the same verdict and closest variant as ``mxmoe verify`` on files.
@@ -750,7 +751,9 @@ def verify(
       not enter the verdict), ``ids_total``, ``weights_rel_l2`` (None without ``topk_weights``);
     - ``worst``: ``{token, column, theirs, reference}`` of the largest absolute error.
 
-    ``router_logits`` is required (see :func:`moe`).
+    ``router_logits`` is required (see :func:`moe`). ``profile`` runs the reference's
+    activation QDQs under a compatibility profile (see :func:`quantize`; ``profile`` in the
+    dict names it).
 
     Example::
 
@@ -780,7 +783,14 @@ def verify(
             )
         w_b = w.tobytes()
     return _mxmoe.verify(
-        layer._native, x.tobytes(), r.tobytes(), o.tobytes(), ids_b, w_b, float(tolerance)
+        layer._native,
+        x.tobytes(),
+        r.tobytes(),
+        o.tobytes(),
+        ids_b,
+        w_b,
+        float(tolerance),
+        _profile(profile),
     )
 
 

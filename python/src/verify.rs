@@ -1,9 +1,11 @@
-//! `verify`: the library's [`mxmoe::check::verify::verify_output`] (what `mxmoe verify`
+//! `verify`: the library's [`mxmoe::check::verify::verify_with`] (what `mxmoe verify`
 //! prints) as a dict. The dict's keys are the Python API's; each comes from the report.
 
 use crate::{f32s, i32s, Failure, Layer};
-use mxmoe::check::verify::{verify_output, VerifyError, VerifyReport};
+use mxmoe::check::verify::{verify_with, VerifyError, VerifyOptions, VerifyReport};
+use mxmoe::format::ProfileId;
 use mxmoe::io::TokenBatch;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -18,7 +20,7 @@ impl From<VerifyError> for Failure {
 
 /// The verdict of `mxmoe verify` on arrays (see `mxmoe.verify`).
 #[pyfunction]
-#[pyo3(signature = (layer, hidden, logits, output, topk_ids=None, topk_weights=None, tolerance=1e-2))]
+#[pyo3(signature = (layer, hidden, logits, output, topk_ids=None, topk_weights=None, tolerance=1e-2, profile="contract"))]
 #[allow(clippy::too_many_arguments)]
 pub fn verify<'py>(
     py: Python<'py>,
@@ -29,8 +31,17 @@ pub fn verify<'py>(
     topk_ids: Option<&[u8]>,
     topk_weights: Option<&[u8]>,
     tolerance: f64,
+    profile: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let l = &layer.get().inner;
+    let prof: ProfileId = profile
+        .parse()
+        .map_err(|e: mxmoe::format::ProfileError| PyValueError::new_err(e.to_string()))?;
+    let mut lv = layer.get().inner.clone();
+    // As `mxmoe verify --profile`: a layer mode the peer lacks becomes the profile's own.
+    if !prof.spec().modes.contains(&lv.config.act_scale_mode) {
+        lv.config.act_scale_mode = prof.spec().default_mode;
+    }
+    let l = &lv;
     let r = py.detach(|| -> Result<VerifyReport, Failure> {
         let (h, n_experts) = (l.config.hidden, l.config.n_experts);
         let hidden = f32s(hidden, "hidden_states")?;
@@ -44,16 +55,22 @@ pub fn verify<'py>(
         let o = f32s(output, "output")?;
         let ids = topk_ids.map(|b| i32s(b, "topk_ids")).transpose()?;
         let w = topk_weights.map(|b| f32s(b, "topk_weights")).transpose()?;
-        Ok(verify_output(
+        let opts = VerifyOptions {
+            tolerance_cap: tolerance,
+            profile: prof,
+            ..VerifyOptions::default()
+        };
+        Ok(verify_with(
             l,
             &batch,
             &o,
             ids.as_deref(),
             w.as_deref(),
-            tolerance,
+            &opts,
         )?)
     })?;
     let d = PyDict::new(py);
+    d.set_item("profile", r.profile)?;
     d.set_item("verdict", r.verdict.name())?;
     d.set_item("match", r.verdict.id() == "match")?;
     d.set_item("variant", r.variant.clone())?;
