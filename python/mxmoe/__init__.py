@@ -727,6 +727,7 @@ def verify(
     *,
     tolerance: float = 1e-2,
     profile: Optional[str] = None,
+    stages: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     """Judge a MoE output computed elsewhere (your kernel, vLLM, SGLang) against the reference:
     the same verdict and closest variant as ``mxmoe verify`` on files.
@@ -754,6 +755,13 @@ def verify(
     ``router_logits`` is required (see :func:`moe`). ``profile`` runs the reference's
     activation QDQs under a compatibility profile (see :func:`quantize`; ``profile`` in the
     dict names it).
+
+    ``stages``: your kernel's intermediates, any of ``input_qdq_out`` ``[M, H]``,
+    ``gemm1_out`` ``[M*top_k, 2I]``, ``act_out`` ``[M*top_k, I]``, ``intermediate_qdq_out``
+    ``[M*top_k, I]``, ``gemm2_out`` ``[M*top_k, H]`` (per-slot rows in your top-k order,
+    docs/NUMERICS.md 10.6). The dict then has ``stages`` (per stage: ``rel_l2``,
+    ``tolerance``, ``agrees``, ``nearest_fault``), ``first_differing_stage`` (None when every
+    dumped stage agrees) and ``stage_diagnosis`` (the faults closest at that stage).
 
     Example::
 
@@ -791,6 +799,7 @@ def verify(
         w_b,
         float(tolerance),
         _profile(profile),
+        [(_str(k, "stages key"), _floats(v, k).tobytes()) for k, v in (stages or {}).items()],
     )
 
 

@@ -3,6 +3,7 @@
 
 use crate::{f32s, i32s, Failure, Layer};
 use mxmoe::check::verify::{verify_with, VerifyError, VerifyOptions, VerifyReport};
+use mxmoe::check::verify_stages::{verify_stages, Stage, StageDump};
 use mxmoe::format::ProfileId;
 use mxmoe::io::TokenBatch;
 use pyo3::exceptions::PyValueError;
@@ -20,7 +21,7 @@ impl From<VerifyError> for Failure {
 
 /// The verdict of `mxmoe verify` on arrays (see `mxmoe.verify`).
 #[pyfunction]
-#[pyo3(signature = (layer, hidden, logits, output, topk_ids=None, topk_weights=None, tolerance=1e-2, profile="contract"))]
+#[pyo3(signature = (layer, hidden, logits, output, topk_ids=None, topk_weights=None, tolerance=1e-2, profile="contract", stages=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn verify<'py>(
     py: Python<'py>,
@@ -32,7 +33,19 @@ pub fn verify<'py>(
     topk_weights: Option<&[u8]>,
     tolerance: f64,
     profile: &str,
+    stages: Option<Vec<(String, Vec<u8>)>>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let mut dump = StageDump::default();
+    for (name, bytes) in stages.unwrap_or_default() {
+        let st = Stage::from_name(&name).ok_or_else(|| {
+            let names: Vec<&str> = Stage::ALL.iter().map(|s| s.name()).collect();
+            PyValueError::new_err(format!(
+                "stages: unknown stage '{name}' (expected: {})",
+                names.join(", ")
+            ))
+        })?;
+        dump.stages.push((st, f32s(&bytes, st.name())?));
+    }
     let prof: ProfileId = profile
         .parse()
         .map_err(|e: mxmoe::format::ProfileError| PyValueError::new_err(e.to_string()))?;
@@ -60,14 +73,9 @@ pub fn verify<'py>(
             profile: prof,
             ..VerifyOptions::default()
         };
-        Ok(verify_with(
-            l,
-            &batch,
-            &o,
-            ids.as_deref(),
-            w.as_deref(),
-            &opts,
-        )?)
+        let mut rep = verify_with(l, &batch, &o, ids.as_deref(), w.as_deref(), &opts)?;
+        verify_stages(l, &batch, &mut rep, &dump, ids.as_deref(), &opts)?;
+        Ok(rep)
     })?;
     let d = PyDict::new(py);
     d.set_item("profile", r.profile)?;
@@ -126,5 +134,27 @@ pub fn verify<'py>(
     w.set_item("theirs", r.worst.theirs)?;
     w.set_item("reference", r.worst.reference)?;
     d.set_item("worst", w)?;
+    let st = PyList::empty(py);
+    for s in &r.stages {
+        let e = PyDict::new(py);
+        e.set_item("stage", s.stage)?;
+        e.set_item("rows", s.rows)?;
+        e.set_item("against", s.against.clone())?;
+        e.set_item("rel_l2", s.rel_l2)?;
+        e.set_item("tolerance", s.tolerance)?;
+        e.set_item("agrees", s.agrees)?;
+        e.set_item("nearest_fault", s.nearest_fault.as_ref().map(|f| f.fault))?;
+        st.append(e)?;
+    }
+    d.set_item("stages", st)?;
+    d.set_item("first_differing_stage", r.first_differing_stage)?;
+    let sd = PyList::empty(py);
+    for f in &r.stage_diagnosis {
+        let e = PyDict::new(py);
+        e.set_item("fault", f.fault)?;
+        e.set_item("rel_l2", f.rel_l2)?;
+        sd.append(e)?;
+    }
+    d.set_item("stage_diagnosis", sd)?;
     Ok(d)
 }
