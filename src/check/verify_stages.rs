@@ -268,7 +268,7 @@ pub fn verify_stages(
             }
         };
         let th = gather(theirs, true);
-        let mut best: Option<StageResult> = None;
+        let mut best: Option<(StageResult, Vec<FaultDistance>)> = None;
         for r in &refs {
             let want = prep(s.tap(&r.taps));
             let noise = rel_l2(&prep(s.tap(&r.noise)), &want).0.max(1e-7);
@@ -281,7 +281,8 @@ pub fn verify_stages(
             }
             let tol = (nearest / 2.0).min(opts.tolerance_cap);
             let (rel, max_abs) = rel_l2(&th, &want);
-            let nf = r
+            // The faults ranked by their distance to the result at this stage.
+            let mut ranked: Vec<FaultDistance> = r
                 .faults
                 .iter()
                 .map(|(f, ft)| {
@@ -292,7 +293,9 @@ pub fn verify_stages(
                         max_abs: mx,
                     }
                 })
-                .min_by(|a, b| a.rel_l2.total_cmp(&b.rel_l2));
+                .collect();
+            ranked.sort_by(|a, b| a.rel_l2.total_cmp(&b.rel_l2));
+            ranked.sort_by_key(|x| x.rel_l2.is_nan());
             let cand = StageResult {
                 stage: s.name(),
                 rows: pairs.len(),
@@ -301,65 +304,24 @@ pub fn verify_stages(
                 max_abs,
                 tolerance: tol,
                 agrees: rel <= tol,
-                nearest_fault: nf,
+                nearest_fault: ranked.first().cloned(),
             };
             let score = |x: &StageResult| (!x.agrees, x.rel_l2 / x.tolerance);
-            if best.as_ref().is_none_or(|b| score(&cand) < score(b)) {
-                best = Some(cand);
+            if best.as_ref().is_none_or(|(b, _)| score(&cand) < score(b)) {
+                best = Some((cand, ranked));
             }
         }
-        results.push((*s, best.expect("a legitimate variant")));
+        let (res, ranked) = best.expect("a legitimate variant");
+        results.push((*s, res, ranked));
     }
-    results.sort_by_key(|(s, _)| Stage::ALL.iter().position(|x| x == s));
-    let first_bad = if rep.ids_identical == Some(false) {
-        Some(("routing", None))
-    } else {
-        results
-            .iter()
-            .find(|(_, r)| !r.agrees)
-            .map(|(s, r)| (s.name(), Some((*s, r.against.clone()))))
-    };
-    rep.first_differing_stage = first_bad.as_ref().map(|(n, _)| *n);
-    rep.stage_diagnosis = match first_bad.and_then(|(_, x)| x) {
-        Some((s, against)) => {
-            let r = refs.iter().find(|r| r.id == against).expect("variant");
-            let theirs = &dump.stages.iter().find(|(x, _)| *x == s).expect("stage").1;
-            let w = s.width(layer);
-            let rows: Vec<(usize, usize)> = if s.per_slot() {
-                (0..m * k)
-                    .filter_map(|a| slot_of[a].filter(|&x| local[x]).map(|x| (a, x)))
-                    .collect()
-            } else {
-                (0..m).map(|t| (t, t)).collect()
-            };
-            let g = |v: &[f32], their: bool| -> Vec<f32> {
-                rows.iter()
-                    .flat_map(|&(a, x)| {
-                        let row = if their { a } else { x };
-                        v[row * w..(row + 1) * w].iter().copied()
-                    })
-                    .collect()
-            };
-            let th = g(theirs, true);
-            let mut d: Vec<FaultDistance> = r
-                .faults
-                .iter()
-                .map(|(f, ft)| {
-                    let (rel, mx) = rel_l2(&th, &g(s.tap(ft), false));
-                    FaultDistance {
-                        fault: f.id(),
-                        rel_l2: rel,
-                        max_abs: mx,
-                    }
-                })
-                .collect();
-            d.sort_by(|a, b| a.rel_l2.total_cmp(&b.rel_l2));
-            d.sort_by_key(|x| x.rel_l2.is_nan());
-            d
-        }
-        None => Vec::new(),
-    };
-    rep.stages = results.into_iter().map(|(_, r)| r).collect();
+    results.sort_by_key(|(s, _, _)| Stage::ALL.iter().position(|x| x == s));
+    if rep.ids_identical == Some(false) {
+        rep.first_differing_stage = Some("routing");
+    } else if let Some((s, _, ranked)) = results.iter().find(|(_, r, _)| !r.agrees) {
+        rep.first_differing_stage = Some(s.name());
+        rep.stage_diagnosis = ranked.clone();
+    }
+    rep.stages = results.into_iter().map(|(_, r, _)| r).collect();
     Ok(())
 }
 
