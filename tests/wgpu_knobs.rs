@@ -67,6 +67,11 @@ fn spec(scheme: Scheme, act: Activation, e: usize, h: usize, i: usize, k: usize)
 /// Run a catalog MoE case on both expert paths (GEMM and GEMV) of one prepared layer and
 /// judge each against the CPU reference with the case's expectation.
 fn check_paths(b: &WgpuBackend, mat: &mut Materializer, case: &Case) {
+    check_on(b, mat, case, &[MoePath::Gemm, MoePath::Gemv]);
+}
+
+/// Run a catalog MoE case on the given expert paths and judge each against the CPU reference.
+fn check_on(b: &WgpuBackend, mat: &mut Materializer, case: &Case, paths: &[MoePath]) {
     let call = mat
         .call(case)
         .unwrap_or_else(|e| panic!("{}: {e}", case.id));
@@ -83,7 +88,7 @@ fn check_paths(b: &WgpuBackend, mat: &mut Materializer, case: &Case) {
     let g = b
         .prepare(layer)
         .unwrap_or_else(|e| panic!("{}: {e}", case.id));
-    for path in [MoePath::Gemm, MoePath::Gemv] {
+    for &path in paths {
         let t = Instant::now();
         let got = b
             .moe_path(&g, hidden, logits, *opts, path, false)
@@ -125,6 +130,47 @@ fn moe_gemm_and_gemv_paths_on_catalog_cases() {
     }
     for c in &cases {
         check_paths(b, &mut mat, c);
+    }
+}
+
+/// The decode GEMV's layouts: the workgroup-memory reduction every adapter can run, and where
+/// the adapter has fixed-size subgroups (lavapipe: 8 lanes; NVIDIA: 32) the subgroupAdd
+/// layouts with 8, 4 and 2 weight rows per lane group, each on half of the quick MoE cases
+/// (alternating halves, so every case runs on two layouts). An adapter with SUBGROUP must
+/// accept the subgroup layouts (no silent fallback to the shared one). Own backend instance: the
+/// layout is per device context.
+#[test]
+fn gemv_layouts_on_catalog_cases() {
+    if backend().is_none() {
+        println!("SKIPPED gemv_layouts_on_catalog_cases: no wgpu adapter");
+        return;
+    }
+    let b = WgpuBackend::new(None).unwrap();
+    b.set_poison(true);
+    let mut layouts = vec![(false, 8u32)];
+    match b.subgroup_size() {
+        Some(n) => {
+            println!("subgroup size {n}");
+            layouts.extend([(true, 8), (true, 4), (true, 2)]);
+        }
+        None => println!(
+            "UNSUPPORTED subgroup GEMV layouts: {}: no fixed-size subgroups",
+            b.adapter()
+        ),
+    }
+    let cases: Vec<Case> = check::cases(Suite::Quick)
+        .into_iter()
+        .filter(Case::is_moe)
+        .collect();
+    let mut mat = Materializer::default();
+    for (li, &(subgroup, rows)) in layouts.iter().enumerate() {
+        let got = b.set_gemv_layout(subgroup, rows);
+        let cfg = got.unwrap_or_else(|e| panic!("layout subgroup={subgroup} rows={rows}: {e}"));
+        assert_eq!((cfg.subgroup, cfg.rows), (subgroup, rows), "{cfg:?}");
+        println!("layout {cfg:?}");
+        for c in cases.iter().skip(li % 2).step_by(2) {
+            check_on(&b, &mut mat, c, &[MoePath::Gemv]);
+        }
     }
 }
 
@@ -193,9 +239,10 @@ fn pipeline_cache_builds_each_pipeline_once() {
     }
     let b = &WgpuBackend::new(None).unwrap();
     b.set_poison(true);
-    // Start-up may build the FP4 register-decode check pipeline (and nothing else).
+    // Start-up may build the FP4 register-decode and the subgroup-layout check pipelines (and
+    // nothing else).
     let at_start = b.pipeline_count();
-    assert!(at_start <= 1, "{at_start} pipelines before any op");
+    assert!(at_start <= 2, "{at_start} pipelines before any op");
     let l = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 64, 2));
     let layer = l.build().unwrap();
     let g = b.prepare(&layer).unwrap();

@@ -17,6 +17,9 @@ use wgpu::util::DeviceExt;
 /// writes), so an element a kernel forgot to write fails a bit-exact or tolerance comparison.
 pub const POISON: u32 = 0x7FC0_DEAD;
 
+/// Weight rows per lane group of the subgroup GEMV layout unless `MXMOE_GEMV_ROWS` says.
+pub const DEFAULT_GEMV_ROWS: u32 = 8;
+
 /// Pooled buffers kept per (usage, power-of-two size) class.
 const POOL_PER_CLASS: usize = 12;
 
@@ -191,6 +194,40 @@ impl Timer {
     }
 }
 
+/// How the decode GEMV (shaders/moe_gemv.wgsl) is laid out on this device: lane groups of
+/// `lanes` invocations along K, each owning `rows` of a workgroup's 64 weight rows, and whether
+/// the lane sums are reduced with subgroup operations (`lanes` = the adapter's subgroup size,
+/// verified by `subgroup_check`) or in workgroup memory (8 rows, 32 lanes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemvConfig {
+    pub subgroup: bool,
+    pub rows: u32,
+    pub lanes: u32,
+}
+
+impl GemvConfig {
+    /// The workgroup-memory layout every adapter runs.
+    pub const SHARED: GemvConfig = GemvConfig {
+        subgroup: false,
+        rows: 8,
+        lanes: 32,
+    };
+
+    /// Invocations per workgroup.
+    pub fn threads(&self) -> u32 {
+        64 / self.rows * self.lanes
+    }
+
+    /// The pipeline overrides of this layout.
+    pub fn overrides(&self) -> [(&'static str, u32); 3] {
+        [
+            ("GEMV_R", self.rows),
+            ("GEMV_LANES", self.lanes),
+            ("GEMV_THREADS", self.threads()),
+        ]
+    }
+}
+
 /// What was asked for and what we got.
 #[derive(Clone, Debug)]
 pub struct ContextInfo {
@@ -222,6 +259,12 @@ pub struct Context {
     /// than through a table in workgroup memory: set when the adapter passes
     /// `Context::check_fp4_register_decode`; `MXMOE_FP4_DECODE=table|registers` forces it.
     pub fp4_register_decode: AtomicBool,
+    /// The decode GEMV's layout ([`GemvConfig`]): subgroup reductions where the adapter has
+    /// fixed-size subgroups that pass `subgroup_check`; `MXMOE_GEMV_REDUCE=shared|subgroup` and
+    /// `MXMOE_GEMV_ROWS=2|4|8` choose.
+    gemv: Mutex<GemvConfig>,
+    /// The adapter's subgroup size when SUBGROUP is enabled and the size is fixed (min = max).
+    pub subgroup_size: Option<u32>,
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -288,6 +331,12 @@ impl Context {
             }
         }
         let limits = adapter.limits();
+        let ainfo = adapter.get_info();
+        let subgroup_size = (feats.contains(wgpu::Features::SUBGROUP)
+            && ainfo.subgroup_min_size == ainfo.subgroup_max_size
+            && ainfo.subgroup_min_size.is_power_of_two()
+            && (4..=64).contains(&ainfo.subgroup_min_size))
+        .then_some(ainfo.subgroup_min_size);
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("mxmoe"),
             required_features: required,
@@ -319,6 +368,8 @@ impl Context {
             chunk_override: AtomicU64::new(0),
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
             fp4_register_decode: AtomicBool::new(false),
+            gemv: Mutex::new(GemvConfig::SHARED),
+            subgroup_size,
             op_lock: Mutex::new(()),
             uncaptured,
         };
@@ -334,7 +385,104 @@ impl Context {
             }
         };
         ctx.fp4_register_decode.store(on, Ordering::Relaxed);
+        let rows = match std::env::var("MXMOE_GEMV_ROWS").as_deref() {
+            Ok("2") => 2,
+            Ok("4") => 4,
+            Ok("8") => 8,
+            _ => DEFAULT_GEMV_ROWS,
+        };
+        if std::env::var("MXMOE_GEMV_REDUCE").as_deref() != Ok("shared") {
+            // Falls back to the shared layout when the check fails.
+            let _ = ctx.set_gemv(true, rows);
+        }
         Ok(ctx)
+    }
+
+    /// The decode GEMV's layout now.
+    pub fn gemv_config(&self) -> GemvConfig {
+        *self.gemv.lock().unwrap()
+    }
+
+    /// Choose the decode GEMV's layout: subgroup reductions with `rows` rows per lane group
+    /// (when the adapter has fixed-size subgroups and `subgroup_check` passes for that
+    /// workgroup), else the workgroup-memory layout. Returns the layout in force and, when the
+    /// subgroup layout was asked for and refused, why.
+    pub fn set_gemv(&self, subgroup: bool, rows: u32) -> Result<GemvConfig, String> {
+        let mut r = Ok(());
+        let cfg = if !subgroup {
+            GemvConfig::SHARED
+        } else {
+            match self.subgroup_size {
+                None => {
+                    r = Err(format!(
+                        "{}: no SUBGROUP feature or no fixed subgroup size",
+                        self.info.adapter.name
+                    ));
+                    GemvConfig::SHARED
+                }
+                Some(lanes) => {
+                    let c = GemvConfig {
+                        subgroup: true,
+                        rows,
+                        lanes,
+                    };
+                    let max = self.limits.max_compute_invocations_per_workgroup;
+                    if ![1, 2, 4, 8].contains(&rows) || c.threads() > max {
+                        r = Err(format!(
+                            "{rows} rows per group of {lanes} lanes: {} invocations (at most \
+                             {max}, rows 1, 2, 4 or 8)",
+                            c.threads()
+                        ));
+                        GemvConfig::SHARED
+                    } else if !self.check_subgroup_layout(c) {
+                        r = Err(format!(
+                            "{}: subgroup_check failed for {} invocations",
+                            self.info.adapter.name,
+                            c.threads()
+                        ));
+                        GemvConfig::SHARED
+                    } else {
+                        c
+                    }
+                }
+            }
+        };
+        *self.gemv.lock().unwrap() = cfg;
+        r.map(|_| cfg)
+    }
+
+    /// Run `subgroup_check` (shaders/moe_gemv_reduce_subgroup.wgsl) with the layout `c`: every
+    /// invocation must sit in a subgroup of exactly `c.lanes` consecutive invocations.
+    fn check_subgroup_layout(&self, c: GemvConfig) -> bool {
+        let run = || -> Result<bool, BackendError> {
+            let pipe = self.pipeline(
+                Shader::MoeGemv {
+                    registers: false,
+                    subgroup: true,
+                },
+                "subgroup_check",
+                &c.overrides(),
+            )?;
+            let n = c.threads() as u64;
+            let out = self.storage(4 * n);
+            let bg = self.bind(&pipe, &[(9, &out)]);
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("check"),
+                });
+            {
+                let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                p.set_pipeline(&pipe);
+                p.set_bind_group(0, &bg, &[]);
+                p.dispatch_workgroups(1, 1, 1);
+            }
+            let r = self.submit_and_read(enc, &[(&out, 4 * n)])?;
+            self.give([out]);
+            let got: Vec<u32> = bytemuck::pod_collect_to_vec(&r[0]);
+            Ok(got.iter().all(|&v| v == 1))
+        };
+        run().unwrap_or(false)
     }
 
     /// Run `fp4_decode_check` (shaders/moe_gemv_fp4_registers.wgsl) and compare the 16 E2M1 codes it
@@ -342,7 +490,14 @@ impl Context {
     /// any difference or error: the table decode is always right.
     fn check_fp4_register_decode(&self) -> bool {
         let run = || -> Result<bool, BackendError> {
-            let pipe = self.pipeline(Shader::MoeGemvFp4Registers, "fp4_decode_check", &[])?;
+            let pipe = self.pipeline(
+                Shader::MoeGemv {
+                    registers: true,
+                    subgroup: false,
+                },
+                "fp4_decode_check",
+                &[],
+            )?;
             let out = self.storage(64);
             let bg = self.bind(&pipe, &[(9, &out)]);
             let mut enc = self

@@ -32,7 +32,7 @@ pub mod quant;
 pub mod route;
 pub mod source;
 
-pub use context::{enumerate_adapters, AdapterSummary, ContextInfo, POISON};
+pub use context::{enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, POISON};
 pub use moe::{GpuLayer, MoePath};
 
 use super::{BackendError, Op, PassTimes, Support};
@@ -80,14 +80,40 @@ impl WgpuBackend {
 
     /// Kernel choices this device made at start-up, in words (for `info` and bench results).
     pub fn notes(&self) -> Vec<String> {
-        vec![format!(
-            "fp4 decode in the GEMV: {}",
-            if self.ctx.fp4_register_decode.load(Ordering::Relaxed) {
-                "registers (f16 bit trick; the adapter passed the check)"
-            } else {
-                "byte table in workgroup memory"
-            }
-        )]
+        let g = self.ctx.gemv_config();
+        vec![
+            format!(
+                "fp4 decode in the GEMV: {}",
+                if self.ctx.fp4_register_decode.load(Ordering::Relaxed) {
+                    "registers (f16 bit trick; the adapter passed the check)"
+                } else {
+                    "byte table in workgroup memory"
+                }
+            ),
+            format!(
+                "GEMV layout: {} rows x {} lanes per group, {} invocations, lane sums {}",
+                g.rows,
+                g.lanes,
+                g.threads(),
+                if g.subgroup {
+                    "by subgroupAdd (subgroup_check passed)"
+                } else {
+                    "in workgroup memory"
+                }
+            ),
+        ]
+    }
+
+    /// Test hook: the decode GEMV's layout (subgroup reductions with `rows` rows per lane
+    /// group, or the workgroup-memory layout). Err (and the workgroup-memory layout) when the
+    /// adapter cannot run the subgroup layout.
+    pub fn set_gemv_layout(&self, subgroup: bool, rows: u32) -> Result<GemvConfig, String> {
+        self.ctx.set_gemv(subgroup, rows)
+    }
+
+    /// The adapter's fixed subgroup size, when it has SUBGROUP (None otherwise).
+    pub fn subgroup_size(&self) -> Option<u32> {
+        self.ctx.subgroup_size
     }
 
     /// The chosen adapter's summary (features, limits) and the features enabled.

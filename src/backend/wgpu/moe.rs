@@ -355,16 +355,20 @@ pub fn forward(
         ("ROUND_BF16", bf16),
     ];
     let p_lists = ctx.pipeline(Shader::MoeLists, "lists", &[("TILE_M", tile_m as u32)])?;
+    let gcfg = ctx.gemv_config();
     let (experts, e1, e2) = if gemv {
-        let shader = if ctx.fp4_register_decode.load(Ordering::Relaxed) {
-            Shader::MoeGemvFp4Registers
-        } else {
-            Shader::MoeGemv
+        let shader = Shader::MoeGemv {
+            registers: ctx.fp4_register_decode.load(Ordering::Relaxed),
+            subgroup: gcfg.subgroup,
         };
         (shader, "gemv1", "gemv2")
     } else {
         (Shader::MoeGemm, "gemm1", "gemm2")
     };
+    let mut ov = ov.to_vec();
+    if gemv {
+        ov.extend(gcfg.overrides());
+    }
     let p_g1 = ctx.pipeline(experts, e1, &ov)?;
     let p_g2 = ctx.pipeline(experts, e2, &ov)?;
     let p_comb = ctx.pipeline(Shader::MoeCombine, "combine", &[("ROUND_BF16", bf16)])?;
