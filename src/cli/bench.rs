@@ -56,6 +56,11 @@ pub struct BenchArgs {
     no_check: bool,
     #[arg(long)]
     json: Option<PathBuf>,
+    /// wgpu: compare decode GEMV layouts on the same layer, e.g. `shared,8,4,2` (shared =
+    /// workgroup-memory reductions; a number = subgroup reductions with that many weight rows
+    /// per lane group). Default: the layout the adapter's start-up checks chose.
+    #[arg(long)]
+    gemv_layouts: Option<String>,
 }
 
 pub fn run(a: &BenchArgs) -> Result<()> {
@@ -90,7 +95,23 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     if tokens.contains(&0) || a.iters == 0 {
         bail!("--tokens values and --iters must be at least 1");
     }
+    let gemv_layouts = match &a.gemv_layouts {
+        None => Vec::new(),
+        Some(v) => v
+            .split(',')
+            .map(|t| match t.trim() {
+                "shared" => Ok(None),
+                r => match r.parse::<u32>() {
+                    Ok(n @ (1 | 2 | 4 | 8)) => Ok(Some(n)),
+                    _ => Err(anyhow!(
+                        "--gemv-layouts: '{r}' is neither 'shared' nor 1, 2, 4 or 8 rows"
+                    )),
+                },
+            })
+            .collect::<Result<_>>()?,
+    };
     let p = BenchParams {
+        gemv_layouts,
         tokens,
         iters: a.iters,
         rotate: a.rotate,

@@ -20,6 +20,10 @@ pub const POISON: u32 = 0x7FC0_DEAD;
 /// Weight rows per lane group of the subgroup GEMV layout unless `MXMOE_GEMV_ROWS` says.
 pub const DEFAULT_GEMV_ROWS: u32 = 8;
 
+/// How long `submit_and_map` polls the fence before it blocks (a forward of a few milliseconds
+/// or less finishes while spinning; longer ones block, costing one wake-up).
+const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Pooled buffers kept per (usage, power-of-two size) class.
 const POOL_PER_CLASS: usize = 12;
 
@@ -762,6 +766,85 @@ impl Context {
         }
     }
 
+    /// Record copies of `(buffer, bytes)` into ONE mappable buffer (each part at a 256-byte
+    /// aligned offset), submit `enc`, wait for it (spinning on the fence for a short while before
+    /// blocking: a blocking wait adds the wake-up latency of a sleeping thread to every forward),
+    /// map once and hand the parts to `read`, which copies out what it needs. Device errors
+    /// raised meanwhile are returned as [`BackendError::Device`].
+    pub fn submit_and_map<T>(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        reads: &[(&wgpu::Buffer, u64)],
+        read: impl FnOnce(&[&[u8]]) -> T,
+    ) -> Result<T, BackendError> {
+        let mut offs = Vec::with_capacity(reads.len());
+        let mut total = 0u64;
+        for (_, n) in reads {
+            offs.push(total);
+            total = (total + n).next_multiple_of(256);
+        }
+        let staging = self.take(
+            total.max(4),
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        );
+        for ((b, n), o) in reads.iter().zip(&offs) {
+            if *n > 0 {
+                enc.copy_buffer_to_buffer(b, 0, &staging, *o, *n);
+            }
+        }
+        self.queue.submit([enc.finish()]);
+        let done = Arc::new(Mutex::new(None));
+        let d2 = done.clone();
+        staging
+            .slice(0..total.max(4))
+            .map_async(wgpu::MapMode::Read, move |r| {
+                *d2.lock().unwrap() = Some(r);
+            });
+        let t0 = std::time::Instant::now();
+        loop {
+            if done.lock().unwrap().is_some() {
+                break;
+            }
+            if t0.elapsed() > SPIN_WAIT {
+                self.device
+                    .poll(wgpu::PollType::wait_indefinitely())
+                    .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
+                break;
+            }
+            self.device
+                .poll(wgpu::PollType::Poll)
+                .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
+        }
+        let status = done.lock().unwrap().take();
+        match status {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(BackendError::Device(format!("map_async: {e}"))),
+            None => {
+                return Err(BackendError::Device(
+                    "map_async: no callback after wait".into(),
+                ))
+            }
+        }
+        let out = {
+            let v = staging
+                .slice(0..total.max(4))
+                .get_mapped_range()
+                .map_err(|e| BackendError::Device(format!("mapped range: {e}")))?;
+            let parts: Vec<&[u8]> = reads
+                .iter()
+                .zip(&offs)
+                .map(|((_, n), o)| &v[*o as usize..(*o + *n) as usize])
+                .collect();
+            read(&parts)
+        };
+        staging.unmap();
+        self.give([staging]);
+        if let Some(e) = self.uncaptured.lock().unwrap().take() {
+            return Err(BackendError::Device(e));
+        }
+        Ok(out)
+    }
+
     /// Record copies of `(buffer, bytes)` into mappable buffers, submit `enc`, wait, and read
     /// them back. Device errors raised meanwhile are returned as [`BackendError::Device`].
     pub fn submit_and_read(
@@ -816,4 +899,22 @@ impl Context {
         }
         Ok(out)
     }
+}
+
+/// A typed copy of `bytes` (length a multiple of the element size): one copy, split over rayon's
+/// threads when large (a 2048-token readback is tens of MB).
+pub fn pod_vec<T: bytemuck::Pod + Send>(bytes: &[u8]) -> Vec<T> {
+    use rayon::prelude::*;
+    let sz = std::mem::size_of::<T>();
+    let n = bytes.len() / sz;
+    let mut out: Vec<T> = vec![T::zeroed(); n];
+    const CHUNK: usize = 1 << 20; // elements per task
+    if n <= CHUNK {
+        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&bytes[..n * sz]);
+    } else {
+        out.par_chunks_mut(CHUNK)
+            .zip(bytes[..n * sz].par_chunks(CHUNK * sz))
+            .for_each(|(d, s)| bytemuck::cast_slice_mut::<T, u8>(d).copy_from_slice(s));
+    }
+    out
 }

@@ -9,7 +9,7 @@
 //! Weights larger than one storage binding are split into chunks of whole experts, each its own
 //! buffer; the GEMMs run once per chunk and skip the other chunks' tiles.
 
-use super::context::{Context, Timer};
+use super::context::{pod_vec, Context, Timer};
 use super::route;
 use super::source::{Shader, FMT_NONE};
 use crate::backend::{ops, BackendError, PassTimes};
@@ -498,25 +498,34 @@ pub fn forward(
     if let (Some(t), Some(b)) = (&timer, &resolve) {
         reads.push((b, t.bytes()));
     }
-    let r = ctx.submit_and_read(enc, &reads);
+    // One readback of everything (output, ids, weights, timestamps), one copy each.
+    let period = ctx.queue.get_timestamp_period();
+    let r = ctx.submit_and_map(enc, &reads, |parts| {
+        let times = match &timer {
+            Some(t) => t.durations(parts[3], period),
+            None => Vec::new(),
+        };
+        (
+            pod_vec::<f32>(parts[0]),
+            pod_vec::<i32>(parts[1]),
+            pod_vec::<f32>(parts[2]),
+            times,
+        )
+    });
     drop(reads);
     ctx.give(resolve);
     ctx.give(bufs);
     ctx.give(owned);
     ctx.give(chunk_params);
     ctx.give([rparams, base_params, logits_b, hidden_b]);
-    let r = r?;
-    let times = match &timer {
-        Some(t) => t.durations(&r[3], ctx.queue.get_timestamp_period()),
-        None => Vec::new(),
-    };
+    let (output, topk_ids, topk_weights, times) = r?;
     Ok((
         MoeOutput {
-            output: bytemuck::pod_collect_to_vec(&r[0]),
+            output,
             routing: Routing {
                 top_k: k,
-                topk_ids: bytemuck::pod_collect_to_vec(&r[1]),
-                topk_weights: bytemuck::pod_collect_to_vec(&r[2]),
+                topk_ids,
+                topk_weights,
             },
             stages: None,
         },
