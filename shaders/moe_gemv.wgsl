@@ -21,9 +21,25 @@
 const GEMV_TILE_ROWS: u32 = 4u; // rows (token-expert pairs) per GEMV tile
 const GEMV_WROWS: u32 = 64u;    // weight rows per workgroup
 
-override GEMV_R: u32 = 8u;         // weight rows per lane group: 1, 2, 4 or 8
+const GEMV_R: u32 = 8u;            // weight rows per lane group
 override GEMV_LANES: u32 = 32u;    // lanes per group (along K)
 override GEMV_THREADS: u32 = 256u; // (GEMV_WROWS / GEMV_R) * GEMV_LANES, set by the host
+override GEMV_PREFETCH: u32 = 0u;  // 1: load the next block before this block's math
+// 0: lane l takes whole 32-blocks (16-byte loads); its x block is 128 bytes, so a warp's x loads
+//    are 128 bytes apart (one cache line per lane).
+// 1: lane l takes words (8 codes, 4-byte loads) l, l + GEMV_LANES, ...: a row's lanes read 128
+//    consecutive bytes of codes and 1 KB of consecutive x (coalesced), scales per word.
+override GEMV_WORDS: u32 = 0u;
+// 1: gemv1 builds the row and tile lists itself (no `lists` pass; decode sizes, at most
+//    GEMV_LIST_MAX pairs): every workgroup derives them from topk_ids in workgroup memory, and
+//    workgroup (0, 0) writes them out for gemv2 and combine (moe_lists.wgsl's outputs, rows in
+//    (expert, pair) order).
+override GEMV_OWN_LISTS: u32 = 0u;
+const GEMV_LIST_MAX: u32 = 256u;
+
+var<workgroup> fl_expert: array<i32, 256>; // own lists: local expert of pair a (-1: none)
+var<workgroup> fl_pair: array<u32, 256>;   // own lists: pair of row p
+var<workgroup> fl_tile: array<u32, 256>;   // own lists: row p starts a tile: 1 + its length
 
 var<workgroup> row_sums: array<vec4<f32>, 64>; // [weight row of the tile] -> the tile's 4 rows
 var<workgroup> ep_val: array<u32, 128>;        // gemv1 epilogue: [token][column] f32 bits
@@ -78,108 +94,280 @@ fn load_x_octet(xoff: u32, o: u32) -> Octet {
                  vec4<f32>(x_in[k + 4u], x_in[k + 5u], x_in[k + 6u], x_in[k + 7u]));
 }
 
-// FP4, one token: per lane, per block, x once and GEMV_R rows. Returns the lane sums of rows
-// 0..3 and 4..7 of the group.
-fn gemv_fp4_1token(lane: u32, kblocks: u32, xo: u32, rb: array<u32, 8>) -> array<vec4<f32>, 2> {
-    var acc = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
-    for (var b = lane; b < kblocks; b = b + GEMV_LANES) {
-        var q: array<vec4<u32>, 8>;
-        var sc: array<f32, 8>;
-        for (var i = 0u; i < GEMV_R; i = i + 1u) {
-            q[i] = w_codes_vec4[rb[i] + b];
-            sc[i] = block_scale_at(rb[i] + b);
-        }
-        let xi = xo / 4u + 8u * b;
-        let x0 = Octet(x_in_vec4[xi], x_in_vec4[xi + 1u]);
-        let x1 = Octet(x_in_vec4[xi + 2u], x_in_vec4[xi + 3u]);
-        let x2 = Octet(x_in_vec4[xi + 4u], x_in_vec4[xi + 5u]);
-        let x3 = Octet(x_in_vec4[xi + 6u], x_in_vec4[xi + 7u]);
-        for (var i = 0u; i < GEMV_R; i = i + 1u) {
-            let d = dot_octet(decode_fp4_word(q[i].x), x0) + dot_octet(decode_fp4_word(q[i].y), x1)
-                + dot_octet(decode_fp4_word(q[i].z), x2) + dot_octet(decode_fp4_word(q[i].w), x3);
-            acc[i / 4u][i % 4u] = acc[i / 4u][i % 4u] + (d * FP4_WORD_SCALE) * sc[i];
-        }
-    }
-    return acc;
+// The 8 rows of a lane group: the first 32-block index of each (gemv_row_block).
+struct Rows8 {
+    r0: u32,
+    r1: u32,
+    r2: u32,
+    r3: u32,
+    r4: u32,
+    r5: u32,
+    r6: u32,
+    r7: u32,
 }
 
-// One word (octet o of the block) of GEMV_R rows against the 4 tokens' x.
-fn fp4_word_4tokens(p: ptr<function, array<vec4<f32>, 8>>, w: array<u32, 8>, xo: vec4<u32>,
-                    o: u32) {
+// Block b of the 8 rows: 16 bytes of codes each (one vec4<u32> load) and the 8 scales.
+struct Blk8 {
+    q0: vec4<u32>,
+    q1: vec4<u32>,
+    q2: vec4<u32>,
+    q3: vec4<u32>,
+    q4: vec4<u32>,
+    q5: vec4<u32>,
+    q6: vec4<u32>,
+    q7: vec4<u32>,
+    s_lo: vec4<f32>, // scales of rows 0..3
+    s_hi: vec4<f32>, // rows 4..7
+}
+
+fn load_blk8(w: Rows8, b: u32) -> Blk8 {
+    return Blk8(w_codes_vec4[w.r0 + b], w_codes_vec4[w.r1 + b], w_codes_vec4[w.r2 + b],
+                w_codes_vec4[w.r3 + b], w_codes_vec4[w.r4 + b], w_codes_vec4[w.r5 + b],
+                w_codes_vec4[w.r6 + b], w_codes_vec4[w.r7 + b],
+                vec4<f32>(block_scale_at(w.r0 + b), block_scale_at(w.r1 + b),
+                          block_scale_at(w.r2 + b), block_scale_at(w.r3 + b)),
+                vec4<f32>(block_scale_at(w.r4 + b), block_scale_at(w.r5 + b),
+                          block_scale_at(w.r6 + b), block_scale_at(w.r7 + b)));
+}
+
+// A whole block (4 words) of one row against one token's x (four octets), unscaled.
+fn dot_fp4_block(q: vec4<u32>, x0: Octet, x1: Octet, x2: Octet, x3: Octet) -> f32 {
+    return dot_octet(decode_fp4_word(q.x), x0) + dot_octet(decode_fp4_word(q.y), x1)
+        + dot_octet(decode_fp4_word(q.z), x2) + dot_octet(decode_fp4_word(q.w), x3);
+}
+
+// One token, one block of the 8 rows: the scaled block sums (rows 0..3, 4..7).
+fn fp4_blk_1token(k: Blk8, xi: u32) -> array<vec4<f32>, 2> {
+    let x0 = Octet(x_in_vec4[xi], x_in_vec4[xi + 1u]);
+    let x1 = Octet(x_in_vec4[xi + 2u], x_in_vec4[xi + 3u]);
+    let x2 = Octet(x_in_vec4[xi + 4u], x_in_vec4[xi + 5u]);
+    let x3 = Octet(x_in_vec4[xi + 6u], x_in_vec4[xi + 7u]);
+    let p0 = vec4<f32>(dot_fp4_block(k.q0, x0, x1, x2, x3), dot_fp4_block(k.q1, x0, x1, x2, x3),
+                       dot_fp4_block(k.q2, x0, x1, x2, x3), dot_fp4_block(k.q3, x0, x1, x2, x3));
+    let p1 = vec4<f32>(dot_fp4_block(k.q4, x0, x1, x2, x3), dot_fp4_block(k.q5, x0, x1, x2, x3),
+                       dot_fp4_block(k.q6, x0, x1, x2, x3), dot_fp4_block(k.q7, x0, x1, x2, x3));
+    return array<vec4<f32>, 2>((p0 * FP4_WORD_SCALE) * k.s_lo, (p1 * FP4_WORD_SCALE) * k.s_hi);
+}
+
+// FP4, one token: lane sums of rows 0..3 and 4..7 of the group, blocks in order. With
+// GEMV_PREFETCH the next block's codes and scales are loaded before this block's math (the last
+// iteration reloads its own block: an L1 hit), so a lane has two blocks of loads in flight.
+fn gemv_fp4_1token(lane: u32, kblocks: u32, xo: u32, w: Rows8) -> array<vec4<f32>, 2> {
+    var s0 = vec4<f32>(0.0);
+    var s1 = vec4<f32>(0.0);
+    if lane >= kblocks {
+        return array<vec4<f32>, 2>(s0, s1);
+    }
+    var k = load_blk8(w, lane);
+    for (var b = lane; b < kblocks; b = b + GEMV_LANES) {
+        var kn = k;
+        if GEMV_PREFETCH != 0u {
+            kn = load_blk8(w, min(b + GEMV_LANES, kblocks - 1u));
+        }
+        let p = fp4_blk_1token(k, xo / 4u + 8u * b);
+        s0 = s0 + p[0];
+        s1 = s1 + p[1];
+        if GEMV_PREFETCH != 0u {
+            k = kn;
+        } else if b + GEMV_LANES < kblocks {
+            k = load_blk8(w, b + GEMV_LANES);
+        }
+    }
+    return array<vec4<f32>, 2>(s0, s1);
+}
+
+// Lane sums of the 8 rows for the tile's 4 tokens (vec4 over tokens per row).
+struct FourTokenSums {
+    row0: vec4<f32>,
+    row1: vec4<f32>,
+    row2: vec4<f32>,
+    row3: vec4<f32>,
+    row4: vec4<f32>,
+    row5: vec4<f32>,
+    row6: vec4<f32>,
+    row7: vec4<f32>,
+}
+
+fn dot_octet_4tokens(w: Octet, x0: Octet, x1: Octet, x2: Octet, x3: Octet) -> vec4<f32> {
+    return vec4<f32>(dot_octet(w, x0), dot_octet(w, x1), dot_octet(w, x2), dot_octet(w, x3));
+}
+
+// One word (octet o) of each of the 8 rows' blocks against the 4 tokens' x.
+fn fp4_word_4tokens(p: FourTokenSums, u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32,
+                    u6: u32, u7: u32, xo: vec4<u32>, o: u32) -> FourTokenSums {
     let x0 = load_x_octet_vec4(xo.x, o);
     let x1 = load_x_octet_vec4(xo.y, o);
     let x2 = load_x_octet_vec4(xo.z, o);
     let x3 = load_x_octet_vec4(xo.w, o);
-    for (var i = 0u; i < GEMV_R; i = i + 1u) {
-        let d = decode_fp4_word(w[i]);
-        (*p)[i] = (*p)[i] + vec4<f32>(dot_octet(d, x0), dot_octet(d, x1), dot_octet(d, x2),
-                                      dot_octet(d, x3));
-    }
+    return FourTokenSums(p.row0 + dot_octet_4tokens(decode_fp4_word(u0), x0, x1, x2, x3),
+                         p.row1 + dot_octet_4tokens(decode_fp4_word(u1), x0, x1, x2, x3),
+                         p.row2 + dot_octet_4tokens(decode_fp4_word(u2), x0, x1, x2, x3),
+                         p.row3 + dot_octet_4tokens(decode_fp4_word(u3), x0, x1, x2, x3),
+                         p.row4 + dot_octet_4tokens(decode_fp4_word(u4), x0, x1, x2, x3),
+                         p.row5 + dot_octet_4tokens(decode_fp4_word(u5), x0, x1, x2, x3),
+                         p.row6 + dot_octet_4tokens(decode_fp4_word(u6), x0, x1, x2, x3),
+                         p.row7 + dot_octet_4tokens(decode_fp4_word(u7), x0, x1, x2, x3));
 }
 
-// FP4, a tile of up to 4 tokens: per row, a vec4 over the tokens.
-fn gemv_fp4_4tokens(lane: u32, kblocks: u32, xo: vec4<u32>,
-                    rb: array<u32, 8>) -> array<vec4<f32>, 8> {
-    var acc: array<vec4<f32>, 8>;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        acc[i] = vec4<f32>(0.0);
+// One block of the 8 rows against the 4 tokens, scaled.
+fn fp4_blk_4tokens(a: FourTokenSums, k: Blk8, xo: vec4<u32>, b: u32) -> FourTokenSums {
+    let z = vec4<f32>(0.0);
+    var p = FourTokenSums(z, z, z, z, z, z, z, z);
+    p = fp4_word_4tokens(p, k.q0.x, k.q1.x, k.q2.x, k.q3.x, k.q4.x, k.q5.x, k.q6.x, k.q7.x, xo,
+                         b * 4u);
+    p = fp4_word_4tokens(p, k.q0.y, k.q1.y, k.q2.y, k.q3.y, k.q4.y, k.q5.y, k.q6.y, k.q7.y, xo,
+                         b * 4u + 1u);
+    p = fp4_word_4tokens(p, k.q0.z, k.q1.z, k.q2.z, k.q3.z, k.q4.z, k.q5.z, k.q6.z, k.q7.z, xo,
+                         b * 4u + 2u);
+    p = fp4_word_4tokens(p, k.q0.w, k.q1.w, k.q2.w, k.q3.w, k.q4.w, k.q5.w, k.q6.w, k.q7.w, xo,
+                         b * 4u + 3u);
+    return FourTokenSums(a.row0 + (p.row0 * FP4_WORD_SCALE) * k.s_lo.x,
+                         a.row1 + (p.row1 * FP4_WORD_SCALE) * k.s_lo.y,
+                         a.row2 + (p.row2 * FP4_WORD_SCALE) * k.s_lo.z,
+                         a.row3 + (p.row3 * FP4_WORD_SCALE) * k.s_lo.w,
+                         a.row4 + (p.row4 * FP4_WORD_SCALE) * k.s_hi.x,
+                         a.row5 + (p.row5 * FP4_WORD_SCALE) * k.s_hi.y,
+                         a.row6 + (p.row6 * FP4_WORD_SCALE) * k.s_hi.z,
+                         a.row7 + (p.row7 * FP4_WORD_SCALE) * k.s_hi.w);
+}
+
+// FP4, a tile of up to 4 tokens (GEMV_PREFETCH as in gemv_fp4_1token).
+fn gemv_fp4_4tokens(lane: u32, kblocks: u32, xo: vec4<u32>, w: Rows8) -> array<vec4<f32>, 8> {
+    let z = vec4<f32>(0.0);
+    var a = FourTokenSums(z, z, z, z, z, z, z, z);
+    if lane < kblocks {
+        var k = load_blk8(w, lane);
+        for (var b = lane; b < kblocks; b = b + GEMV_LANES) {
+            var kn = k;
+            if GEMV_PREFETCH != 0u {
+                kn = load_blk8(w, min(b + GEMV_LANES, kblocks - 1u));
+            }
+            a = fp4_blk_4tokens(a, k, xo, b);
+            if GEMV_PREFETCH != 0u {
+                k = kn;
+            } else if b + GEMV_LANES < kblocks {
+                k = load_blk8(w, b + GEMV_LANES);
+            }
+        }
     }
-    for (var b = lane; b < kblocks; b = b + GEMV_LANES) {
-        var q: array<vec4<u32>, 8>;
-        var sc: array<f32, 8>;
-        for (var i = 0u; i < GEMV_R; i = i + 1u) {
-            q[i] = w_codes_vec4[rb[i] + b];
-            sc[i] = block_scale_at(rb[i] + b);
+    return array<vec4<f32>, 8>(a.row0, a.row1, a.row2, a.row3, a.row4, a.row5, a.row6, a.row7);
+}
+
+// Word k of the 8 rows (8 codes each, one u32 load per row; word k of a row is in block k / 4).
+struct Wrd8 {
+    u_lo: vec4<u32>, // rows 0..3
+    u_hi: vec4<u32>, // rows 4..7
+    s_lo: vec4<f32>, // the words' block scales
+    s_hi: vec4<f32>,
+}
+
+fn load_wrd8(w: Rows8, k: u32) -> Wrd8 {
+    let b = k / 4u;
+    let o = k % 4u;
+    return Wrd8(vec4<u32>(w_codes[4u * w.r0 + k], w_codes[4u * w.r1 + k], w_codes[4u * w.r2 + k],
+                          w_codes[4u * w.r3 + k]),
+                vec4<u32>(w_codes[4u * w.r4 + k], w_codes[4u * w.r5 + k], w_codes[4u * w.r6 + k],
+                          w_codes[4u * w.r7 + k]),
+                vec4<f32>(block_scale_at(w.r0 + b), block_scale_at(w.r1 + b),
+                          block_scale_at(w.r2 + b), block_scale_at(w.r3 + b)),
+                vec4<f32>(block_scale_at(w.r4 + b), block_scale_at(w.r5 + b),
+                          block_scale_at(w.r6 + b), block_scale_at(w.r7 + b)));
+}
+
+// FP4, one token, lanes along words (GEMV_WORDS = 1): lane sums of rows 0..3 and 4..7, words in
+// order, each word's 8 products scaled by its block scale.
+fn gemv_fp4_1token_words(lane: u32, kwords: u32, xo: u32, w: Rows8) -> array<vec4<f32>, 2> {
+    var s0 = vec4<f32>(0.0);
+    var s1 = vec4<f32>(0.0);
+    if lane >= kwords {
+        return array<vec4<f32>, 2>(s0, s1);
+    }
+    var d = load_wrd8(w, lane);
+    for (var k = lane; k < kwords; k = k + GEMV_LANES) {
+        var dn = d;
+        if GEMV_PREFETCH != 0u {
+            dn = load_wrd8(w, min(k + GEMV_LANES, kwords - 1u));
         }
-        var p: array<vec4<f32>, 8>;
-        for (var i = 0u; i < 8u; i = i + 1u) {
-            p[i] = vec4<f32>(0.0);
-        }
-        var w: array<u32, 8>;
-        for (var i = 0u; i < GEMV_R; i = i + 1u) {
-            w[i] = q[i].x;
-        }
-        fp4_word_4tokens(&p, w, xo, 4u * b);
-        for (var i = 0u; i < GEMV_R; i = i + 1u) {
-            w[i] = q[i].y;
-        }
-        fp4_word_4tokens(&p, w, xo, 4u * b + 1u);
-        for (var i = 0u; i < GEMV_R; i = i + 1u) {
-            w[i] = q[i].z;
-        }
-        fp4_word_4tokens(&p, w, xo, 4u * b + 2u);
-        for (var i = 0u; i < GEMV_R; i = i + 1u) {
-            w[i] = q[i].w;
-        }
-        fp4_word_4tokens(&p, w, xo, 4u * b + 3u);
-        for (var i = 0u; i < GEMV_R; i = i + 1u) {
-            acc[i] = acc[i] + (p[i] * FP4_WORD_SCALE) * sc[i];
+        let xi = xo / 4u + 2u * k;
+        let x = Octet(x_in_vec4[xi], x_in_vec4[xi + 1u]);
+        let p0 = vec4<f32>(dot_octet(decode_fp4_word(d.u_lo.x), x),
+                           dot_octet(decode_fp4_word(d.u_lo.y), x),
+                           dot_octet(decode_fp4_word(d.u_lo.z), x),
+                           dot_octet(decode_fp4_word(d.u_lo.w), x));
+        let p1 = vec4<f32>(dot_octet(decode_fp4_word(d.u_hi.x), x),
+                           dot_octet(decode_fp4_word(d.u_hi.y), x),
+                           dot_octet(decode_fp4_word(d.u_hi.z), x),
+                           dot_octet(decode_fp4_word(d.u_hi.w), x));
+        s0 = s0 + (p0 * FP4_WORD_SCALE) * d.s_lo;
+        s1 = s1 + (p1 * FP4_WORD_SCALE) * d.s_hi;
+        if GEMV_PREFETCH != 0u {
+            d = dn;
+        } else if k + GEMV_LANES < kwords {
+            d = load_wrd8(w, k + GEMV_LANES);
         }
     }
-    return acc;
+    return array<vec4<f32>, 2>(s0, s1);
+}
+
+// FP4, up to 4 tokens, lanes along words.
+fn gemv_fp4_4tokens_words(lane: u32, kwords: u32, xo: vec4<u32>, w: Rows8) -> array<vec4<f32>, 8> {
+    let z = vec4<f32>(0.0);
+    var a = FourTokenSums(z, z, z, z, z, z, z, z);
+    if lane < kwords {
+        var d = load_wrd8(w, lane);
+        for (var k = lane; k < kwords; k = k + GEMV_LANES) {
+            var dn = d;
+            if GEMV_PREFETCH != 0u {
+                dn = load_wrd8(w, min(k + GEMV_LANES, kwords - 1u));
+            }
+            let z4 = FourTokenSums(z, z, z, z, z, z, z, z);
+            let p = fp4_word_4tokens(z4, d.u_lo.x, d.u_lo.y, d.u_lo.z, d.u_lo.w, d.u_hi.x,
+                                     d.u_hi.y, d.u_hi.z, d.u_hi.w, xo, k);
+            a.row0 = a.row0 + (p.row0 * FP4_WORD_SCALE) * d.s_lo.x;
+            a.row1 = a.row1 + (p.row1 * FP4_WORD_SCALE) * d.s_lo.y;
+            a.row2 = a.row2 + (p.row2 * FP4_WORD_SCALE) * d.s_lo.z;
+            a.row3 = a.row3 + (p.row3 * FP4_WORD_SCALE) * d.s_lo.w;
+            a.row4 = a.row4 + (p.row4 * FP4_WORD_SCALE) * d.s_hi.x;
+            a.row5 = a.row5 + (p.row5 * FP4_WORD_SCALE) * d.s_hi.y;
+            a.row6 = a.row6 + (p.row6 * FP4_WORD_SCALE) * d.s_hi.z;
+            a.row7 = a.row7 + (p.row7 * FP4_WORD_SCALE) * d.s_hi.w;
+            if GEMV_PREFETCH != 0u {
+                d = dn;
+            } else if k + GEMV_LANES < kwords {
+                d = load_wrd8(w, k + GEMV_LANES);
+            }
+        }
+    }
+    return array<vec4<f32>, 8>(a.row0, a.row1, a.row2, a.row3, a.row4, a.row5, a.row6, a.row7);
 }
 
 // Any other weight format (FP6, FP8, INT8): octets of 8 codes through the code table, scaled
 // per octet; lane l takes octets l, l + GEMV_LANES, ...
-fn gemv_generic(lane: u32, kk: u32, xo: vec4<u32>, rb: array<u32, 8>) -> array<vec4<f32>, 8> {
-    let cb = mx_spec(WEIGHT_FMT).code_bits;
-    var acc: array<vec4<f32>, 8>;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        acc[i] = vec4<f32>(0.0);
-    }
+fn gemv_generic(lane: u32, kk: u32, xo: vec4<u32>, w: Rows8) -> array<vec4<f32>, 8> {
+    let z = vec4<f32>(0.0);
+    var a = FourTokenSums(z, z, z, z, z, z, z, z);
     for (var o = lane; o < kk / 8u; o = o + GEMV_LANES) {
         let x0 = load_x_octet(xo.x, o);
         let x1 = load_x_octet(xo.y, o);
         let x2 = load_x_octet(xo.z, o);
         let x3 = load_x_octet(xo.w, o);
-        for (var i = 0u; i < GEMV_R; i = i + 1u) {
-            let sidx = rb[i] + o / 4u;
-            let w = decode_weight_octet(sidx * cb, (o % 4u) * 8u);
-            acc[i] = acc[i] + vec4<f32>(dot_octet(w, x0), dot_octet(w, x1), dot_octet(w, x2),
-                                        dot_octet(w, x3)) * block_scale_at(sidx);
-        }
+        a.row0 = a.row0 + generic_octet(w.r0, o, x0, x1, x2, x3);
+        a.row1 = a.row1 + generic_octet(w.r1, o, x0, x1, x2, x3);
+        a.row2 = a.row2 + generic_octet(w.r2, o, x0, x1, x2, x3);
+        a.row3 = a.row3 + generic_octet(w.r3, o, x0, x1, x2, x3);
+        a.row4 = a.row4 + generic_octet(w.r4, o, x0, x1, x2, x3);
+        a.row5 = a.row5 + generic_octet(w.r5, o, x0, x1, x2, x3);
+        a.row6 = a.row6 + generic_octet(w.r6, o, x0, x1, x2, x3);
+        a.row7 = a.row7 + generic_octet(w.r7, o, x0, x1, x2, x3);
     }
-    return acc;
+    return array<vec4<f32>, 8>(a.row0, a.row1, a.row2, a.row3, a.row4, a.row5, a.row6, a.row7);
+}
+
+// Octet o of the row whose first block is rb, against 4 tokens, scaled per octet.
+fn generic_octet(rb: u32, o: u32, x0: Octet, x1: Octet, x2: Octet, x3: Octet) -> vec4<f32> {
+    let sidx = rb + o / 4u;
+    let w = decode_weight_octet(sidx * mx_spec(WEIGHT_FMT).code_bits, (o % 4u) * 8u);
+    return dot_octet_4tokens(w, x0, x1, x2, x3) * block_scale_at(sidx);
 }
 
 // The tile of this workgroup, uniformly: (expert, start, end, valid). Fills the code tables only
@@ -207,6 +395,117 @@ fn gemv_load_tile(lid: u32, slot: u32) -> vec4<u32> {
     return workgroupUniformLoad(&tile_desc);
 }
 
+
+// The local expert of pair a (-1: not on this rank), as moe_lists.wgsl.
+fn gemv_local_expert(a: u32) -> i32 {
+    let id = topk_ids[a];
+    if params.has_map != 0u {
+        return expert_map[id];
+    }
+    return id;
+}
+
+// GEMV_OWN_LISTS: the tile of slot `slot` from topk_ids (rows sorted by (local expert, pair);
+// an expert's rows cut into tiles of GEMV_TILE_ROWS; tiles in row order), the row -> pair map in
+// fl_pair; workgroup (0, 0) (`writer`) stores pair_of_row, row_of_pair and tiles as the lists
+// pass would. Also what gemv_load_tile does (tables, block maxima).
+fn gemv_own_lists(lid: u32, slot: u32, writer: bool) -> vec4<u32> {
+    if FP4_TABLE || mx_spec(WEIGHT_FMT).code_bits != 4u {
+        for (var c = lid; c < 256u; c = c + GEMV_THREADS) {
+            code_value[c] = bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c, 127u));
+            fp4_byte_values[c] = vec2<f32>(
+                bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c & 15u, 127u)),
+                bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c >> 4u, 127u)),
+            );
+        }
+    }
+    if lid < GEMV_TILE_ROWS {
+        atomicStore(&block_amax[lid], 0u);
+    }
+    let na = params.m * params.top_k;
+    for (var a = lid; a < na; a = a + GEMV_THREADS) {
+        fl_expert[a] = gemv_local_expert(a);
+    }
+    for (var p = lid; p < GEMV_LIST_MAX; p = p + GEMV_THREADS) {
+        fl_tile[p] = 0u;
+    }
+    if lid == 0u {
+        tile_desc = vec4<u32>(0u);
+    }
+    workgroupBarrier();
+    // Row of each pair: pairs of lower experts, and of the same expert with a lower index.
+    for (var a = lid; a < na; a = a + GEMV_THREADS) {
+        let l = fl_expert[a];
+        if l < 0 {
+            if writer {
+                row_of_pair[a] = -1;
+            }
+            continue;
+        }
+        var first = 0u; // rows of lower experts
+        var cnt = 0u;   // pairs of this expert
+        var before = 0u; // of them, with a lower index
+        for (var b = 0u; b < na; b = b + 1u) {
+            let lb = fl_expert[b];
+            if lb >= 0 && lb < l {
+                first = first + 1u;
+            }
+            if lb == l {
+                cnt = cnt + 1u;
+                if b < a {
+                    before = before + 1u;
+                }
+            }
+        }
+        let p = first + before;
+        fl_pair[p] = a;
+        if before % GEMV_TILE_ROWS == 0u {
+            fl_tile[p] = 1u + min(GEMV_TILE_ROWS, cnt - before);
+        }
+        if writer {
+            pair_of_row[p] = a;
+            row_of_pair[a] = i32(p);
+        }
+    }
+    workgroupBarrier();
+    // Tile index of each tile start: tile starts in lower rows.
+    for (var p = lid; p < na; p = p + GEMV_THREADS) {
+        let len = fl_tile[p];
+        if len == 0u {
+            continue;
+        }
+        var idx = 0u;
+        for (var q = 0u; q < p; q = q + 1u) {
+            idx = idx + select(0u, 1u, fl_tile[q] != 0u);
+        }
+        let e = u32(fl_expert[fl_pair[p]]);
+        if idx == slot {
+            tile_desc = vec4<u32>(e, p, p + len - 1u, 1u);
+        }
+        if writer {
+            tiles[1u + 3u * idx] = e;
+            tiles[2u + 3u * idx] = p;
+            tiles[3u + 3u * idx] = p + len - 1u;
+        }
+    }
+    if writer && lid == 0u {
+        var n = 0u;
+        for (var q = 0u; q < na; q = q + 1u) {
+            n = n + select(0u, 1u, fl_tile[q] != 0u);
+        }
+        tiles[0] = n;
+    }
+    return workgroupUniformLoad(&tile_desc);
+}
+
+// The pair of row p: from the own lists in gemv1 with GEMV_OWN_LISTS, else pair_of_row.
+fn gemv_pair_of_row(p: u32, is1: bool) -> u32 {
+    if is1 && GEMV_OWN_LISTS != 0u {
+        return fl_pair[p];
+    }
+    return pair_of_row[p];
+}
+
 // row_sums[wr][t] = sum_k W[row(wr), k] * x[t, k] for the tile's cnt (<= 4) rows.
 // gemv1: x rows are gathered tokens of x_in (K = H); gemv2: rows start + t of x_in (K = I).
 fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
@@ -224,21 +523,34 @@ fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
     let rowbase = (e - params.e0) * per_e;
     let g = lid / GEMV_LANES;
     let lane = lid % GEMV_LANES;
-    var rb: array<u32, 8>;
-    for (var i = 0u; i < GEMV_R; i = i + 1u) {
-        rb[i] = gemv_row_block(is1, g * GEMV_R + i, jb, inter, nrows, rowbase, kblocks);
-    }
+    let r0 = g * 8u;
+    let rb = Rows8(gemv_row_block(is1, r0, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 1u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 2u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 3u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 4u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 5u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 6u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 7u, jb, inter, nrows, rowbase, kblocks));
     var xo = vec4<u32>(0xFFFFFFFFu);
     for (var t = 0u; t < GEMV_TILE_ROWS; t = t + 1u) {
         if t < cnt {
             if is1 {
-                xo[t] = (pair_of_row[start + t] / params.top_k) * kk;
+                xo[t] = (gemv_pair_of_row(start + t, true) / params.top_k) * kk;
             } else {
                 xo[t] = (start + t) * kk;
             }
         }
     }
     let fp4 = mx_spec(WEIGHT_FMT).code_bits == 4u;
+    if fp4 && GEMV_WORDS != 0u {
+        if cnt == 1u {
+            gemv_reduce1(lid, gemv_fp4_1token_words(lane, kblocks * 4u, xo.x, rb));
+        } else {
+            gemv_reduce4(lid, gemv_fp4_4tokens_words(lane, kblocks * 4u, xo, rb));
+        }
+        return;
+    }
     if fp4 && cnt == 1u {
         gemv_reduce1(lid, gemv_fp4_1token(lane, kblocks, xo.x, rb));
         return;
@@ -253,7 +565,12 @@ fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
 // Grid: x = tile slot (tiles of GEMV_TILE_ROWS rows), y = I / 32. Same epilogue as gemm1.
 @compute @workgroup_size(GEMV_THREADS)
 fn gemv1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let tile = gemv_load_tile(lid, wid.x);
+    var tile: vec4<u32>;
+    if GEMV_OWN_LISTS != 0u {
+        tile = gemv_own_lists(lid, wid.x, wid.x == 0u && wid.y == 0u);
+    } else {
+        tile = gemv_load_tile(lid, wid.x);
+    }
     if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
         return;
     }
@@ -290,7 +607,7 @@ fn gemv1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
             uv = uv + expert_bias[e * 2u * inter + urow];
         }
         if params.on_input != 0u && t < cnt {
-            let rw = topk_weights[pair_of_row[start + t]];
+            let rw = topk_weights[gemv_pair_of_row(start + t, true)];
             gv = gv * rw;
             uv = uv * rw;
         }

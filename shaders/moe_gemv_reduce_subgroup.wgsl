@@ -6,16 +6,18 @@
 // One token: a[q][c] is the lane sum of group row 4q + c.
 fn gemv_reduce1(lid: u32, a: array<vec4<f32>, 2>) {
     let g = lid / GEMV_LANES;
-    let lane = lid % GEMV_LANES;
-    for (var q = 0u; q < 2u; q = q + 1u) {
-        if 4u * q < GEMV_R {
-            let s = subgroupAdd(a[q]);
-            if lane == 0u {
-                for (var c = 0u; c < min(4u, GEMV_R - 4u * q); c = c + 1u) {
-                    row_sums[g * GEMV_R + 4u * q + c] = vec4<f32>(s[c], 0.0, 0.0, 0.0);
-                }
-            }
-        }
+    let s0 = subgroupAdd(a[0]);
+    let s1 = subgroupAdd(a[1]);
+    if lid % GEMV_LANES == 0u {
+        let r = g * 8u;
+        row_sums[r] = vec4<f32>(s0.x, 0.0, 0.0, 0.0);
+        row_sums[r + 1u] = vec4<f32>(s0.y, 0.0, 0.0, 0.0);
+        row_sums[r + 2u] = vec4<f32>(s0.z, 0.0, 0.0, 0.0);
+        row_sums[r + 3u] = vec4<f32>(s0.w, 0.0, 0.0, 0.0);
+        row_sums[r + 4u] = vec4<f32>(s1.x, 0.0, 0.0, 0.0);
+        row_sums[r + 5u] = vec4<f32>(s1.y, 0.0, 0.0, 0.0);
+        row_sums[r + 6u] = vec4<f32>(s1.z, 0.0, 0.0, 0.0);
+        row_sums[r + 7u] = vec4<f32>(s1.w, 0.0, 0.0, 0.0);
     }
     workgroupBarrier();
 }
@@ -23,12 +25,24 @@ fn gemv_reduce1(lid: u32, a: array<vec4<f32>, 2>) {
 // Up to 4 tokens: a[i] is the lane sum of group row i, a vec4 over the tokens.
 fn gemv_reduce4(lid: u32, a: array<vec4<f32>, 8>) {
     let g = lid / GEMV_LANES;
-    let lane = lid % GEMV_LANES;
-    for (var i = 0u; i < GEMV_R; i = i + 1u) {
-        let s = subgroupAdd(a[i]);
-        if lane == 0u {
-            row_sums[g * GEMV_R + i] = s;
-        }
+    let s0 = subgroupAdd(a[0]);
+    let s1 = subgroupAdd(a[1]);
+    let s2 = subgroupAdd(a[2]);
+    let s3 = subgroupAdd(a[3]);
+    let s4 = subgroupAdd(a[4]);
+    let s5 = subgroupAdd(a[5]);
+    let s6 = subgroupAdd(a[6]);
+    let s7 = subgroupAdd(a[7]);
+    if lid % GEMV_LANES == 0u {
+        let r = g * 8u;
+        row_sums[r] = s0;
+        row_sums[r + 1u] = s1;
+        row_sums[r + 2u] = s2;
+        row_sums[r + 3u] = s3;
+        row_sums[r + 4u] = s4;
+        row_sums[r + 5u] = s5;
+        row_sums[r + 6u] = s6;
+        row_sums[r + 7u] = s7;
     }
     workgroupBarrier();
 }

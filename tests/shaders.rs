@@ -300,8 +300,15 @@ fn moe_all_variants() {
         }
         // The subgroup GEMV layouts the backend may choose (rows per group x subgroup size).
         if sh.needs_subgroup() {
-            for (rows, lanes) in [(2u32, 32u32), (4, 32), (8, 32), (8, 8), (4, 8), (8, 64)] {
-                let threads = 64 / rows * lanes;
+            for (prefetch, words, lanes) in [
+                (0u32, 0u32, 32u32),
+                (1, 0, 32),
+                (0, 1, 32),
+                (1, 1, 32),
+                (1, 1, 8),
+                (0, 1, 64),
+            ] {
+                let threads = 8 * lanes;
                 for entry in entries.iter().chain(&["subgroup_check"]) {
                     specialise(
                         sh.name(),
@@ -311,7 +318,9 @@ fn moe_all_variants() {
                         &[
                             ("WEIGHT_FMT", MxFormat::Fp4E2M1.id()),
                             ("ACT_FMT", MxFormat::Fp4E2M1.id()),
-                            ("GEMV_R", rows),
+                            ("GEMV_PREFETCH", prefetch),
+                            ("GEMV_WORDS", words),
+                            ("GEMV_OWN_LISTS", prefetch),
                             ("GEMV_LANES", lanes),
                             ("GEMV_THREADS", threads),
                         ],

@@ -11,7 +11,7 @@
 //! does not write fails. Without an adapter the tests print SKIPPED, and FAIL when
 //! `MXMOE_REQUIRE_GPU=1` (CI).
 
-use mxmoe::backend::wgpu::{MoePath, WgpuBackend};
+use mxmoe::backend::wgpu::{GemvConfig, MoePath, WgpuBackend};
 use mxmoe::backend::BackendError;
 use mxmoe::check::catalog::{moe_case, LayerSpec, Tier};
 use mxmoe::check::run::{judge, reference, Call, Materializer, Output};
@@ -135,8 +135,9 @@ fn moe_gemm_and_gemv_paths_on_catalog_cases() {
 
 /// The decode GEMV's layouts: the workgroup-memory reduction every adapter can run, and where
 /// the adapter has fixed-size subgroups (lavapipe: 8 lanes; NVIDIA: 32) the subgroupAdd
-/// layouts with 8, 4 and 2 weight rows per lane group, each on half of the quick MoE cases
-/// (alternating halves, so every case runs on two layouts). An adapter with SUBGROUP must
+/// layout, each with and without prefetching the next block and with blocks or words per
+/// lane, with gemv1 building the row lists itself or the `lists` pass first, each on a share
+/// of the quick MoE cases such that every case runs on two layouts. An adapter with SUBGROUP must
 /// accept the subgroup layouts (no silent fallback to the shared one). Own backend instance: the
 /// layout is per device context.
 #[test]
@@ -147,11 +148,17 @@ fn gemv_layouts_on_catalog_cases() {
     }
     let b = WgpuBackend::new(None).unwrap();
     b.set_poison(true);
-    let mut layouts = vec![(false, 8u32)];
+    // (subgroup, prefetch, words, gemv1 builds the lists itself)
+    let mut layouts = vec![(false, false, false, true), (false, true, true, false)];
     match b.subgroup_size() {
         Some(n) => {
             println!("subgroup size {n}");
-            layouts.extend([(true, 8), (true, 4), (true, 2)]);
+            layouts.extend([
+                (true, false, false, true),
+                (true, true, false, true),
+                (true, false, true, false),
+                (true, true, true, true),
+            ]);
         }
         None => println!(
             "UNSUPPORTED subgroup GEMV layouts: {}: no fixed-size subgroups",
@@ -163,12 +170,28 @@ fn gemv_layouts_on_catalog_cases() {
         .filter(Case::is_moe)
         .collect();
     let mut mat = Materializer::default();
-    for (li, &(subgroup, rows)) in layouts.iter().enumerate() {
-        let got = b.set_gemv_layout(subgroup, rows);
-        let cfg = got.unwrap_or_else(|e| panic!("layout subgroup={subgroup} rows={rows}: {e}"));
-        assert_eq!((cfg.subgroup, cfg.rows), (subgroup, rows), "{cfg:?}");
-        println!("layout {cfg:?}");
-        for c in cases.iter().skip(li % 2).step_by(2) {
+    // Each layout runs every `step`-th case, starting at its own offset: every case runs on two
+    // layouts (with subgroups; on both shared layouts otherwise) and the test stays a few minutes
+    // on lavapipe.
+    let step = (layouts.len() / 2).max(1);
+    for (li, &(subgroup, prefetch, words, own)) in layouts.iter().enumerate() {
+        let want = GemvConfig {
+            subgroup,
+            prefetch,
+            words,
+            ..GemvConfig::SHARED
+        };
+        let cfg = b
+            .set_gemv_layout(want)
+            .unwrap_or_else(|e| panic!("layout {want:?}: {e}"));
+        assert_eq!(
+            (cfg.subgroup, cfg.prefetch, cfg.words),
+            (subgroup, prefetch, words),
+            "{cfg:?}"
+        );
+        b.set_gemv_own_lists(own);
+        println!("layout {cfg:?}, gemv1 builds the lists: {own}");
+        for c in cases.iter().skip(li % step).step_by(step) {
             check_on(&b, &mut mat, c, &[MoePath::Gemv]);
         }
     }

@@ -172,9 +172,8 @@ pub struct BenchParams {
     pub hbm_gbps: f64,
     pub check: bool,
     /// wgpu only: decode GEMV layouts to compare on the same prepared layer, each over all
-    /// token counts: `None` = workgroup-memory reductions, `Some(rows)` = subgroup reductions
-    /// with `rows` weight rows per lane group. Empty: the backend's own choice.
-    pub gemv_layouts: Vec<Option<u32>>,
+    /// token counts. Empty: the backend's own choice.
+    pub gemv_layouts: Vec<crate::backend::wgpu::GemvConfig>,
 }
 
 /// Run the benchmark of the layer `shape` (a catalog model shape, possibly with overridden
@@ -211,7 +210,7 @@ pub fn run(
         b.name()
     ));
     let mut out = Vec::new();
-    let layouts: Vec<Option<Option<u32>>> = if p.gemv_layouts.is_empty() {
+    let layouts: Vec<Option<crate::backend::wgpu::GemvConfig>> = if p.gemv_layouts.is_empty() {
         vec![None]
     } else {
         p.gemv_layouts.iter().map(|l| Some(*l)).collect()
@@ -225,7 +224,7 @@ pub fn run(
                 )));
             };
             let cfg = w
-                .set_gemv_layout(l.is_some(), l.unwrap_or(8))
+                .set_gemv_layout(l)
                 .map_err(|e| BackendError::Device(format!("GEMV layout {l:?}: {e}")))?;
             progress(&format!("GEMV layout {cfg:?}"));
         }

@@ -3,6 +3,7 @@
 use super::BackendArgs;
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
+use mxmoe::backend::wgpu::GemvConfig;
 use mxmoe::backend::BackendKind;
 use mxmoe::bench::{BenchParams, BenchResult};
 use mxmoe::check;
@@ -56,9 +57,10 @@ pub struct BenchArgs {
     no_check: bool,
     #[arg(long)]
     json: Option<PathBuf>,
-    /// wgpu: compare decode GEMV layouts on the same layer, e.g. `shared,8,4,2` (shared =
-    /// workgroup-memory reductions; a number = subgroup reductions with that many weight rows
-    /// per lane group). Default: the layout the adapter's start-up checks chose.
+    /// wgpu: compare decode GEMV layouts on the same layer, e.g.
+    /// `shared,subgroup,subgroup+words+prefetch` (lane sums in workgroup memory or by
+    /// subgroupAdd; `+prefetch`: each lane loads its next block before the current block's math;
+    /// `+words`: lanes take 8-code words, not 32-blocks). Default: the backend's choice.
     #[arg(long)]
     gemv_layouts: Option<String>,
 }
@@ -99,14 +101,21 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         None => Vec::new(),
         Some(v) => v
             .split(',')
-            .map(|t| match t.trim() {
-                "shared" => Ok(None),
-                r => match r.parse::<u32>() {
-                    Ok(n @ (1 | 2 | 4 | 8)) => Ok(Some(n)),
-                    _ => Err(anyhow!(
-                        "--gemv-layouts: '{r}' is neither 'shared' nor 1, 2, 4 or 8 rows"
-                    )),
-                },
+            .map(|t| {
+                let mut c = GemvConfig::SHARED;
+                for (i, part) in t.trim().split('+').enumerate() {
+                    match (i, part) {
+                        (0, "shared") => c.subgroup = false,
+                        (0, "subgroup") => c.subgroup = true,
+                        (i, "prefetch") if i > 0 => c.prefetch = true,
+                        (i, "words") if i > 0 => c.words = true,
+                        _ => bail!(
+                            "--gemv-layouts: '{t}': expected shared or subgroup, optionally \
+                             followed by +prefetch and/or +words"
+                        ),
+                    }
+                }
+                Ok(c)
             })
             .collect::<Result<_>>()?,
     };

@@ -17,8 +17,10 @@ use wgpu::util::DeviceExt;
 /// writes), so an element a kernel forgot to write fails a bit-exact or tolerance comparison.
 pub const POISON: u32 = 0x7FC0_DEAD;
 
-/// Weight rows per lane group of the subgroup GEMV layout unless `MXMOE_GEMV_ROWS` says.
-pub const DEFAULT_GEMV_ROWS: u32 = 8;
+/// Whether the GEMV prefetches the next block unless `MXMOE_GEMV_PREFETCH` says.
+pub const DEFAULT_GEMV_PREFETCH: bool = false;
+/// Whether the GEMV's lanes take words rather than blocks unless `MXMOE_GEMV_WORDS` says.
+pub const DEFAULT_GEMV_WORDS: bool = false;
 
 /// How long `submit_and_map` polls the fence before it blocks (a forward of a few milliseconds
 /// or less finishes while spinning; longer ones block, costing one wake-up).
@@ -199,35 +201,40 @@ impl Timer {
 }
 
 /// How the decode GEMV (shaders/moe_gemv.wgsl) is laid out on this device: lane groups of
-/// `lanes` invocations along K, each owning `rows` of a workgroup's 64 weight rows, and whether
-/// the lane sums are reduced with subgroup operations (`lanes` = the adapter's subgroup size,
-/// verified by `subgroup_check`) or in workgroup memory (8 rows, 32 lanes).
+/// `lanes` invocations along K, each owning 8 of a workgroup's 64 weight rows; whether the lane
+/// sums are reduced with subgroup operations (`lanes` = the adapter's subgroup size, verified by
+/// `subgroup_check`) or in workgroup memory (32 lanes); whether each lane loads its next block
+/// before the current block's math (`prefetch`); whether lanes take whole 32-blocks (16-byte
+/// loads) or words of 8 codes (`words`: coalesced x loads, scales per word).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemvConfig {
     pub subgroup: bool,
-    pub rows: u32,
     pub lanes: u32,
+    pub prefetch: bool,
+    pub words: bool,
 }
 
 impl GemvConfig {
     /// The workgroup-memory layout every adapter runs.
     pub const SHARED: GemvConfig = GemvConfig {
         subgroup: false,
-        rows: 8,
         lanes: 32,
+        prefetch: false,
+        words: false,
     };
 
-    /// Invocations per workgroup.
+    /// Invocations per workgroup (8 lane groups).
     pub fn threads(&self) -> u32 {
-        64 / self.rows * self.lanes
+        8 * self.lanes
     }
 
     /// The pipeline overrides of this layout.
-    pub fn overrides(&self) -> [(&'static str, u32); 3] {
+    pub fn overrides(&self) -> [(&'static str, u32); 4] {
         [
-            ("GEMV_R", self.rows),
             ("GEMV_LANES", self.lanes),
             ("GEMV_THREADS", self.threads()),
+            ("GEMV_PREFETCH", self.prefetch as u32),
+            ("GEMV_WORDS", self.words as u32),
         ]
     }
 }
@@ -264,11 +271,14 @@ pub struct Context {
     /// `Context::check_fp4_register_decode`; `MXMOE_FP4_DECODE=table|registers` forces it.
     pub fp4_register_decode: AtomicBool,
     /// The decode GEMV's layout ([`GemvConfig`]): subgroup reductions where the adapter has
-    /// fixed-size subgroups that pass `subgroup_check`; `MXMOE_GEMV_REDUCE=shared|subgroup` and
-    /// `MXMOE_GEMV_ROWS=2|4|8` choose.
+    /// fixed-size subgroups that pass `subgroup_check`; `MXMOE_GEMV_REDUCE=shared|subgroup`,
+    /// `MXMOE_GEMV_PREFETCH=0|1` and `MXMOE_GEMV_WORDS=0|1` choose.
     gemv: Mutex<GemvConfig>,
     /// The adapter's subgroup size when SUBGROUP is enabled and the size is fixed (min = max).
     pub subgroup_size: Option<u32>,
+    /// Whether gemv1 builds the row lists itself at decode sizes (no `lists` pass);
+    /// `MXMOE_GEMV_OWN_LISTS=0` turns it off.
+    pub own_lists: AtomicBool,
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -373,6 +383,7 @@ impl Context {
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
             fp4_register_decode: AtomicBool::new(false),
             gemv: Mutex::new(GemvConfig::SHARED),
+            own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
             subgroup_size,
             op_lock: Mutex::new(()),
             uncaptured,
@@ -389,17 +400,30 @@ impl Context {
             }
         };
         ctx.fp4_register_decode.store(on, Ordering::Relaxed);
-        let rows = match std::env::var("MXMOE_GEMV_ROWS").as_deref() {
-            Ok("2") => 2,
-            Ok("4") => 4,
-            Ok("8") => 8,
-            _ => DEFAULT_GEMV_ROWS,
+        let prefetch = match std::env::var("MXMOE_GEMV_PREFETCH").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => DEFAULT_GEMV_PREFETCH,
         };
-        if std::env::var("MXMOE_GEMV_REDUCE").as_deref() != Ok("shared") {
-            // Falls back to the shared layout when the check fails.
-            let _ = ctx.set_gemv(true, rows);
-        }
+        let words = match std::env::var("MXMOE_GEMV_WORDS").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => DEFAULT_GEMV_WORDS,
+        };
+        let subgroup = std::env::var("MXMOE_GEMV_REDUCE").as_deref() != Ok("shared");
+        // Falls back to the shared layout when the subgroup check fails.
+        let _ = ctx.set_gemv(GemvConfig {
+            subgroup,
+            lanes: 32,
+            prefetch,
+            words,
+        });
         Ok(ctx)
+    }
+
+    /// Whether gemv1 builds the row lists itself at decode sizes.
+    pub fn gemv_own_lists(&self) -> bool {
+        self.own_lists.load(Ordering::Relaxed)
     }
 
     /// The decode GEMV's layout now.
@@ -407,14 +431,21 @@ impl Context {
         *self.gemv.lock().unwrap()
     }
 
-    /// Choose the decode GEMV's layout: subgroup reductions with `rows` rows per lane group
-    /// (when the adapter has fixed-size subgroups and `subgroup_check` passes for that
-    /// workgroup), else the workgroup-memory layout. Returns the layout in force and, when the
-    /// subgroup layout was asked for and refused, why.
-    pub fn set_gemv(&self, subgroup: bool, rows: u32) -> Result<GemvConfig, String> {
+    /// Choose the decode GEMV's layout: subgroup reductions (when `want.subgroup`, the adapter
+    /// has fixed-size subgroups and `subgroup_check` passes for that workgroup; the lanes are the
+    /// subgroup size) or the workgroup-memory layout (32 lanes), with `want`'s prefetch and
+    /// words. Returns the layout in force and, when the subgroup layout was asked for and
+    /// refused, why.
+    pub fn set_gemv(&self, want: GemvConfig) -> Result<GemvConfig, String> {
+        let (prefetch, words) = (want.prefetch, want.words);
         let mut r = Ok(());
-        let cfg = if !subgroup {
-            GemvConfig::SHARED
+        let shared = GemvConfig {
+            prefetch,
+            words,
+            ..GemvConfig::SHARED
+        };
+        let cfg = if !want.subgroup {
+            shared
         } else {
             match self.subgroup_size {
                 None => {
@@ -422,29 +453,29 @@ impl Context {
                         "{}: no SUBGROUP feature or no fixed subgroup size",
                         self.info.adapter.name
                     ));
-                    GemvConfig::SHARED
+                    shared
                 }
                 Some(lanes) => {
                     let c = GemvConfig {
                         subgroup: true,
-                        rows,
                         lanes,
+                        prefetch,
+                        words,
                     };
                     let max = self.limits.max_compute_invocations_per_workgroup;
-                    if ![1, 2, 4, 8].contains(&rows) || c.threads() > max {
+                    if c.threads() > max {
                         r = Err(format!(
-                            "{rows} rows per group of {lanes} lanes: {} invocations (at most \
-                             {max}, rows 1, 2, 4 or 8)",
+                            "8 lane groups of {lanes} lanes: {} invocations (at most {max})",
                             c.threads()
                         ));
-                        GemvConfig::SHARED
+                        shared
                     } else if !self.check_subgroup_layout(c) {
                         r = Err(format!(
                             "{}: subgroup_check failed for {} invocations",
                             self.info.adapter.name,
                             c.threads()
                         ));
-                        GemvConfig::SHARED
+                        shared
                     } else {
                         c
                     }

@@ -91,24 +91,40 @@ impl WgpuBackend {
                 }
             ),
             format!(
-                "GEMV layout: {} rows x {} lanes per group, {} invocations, lane sums {}",
-                g.rows,
+                "GEMV layout: 8 rows x {} lanes per group ({} per lane), {} invocations, lane sums {}{}",
                 g.lanes,
+                if g.words { "words" } else { "32-blocks" },
                 g.threads(),
                 if g.subgroup {
                     "by subgroupAdd (subgroup_check passed)"
                 } else {
                     "in workgroup memory"
+                },
+                if g.prefetch {
+                    ", next block prefetched"
+                } else {
+                    ""
                 }
             ),
         ]
     }
 
-    /// Test hook: the decode GEMV's layout (subgroup reductions with `rows` rows per lane
-    /// group, or the workgroup-memory layout). Err (and the workgroup-memory layout) when the
-    /// adapter cannot run the subgroup layout.
-    pub fn set_gemv_layout(&self, subgroup: bool, rows: u32) -> Result<GemvConfig, String> {
-        self.ctx.set_gemv(subgroup, rows)
+    /// Test hook: the decode GEMV's layout (subgroup or workgroup-memory reductions, with or
+    /// without prefetching the next block, blocks or words per lane; `want.lanes` is ignored).
+    /// Err (and the workgroup-memory layout) when the adapter cannot run the subgroup layout.
+    pub fn set_gemv_layout(&self, want: GemvConfig) -> Result<GemvConfig, String> {
+        self.ctx.set_gemv(want)
+    }
+
+    /// Test hook: whether gemv1 builds the row lists itself at decode sizes (default) or the
+    /// `lists` pass runs first.
+    pub fn set_gemv_own_lists(&self, on: bool) {
+        self.ctx.own_lists.store(on, Ordering::Relaxed);
+    }
+
+    /// The decode GEMV's layout in force.
+    pub fn gemv_layout(&self) -> GemvConfig {
+        self.ctx.gemv_config()
     }
 
     /// The adapter's fixed subgroup size, when it has SUBGROUP (None otherwise).

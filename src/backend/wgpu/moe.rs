@@ -4,7 +4,10 @@
 //!
 //! Passes: route -> lists (histogram, prefix sum, row lists, tile list) -> input QDQ
 //! (quant.wgsl) -> gemm1 per weight chunk (bias, activation, intermediate QDQ fused) -> gemm2 per
-//! weight chunk (bias, router weight) -> combine (slot order, no float atomics).
+//! weight chunk (bias, router weight) -> combine (slot order, no float atomics). At decode sizes
+//! (the GEMV path, at most `GEMV_LIST_MAX` token-expert pairs) gemv1 builds the lists itself and
+//! the `lists` pass is not recorded. Everything the caller gets back (output, ids, weights,
+//! timestamps) comes back in one readback.
 //!
 //! Weights larger than one storage binding are split into chunks of whole experts, each its own
 //! buffer; the GEMMs run once per chunk and skip the other chunks' tiles.
@@ -43,6 +46,9 @@ const TN1: usize = 64;
 const TN2: usize = 128;
 const TN1_GEMV: usize = 32;
 const TN2_GEMV: usize = 64;
+/// gemv1 builds the row lists itself (GEMV_OWN_LISTS in moe_gemv.wgsl) up to this many
+/// token-expert pairs (its workgroup arrays).
+const GEMV_LIST_MAX: usize = 256;
 /// moe_lists.wgsl's workgroup arrays hold this many local experts.
 pub const MAX_LOCAL_EXPERTS: usize = 1024;
 
@@ -365,9 +371,12 @@ pub fn forward(
     } else {
         (Shader::MoeGemm, "gemm1", "gemm2")
     };
+    // Decode sizes: gemv1 builds the row lists itself (no `lists` pass).
+    let own_lists = gemv && na <= GEMV_LIST_MAX && ctx.gemv_own_lists();
     let mut ov = ov.to_vec();
     if gemv {
         ov.extend(gcfg.overrides());
+        ov.push(("GEMV_OWN_LISTS", own_lists as u32));
     }
     let p_g1 = ctx.pipeline(experts, e1, &ov)?;
     let p_g2 = ctx.pipeline(experts, e2, &ov)?;
@@ -392,7 +401,7 @@ pub fn forward(
         m,
         timer.as_mut(),
     )?;
-    {
+    if !own_lists {
         let bg = ctx.bind(
             &p_lists,
             &[
@@ -473,6 +482,12 @@ pub fn forward(
             if gemv {
                 // The FP4 path's vec4 views of the same weights and activations.
                 ents.extend([(13, w), (14, x)]);
+                if si == 0 {
+                    // gemv1 may build the lists (GEMV_OWN_LISTS): the routing and the lists'
+                    // outputs (bound either way: the pipeline layout holds every binding the
+                    // entry point's code names).
+                    ents.extend([(1, ids), (2, map), (4, slot)]);
+                }
             }
             let bg = ctx.bind(pipe, &ents);
             let mut p = pass(&mut enc, &format!("moe/{label}"), &mut timer);
