@@ -8,14 +8,14 @@
 
 const GEMM_TILE_ROWS: u32 = 64u; // rows (token-expert pairs) per GEMM tile
 
-var<workgroup> tile_x: array<vec4<f32>, 512>;  // [GEMM_K_STEP][64 rows / 4]
-var<workgroup> tile_w: array<vec4<f32>, 1024>; // [GEMM_K_STEP][128 weight columns / 4]
+var<workgroup> tile_x: array<vec4<f32>, 256>; // [GEMM_K_STEP][64 rows / 4]
+var<workgroup> tile_w: array<vec4<f32>, 512>; // [GEMM_K_STEP][128 weight columns / 4]
 
-// GEMM tiles: GEMM_TILE_ROWS = 64 rows x 128 weight rows, K steps of GEMM_K_STEP = 32 (one MX
-// block; 16 until 2026-12-01: twice the barriers per FMA). 256 threads as 16 x 16; thread (ty, tx) owns rows ty*4..+3 and, per half of the
+// GEMM tiles: GEMM_TILE_ROWS = 64 rows x 128 weight rows, K steps of GEMM_K_STEP = 16 (half an
+// MX block). 256 threads as 16 x 16; thread (ty, tx) owns rows ty*4..+3 and, per half of the
 // weight tile, columns tx*4..+3: 32 accumulators, three vec4 workgroup loads per 32 FMAs.
 // tile_x[k][m] and tile_w[k][n] are k-major so the inner loop reads whole vec4s.
-const GEMM_K_STEP: u32 = 32u;
+const GEMM_K_STEP: u32 = 16u;
 
 // Decode 8 consecutive weights of chunk row `row` (elements k0..k0+7, k0 a multiple of 8) into
 // column `col` of tile_w (zeros when the row is out of range).
@@ -80,18 +80,7 @@ fn gemm_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: boo
         tile_x[(xk + 1u) * 16u + xc][xs] = xv.y;
         tile_x[(xk + 2u) * 16u + xc][xs] = xv.z;
         tile_x[(xk + 3u) * 16u + xc][xs] = xv.w;
-        // The second half of the step: k offsets + 16.
-        var xv2 = vec4<f32>(0.0);
-        if xoff != 0xFFFFFFFFu {
-            let o = xoff + k0 + xk + 16u;
-            xv2 = vec4<f32>(x_in[o], x_in[o + 1u], x_in[o + 2u], x_in[o + 3u]);
-        }
-        tile_x[(xk + 16u) * 16u + xc][xs] = xv2.x;
-        tile_x[(xk + 17u) * 16u + xc][xs] = xv2.y;
-        tile_x[(xk + 18u) * 16u + xc][xs] = xv2.z;
-        tile_x[(xk + 19u) * 16u + xc][xs] = xv2.w;
         stage_weight_octet(wrow, kblocks, k0 + wk, wcol, wv);
-        stage_weight_octet(wrow, kblocks, k0 + wk + 16u, wcol, wv);
         workgroupBarrier();
         for (var kk = 0u; kk < GEMM_K_STEP; kk = kk + 1u) {
             let a = tile_x[kk * 16u + ty];

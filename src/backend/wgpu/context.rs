@@ -17,10 +17,12 @@ use wgpu::util::DeviceExt;
 /// writes), so an element a kernel forgot to write fails a bit-exact or tolerance comparison.
 pub const POISON: u32 = 0x7FC0_DEAD;
 
-/// Whether the GEMV prefetches the next block unless `MXMOE_GEMV_PREFETCH` says.
-pub const DEFAULT_GEMV_PREFETCH: bool = false;
-/// Whether the GEMV's lanes take words rather than blocks unless `MXMOE_GEMV_WORDS` says.
-pub const DEFAULT_GEMV_WORDS: bool = false;
+/// Whether the GEMV prefetches the next block unless `MXMOE_GEMV_PREFETCH` says, and whether its
+/// lanes take words rather than 32-blocks unless `MXMOE_GEMV_WORDS` says: words + prefetch was
+/// the fastest layout on the H200 at 1 and 16 tokens (docs/h200-2026-12-01-perf/README.md).
+pub const DEFAULT_GEMV_PREFETCH: bool = true;
+/// See [`DEFAULT_GEMV_PREFETCH`].
+pub const DEFAULT_GEMV_WORDS: bool = true;
 
 /// How long `submit_and_map` polls the fence before it blocks (a forward of a few milliseconds
 /// or less finishes while spinning; longer ones block, costing one wake-up).
