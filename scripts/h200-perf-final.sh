@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Final measuring call of the perf branch (docs/h200-2026-12-01-perf): one device call.
-#  1. GEMV layout sweep at decode sizes (bench --gemv-layouts), both shapes;
+# The whole measuring call of the perf branch, in one device call (written for
+# docs/h200-2026-12-01-perf; NOT yet run: that session's device budget ran out first):
+#  1. GEMV layout sweep at decode sizes (bench --gemv-layouts), both shapes (SWEEP=0 skips it and
+#     keeps the code's default layout);
 #  2. the layout with the lowest summed relative GPU time is used for everything below (through
 #     MXMOE_GEMV_PREFETCH / MXMOE_GEMV_WORDS, so it is what the code's defaults become);
 #  3. mxmoe check --suite full on the H200;
@@ -15,11 +17,13 @@ T=$(mktemp -d)
 nvidia-smi --query-gpu=timestamp,clocks.sm --format=csv,noheader -lms 250 > "$T/clocks.csv" 2>&1 &
 SMI=$!
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; $B info; } > "$OUT/sweep.log" 2>&1
-L=subgroup,subgroup+prefetch,subgroup+words,subgroup+words+prefetch
+L=subgroup+words+prefetch,subgroup+words,subgroup+prefetch,subgroup
+if [ "${SWEEP:-1}" != 0 ]; then
 $B bench --backend wgpu --shape gpt-oss-120b --tokens 1,4,16 --iters 30 --gemv-layouts $L \
   --json "$T/sweep_gptoss.json" >> "$OUT/sweep.log" 2>&1
 $B bench --backend wgpu --shape deepseek-r1 --tokens 1,8 --iters 30 --gemv-layouts $L \
   --json "$T/sweep_dsr1.json" >> "$OUT/sweep.log" 2>&1
+fi
 python3 - "$T" "$OUT" > "$T/pick.env" <<'PY'
 import json, sys, collections
 t, out = sys.argv[1], sys.argv[2]
@@ -42,7 +46,8 @@ for l, s in sorted(score.items(), key=lambda x: x[1]):
 pick = min(score, key=score.get) if score else ""
 print(f"export MXMOE_GEMV_PREFETCH={int('prefetched' in pick)} MXMOE_GEMV_WORDS={int('(words per lane)' in pick)}")
 PY
-cat "$T/pick.env" >> "$OUT/sweep.log"; . "$T/pick.env"
+cat "$T/pick.env" >> "$OUT/sweep.log"
+[ "${SWEEP:-1}" != 0 ] && . "$T/pick.env"
 $B check --backend wgpu --suite full > "$OUT/check.txt" 2>&1
 $B bench --backend wgpu --shape gpt-oss-120b --tokens 1,4,16,64,256,2048 --iters 50 \
   --json "$OUT/bench_gptoss.json" > "$OUT/bench.log" 2>&1
