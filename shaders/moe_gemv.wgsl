@@ -1,15 +1,19 @@
 // moe_gemv.wgsl: the decode expert passes, grouped GEMV (moe_common.wgsl has the overview).
 //
+// Over 600 lines: the FP4 paths (32-blocks or words per lane, x 1 or 4 tokens) are written out
+// over the 8 rows of a lane group in named values (the loop-over-private-arrays form ran slower
+// on the H200, docs/h200-2026-12-01-perf), and gemv1's own row-list builder lives here too.
+//
 //   gemv1  a tile of <= 4 rows (token-expert pairs) of one expert x 64 weight rows (the gate and
 //          up rows of 32 intermediate columns); the gemm1 epilogue (bias, router weight on
 //          input, activation, intermediate QDQ over the 32-column block)
 //   gemv2  the same over W2 (64 output columns), the gemm2 epilogue (bias, router weight)
 //
 // A workgroup is GEMV_WROWS / GEMV_R lane groups of GEMV_LANES lanes: group g owns the weight
-// rows g * GEMV_R .. + GEMV_R - 1 of the tile, its lanes run along K (lane l takes 32-blocks
-// l, l + GEMV_LANES, ...: consecutive lanes read consecutive 16-byte blocks of a row, one
-// coalesced vec4<u32> load per lane and row for FP4). x of a block is loaded once per lane and
-// used for all GEMV_R rows. The lane sums of each row are reduced by gemv_reduce1/4, which live
+// rows g * GEMV_R .. + GEMV_R - 1 of the tile, its lanes run along K: FP4 lanes take 8-code words
+// (GEMV_WORDS = 1, the host's default: coalesced code and x loads) or 32-blocks (16-byte loads),
+// other formats octets; optionally the next word/block is loaded before the current one's math
+// (GEMV_PREFETCH). x is loaded once per lane and used for all GEMV_R rows. The lane sums of each row are reduced by gemv_reduce1/4, which live
 // in moe_gemv_reduce_{subgroup,shared}.wgsl: subgroupAdd where the adapter has subgroups of
 // exactly GEMV_LANES consecutive invocations (checked at start-up), else a workgroup-memory
 // tree (GEMV_R = 8, GEMV_LANES = 32, 256 threads). The FP4 word decode is
