@@ -13,10 +13,10 @@
 // rows g * GEMV_R .. + GEMV_R - 1 of the tile, its lanes run along K: FP4 lanes take 8-code words
 // (GEMV_WORDS = 1, the host's default: coalesced code and x loads) or 32-blocks (16-byte loads),
 // other formats octets; optionally the next word/block is loaded before the current one's math
-// (GEMV_PREFETCH). x is loaded once per lane and used for all GEMV_R rows. The lane sums of each row are reduced by gemv_reduce1/4, which live
-// in moe_gemv_reduce_{subgroup,shared}.wgsl: subgroupAdd where the adapter has subgroups of
-// exactly GEMV_LANES consecutive invocations (checked at start-up), else a workgroup-memory
-// tree (GEMV_R = 8, GEMV_LANES = 32, 256 threads). The FP4 word decode is
+// (GEMV_PREFETCH). x is loaded once per lane and used for all GEMV_R rows. The lane sums of
+// each row are reduced by gemv_reduce1/4, which live in moe_gemv_reduce_{subgroup,shared}.wgsl:
+// subgroupAdd where the adapter has subgroups of exactly GEMV_LANES consecutive invocations
+// (checked at start-up), else a workgroup-memory tree (GEMV_LANES = 32, 256 threads). The FP4 word decode is
 // moe_gemv_fp4_{registers,table}.wgsl (FP4_WORD_SCALE: the registers decode gives the values
 // times 2^-14, so block sums are multiplied back by 2^14 once, before the block scale).
 // Each lane's block sums are scaled and accumulated in block order; rows never mix (the
@@ -267,7 +267,6 @@ struct Wrd8 {
 
 fn load_wrd8(w: Rows8, k: u32) -> Wrd8 {
     let b = k / 4u;
-    let o = k % 4u;
     return Wrd8(vec4<u32>(w_codes[4u * w.r0 + k], w_codes[4u * w.r1 + k], w_codes[4u * w.r2 + k],
                           w_codes[4u * w.r3 + k]),
                 vec4<u32>(w_codes[4u * w.r4 + k], w_codes[4u * w.r5 + k], w_codes[4u * w.r6 + k],
@@ -314,7 +313,8 @@ fn gemv_fp4_1token_words(lane: u32, kwords: u32, xo: u32, w: Rows8) -> array<vec
 }
 
 // FP4, up to 4 tokens, lanes along words.
-fn gemv_fp4_4tokens_words(lane: u32, kwords: u32, xo: vec4<u32>, w: Rows8) -> array<vec4<f32>, 8> {
+fn gemv_fp4_4tokens_words(lane: u32, kwords: u32, xo: vec4<u32>,
+                          w: Rows8) -> array<vec4<f32>, 8> {
     let z = vec4<f32>(0.0);
     var a = FourTokenSums(z, z, z, z, z, z, z, z);
     if lane < kwords {
@@ -398,7 +398,6 @@ fn gemv_load_tile(lid: u32, slot: u32) -> vec4<u32> {
     }
     return workgroupUniformLoad(&tile_desc);
 }
-
 
 // The local expert of pair a (-1: not on this rank), as moe_lists.wgsl.
 fn gemv_local_expert(a: u32) -> i32 {
