@@ -16,9 +16,9 @@
 // (GEMV_PREFETCH). x is loaded once per lane and used for all GEMV_R rows. The lane sums of
 // each row are reduced by gemv_reduce1/4, which live in moe_gemv_reduce_{subgroup,shared}.wgsl:
 // subgroupAdd where the adapter has subgroups of exactly GEMV_LANES consecutive invocations
-// (checked at start-up), else a workgroup-memory tree (GEMV_LANES = 32, 256 threads). The FP4 word decode is
-// moe_gemv_fp4_{registers,table}.wgsl (FP4_WORD_SCALE: the registers decode gives the values
-// times 2^-14, so block sums are multiplied back by 2^14 once, before the block scale).
+// (checked at start-up), else a workgroup-memory tree (GEMV_LANES = 32, 256 threads). The FP4
+// word decode is moe_gemv_fp4_{registers,table}.wgsl (FP4_WORD_SCALE: the registers decode gives
+// the values times 2^-14, so block/word sums are multiplied back by 2^14 once, before the scale).
 // Each lane's block sums are scaled and accumulated in block order; rows never mix (the
 // reductions' order is fixed per adapter, so results are deterministic).
 
