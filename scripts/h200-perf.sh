@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Mid-way measuring call of the perf branch (docs/h200-2026-12-01-perf): the GEMV layouts
 # (workgroup-memory reduction, subgroupAdd with 8/4/2 rows per lane group) against the previous
-# binary, on both shapes at decode sizes, with the SM clock logged. Expects .dev-perf/mxmoe
+# binary, on both shapes at decode sizes, with the SM clock logged. Kept as the record of call 1:
+# it ran the binary of commit 4288a55, whose --gemv-layouts took rows per group (8, 4, 2); the
+# rows option was removed after that call (fewer rows were slower), so today's binary rejects it. Expects .dev-perf/mxmoe
 # (this branch) and .dev-perf/mxmoe-base (main before it); writes to $OUT.
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
