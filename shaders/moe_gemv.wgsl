@@ -1,19 +1,55 @@
 // moe_gemv.wgsl: the decode expert passes, grouped GEMV (moe_common.wgsl has the overview).
 //
-//   gemv1  a tile of <= 4 rows of one expert x 64 weight rows (the gate and up rows of 32
-//          intermediate columns), lanes along K (consecutive lanes read consecutive packed
-//          words: coalesced), partial sums reduced in workgroup memory in a fixed order; the
-//          gemm1 epilogue (bias, router weight on input, activation, intermediate QDQ)
+// Over 600 lines: the FP4 paths (32-blocks or words per lane, x 1 or 4 tokens) are written out
+// over the 8 rows of a lane group in named values (the loop-over-private-arrays form ran slower
+// on the H200, docs/h200-2026-12-01-perf), and gemv1's own row-list builder lives here too.
+//
+//   gemv1  a tile of <= 4 rows (token-expert pairs) of one expert x 64 weight rows (the gate and
+//          up rows of 32 intermediate columns); the gemm1 epilogue (bias, router weight on
+//          input, activation, intermediate QDQ over the 32-column block)
 //   gemv2  the same over W2 (64 output columns), the gemm2 epilogue (bias, router weight)
-// Weights are read once per tile; FP4 has a fast path (whole 16-byte blocks per lane).
+//
+// A workgroup is GEMV_WROWS / GEMV_R lane groups of GEMV_LANES lanes: group g owns the weight
+// rows g * GEMV_R .. + GEMV_R - 1 of the tile, its lanes run along K: FP4 lanes take 8-code words
+// (GEMV_WORDS = 1, the host's default: coalesced code and x loads) or 32-blocks (16-byte loads),
+// other formats octets; optionally the next word/block is loaded before the current one's math
+// (GEMV_PREFETCH). x is loaded once per lane and used for all GEMV_R rows. The lane sums of
+// each row are reduced by gemv_reduce1/4, which live in moe_gemv_reduce_{subgroup,shared}.wgsl:
+// subgroupAdd where the adapter has subgroups of exactly GEMV_LANES consecutive invocations
+// (checked at start-up), else a workgroup-memory tree (GEMV_LANES = 32, 256 threads). The FP4
+// word decode is moe_gemv_fp4_{registers,table}.wgsl (FP4_WORD_SCALE: the registers decode gives
+// the values times 2^-14, so block/word sums are multiplied back by 2^14 once, before the scale).
+// Each lane's block sums are scaled and accumulated in block order; rows never mix (the
+// reductions' order is fixed per adapter, so results are deterministic).
 
 const GEMV_TILE_ROWS: u32 = 4u; // rows (token-expert pairs) per GEMV tile
+const GEMV_WROWS: u32 = 64u;    // weight rows per workgroup
 
-var<workgroup> lane_partials: array<vec4<f32>, 512>; // [16 row slots][32 lanes]
-var<workgroup> row_sums: array<f32, 256>;            // [64 weight rows][GEMV_TILE_ROWS]
+const GEMV_R: u32 = 8u;            // weight rows per lane group
+override GEMV_LANES: u32 = 32u;    // lanes per group (along K)
+override GEMV_THREADS: u32 = 256u; // (GEMV_WROWS / GEMV_R) * GEMV_LANES, set by the host
+override GEMV_PREFETCH: u32 = 0u;  // 1: load the next block before this block's math
+// 0: lane l takes whole 32-blocks (16-byte loads); its x block is 128 bytes, so a warp's x loads
+//    are 128 bytes apart (one cache line per lane).
+// 1: lane l takes words (8 codes, 4-byte loads) l, l + GEMV_LANES, ...: a row's lanes read 128
+//    consecutive bytes of codes and 1 KB of consecutive x (coalesced), scales per word.
+override GEMV_WORDS: u32 = 0u;
+// 1: gemv1 builds the row and tile lists itself (no `lists` pass; decode sizes, at most
+//    GEMV_LIST_MAX pairs): every workgroup derives them from topk_ids in workgroup memory, and
+//    workgroup (0, 0) writes them out for gemv2 and combine (moe_lists.wgsl's outputs, rows in
+//    (expert, pair) order).
+override GEMV_OWN_LISTS: u32 = 0u;
+const GEMV_LIST_MAX: u32 = 256u;
 
-// Row (within the expert) of weight-tile row wr: gemv1 maps 64 rows to the gate and up rows of
-// 32 intermediate columns starting at jb; gemv2 takes rows jb + wr.
+var<workgroup> fl_expert: array<i32, 256>; // own lists: local expert of pair a (-1: none)
+var<workgroup> fl_pair: array<u32, 256>;   // own lists: pair of row p
+var<workgroup> fl_tile: array<u32, 256>;   // own lists: row p starts a tile: 1 + its length
+
+var<workgroup> row_sums: array<vec4<f32>, 64>; // [weight row of the tile] -> the tile's 4 rows
+var<workgroup> ep_val: array<u32, 128>;        // gemv1 epilogue: [token][column] f32 bits
+
+// Weight rows of the tile (in the expert) of tile row wr: gemv1 maps 64 rows to the gate and up
+// rows of 32 intermediate columns starting at jb; gemv2 takes rows jb + wr.
 fn gemv_weight_row(is1: bool, wr: u32, jb: u32, inter: u32) -> u32 {
     if !is1 {
         return jb + wr;
@@ -24,40 +60,35 @@ fn gemv_weight_row(is1: bool, wr: u32, jb: u32, inter: u32) -> u32 {
     return 2u * jb + wr;
 }
 
-// A weight row of the tile: its first scale index ((rowbase + row) * kblocks) and whether it
-// exists (gemv2's last tile and gemv1's last columns may run past the matrix).
-struct GemvRow {
-    scale_base: u32,
-    valid: bool,
-}
-
-fn gemv_row_info(is1: bool, wr: u32, jb: u32, inter: u32, nrows: u32, rowbase: u32,
-                 kblocks: u32) -> GemvRow {
+// The first 32-block index ((rowbase + row) * kblocks) of tile row wr; rows past the matrix
+// (gemv2's last tile when H % 64 != 0) read the last row and are never stored.
+fn gemv_row_block(is1: bool, wr: u32, jb: u32, inter: u32, nrows: u32, rowbase: u32,
+                  kblocks: u32) -> u32 {
     let row = gemv_weight_row(is1, wr, jb, inter);
-    var ok = row < nrows;
-    if is1 {
-        ok = jb + select(wr / 2u, wr % 32u, ACTIVATION == ACT_SILU) < inter;
+    return (rowbase + min(row, nrows - 1u)) * kblocks;
+}
+
+// The E8M0 scale of 32-block `sidx` as f32.
+fn block_scale_at(sidx: u32) -> f32 {
+    return e8m0_value((w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
+}
+
+// Unscaled dot product of 8 weights and 8 x values.
+fn dot_octet(w: Octet, x: Octet) -> f32 {
+    return dot(w.lo, x.lo) + dot(w.hi, x.hi);
+}
+
+// x elements 8o..8o+7 of the row at xoff (a multiple of 4) as two vec4 loads; zeros for no row
+// (xoff = 0xFFFFFFFF).
+fn load_x_octet_vec4(xoff: u32, o: u32) -> Octet {
+    if xoff == 0xFFFFFFFFu {
+        return Octet(vec4<f32>(0.0), vec4<f32>(0.0));
     }
-    return GemvRow((rowbase + min(row, nrows - 1u)) * kblocks, ok);
+    let i = xoff / 4u + 2u * o;
+    return Octet(x_in_vec4[i], x_in_vec4[i + 1u]);
 }
 
-// The 8 weights of octet o (elements 8o..8o+7) of a row, unscaled, and the block scale.
-struct ScaledOctet {
-    values: Octet,
-    scale: f32,
-}
-
-fn load_weight_octet(rw: GemvRow, o: u32) -> ScaledOctet {
-    if !rw.valid {
-        return ScaledOctet(Octet(vec4<f32>(0.0), vec4<f32>(0.0)), 0.0);
-    }
-    let cb = mx_spec(WEIGHT_FMT).code_bits;
-    let sidx = rw.scale_base + o / 4u;
-    let sc = e8m0_value((w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
-    return ScaledOctet(decode_weight_octet(sidx * cb, (o % 4u) * 8u), sc);
-}
-
-// x elements 8o..8o+7 of the row at xoff (zeros for no row, xoff = 0xFFFFFFFF).
+// x elements 8o..8o+7 of the row at xoff (any offset), zeros for no row.
 fn load_x_octet(xoff: u32, o: u32) -> Octet {
     if xoff == 0xFFFFFFFFu {
         return Octet(vec4<f32>(0.0), vec4<f32>(0.0));
@@ -67,102 +98,89 @@ fn load_x_octet(xoff: u32, o: u32) -> Octet {
                  vec4<f32>(x_in[k + 4u], x_in[k + 5u], x_in[k + 6u], x_in[k + 7u]));
 }
 
-// One scaled weight octet against one token's x octet.
-fn scaled_dot_1token(w: ScaledOctet, x: Octet) -> f32 {
-    return (dot(w.values.lo, x.lo) + dot(w.values.hi, x.hi)) * w.scale;
+// The 8 rows of a lane group: the first 32-block index of each (gemv_row_block).
+struct Rows8 {
+    r0: u32,
+    r1: u32,
+    r2: u32,
+    r3: u32,
+    r4: u32,
+    r5: u32,
+    r6: u32,
+    r7: u32,
 }
 
-// One scaled weight octet against four tokens' x octets.
-fn scaled_dot_4tokens(w: ScaledOctet, x0: Octet, x1: Octet, x2: Octet, x3: Octet) -> vec4<f32> {
-    return vec4<f32>(
-        dot(w.values.lo, x0.lo) + dot(w.values.hi, x0.hi),
-        dot(w.values.lo, x1.lo) + dot(w.values.hi, x1.hi),
-        dot(w.values.lo, x2.lo) + dot(w.values.hi, x2.hi),
-        dot(w.values.lo, x3.lo) + dot(w.values.hi, x3.hi),
-    ) * w.scale;
+// Block b of the 8 rows: 16 bytes of codes each (one vec4<u32> load) and the 8 scales.
+struct Blk8 {
+    q0: vec4<u32>,
+    q1: vec4<u32>,
+    q2: vec4<u32>,
+    q3: vec4<u32>,
+    q4: vec4<u32>,
+    q5: vec4<u32>,
+    q6: vec4<u32>,
+    q7: vec4<u32>,
+    s_lo: vec4<f32>, // scales of rows 0..3
+    s_hi: vec4<f32>, // rows 4..7
 }
 
-// FP4 fast path: block b of a row as one 16-byte load (zeros past the matrix), and its scale.
-fn load_fp4_block(rw: GemvRow, b: u32) -> vec4<u32> {
-    if !rw.valid {
-        return vec4<u32>(0u);
-    }
-    return w_codes_vec4[rw.scale_base + b];
+fn load_blk8(w: Rows8, b: u32) -> Blk8 {
+    return Blk8(w_codes_vec4[w.r0 + b], w_codes_vec4[w.r1 + b], w_codes_vec4[w.r2 + b],
+                w_codes_vec4[w.r3 + b], w_codes_vec4[w.r4 + b], w_codes_vec4[w.r5 + b],
+                w_codes_vec4[w.r6 + b], w_codes_vec4[w.r7 + b],
+                vec4<f32>(block_scale_at(w.r0 + b), block_scale_at(w.r1 + b),
+                          block_scale_at(w.r2 + b), block_scale_at(w.r3 + b)),
+                vec4<f32>(block_scale_at(w.r4 + b), block_scale_at(w.r5 + b),
+                          block_scale_at(w.r6 + b), block_scale_at(w.r7 + b)));
 }
 
-fn block_scale(rw: GemvRow, b: u32) -> f32 {
-    if !rw.valid {
-        return 0.0;
-    }
-    let sidx = rw.scale_base + b;
-    return e8m0_value((w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
-}
-
-// x elements 8o..8o+7 of the row at xoff (a multiple of 4) as two vec4 loads.
-fn load_x_octet_vec4(xoff: u32, o: u32) -> Octet {
-    if xoff == 0xFFFFFFFFu {
-        return Octet(vec4<f32>(0.0), vec4<f32>(0.0));
-    }
-    let i = xoff / 4u + 2u * o;
-    return Octet(x_in_vec4[i], x_in_vec4[i + 1u]);
-}
-
-// Unscaled octet dot products: one token, four tokens.
-fn dot_octet(w: Octet, x: Octet) -> f32 {
-    return dot(w.lo, x.lo) + dot(w.hi, x.hi);
-}
-
-fn dot_octet_4tokens(w: Octet, x0: Octet, x1: Octet, x2: Octet, x3: Octet) -> vec4<f32> {
-    return vec4<f32>(dot_octet(w, x0), dot_octet(w, x1), dot_octet(w, x2), dot_octet(w, x3));
-}
-
-// A whole block (4 words) of one row against one token's x (four octets).
+// A whole block (4 words) of one row against one token's x (four octets), unscaled.
 fn dot_fp4_block(q: vec4<u32>, x0: Octet, x1: Octet, x2: Octet, x3: Octet) -> f32 {
     return dot_octet(decode_fp4_word(q.x), x0) + dot_octet(decode_fp4_word(q.y), x1)
         + dot_octet(decode_fp4_word(q.z), x2) + dot_octet(decode_fp4_word(q.w), x3);
 }
 
-// Lane sums of the 8 rows (w0..w7) for one token (rows 0..3 and 4..7 as .x..w).
-struct OneTokenSums {
-    rows_0_3: vec4<f32>,
-    rows_4_7: vec4<f32>,
+// One token, one block of the 8 rows: the scaled block sums (rows 0..3, 4..7).
+fn fp4_blk_1token(k: Blk8, xi: u32) -> array<vec4<f32>, 2> {
+    let x0 = Octet(x_in_vec4[xi], x_in_vec4[xi + 1u]);
+    let x1 = Octet(x_in_vec4[xi + 2u], x_in_vec4[xi + 3u]);
+    let x2 = Octet(x_in_vec4[xi + 4u], x_in_vec4[xi + 5u]);
+    let x3 = Octet(x_in_vec4[xi + 6u], x_in_vec4[xi + 7u]);
+    let p0 = vec4<f32>(dot_fp4_block(k.q0, x0, x1, x2, x3), dot_fp4_block(k.q1, x0, x1, x2, x3),
+                       dot_fp4_block(k.q2, x0, x1, x2, x3), dot_fp4_block(k.q3, x0, x1, x2, x3));
+    let p1 = vec4<f32>(dot_fp4_block(k.q4, x0, x1, x2, x3), dot_fp4_block(k.q5, x0, x1, x2, x3),
+                       dot_fp4_block(k.q6, x0, x1, x2, x3), dot_fp4_block(k.q7, x0, x1, x2, x3));
+    return array<vec4<f32>, 2>((p0 * FP4_WORD_SCALE) * k.s_lo, (p1 * FP4_WORD_SCALE) * k.s_hi);
 }
 
-// The FP4 fast path for a one-token tile: whole blocks of the 8 rows per lane, scaled per block.
-fn gemv_fp4_1token(lane: u32, kblocks: u32, xo: u32, w0: GemvRow, w1: GemvRow, w2: GemvRow,
-                   w3: GemvRow, w4: GemvRow, w5: GemvRow, w6: GemvRow,
-                   w7: GemvRow) -> OneTokenSums {
+// FP4, one token: lane sums of rows 0..3 and 4..7 of the group, blocks in order. With
+// GEMV_PREFETCH the next block's codes and scales are loaded before this block's math (the last
+// iteration reloads its own block: an L1 hit), so a lane has two blocks of loads in flight.
+fn gemv_fp4_1token(lane: u32, kblocks: u32, xo: u32, w: Rows8) -> array<vec4<f32>, 2> {
     var s0 = vec4<f32>(0.0);
     var s1 = vec4<f32>(0.0);
-    for (var b = lane; b < kblocks; b = b + 32u) {
-        let q0 = load_fp4_block(w0, b);
-        let q1 = load_fp4_block(w1, b);
-        let q2 = load_fp4_block(w2, b);
-        let q3 = load_fp4_block(w3, b);
-        let q4 = load_fp4_block(w4, b);
-        let q5 = load_fp4_block(w5, b);
-        let q6 = load_fp4_block(w6, b);
-        let q7 = load_fp4_block(w7, b);
-        let c0 = vec4<f32>(block_scale(w0, b), block_scale(w1, b), block_scale(w2, b),
-                           block_scale(w3, b));
-        let c1 = vec4<f32>(block_scale(w4, b), block_scale(w5, b), block_scale(w6, b),
-                           block_scale(w7, b));
-        // The block's 4 words, unrolled by hand (no dynamic vector indexing in the hot loop).
-        let x0 = load_x_octet_vec4(xo, b * 4u);
-        let x1 = load_x_octet_vec4(xo, b * 4u + 1u);
-        let x2 = load_x_octet_vec4(xo, b * 4u + 2u);
-        let x3 = load_x_octet_vec4(xo, b * 4u + 3u);
-        let p0 = vec4<f32>(dot_fp4_block(q0, x0, x1, x2, x3), dot_fp4_block(q1, x0, x1, x2, x3),
-                           dot_fp4_block(q2, x0, x1, x2, x3), dot_fp4_block(q3, x0, x1, x2, x3));
-        let p1 = vec4<f32>(dot_fp4_block(q4, x0, x1, x2, x3), dot_fp4_block(q5, x0, x1, x2, x3),
-                           dot_fp4_block(q6, x0, x1, x2, x3), dot_fp4_block(q7, x0, x1, x2, x3));
-        s0 = s0 + p0 * c0;
-        s1 = s1 + p1 * c1;
+    if lane >= kblocks {
+        return array<vec4<f32>, 2>(s0, s1);
     }
-    return OneTokenSums(s0, s1);
+    var k = load_blk8(w, lane);
+    for (var b = lane; b < kblocks; b = b + GEMV_LANES) {
+        var kn = k;
+        if GEMV_PREFETCH != 0u {
+            kn = load_blk8(w, min(b + GEMV_LANES, kblocks - 1u));
+        }
+        let p = fp4_blk_1token(k, xo / 4u + 8u * b);
+        s0 = s0 + p[0];
+        s1 = s1 + p[1];
+        if GEMV_PREFETCH != 0u {
+            k = kn;
+        } else if b + GEMV_LANES < kblocks {
+            k = load_blk8(w, b + GEMV_LANES);
+        }
+    }
+    return array<vec4<f32>, 2>(s0, s1);
 }
 
-// Lane sums of the 8 rows for GEMV_TILE_ROWS = 4 tokens (vec4 over tokens per row).
+// Lane sums of the 8 rows for the tile's 4 tokens (vec4 over tokens per row).
 struct FourTokenSums {
     row0: vec4<f32>,
     row1: vec4<f32>,
@@ -174,7 +192,11 @@ struct FourTokenSums {
     row7: vec4<f32>,
 }
 
-// One word (octet o) of each of the 8 rows' blocks against the GEMV_TILE_ROWS = 4 tokens' x.
+fn dot_octet_4tokens(w: Octet, x0: Octet, x1: Octet, x2: Octet, x3: Octet) -> vec4<f32> {
+    return vec4<f32>(dot_octet(w, x0), dot_octet(w, x1), dot_octet(w, x2), dot_octet(w, x3));
+}
+
+// One word (octet o) of each of the 8 rows' blocks against the 4 tokens' x.
 fn fp4_word_4tokens(p: FourTokenSums, u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32,
                     u6: u32, u7: u32, xo: vec4<u32>, o: u32) -> FourTokenSums {
     let x0 = load_x_octet_vec4(xo.x, o);
@@ -191,64 +213,304 @@ fn fp4_word_4tokens(p: FourTokenSums, u0: u32, u1: u32, u2: u32, u3: u32, u4: u3
                          p.row7 + dot_octet_4tokens(decode_fp4_word(u7), x0, x1, x2, x3));
 }
 
-// The FP4 fast path for a tile of several tokens: whole blocks of the 8 rows per lane, then the
-// block scales.
-fn gemv_fp4_4tokens(lane: u32, kblocks: u32, xo: vec4<u32>, w0: GemvRow, w1: GemvRow,
-                    w2: GemvRow, w3: GemvRow, w4: GemvRow, w5: GemvRow, w6: GemvRow,
-                    w7: GemvRow) -> FourTokenSums {
-    var a = FourTokenSums(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
-                          vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    for (var b = lane; b < kblocks; b = b + 32u) {
-        let q0 = load_fp4_block(w0, b);
-        let q1 = load_fp4_block(w1, b);
-        let q2 = load_fp4_block(w2, b);
-        let q3 = load_fp4_block(w3, b);
-        let q4 = load_fp4_block(w4, b);
-        let q5 = load_fp4_block(w5, b);
-        let q6 = load_fp4_block(w6, b);
-        let q7 = load_fp4_block(w7, b);
-        var p = FourTokenSums(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
-                              vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-        p = fp4_word_4tokens(p, q0.x, q1.x, q2.x, q3.x, q4.x, q5.x, q6.x, q7.x, xo, b * 4u);
-        p = fp4_word_4tokens(p, q0.y, q1.y, q2.y, q3.y, q4.y, q5.y, q6.y, q7.y, xo, b * 4u + 1u);
-        p = fp4_word_4tokens(p, q0.z, q1.z, q2.z, q3.z, q4.z, q5.z, q6.z, q7.z, xo, b * 4u + 2u);
-        p = fp4_word_4tokens(p, q0.w, q1.w, q2.w, q3.w, q4.w, q5.w, q6.w, q7.w, xo, b * 4u + 3u);
-        a.row0 = a.row0 + p.row0 * block_scale(w0, b);
-        a.row1 = a.row1 + p.row1 * block_scale(w1, b);
-        a.row2 = a.row2 + p.row2 * block_scale(w2, b);
-        a.row3 = a.row3 + p.row3 * block_scale(w3, b);
-        a.row4 = a.row4 + p.row4 * block_scale(w4, b);
-        a.row5 = a.row5 + p.row5 * block_scale(w5, b);
-        a.row6 = a.row6 + p.row6 * block_scale(w6, b);
-        a.row7 = a.row7 + p.row7 * block_scale(w7, b);
-    }
-    return a;
+// One block of the 8 rows against the 4 tokens, scaled.
+fn fp4_blk_4tokens(a: FourTokenSums, k: Blk8, xo: vec4<u32>, b: u32) -> FourTokenSums {
+    let z = vec4<f32>(0.0);
+    var p = FourTokenSums(z, z, z, z, z, z, z, z);
+    p = fp4_word_4tokens(p, k.q0.x, k.q1.x, k.q2.x, k.q3.x, k.q4.x, k.q5.x, k.q6.x, k.q7.x, xo,
+                         b * 4u);
+    p = fp4_word_4tokens(p, k.q0.y, k.q1.y, k.q2.y, k.q3.y, k.q4.y, k.q5.y, k.q6.y, k.q7.y, xo,
+                         b * 4u + 1u);
+    p = fp4_word_4tokens(p, k.q0.z, k.q1.z, k.q2.z, k.q3.z, k.q4.z, k.q5.z, k.q6.z, k.q7.z, xo,
+                         b * 4u + 2u);
+    p = fp4_word_4tokens(p, k.q0.w, k.q1.w, k.q2.w, k.q3.w, k.q4.w, k.q5.w, k.q6.w, k.q7.w, xo,
+                         b * 4u + 3u);
+    return FourTokenSums(a.row0 + (p.row0 * FP4_WORD_SCALE) * k.s_lo.x,
+                         a.row1 + (p.row1 * FP4_WORD_SCALE) * k.s_lo.y,
+                         a.row2 + (p.row2 * FP4_WORD_SCALE) * k.s_lo.z,
+                         a.row3 + (p.row3 * FP4_WORD_SCALE) * k.s_lo.w,
+                         a.row4 + (p.row4 * FP4_WORD_SCALE) * k.s_hi.x,
+                         a.row5 + (p.row5 * FP4_WORD_SCALE) * k.s_hi.y,
+                         a.row6 + (p.row6 * FP4_WORD_SCALE) * k.s_hi.z,
+                         a.row7 + (p.row7 * FP4_WORD_SCALE) * k.s_hi.w);
 }
 
-// Sum the 32 lanes of the 16 row slots in lane_partials[slot * 32 + lane] into
-// lane_partials[slot * 32], pairwise in a fixed order (deterministic). Call with lane_partials
-// filled by every thread and not yet synced.
-fn reduce_lane_partials(lid: u32) {
-    let slot = lid / 16u;
-    let q = lid % 16u;
-    for (var s = 16u; s > 0u; s = s >> 1u) {
-        workgroupBarrier();
-        if q < s {
-            lane_partials[slot * 32u + q] = lane_partials[slot * 32u + q]
-                + lane_partials[slot * 32u + q + s];
+// FP4, a tile of up to 4 tokens (GEMV_PREFETCH as in gemv_fp4_1token).
+fn gemv_fp4_4tokens(lane: u32, kblocks: u32, xo: vec4<u32>, w: Rows8) -> array<vec4<f32>, 8> {
+    let z = vec4<f32>(0.0);
+    var a = FourTokenSums(z, z, z, z, z, z, z, z);
+    if lane < kblocks {
+        var k = load_blk8(w, lane);
+        for (var b = lane; b < kblocks; b = b + GEMV_LANES) {
+            var kn = k;
+            if GEMV_PREFETCH != 0u {
+                kn = load_blk8(w, min(b + GEMV_LANES, kblocks - 1u));
+            }
+            a = fp4_blk_4tokens(a, k, xo, b);
+            if GEMV_PREFETCH != 0u {
+                k = kn;
+            } else if b + GEMV_LANES < kblocks {
+                k = load_blk8(w, b + GEMV_LANES);
+            }
+        }
+    }
+    return array<vec4<f32>, 8>(a.row0, a.row1, a.row2, a.row3, a.row4, a.row5, a.row6, a.row7);
+}
+
+// Word k of the 8 rows (8 codes each, one u32 load per row; word k of a row is in block k / 4).
+struct Wrd8 {
+    u_lo: vec4<u32>, // rows 0..3
+    u_hi: vec4<u32>, // rows 4..7
+    s_lo: vec4<f32>, // the words' block scales
+    s_hi: vec4<f32>,
+}
+
+fn load_wrd8(w: Rows8, k: u32) -> Wrd8 {
+    let b = k / 4u;
+    return Wrd8(vec4<u32>(w_codes[4u * w.r0 + k], w_codes[4u * w.r1 + k], w_codes[4u * w.r2 + k],
+                          w_codes[4u * w.r3 + k]),
+                vec4<u32>(w_codes[4u * w.r4 + k], w_codes[4u * w.r5 + k], w_codes[4u * w.r6 + k],
+                          w_codes[4u * w.r7 + k]),
+                vec4<f32>(block_scale_at(w.r0 + b), block_scale_at(w.r1 + b),
+                          block_scale_at(w.r2 + b), block_scale_at(w.r3 + b)),
+                vec4<f32>(block_scale_at(w.r4 + b), block_scale_at(w.r5 + b),
+                          block_scale_at(w.r6 + b), block_scale_at(w.r7 + b)));
+}
+
+// FP4, one token, lanes along words (GEMV_WORDS = 1): lane sums of rows 0..3 and 4..7, words in
+// order, each word's 8 products scaled by its block scale.
+fn gemv_fp4_1token_words(lane: u32, kwords: u32, xo: u32, w: Rows8) -> array<vec4<f32>, 2> {
+    var s0 = vec4<f32>(0.0);
+    var s1 = vec4<f32>(0.0);
+    if lane >= kwords {
+        return array<vec4<f32>, 2>(s0, s1);
+    }
+    var d = load_wrd8(w, lane);
+    for (var k = lane; k < kwords; k = k + GEMV_LANES) {
+        var dn = d;
+        if GEMV_PREFETCH != 0u {
+            dn = load_wrd8(w, min(k + GEMV_LANES, kwords - 1u));
+        }
+        let xi = xo / 4u + 2u * k;
+        let x = Octet(x_in_vec4[xi], x_in_vec4[xi + 1u]);
+        let p0 = vec4<f32>(dot_octet(decode_fp4_word(d.u_lo.x), x),
+                           dot_octet(decode_fp4_word(d.u_lo.y), x),
+                           dot_octet(decode_fp4_word(d.u_lo.z), x),
+                           dot_octet(decode_fp4_word(d.u_lo.w), x));
+        let p1 = vec4<f32>(dot_octet(decode_fp4_word(d.u_hi.x), x),
+                           dot_octet(decode_fp4_word(d.u_hi.y), x),
+                           dot_octet(decode_fp4_word(d.u_hi.z), x),
+                           dot_octet(decode_fp4_word(d.u_hi.w), x));
+        s0 = s0 + (p0 * FP4_WORD_SCALE) * d.s_lo;
+        s1 = s1 + (p1 * FP4_WORD_SCALE) * d.s_hi;
+        if GEMV_PREFETCH != 0u {
+            d = dn;
+        } else if k + GEMV_LANES < kwords {
+            d = load_wrd8(w, k + GEMV_LANES);
+        }
+    }
+    return array<vec4<f32>, 2>(s0, s1);
+}
+
+// FP4, up to 4 tokens, lanes along words.
+fn gemv_fp4_4tokens_words(lane: u32, kwords: u32, xo: vec4<u32>,
+                          w: Rows8) -> array<vec4<f32>, 8> {
+    let z = vec4<f32>(0.0);
+    var a = FourTokenSums(z, z, z, z, z, z, z, z);
+    if lane < kwords {
+        var d = load_wrd8(w, lane);
+        for (var k = lane; k < kwords; k = k + GEMV_LANES) {
+            var dn = d;
+            if GEMV_PREFETCH != 0u {
+                dn = load_wrd8(w, min(k + GEMV_LANES, kwords - 1u));
+            }
+            let z4 = FourTokenSums(z, z, z, z, z, z, z, z);
+            let p = fp4_word_4tokens(z4, d.u_lo.x, d.u_lo.y, d.u_lo.z, d.u_lo.w, d.u_hi.x,
+                                     d.u_hi.y, d.u_hi.z, d.u_hi.w, xo, k);
+            a.row0 = a.row0 + (p.row0 * FP4_WORD_SCALE) * d.s_lo.x;
+            a.row1 = a.row1 + (p.row1 * FP4_WORD_SCALE) * d.s_lo.y;
+            a.row2 = a.row2 + (p.row2 * FP4_WORD_SCALE) * d.s_lo.z;
+            a.row3 = a.row3 + (p.row3 * FP4_WORD_SCALE) * d.s_lo.w;
+            a.row4 = a.row4 + (p.row4 * FP4_WORD_SCALE) * d.s_hi.x;
+            a.row5 = a.row5 + (p.row5 * FP4_WORD_SCALE) * d.s_hi.y;
+            a.row6 = a.row6 + (p.row6 * FP4_WORD_SCALE) * d.s_hi.z;
+            a.row7 = a.row7 + (p.row7 * FP4_WORD_SCALE) * d.s_hi.w;
+            if GEMV_PREFETCH != 0u {
+                d = dn;
+            } else if k + GEMV_LANES < kwords {
+                d = load_wrd8(w, k + GEMV_LANES);
+            }
+        }
+    }
+    return array<vec4<f32>, 8>(a.row0, a.row1, a.row2, a.row3, a.row4, a.row5, a.row6, a.row7);
+}
+
+// Any other weight format (FP6, FP8, INT8): octets of 8 codes through the code table, scaled
+// per octet; lane l takes octets l, l + GEMV_LANES, ...
+fn gemv_generic(lane: u32, kk: u32, xo: vec4<u32>, w: Rows8) -> array<vec4<f32>, 8> {
+    let z = vec4<f32>(0.0);
+    var a = FourTokenSums(z, z, z, z, z, z, z, z);
+    for (var o = lane; o < kk / 8u; o = o + GEMV_LANES) {
+        let x0 = load_x_octet(xo.x, o);
+        let x1 = load_x_octet(xo.y, o);
+        let x2 = load_x_octet(xo.z, o);
+        let x3 = load_x_octet(xo.w, o);
+        a.row0 = a.row0 + generic_octet(w.r0, o, x0, x1, x2, x3);
+        a.row1 = a.row1 + generic_octet(w.r1, o, x0, x1, x2, x3);
+        a.row2 = a.row2 + generic_octet(w.r2, o, x0, x1, x2, x3);
+        a.row3 = a.row3 + generic_octet(w.r3, o, x0, x1, x2, x3);
+        a.row4 = a.row4 + generic_octet(w.r4, o, x0, x1, x2, x3);
+        a.row5 = a.row5 + generic_octet(w.r5, o, x0, x1, x2, x3);
+        a.row6 = a.row6 + generic_octet(w.r6, o, x0, x1, x2, x3);
+        a.row7 = a.row7 + generic_octet(w.r7, o, x0, x1, x2, x3);
+    }
+    return array<vec4<f32>, 8>(a.row0, a.row1, a.row2, a.row3, a.row4, a.row5, a.row6, a.row7);
+}
+
+// Octet o of the row whose first block is rb, against 4 tokens, scaled per octet.
+fn generic_octet(rb: u32, o: u32, x0: Octet, x1: Octet, x2: Octet, x3: Octet) -> vec4<f32> {
+    let sidx = rb + o / 4u;
+    let w = decode_weight_octet(sidx * mx_spec(WEIGHT_FMT).code_bits, (o % 4u) * 8u);
+    return dot_octet_4tokens(w, x0, x1, x2, x3) * block_scale_at(sidx);
+}
+
+// The tile of this workgroup, uniformly: (expert, start, end, valid). Fills the code tables only
+// where the decode uses them, with any workgroup size; resets the gemv1 block maxima.
+fn gemv_load_tile(lid: u32, slot: u32) -> vec4<u32> {
+    if FP4_TABLE || mx_spec(WEIGHT_FMT).code_bits != 4u {
+        for (var c = lid; c < 256u; c = c + GEMV_THREADS) {
+            code_value[c] = bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c, 127u));
+            fp4_byte_values[c] = vec2<f32>(
+                bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c & 15u, 127u)),
+                bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c >> 4u, 127u)),
+            );
+        }
+    }
+    if lid < GEMV_TILE_ROWS {
+        atomicStore(&block_amax[lid], 0u);
+    }
+    if lid == 0u {
+        var t = vec4<u32>(0u, 0u, 0u, 0u);
+        if slot < tiles[0] {
+            t = vec4<u32>(tiles[1u + 3u * slot], tiles[2u + 3u * slot], tiles[3u + 3u * slot], 1u);
+        }
+        tile_desc = t;
+    }
+    return workgroupUniformLoad(&tile_desc);
+}
+
+// The local expert of pair a (-1: not on this rank), as moe_lists.wgsl.
+fn gemv_local_expert(a: u32) -> i32 {
+    let id = topk_ids[a];
+    if params.has_map != 0u {
+        return expert_map[id];
+    }
+    return id;
+}
+
+// GEMV_OWN_LISTS: the tile of slot `slot` from topk_ids (rows sorted by (local expert, pair);
+// an expert's rows cut into tiles of GEMV_TILE_ROWS; tiles in row order), the row -> pair map in
+// fl_pair; workgroup (0, 0) (`writer`) stores pair_of_row, row_of_pair and tiles as the lists
+// pass would. Also what gemv_load_tile does (tables, block maxima).
+fn gemv_own_lists(lid: u32, slot: u32, writer: bool) -> vec4<u32> {
+    if FP4_TABLE || mx_spec(WEIGHT_FMT).code_bits != 4u {
+        for (var c = lid; c < 256u; c = c + GEMV_THREADS) {
+            code_value[c] = bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c, 127u));
+            fp4_byte_values[c] = vec2<f32>(
+                bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c & 15u, 127u)),
+                bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c >> 4u, 127u)),
+            );
+        }
+    }
+    if lid < GEMV_TILE_ROWS {
+        atomicStore(&block_amax[lid], 0u);
+    }
+    let na = params.m * params.top_k;
+    for (var a = lid; a < na; a = a + GEMV_THREADS) {
+        fl_expert[a] = gemv_local_expert(a);
+    }
+    for (var p = lid; p < GEMV_LIST_MAX; p = p + GEMV_THREADS) {
+        fl_tile[p] = 0u;
+    }
+    if lid == 0u {
+        tile_desc = vec4<u32>(0u);
+    }
+    workgroupBarrier();
+    // Row of each pair: pairs of lower experts, and of the same expert with a lower index.
+    for (var a = lid; a < na; a = a + GEMV_THREADS) {
+        let l = fl_expert[a];
+        if l < 0 {
+            if writer {
+                row_of_pair[a] = -1;
+            }
+            continue;
+        }
+        var first = 0u; // rows of lower experts
+        var cnt = 0u;   // pairs of this expert
+        var before = 0u; // of them, with a lower index
+        for (var b = 0u; b < na; b = b + 1u) {
+            let lb = fl_expert[b];
+            if lb >= 0 && lb < l {
+                first = first + 1u;
+            }
+            if lb == l {
+                cnt = cnt + 1u;
+                if b < a {
+                    before = before + 1u;
+                }
+            }
+        }
+        let p = first + before;
+        fl_pair[p] = a;
+        if before % GEMV_TILE_ROWS == 0u {
+            fl_tile[p] = 1u + min(GEMV_TILE_ROWS, cnt - before);
+        }
+        if writer {
+            pair_of_row[p] = a;
+            row_of_pair[a] = i32(p);
         }
     }
     workgroupBarrier();
+    // Tile index of each tile start: tile starts in lower rows.
+    for (var p = lid; p < na; p = p + GEMV_THREADS) {
+        let len = fl_tile[p];
+        if len == 0u {
+            continue;
+        }
+        var idx = 0u;
+        for (var q = 0u; q < p; q = q + 1u) {
+            idx = idx + select(0u, 1u, fl_tile[q] != 0u);
+        }
+        let e = u32(fl_expert[fl_pair[p]]);
+        if idx == slot {
+            tile_desc = vec4<u32>(e, p, p + len - 1u, 1u);
+        }
+        if writer {
+            tiles[1u + 3u * idx] = e;
+            tiles[2u + 3u * idx] = p;
+            tiles[3u + 3u * idx] = p + len - 1u;
+        }
+    }
+    if writer && lid == 0u {
+        var n = 0u;
+        for (var q = 0u; q < na; q = q + 1u) {
+            n = n + select(0u, 1u, fl_tile[q] != 0u);
+        }
+        tiles[0] = n;
+    }
+    return workgroupUniformLoad(&tile_desc);
 }
 
-// row_sums[wr * GEMV_TILE_ROWS + t] = sum_k W[row(wr), k] * x[t, k] for the tile's cnt
-// (<= GEMV_TILE_ROWS = 4) rows.
+// The pair of row p: from the own lists in gemv1 with GEMV_OWN_LISTS, else pair_of_row.
+fn gemv_pair_of_row(p: u32, is1: bool) -> u32 {
+    if is1 && GEMV_OWN_LISTS != 0u {
+        return fl_pair[p];
+    }
+    return pair_of_row[p];
+}
+
+// row_sums[wr][t] = sum_k W[row(wr), k] * x[t, k] for the tile's cnt (<= 4) rows.
 // gemv1: x rows are gathered tokens of x_in (K = H); gemv2: rows start + t of x_in (K = I).
-// Thread (r = lid / 32, lane): weight rows r + 8i (i < 8); lanes along K in octets of 8
-// elements (consecutive lanes read consecutive packed words: coalesced), x read straight from
-// x_in (cached), no barriers in the K loop; one token's tile (decode) runs a 1-token loop.
-// Lane partials are then summed in workgroup memory in a fixed pairwise order.
-// Everything per thread lives in named values (no dynamically indexed private arrays).
 fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
     let h = params.hidden;
     let inter = params.inter;
@@ -261,126 +523,57 @@ fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
         per_e = 2u * inter;
     }
     let kblocks = kk / 32u;
-    let noct = kk / 8u;
     let rowbase = (e - params.e0) * per_e;
-    let r = lid / 32u;
-    let lane = lid % 32u;
-    let w0 = gemv_row_info(is1, r, jb, inter, nrows, rowbase, kblocks);
-    let w1 = gemv_row_info(is1, r + 8u, jb, inter, nrows, rowbase, kblocks);
-    let w2 = gemv_row_info(is1, r + 16u, jb, inter, nrows, rowbase, kblocks);
-    let w3 = gemv_row_info(is1, r + 24u, jb, inter, nrows, rowbase, kblocks);
-    let w4 = gemv_row_info(is1, r + 32u, jb, inter, nrows, rowbase, kblocks);
-    let w5 = gemv_row_info(is1, r + 40u, jb, inter, nrows, rowbase, kblocks);
-    let w6 = gemv_row_info(is1, r + 48u, jb, inter, nrows, rowbase, kblocks);
-    let w7 = gemv_row_info(is1, r + 56u, jb, inter, nrows, rowbase, kblocks);
+    let g = lid / GEMV_LANES;
+    let lane = lid % GEMV_LANES;
+    let r0 = g * 8u;
+    let rb = Rows8(gemv_row_block(is1, r0, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 1u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 2u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 3u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 4u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 5u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 6u, jb, inter, nrows, rowbase, kblocks),
+                   gemv_row_block(is1, r0 + 7u, jb, inter, nrows, rowbase, kblocks));
     var xo = vec4<u32>(0xFFFFFFFFu);
     for (var t = 0u; t < GEMV_TILE_ROWS; t = t + 1u) {
         if t < cnt {
             if is1 {
-                xo[t] = (pair_of_row[start + t] / params.top_k) * kk;
+                xo[t] = (gemv_pair_of_row(start + t, true) / params.top_k) * kk;
             } else {
                 xo[t] = (start + t) * kk;
             }
         }
     }
     let fp4 = mx_spec(WEIGHT_FMT).code_bits == 4u;
-    if cnt == 1u {
-        var s0 = vec4<f32>(0.0); // rows r, r+8, r+16, r+24
-        var s1 = vec4<f32>(0.0); // rows r+32, .., r+56
-        if fp4 {
-            let s = gemv_fp4_1token(lane, kblocks, xo.x, w0, w1, w2, w3, w4, w5, w6, w7);
-            s0 = s.rows_0_3;
-            s1 = s.rows_4_7;
+    if fp4 && GEMV_WORDS != 0u {
+        if cnt == 1u {
+            gemv_reduce1(lid, gemv_fp4_1token_words(lane, kblocks * 4u, xo.x, rb));
+        } else {
+            gemv_reduce4(lid, gemv_fp4_4tokens_words(lane, kblocks * 4u, xo, rb));
         }
-        for (var o = select(lane, noct, fp4); o < noct; o = o + 32u) {
-            let x = load_x_octet(xo.x, o);
-            s0 = s0 + vec4<f32>(scaled_dot_1token(load_weight_octet(w0, o), x),
-                                scaled_dot_1token(load_weight_octet(w1, o), x),
-                                scaled_dot_1token(load_weight_octet(w2, o), x),
-                                scaled_dot_1token(load_weight_octet(w3, o), x));
-            s1 = s1 + vec4<f32>(scaled_dot_1token(load_weight_octet(w4, o), x),
-                                scaled_dot_1token(load_weight_octet(w5, o), x),
-                                scaled_dot_1token(load_weight_octet(w6, o), x),
-                                scaled_dot_1token(load_weight_octet(w7, o), x));
-        }
-        lane_partials[(r * 2u) * 32u + lane] = s0;
-        lane_partials[(r * 2u + 1u) * 32u + lane] = s1;
-        reduce_lane_partials(lid);
-        if lid < 64u {
-            // slot (r, q), component c: row r + 8 * (4q + c)
-            let rr = lid / 8u;
-            let q = (lid / 4u) % 2u;
-            let c = lid % 4u;
-            let wr = rr + 8u * (4u * q + c);
-            row_sums[wr * GEMV_TILE_ROWS] = lane_partials[(rr * 2u + q) * 32u][c];
-            row_sums[wr * GEMV_TILE_ROWS + 1u] = 0.0;
-            row_sums[wr * GEMV_TILE_ROWS + 2u] = 0.0;
-            row_sums[wr * GEMV_TILE_ROWS + 3u] = 0.0;
-        }
-        workgroupBarrier();
         return;
     }
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var a2 = vec4<f32>(0.0);
-    var a3 = vec4<f32>(0.0);
-    var a4 = vec4<f32>(0.0);
-    var a5 = vec4<f32>(0.0);
-    var a6 = vec4<f32>(0.0);
-    var a7 = vec4<f32>(0.0);
+    if fp4 && cnt == 1u {
+        gemv_reduce1(lid, gemv_fp4_1token(lane, kblocks, xo.x, rb));
+        return;
+    }
     if fp4 {
-        let a = gemv_fp4_4tokens(lane, kblocks, xo, w0, w1, w2, w3, w4, w5, w6, w7);
-        a0 = a.row0;
-        a1 = a.row1;
-        a2 = a.row2;
-        a3 = a.row3;
-        a4 = a.row4;
-        a5 = a.row5;
-        a6 = a.row6;
-        a7 = a.row7;
+        gemv_reduce4(lid, gemv_fp4_4tokens(lane, kblocks, xo, rb));
+        return;
     }
-    for (var o = select(lane, noct, fp4); o < noct; o = o + 32u) {
-        let x0 = load_x_octet(xo.x, o);
-        let x1 = load_x_octet(xo.y, o);
-        let x2 = load_x_octet(xo.z, o);
-        let x3 = load_x_octet(xo.w, o);
-        a0 = a0 + scaled_dot_4tokens(load_weight_octet(w0, o), x0, x1, x2, x3);
-        a1 = a1 + scaled_dot_4tokens(load_weight_octet(w1, o), x0, x1, x2, x3);
-        a2 = a2 + scaled_dot_4tokens(load_weight_octet(w2, o), x0, x1, x2, x3);
-        a3 = a3 + scaled_dot_4tokens(load_weight_octet(w3, o), x0, x1, x2, x3);
-        a4 = a4 + scaled_dot_4tokens(load_weight_octet(w4, o), x0, x1, x2, x3);
-        a5 = a5 + scaled_dot_4tokens(load_weight_octet(w5, o), x0, x1, x2, x3);
-        a6 = a6 + scaled_dot_4tokens(load_weight_octet(w6, o), x0, x1, x2, x3);
-        a7 = a7 + scaled_dot_4tokens(load_weight_octet(w7, o), x0, x1, x2, x3);
-    }
-    // Two rows per round: slot (r, q) holds row r + 8 * (2 * round + q), all GEMV_TILE_ROWS tokens.
-    for (var round = 0u; round < 4u; round = round + 1u) {
-        var p0: vec4<f32>;
-        var p1: vec4<f32>;
-        switch round {
-            case 0u: { p0 = a0; p1 = a1; }
-            case 1u: { p0 = a2; p1 = a3; }
-            case 2u: { p0 = a4; p1 = a5; }
-            default: { p0 = a6; p1 = a7; }
-        }
-        lane_partials[(r * 2u) * 32u + lane] = p0;
-        lane_partials[(r * 2u + 1u) * 32u + lane] = p1;
-        reduce_lane_partials(lid);
-        if lid < 64u {
-            let rr = lid / 8u;
-            let q = (lid / 4u) % 2u;
-            let t = lid % 4u;
-            row_sums[(rr + 8u * (2u * round + q)) * GEMV_TILE_ROWS + t] =
-                lane_partials[(rr * 2u + q) * 32u][t];
-        }
-        workgroupBarrier();
-    }
+    gemv_reduce4(lid, gemv_generic(lane, kk, xo, rb));
 }
 
 // Grid: x = tile slot (tiles of GEMV_TILE_ROWS rows), y = I / 32. Same epilogue as gemm1.
-@compute @workgroup_size(256)
+@compute @workgroup_size(GEMV_THREADS)
 fn gemv1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let tile = load_tile(lid, wid.x);
+    var tile: vec4<u32>;
+    if GEMV_OWN_LISTS != 0u {
+        tile = gemv_own_lists(lid, wid.x, wid.x == 0u && wid.y == 0u);
+    } else {
+        tile = gemv_load_tile(lid, wid.x);
+    }
     if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
         return;
     }
@@ -390,59 +583,61 @@ fn gemv1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     let inter = params.inter;
     let jb = wid.y * 32u;
     gemv_core(lid, true, e, start, cnt, jb);
-    // Threads of t >= GEMV_TILE_ROWS duplicate the last row and never store.
-    let t = min(lid / 32u, GEMV_TILE_ROWS - 1u);
-    let tv = lid / 32u < cnt;
-    let c = lid % 32u;
-    let j = jb + c;
-    var gi: u32;
-    var ui: u32;
-    var grow: u32;
-    var urow: u32;
-    if ACTIVATION == ACT_SILU {
-        gi = c;
-        ui = 32u + c;
-        grow = j;
-        urow = inter + j;
-    } else {
-        gi = 2u * c;
-        ui = 2u * c + 1u;
-        grow = 2u * j;
-        urow = 2u * j + 1u;
-    }
-    var g = row_sums[gi * GEMV_TILE_ROWS + t];
-    var u = row_sums[ui * GEMV_TILE_ROWS + t];
-    if params.has_bias13 != 0u {
-        g = g + expert_bias[e * 2u * inter + grow];
-        u = u + expert_bias[e * 2u * inter + urow];
-    }
-    if params.on_input != 0u && tv {
-        let rw = topk_weights[pair_of_row[start + t]];
-        g = g * rw;
-        u = u * rw;
-    }
-    var val = bitcast<u32>(bf16_point(activate(bf16_point(g), bf16_point(u))));
-    if lid < 32u {
-        atomicStore(&block_amax[lid], 0u);
-    }
-    workgroupBarrier();
-    if ACT_FMT != FMT_NONE && tv {
-        atomicMax(&block_amax[t], val & 0x7FFFFFFFu);
-    }
-    workgroupBarrier();
-    if tv {
-        if ACT_FMT != FMT_NONE {
-            let byte = mx_scale_byte(ACT_FMT, ACT_SCALE_MODE, atomicLoad(&block_amax[t]));
-            val = intermediate_qdq(val, byte);
+    // (token t, column c) items; the block max of each token's 32 columns, then the QDQ.
+    for (var idx = lid; idx < 128u; idx = idx + GEMV_THREADS) {
+        let t = idx / 32u;
+        let c = idx % 32u;
+        let j = jb + c;
+        var gi: u32;
+        var ui: u32;
+        var grow: u32;
+        var urow: u32;
+        if ACTIVATION == ACT_SILU {
+            gi = c;
+            ui = 32u + c;
+            grow = j;
+            urow = inter + j;
+        } else {
+            gi = 2u * c;
+            ui = 2u * c + 1u;
+            grow = 2u * j;
+            urow = 2u * j + 1u;
         }
-        out_bits[(start + t) * inter + j] = val;
+        var gv = row_sums[gi][t];
+        var uv = row_sums[ui][t];
+        if params.has_bias13 != 0u {
+            gv = gv + expert_bias[e * 2u * inter + grow];
+            uv = uv + expert_bias[e * 2u * inter + urow];
+        }
+        if params.on_input != 0u && t < cnt {
+            let rw = topk_weights[gemv_pair_of_row(start + t, true)];
+            gv = gv * rw;
+            uv = uv * rw;
+        }
+        let val = bitcast<u32>(bf16_point(activate(bf16_point(gv), bf16_point(uv))));
+        ep_val[idx] = val;
+        if ACT_FMT != FMT_NONE && t < cnt {
+            atomicMax(&block_amax[t], val & 0x7FFFFFFFu);
+        }
+    }
+    workgroupBarrier();
+    for (var idx = lid; idx < 128u; idx = idx + GEMV_THREADS) {
+        let t = idx / 32u;
+        if t < cnt {
+            var val = ep_val[idx];
+            if ACT_FMT != FMT_NONE {
+                let byte = mx_scale_byte(ACT_FMT, ACT_SCALE_MODE, atomicLoad(&block_amax[t]));
+                val = intermediate_qdq(val, byte);
+            }
+            out_bits[(start + t) * inter + jb + idx % 32u] = val;
+        }
     }
 }
 
 // Grid: x = tile slot (tiles of GEMV_TILE_ROWS rows), y = ceil(H / 64). Same epilogue as gemm2.
-@compute @workgroup_size(256)
+@compute @workgroup_size(GEMV_THREADS)
 fn gemv2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let tile = load_tile(lid, wid.x);
+    let tile = gemv_load_tile(lid, wid.x);
     if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
         return;
     }
@@ -452,12 +647,12 @@ fn gemv2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     let h = params.hidden;
     let nb = wid.y * 64u;
     gemv_core(lid, false, e, start, cnt, nb);
-    for (var idx = lid; idx < 64u * GEMV_TILE_ROWS; idx = idx + 256u) {
+    for (var idx = lid; idx < 64u * GEMV_TILE_ROWS; idx = idx + GEMV_THREADS) {
         let wr = idx % 64u;
         let t = idx / 64u;
         let n = nb + wr;
         if t < cnt && n < h {
-            var v = row_sums[wr * GEMV_TILE_ROWS + t];
+            var v = row_sums[wr][t];
             if params.has_bias2 != 0u {
                 v = v + expert_bias[e * h + n];
             }
@@ -468,4 +663,3 @@ fn gemv2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
         }
     }
 }
-

@@ -12,13 +12,25 @@ fn fp4_pair_registers(t: u32) -> vec2<f32> {
     return unpack2x16float(bits) * 16384.0;
 }
 
-// The 8 FP4 values of one packed word (elements 0..3 in .lo, 4..7 in .hi). Element k is nibble k
-// (docs/NUMERICS.md 9.1), so the pairs (k, k + 4) sit at bits 4k and 4k + 16.
+// The GEMV multiplies its block sums by this (decode_fp4_word gives the values times 2^-14:
+// exact, products and sums scale by a power of two; only results under ~2^-112 could flush).
+const FP4_WORD_SCALE: f32 = 16384.0;
+// The GEMV needs no code table with this decode.
+const FP4_TABLE: bool = false;
+
+// The two E2M1 codes of t (bits 0..3 and 16..19) times 2^-14 (fp4_pair_registers without the
+// multiply).
+fn fp4_pair_scaled(t: u32) -> vec2<f32> {
+    return unpack2x16float(((t & 0x00070007u) << 9u) | ((t & 0x00080008u) << 12u));
+}
+
+// The 8 FP4 values of one packed word times 2^-14 (elements 0..3 in .lo, 4..7 in .hi). Element
+// k is nibble k (docs/NUMERICS.md 9.1), so the pairs (k, k + 4) sit at bits 4k and 4k + 16.
 fn decode_fp4_word(w: u32) -> Octet {
-    let p0 = fp4_pair_registers(w);
-    let p1 = fp4_pair_registers(w >> 4u);
-    let p2 = fp4_pair_registers(w >> 8u);
-    let p3 = fp4_pair_registers(w >> 12u);
+    let p0 = fp4_pair_scaled(w);
+    let p1 = fp4_pair_scaled(w >> 4u);
+    let p2 = fp4_pair_scaled(w >> 8u);
+    let p3 = fp4_pair_scaled(w >> 12u);
     return Octet(vec4<f32>(p0.x, p1.x, p2.x, p3.x), vec4<f32>(p0.y, p1.y, p2.y, p3.y));
 }
 

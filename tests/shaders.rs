@@ -1,6 +1,7 @@
 //! Every shader ([`Shader::ALL`]: a new variant is covered automatically) is composed, parsed
 //! and validated by naga 30 with the capabilities we target (none beyond core WGSL: no f16, no
-//! subgroups, no 64-bit integers); every entry point is specialised with the default overrides
+//! subgroups, no 64-bit integers, except f16 conversions and subgroup operations in the shaders
+//! that declare them: `Shader::needs_f16_in_f32`, `Shader::needs_subgroup`); every entry point is specialised with the default overrides
 //! and translated to SPIR-V (what wgpu does on Vulkan), and so is every override combination the
 //! backend uses. A missing `shaders/` directory, a file not listed in `source.rs`, a listed file
 //! that is not on disk or that no shader uses FAILS (never a silent pass). The generated id
@@ -22,15 +23,18 @@ fn validate(name: &str, src: &str) -> (naga::Module, naga::valid::ModuleInfo) {
     let module = naga::front::wgsl::parse_str(src)
         .unwrap_or_else(|e| panic!("{name}: WGSL parse error:\n{}", e.emit_to_string(src)));
     // Only a shader that declares it may convert f16 (Shader::needs_f16_in_f32).
-    let caps = if Shader::ALL
-        .iter()
-        .any(|s| s.name() == name && s.needs_f16_in_f32())
-    {
-        Capabilities::SHADER_FLOAT16_IN_FLOAT32
-    } else {
-        Capabilities::empty()
-    };
+    let mut caps = Capabilities::empty();
+    let sh = Shader::ALL.iter().find(|s| s.name() == name);
+    if sh.is_some_and(|s| s.needs_f16_in_f32()) {
+        caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    }
+    // Only a shader that declares it may use subgroup operations (Shader::needs_subgroup).
+    if sh.is_some_and(|s| s.needs_subgroup()) {
+        caps |= Capabilities::SUBGROUP;
+    }
     let info = Validator::new(ValidationFlags::all(), caps)
+        .subgroup_stages(naga::valid::ShaderStages::COMPUTE)
+        .subgroup_operations(naga::valid::SubgroupOperationSet::all())
         .validate(&module)
         .unwrap_or_else(|e| panic!("{name}: validation error:\n{}", e.emit_to_string(src)));
     (module, info)
@@ -229,8 +233,34 @@ fn moe_all_variants() {
     afmts.push(source::FMT_NONE);
     for (sh, entries) in [
         (Shader::MoeGemm, ["gemm1", "gemm2"]),
-        (Shader::MoeGemv, ["gemv1", "gemv2"]),
-        (Shader::MoeGemvFp4Registers, ["gemv1", "gemv2"]),
+        (
+            Shader::MoeGemv {
+                registers: false,
+                subgroup: false,
+            },
+            ["gemv1", "gemv2"],
+        ),
+        (
+            Shader::MoeGemv {
+                registers: true,
+                subgroup: false,
+            },
+            ["gemv1", "gemv2"],
+        ),
+        (
+            Shader::MoeGemv {
+                registers: false,
+                subgroup: true,
+            },
+            ["gemv1", "gemv2"],
+        ),
+        (
+            Shader::MoeGemv {
+                registers: true,
+                subgroup: true,
+            },
+            ["gemv1", "gemv2"],
+        ),
     ] {
         let (m, i) = validate(sh.name(), &sh.compose());
         for w in MxFormat::ALL {
@@ -267,6 +297,36 @@ fn moe_all_variants() {
                     ("ACTIVATION", Activation::Silu.id()),
                 ],
             );
+        }
+        // The subgroup GEMV layouts the backend may choose (rows per group x subgroup size).
+        if sh.needs_subgroup() {
+            for (prefetch, words, lanes) in [
+                (0u32, 0u32, 32u32),
+                (1, 0, 32),
+                (0, 1, 32),
+                (1, 1, 32),
+                (1, 1, 8),
+                (0, 1, 64),
+            ] {
+                let threads = 8 * lanes;
+                for entry in entries.iter().chain(&["subgroup_check"]) {
+                    specialise(
+                        sh.name(),
+                        &m,
+                        &i,
+                        entry,
+                        &[
+                            ("WEIGHT_FMT", MxFormat::Fp4E2M1.id()),
+                            ("ACT_FMT", MxFormat::Fp4E2M1.id()),
+                            ("GEMV_PREFETCH", prefetch),
+                            ("GEMV_WORDS", words),
+                            ("GEMV_OWN_LISTS", prefetch),
+                            ("GEMV_LANES", lanes),
+                            ("GEMV_THREADS", threads),
+                        ],
+                    );
+                }
+            }
         }
     }
 }

@@ -11,7 +11,7 @@
 //! does not write fails. Without an adapter the tests print SKIPPED, and FAIL when
 //! `MXMOE_REQUIRE_GPU=1` (CI).
 
-use mxmoe::backend::wgpu::{MoePath, WgpuBackend};
+use mxmoe::backend::wgpu::{GemvConfig, MoePath, WgpuBackend};
 use mxmoe::backend::BackendError;
 use mxmoe::check::catalog::{moe_case, LayerSpec, Tier};
 use mxmoe::check::run::{judge, reference, Call, Materializer, Output};
@@ -67,6 +67,11 @@ fn spec(scheme: Scheme, act: Activation, e: usize, h: usize, i: usize, k: usize)
 /// Run a catalog MoE case on both expert paths (GEMM and GEMV) of one prepared layer and
 /// judge each against the CPU reference with the case's expectation.
 fn check_paths(b: &WgpuBackend, mat: &mut Materializer, case: &Case) {
+    check_on(b, mat, case, &[MoePath::Gemm, MoePath::Gemv]);
+}
+
+/// Run a catalog MoE case on the given expert paths and judge each against the CPU reference.
+fn check_on(b: &WgpuBackend, mat: &mut Materializer, case: &Case, paths: &[MoePath]) {
     let call = mat
         .call(case)
         .unwrap_or_else(|e| panic!("{}: {e}", case.id));
@@ -83,7 +88,7 @@ fn check_paths(b: &WgpuBackend, mat: &mut Materializer, case: &Case) {
     let g = b
         .prepare(layer)
         .unwrap_or_else(|e| panic!("{}: {e}", case.id));
-    for path in [MoePath::Gemm, MoePath::Gemv] {
+    for &path in paths {
         let t = Instant::now();
         let got = b
             .moe_path(&g, hidden, logits, *opts, path, false)
@@ -125,6 +130,70 @@ fn moe_gemm_and_gemv_paths_on_catalog_cases() {
     }
     for c in &cases {
         check_paths(b, &mut mat, c);
+    }
+}
+
+/// The decode GEMV's layouts: the workgroup-memory reduction every adapter can run, and where
+/// the adapter has fixed-size subgroups (lavapipe: 8 lanes; NVIDIA: 32) the subgroupAdd
+/// layout, each with and without prefetching the next block and with blocks or words per
+/// lane, with gemv1 building the row lists itself or the `lists` pass first, the quick MoE cases
+/// dealt round robin over the layouts. An adapter with SUBGROUP must
+/// accept the subgroup layouts (no silent fallback to the shared one). Own backend instance: the
+/// layout is per device context.
+#[test]
+fn gemv_layouts_on_catalog_cases() {
+    if backend().is_none() {
+        println!("SKIPPED gemv_layouts_on_catalog_cases: no wgpu adapter");
+        return;
+    }
+    let b = WgpuBackend::new(None).unwrap();
+    b.set_poison(true);
+    // (subgroup, prefetch, words, gemv1 builds the lists itself)
+    let mut layouts = vec![(false, false, false, true), (false, true, true, false)];
+    match b.subgroup_size() {
+        Some(n) => {
+            println!("subgroup size {n}");
+            layouts.extend([
+                (true, false, false, true),
+                (true, true, false, true),
+                (true, false, true, false),
+                (true, true, true, true),
+            ]);
+        }
+        None => println!(
+            "UNSUPPORTED subgroup GEMV layouts: {}: no fixed-size subgroups",
+            b.adapter()
+        ),
+    }
+    let cases: Vec<Case> = check::cases(Suite::Quick)
+        .into_iter()
+        .filter(Case::is_moe)
+        .collect();
+    let mut mat = Materializer::default();
+    // Each layout runs every `step`-th case, starting at its own offset: every case runs on one
+    // layout, round robin (the default layout also runs every case in
+    // moe_gemm_and_gemv_paths_on_catalog_cases), so the test costs one GEMV pass of the catalog.
+    let step = layouts.len();
+    for (li, &(subgroup, prefetch, words, own)) in layouts.iter().enumerate() {
+        let want = GemvConfig {
+            subgroup,
+            prefetch,
+            words,
+            ..GemvConfig::SHARED
+        };
+        let cfg = b
+            .set_gemv_layout(want)
+            .unwrap_or_else(|e| panic!("layout {want:?}: {e}"));
+        assert_eq!(
+            (cfg.subgroup, cfg.prefetch, cfg.words),
+            (subgroup, prefetch, words),
+            "{cfg:?}"
+        );
+        b.set_gemv_own_lists(own);
+        println!("layout {cfg:?}, gemv1 builds the lists: {own}");
+        for c in cases.iter().skip(li % step).step_by(step) {
+            check_on(&b, &mut mat, c, &[MoePath::Gemv]);
+        }
     }
 }
 
@@ -193,9 +262,10 @@ fn pipeline_cache_builds_each_pipeline_once() {
     }
     let b = &WgpuBackend::new(None).unwrap();
     b.set_poison(true);
-    // Start-up may build the FP4 register-decode check pipeline (and nothing else).
+    // Start-up may build the FP4 register-decode and the subgroup-layout check pipelines (and
+    // nothing else).
     let at_start = b.pipeline_count();
-    assert!(at_start <= 1, "{at_start} pipelines before any op");
+    assert!(at_start <= 2, "{at_start} pipelines before any op");
     let l = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 64, 2));
     let layer = l.build().unwrap();
     let g = b.prepare(&layer).unwrap();
@@ -290,7 +360,8 @@ fn poison_does_not_leak_into_results() {
 }
 
 /// Timing hooks for benchmarks: a timed forward gives the same output and, with
-/// TIMESTAMP_QUERY, one non-negative duration per pass.
+/// TIMESTAMP_QUERY, one non-negative duration per pass (the GEMV path at decode sizes has no
+/// `lists` pass: gemv1 builds the lists; the GEMM path has it).
 #[test]
 fn moe_timed_forward() {
     let b = gpu!("moe_timed_forward");
@@ -316,12 +387,12 @@ fn moe_timed_forward() {
     assert_eq!(plain.output, timed.output);
     eprintln!("pass times (ms): {times:?}");
     if b.has_timestamps() {
+        // At decode sizes gemv1 builds the row lists itself: no `lists` pass.
         let names: Vec<&str> = times.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
             [
                 "route",
-                "moe/lists",
                 "moe/input_qdq",
                 "moe/gemv1",
                 "moe/gemv2",
@@ -329,6 +400,26 @@ fn moe_timed_forward() {
             ]
         );
         assert!(times.iter().all(|(_, t)| *t >= 0.0 && t.is_finite()));
+        let (gemm, times) = b
+            .moe_path(&g, &hs, &logits, opts, MoePath::Gemm, true)
+            .unwrap();
+        let names: Vec<String> = times
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "route",
+                "moe/lists",
+                "moe/input_qdq",
+                "moe/gemm1",
+                "moe/gemm2",
+                "moe/combine"
+            ]
+        );
+        assert_eq!(gemm.routing.topk_ids, plain.routing.topk_ids);
     } else {
         println!("UNSUPPORTED timestamps on {}", b.adapter());
     }

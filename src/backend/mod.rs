@@ -17,7 +17,7 @@
 //! | route | `moe/route.rs` + `moe/exact_math.rs` | `shaders/route.wgsl` + `shaders/exact_math.wgsl` / `wgpu/route.rs` | - |
 //! | expert lists | (`moe/reference.rs`, `assignments_by_expert`) | `shaders/moe_lists.wgsl` / `wgpu/moe.rs` | - |
 //! | grouped GEMM (prefill) | `moe/reference.rs` | `shaders/moe_gemm.wgsl` / `wgpu/moe.rs` | - |
-//! | grouped GEMV (decode) | `moe/reference.rs` | `shaders/moe_gemv.wgsl` + `moe_gemv_fp4_{table,registers}.wgsl` / `wgpu/moe.rs` | - |
+//! | grouped GEMV (decode) | `moe/reference.rs` | `shaders/moe_gemv.wgsl` + `moe_gemv_fp4_{table,registers}.wgsl` + `moe_gemv_reduce_{subgroup,shared}.wgsl` / `wgpu/moe.rs` | - |
 //! | activation + intermediate QDQ | `moe/reference.rs` (`activate`, `qdq_slice`) | the GEMM1/GEMV1 epilogues (`shaders/moe_common.wgsl`) | - |
 //! | combine | `moe/reference.rs` | `shaders/moe_combine.wgsl` / `wgpu/moe.rs` | - |
 //! | op descriptors, validation | `backend/ops.rs` | (shared) | (shared) |

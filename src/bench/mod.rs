@@ -173,6 +173,9 @@ pub struct BenchParams {
     pub rotate: usize,
     pub hbm_gbps: f64,
     pub check: bool,
+    /// wgpu only: decode GEMV layouts to compare on the same prepared layer, each over all
+    /// token counts. Empty: the backend's own choice.
+    pub gemv_layouts: Vec<crate::backend::wgpu::GemvConfig>,
 }
 
 /// Run the benchmark of the layer `shape` (a catalog model shape, possibly with overridden
@@ -209,123 +212,142 @@ pub fn run(
         b.name()
     ));
     let mut out = Vec::new();
-    for case in catalog::bench_cases(shape, &p.tokens, p.rotate) {
-        let Kind::Moe(mc) = &case.kind else {
-            continue;
-        };
-        let m = mc.m;
-        let batches: Vec<(Vec<f32>, Vec<f32>)> = (0..mc.seeds.len()).map(|r| mc.batch(r)).collect();
-        // The floor's bytes (the distinct local experts per batch) and the flops.
-        let logits: Vec<&[f32]> = batches.iter().map(|(_, lg)| lg.as_slice()).collect();
-        let cost = catalog::moe_cost(layer, m, &logits)?;
-        let (bytes, flops) = (cost.weight_bytes, cost.flops);
-        let active = bytes / per_expert;
-        let batch = |bi: usize| {
-            let (hs, lg) = &batches[bi % batches.len()];
-            (hs.as_slice(), lg.as_slice())
-        };
-        // Check first (the first batch, or a sample of its tokens) against the CPU reference.
-        let (hs0, lg0) = batch(0);
-        let first = b.moe(&prepared, hs0, lg0, opts)?;
-        let toks = check_sample(m);
-        let (rel, ids_match) = if p.check {
-            progress(&format!(
-                "M = {m}: checking {} token(s) on the CPU",
-                toks.len()
-            ));
-            let want = moe::forward(layer, &rows(hs0, h, &toks), &rows(lg0, e, &toks), opts)?;
-            let got_ids: Vec<i32> = toks
-                .iter()
-                .flat_map(|&t| first.routing.topk_ids[t * k..(t + 1) * k].iter().copied())
-                .collect();
-            (
-                Some(rel_l2(&rows(&first.output, h, &toks), &want.output).0),
-                Some(got_ids == want.routing.topk_ids),
-            )
-        } else {
-            (None, None)
-        };
-        // Warm up, then time back to back: wall phase, then GPU-timestamp phase.
-        progress(&format!("M = {m}: warm-up"));
-        let warmup = warm_up(
-            |n| b.moe(&prepared, batch(n).0, batch(n).1, opts).map(|_| ()),
-            10,
-        )?;
-        let mut walls = Vec::new();
-        let t_phase = Instant::now();
-        while walls.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S {
-            let (hs, lg) = batch(walls.len());
-            let t0 = Instant::now();
-            b.moe(&prepared, hs, lg, opts)?;
-            walls.push(t0.elapsed().as_secs_f64() * 1e3);
+    let layouts: Vec<Option<crate::backend::wgpu::GemvConfig>> = if p.gemv_layouts.is_empty() {
+        vec![None]
+    } else {
+        p.gemv_layouts.iter().map(|l| Some(*l)).collect()
+    };
+    for layout in layouts {
+        if let Some(l) = layout {
+            let Backend::Wgpu(w) = b else {
+                return Err(BackendError::Device(format!(
+                    "GEMV layouts are a wgpu setting, not one of backend {}",
+                    b.name()
+                )));
+            };
+            let cfg = w
+                .set_gemv_layout(l)
+                .map_err(|e| BackendError::Device(format!("GEMV layout {l:?}: {e}")))?;
+            progress(&format!("GEMV layout {cfg:?}"));
         }
-        let mut gpu = Vec::new();
-        let mut per_pass: Vec<(String, Vec<f64>)> = Vec::new();
-        let t_phase = Instant::now();
-        while gpu.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S {
-            let (hs, lg) = batch(gpu.len());
-            match b.moe_timed(&prepared, hs, lg, opts, true)? {
-                (_, Some(passes)) => {
-                    gpu.push(passes.iter().map(|(_, ms)| ms).sum::<f64>());
-                    // Pass lists can differ in length between batches (a batch split across
-                    // submits); keep the most common shape, the first one seen.
-                    if per_pass.is_empty() {
-                        per_pass = passes
-                            .iter()
-                            .map(|(n, _)| (n.clone(), Vec::new()))
-                            .collect();
-                    }
-                    if passes.len() == per_pass.len() {
-                        for ((_, v), (_, ms)) in per_pass.iter_mut().zip(&passes) {
-                            v.push(*ms);
+        for case in catalog::bench_cases(shape, &p.tokens, p.rotate) {
+            let Kind::Moe(mc) = &case.kind else {
+                continue;
+            };
+            let m = mc.m;
+            let batches: Vec<(Vec<f32>, Vec<f32>)> =
+                (0..mc.seeds.len()).map(|r| mc.batch(r)).collect();
+            // The floor's bytes (the distinct local experts per batch) and the flops.
+            let logits: Vec<&[f32]> = batches.iter().map(|(_, lg)| lg.as_slice()).collect();
+            let cost = catalog::moe_cost(layer, m, &logits)?;
+            let (bytes, flops) = (cost.weight_bytes, cost.flops);
+            let active = bytes / per_expert;
+            let batch = |bi: usize| {
+                let (hs, lg) = &batches[bi % batches.len()];
+                (hs.as_slice(), lg.as_slice())
+            };
+            // Check first (the first batch, or a sample of its tokens) against the CPU reference.
+            let (hs0, lg0) = batch(0);
+            let first = b.moe(&prepared, hs0, lg0, opts)?;
+            let toks = check_sample(m);
+            let (rel, ids_match) = if p.check {
+                progress(&format!(
+                    "M = {m}: checking {} token(s) on the CPU",
+                    toks.len()
+                ));
+                let want = moe::forward(layer, &rows(hs0, h, &toks), &rows(lg0, e, &toks), opts)?;
+                let got_ids: Vec<i32> = toks
+                    .iter()
+                    .flat_map(|&t| first.routing.topk_ids[t * k..(t + 1) * k].iter().copied())
+                    .collect();
+                (
+                    Some(rel_l2(&rows(&first.output, h, &toks), &want.output).0),
+                    Some(got_ids == want.routing.topk_ids),
+                )
+            } else {
+                (None, None)
+            };
+            // Warm up, then time back to back: wall phase, then GPU-timestamp phase.
+            progress(&format!("M = {m}: warm-up"));
+            let warmup = warm_up(
+                |n| b.moe(&prepared, batch(n).0, batch(n).1, opts).map(|_| ()),
+                10,
+            )?;
+            let mut walls = Vec::new();
+            let t_phase = Instant::now();
+            while walls.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S {
+                let (hs, lg) = batch(walls.len());
+                let t0 = Instant::now();
+                b.moe(&prepared, hs, lg, opts)?;
+                walls.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            let mut gpu = Vec::new();
+            let mut per_pass: Vec<(String, Vec<f64>)> = Vec::new();
+            let t_phase = Instant::now();
+            while gpu.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S {
+                let (hs, lg) = batch(gpu.len());
+                match b.moe_timed(&prepared, hs, lg, opts, true)? {
+                    (_, Some(passes)) => {
+                        gpu.push(passes.iter().map(|(_, ms)| ms).sum::<f64>());
+                        // Pass lists can differ in length between batches (a batch split across
+                        // submits); keep the most common shape, the first one seen.
+                        if per_pass.is_empty() {
+                            per_pass = passes
+                                .iter()
+                                .map(|(n, _)| (n.clone(), Vec::new()))
+                                .collect();
+                        }
+                        if passes.len() == per_pass.len() {
+                            for ((_, v), (_, ms)) in per_pass.iter_mut().zip(&passes) {
+                                v.push(*ms);
+                            }
                         }
                     }
+                    (_, None) => break,
                 }
-                (_, None) => break,
             }
-        }
-        let passes: Vec<(String, f64)> =
-            per_pass.into_iter().map(|(n, v)| (n, median(&v))).collect();
-        let wall_r = min_med_max(&walls);
-        let gpu_r = (!gpu.is_empty()).then(|| min_med_max(&gpu));
-        let wall_ms = wall_r[1];
-        let gpu_ms = gpu_r.map(|r| r[1]);
-        let t = gpu_ms.unwrap_or(wall_ms);
-        let floor_ms = bytes / (p.hbm_gbps * 1e9) * 1e3;
-        let r = BenchResult {
-            case: case.id.clone(),
-            backend: b.name().into(),
-            adapter: b.adapter(),
-            notes: b.notes(),
-            scheme: layer.config.scheme.name(),
-            experts: e,
-            hidden: h,
-            inter: i,
-            top_k: k,
-            tokens: m,
-            active_experts: active,
-            weight_bytes: bytes,
-            flops,
-            wall_ms,
-            wall_ms_range: wall_r,
-            gpu_ms,
-            gpu_ms_range: gpu_r,
-            host_ms: gpu_ms.map(|g| wall_ms - g),
-            passes,
-            timed_forwards: walls.len(),
-            warmup,
-            prepare_ms,
-            prepare_bytes,
-            floor_ms,
-            floor_gbps: p.hbm_gbps,
-            gbps: bytes / (t * 1e-3) / 1e9,
-            tflops: flops / (t * 1e-3) / 1e12,
-            ratio_to_floor: t / floor_ms,
-            rel_l2_vs_cpu: rel,
-            checked_tokens: if p.check { toks.len() } else { 0 },
-            ids_match,
-        };
-        progress(&format!(
+            let passes: Vec<(String, f64)> =
+                per_pass.into_iter().map(|(n, v)| (n, median(&v))).collect();
+            let wall_r = min_med_max(&walls);
+            let gpu_r = (!gpu.is_empty()).then(|| min_med_max(&gpu));
+            let wall_ms = wall_r[1];
+            let gpu_ms = gpu_r.map(|r| r[1]);
+            let t = gpu_ms.unwrap_or(wall_ms);
+            let floor_ms = bytes / (p.hbm_gbps * 1e9) * 1e3;
+            let r = BenchResult {
+                case: case.id.clone(),
+                backend: b.name().into(),
+                adapter: b.adapter(),
+                notes: b.notes(),
+                scheme: layer.config.scheme.name(),
+                experts: e,
+                hidden: h,
+                inter: i,
+                top_k: k,
+                tokens: m,
+                active_experts: active,
+                weight_bytes: bytes,
+                flops,
+                wall_ms,
+                wall_ms_range: wall_r,
+                gpu_ms,
+                gpu_ms_range: gpu_r,
+                host_ms: gpu_ms.map(|g| wall_ms - g),
+                passes,
+                timed_forwards: walls.len(),
+                warmup,
+                prepare_ms,
+                prepare_bytes,
+                floor_ms,
+                floor_gbps: p.hbm_gbps,
+                gbps: bytes / (t * 1e-3) / 1e9,
+                tflops: flops / (t * 1e-3) / 1e12,
+                ratio_to_floor: t / floor_ms,
+                rel_l2_vs_cpu: rel,
+                checked_tokens: if p.check { toks.len() } else { 0 },
+                ids_match,
+            };
+            progress(&format!(
             "M = {m}: wall {:.3} ms [{:.3}..{:.3}], gpu {}, floor {:.3} ms, {:.0} GB/s, {:.2} TFLOP/s, {:.1}x floor{}",
             r.wall_ms,
             wall_r[0],
@@ -341,15 +363,16 @@ pub fn run(
                 if r.ids_match == Some(true) { "equal" } else { "DIFFER" }
             ))
         ));
-        if !r.passes.is_empty() {
-            let list: Vec<String> = r
-                .passes
-                .iter()
-                .map(|(n, ms)| format!("{n} {ms:.3}"))
-                .collect();
-            progress(&format!("M = {m}: passes (median ms): {}", list.join(", ")));
+            if !r.passes.is_empty() {
+                let list: Vec<String> = r
+                    .passes
+                    .iter()
+                    .map(|(n, ms)| format!("{n} {ms:.3}"))
+                    .collect();
+                progress(&format!("M = {m}: passes (median ms): {}", list.join(", ")));
+            }
+            out.push(r);
         }
-        out.push(r);
     }
     Ok(out)
 }

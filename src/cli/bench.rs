@@ -3,6 +3,7 @@
 use super::BackendArgs;
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
+use mxmoe::backend::wgpu::GemvConfig;
 use mxmoe::backend::BackendKind;
 use mxmoe::bench::{BenchParams, BenchResult};
 use mxmoe::check;
@@ -60,6 +61,12 @@ pub struct BenchArgs {
     no_check: bool,
     #[arg(long)]
     json: Option<PathBuf>,
+    /// wgpu: compare decode GEMV layouts on the same layer, e.g.
+    /// `shared,subgroup,subgroup+words+prefetch` (lane sums in workgroup memory or by
+    /// subgroupAdd; `+prefetch`: each lane loads its next block before the current block's math;
+    /// `+words`: lanes take 8-code words, not 32-blocks). Default: the backend's choice.
+    #[arg(long)]
+    gemv_layouts: Option<String>,
 }
 
 pub fn run(a: &BenchArgs) -> Result<()> {
@@ -101,7 +108,30 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     let s = &spec.synth;
     let most = tokens.iter().copied().max().unwrap_or(1);
     budget::check_synth(s.scheme.weight, s.n_experts, s.hidden, s.inter, true, most)?;
+    let gemv_layouts = match &a.gemv_layouts {
+        None => Vec::new(),
+        Some(v) => v
+            .split(',')
+            .map(|t| {
+                let mut c = GemvConfig::SHARED;
+                for (i, part) in t.trim().split('+').enumerate() {
+                    match (i, part) {
+                        (0, "shared") => c.subgroup = false,
+                        (0, "subgroup") => c.subgroup = true,
+                        (i, "prefetch") if i > 0 => c.prefetch = true,
+                        (i, "words") if i > 0 => c.words = true,
+                        _ => bail!(
+                            "--gemv-layouts: '{t}': expected shared or subgroup, optionally \
+                             followed by +prefetch and/or +words"
+                        ),
+                    }
+                }
+                Ok(c)
+            })
+            .collect::<Result<_>>()?,
+    };
     let p = BenchParams {
+        gemv_layouts,
         tokens,
         iters: a.iters,
         rotate: a.rotate,

@@ -17,6 +17,17 @@ use wgpu::util::DeviceExt;
 /// writes), so an element a kernel forgot to write fails a bit-exact or tolerance comparison.
 pub const POISON: u32 = 0x7FC0_DEAD;
 
+/// Whether the GEMV prefetches the next block unless `MXMOE_GEMV_PREFETCH` says, and whether its
+/// lanes take words rather than 32-blocks unless `MXMOE_GEMV_WORDS` says: words + prefetch was
+/// the fastest layout on the H200 at 1 and 16 tokens (docs/h200-2026-12-01-perf/README.md).
+pub const DEFAULT_GEMV_PREFETCH: bool = true;
+/// See [`DEFAULT_GEMV_PREFETCH`].
+pub const DEFAULT_GEMV_WORDS: bool = true;
+
+/// How long `submit_and_map` polls the fence before it blocks (a forward of a few milliseconds
+/// or less finishes while spinning; longer ones block, costing one wake-up).
+const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Pooled buffers kept per (usage, power-of-two size) class.
 const POOL_PER_CLASS: usize = 12;
 
@@ -191,6 +202,45 @@ impl Timer {
     }
 }
 
+/// How the decode GEMV (shaders/moe_gemv.wgsl) is laid out on this device: lane groups of
+/// `lanes` invocations along K, each owning 8 of a workgroup's 64 weight rows; whether the lane
+/// sums are reduced with subgroup operations (`lanes` = the adapter's subgroup size, verified by
+/// `subgroup_check`) or in workgroup memory (32 lanes); whether each lane loads its next block
+/// before the current block's math (`prefetch`); whether lanes take whole 32-blocks (16-byte
+/// loads) or words of 8 codes (`words`: coalesced x loads, scales per word).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemvConfig {
+    pub subgroup: bool,
+    pub lanes: u32,
+    pub prefetch: bool,
+    pub words: bool,
+}
+
+impl GemvConfig {
+    /// The workgroup-memory layout every adapter runs.
+    pub const SHARED: GemvConfig = GemvConfig {
+        subgroup: false,
+        lanes: 32,
+        prefetch: false,
+        words: false,
+    };
+
+    /// Invocations per workgroup (8 lane groups).
+    pub fn threads(&self) -> u32 {
+        8 * self.lanes
+    }
+
+    /// The pipeline overrides of this layout.
+    pub fn overrides(&self) -> [(&'static str, u32); 4] {
+        [
+            ("GEMV_LANES", self.lanes),
+            ("GEMV_THREADS", self.threads()),
+            ("GEMV_PREFETCH", self.prefetch as u32),
+            ("GEMV_WORDS", self.words as u32),
+        ]
+    }
+}
+
 /// What was asked for and what we got.
 #[derive(Clone, Debug)]
 pub struct ContextInfo {
@@ -222,6 +272,15 @@ pub struct Context {
     /// than through a table in workgroup memory: set when the adapter passes
     /// `Context::check_fp4_register_decode`; `MXMOE_FP4_DECODE=table|registers` forces it.
     pub fp4_register_decode: AtomicBool,
+    /// The decode GEMV's layout ([`GemvConfig`]): subgroup reductions where the adapter has
+    /// fixed-size subgroups that pass `subgroup_check`; `MXMOE_GEMV_REDUCE=shared|subgroup`,
+    /// `MXMOE_GEMV_PREFETCH=0|1` and `MXMOE_GEMV_WORDS=0|1` choose.
+    gemv: Mutex<GemvConfig>,
+    /// The adapter's subgroup size when SUBGROUP is enabled and the size is fixed (min = max).
+    pub subgroup_size: Option<u32>,
+    /// Whether gemv1 builds the row lists itself at decode sizes (no `lists` pass);
+    /// `MXMOE_GEMV_OWN_LISTS=0` turns it off.
+    pub own_lists: AtomicBool,
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -288,6 +347,12 @@ impl Context {
             }
         }
         let limits = adapter.limits();
+        let ainfo = adapter.get_info();
+        let subgroup_size = (feats.contains(wgpu::Features::SUBGROUP)
+            && ainfo.subgroup_min_size == ainfo.subgroup_max_size
+            && ainfo.subgroup_min_size.is_power_of_two()
+            && (4..=64).contains(&ainfo.subgroup_min_size))
+        .then_some(ainfo.subgroup_min_size);
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("mxmoe"),
             required_features: required,
@@ -319,6 +384,9 @@ impl Context {
             chunk_override: AtomicU64::new(0),
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
             fp4_register_decode: AtomicBool::new(false),
+            gemv: Mutex::new(GemvConfig::SHARED),
+            own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
+            subgroup_size,
             op_lock: Mutex::new(()),
             uncaptured,
         };
@@ -334,7 +402,124 @@ impl Context {
             }
         };
         ctx.fp4_register_decode.store(on, Ordering::Relaxed);
+        let prefetch = match std::env::var("MXMOE_GEMV_PREFETCH").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => DEFAULT_GEMV_PREFETCH,
+        };
+        let words = match std::env::var("MXMOE_GEMV_WORDS").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => DEFAULT_GEMV_WORDS,
+        };
+        let subgroup = std::env::var("MXMOE_GEMV_REDUCE").as_deref() != Ok("shared");
+        // Falls back to the shared layout when the subgroup check fails.
+        let _ = ctx.set_gemv(GemvConfig {
+            subgroup,
+            lanes: 32,
+            prefetch,
+            words,
+        });
         Ok(ctx)
+    }
+
+    /// Whether gemv1 builds the row lists itself at decode sizes.
+    pub fn gemv_own_lists(&self) -> bool {
+        self.own_lists.load(Ordering::Relaxed)
+    }
+
+    /// The decode GEMV's layout now.
+    pub fn gemv_config(&self) -> GemvConfig {
+        *self.gemv.lock().unwrap()
+    }
+
+    /// Choose the decode GEMV's layout: subgroup reductions (when `want.subgroup`, the adapter
+    /// has fixed-size subgroups and `subgroup_check` passes for that workgroup; the lanes are the
+    /// subgroup size) or the workgroup-memory layout (32 lanes), with `want`'s prefetch and
+    /// words. Returns the layout in force and, when the subgroup layout was asked for and
+    /// refused, why.
+    pub fn set_gemv(&self, want: GemvConfig) -> Result<GemvConfig, String> {
+        let (prefetch, words) = (want.prefetch, want.words);
+        let mut r = Ok(());
+        let shared = GemvConfig {
+            prefetch,
+            words,
+            ..GemvConfig::SHARED
+        };
+        let cfg = if !want.subgroup {
+            shared
+        } else {
+            match self.subgroup_size {
+                None => {
+                    r = Err(format!(
+                        "{}: no SUBGROUP feature or no fixed subgroup size",
+                        self.info.adapter.name
+                    ));
+                    shared
+                }
+                Some(lanes) => {
+                    let c = GemvConfig {
+                        subgroup: true,
+                        lanes,
+                        prefetch,
+                        words,
+                    };
+                    let max = self.limits.max_compute_invocations_per_workgroup;
+                    if c.threads() > max {
+                        r = Err(format!(
+                            "8 lane groups of {lanes} lanes: {} invocations (at most {max})",
+                            c.threads()
+                        ));
+                        shared
+                    } else if !self.check_subgroup_layout(c) {
+                        r = Err(format!(
+                            "{}: subgroup_check failed for {} invocations",
+                            self.info.adapter.name,
+                            c.threads()
+                        ));
+                        shared
+                    } else {
+                        c
+                    }
+                }
+            }
+        };
+        *self.gemv.lock().unwrap() = cfg;
+        r.map(|_| cfg)
+    }
+
+    /// Run `subgroup_check` (shaders/moe_gemv_reduce_subgroup.wgsl) with the layout `c`: every
+    /// invocation must sit in a subgroup of exactly `c.lanes` consecutive invocations.
+    fn check_subgroup_layout(&self, c: GemvConfig) -> bool {
+        let run = || -> Result<bool, BackendError> {
+            let pipe = self.pipeline(
+                Shader::MoeGemv {
+                    registers: false,
+                    subgroup: true,
+                },
+                "subgroup_check",
+                &c.overrides(),
+            )?;
+            let n = c.threads() as u64;
+            let out = self.storage(4 * n);
+            let bg = self.bind(&pipe, &[(9, &out)]);
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("check"),
+                });
+            {
+                let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                p.set_pipeline(&pipe);
+                p.set_bind_group(0, &bg, &[]);
+                p.dispatch_workgroups(1, 1, 1);
+            }
+            let r = self.submit_and_read(enc, &[(&out, 4 * n)])?;
+            self.give([out]);
+            let got: Vec<u32> = bytemuck::pod_collect_to_vec(&r[0]);
+            Ok(got.iter().all(|&v| v == 1))
+        };
+        run().unwrap_or(false)
     }
 
     /// Run `fp4_decode_check` (shaders/moe_gemv_fp4_registers.wgsl) and compare the 16 E2M1 codes it
@@ -342,7 +527,14 @@ impl Context {
     /// any difference or error: the table decode is always right.
     fn check_fp4_register_decode(&self) -> bool {
         let run = || -> Result<bool, BackendError> {
-            let pipe = self.pipeline(Shader::MoeGemvFp4Registers, "fp4_decode_check", &[])?;
+            let pipe = self.pipeline(
+                Shader::MoeGemv {
+                    registers: true,
+                    subgroup: false,
+                },
+                "fp4_decode_check",
+                &[],
+            )?;
             let out = self.storage(64);
             let bg = self.bind(&pipe, &[(9, &out)]);
             let mut enc = self
@@ -607,6 +799,85 @@ impl Context {
         }
     }
 
+    /// Record copies of `(buffer, bytes)` into ONE mappable buffer (each part at a 256-byte
+    /// aligned offset), submit `enc`, wait for it (spinning on the fence for a short while before
+    /// blocking: a blocking wait adds the wake-up latency of a sleeping thread to every forward),
+    /// map once and hand the parts to `read`, which copies out what it needs. Device errors
+    /// raised meanwhile are returned as [`BackendError::Device`].
+    pub fn submit_and_map<T>(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        reads: &[(&wgpu::Buffer, u64)],
+        read: impl FnOnce(&[&[u8]]) -> T,
+    ) -> Result<T, BackendError> {
+        let mut offs = Vec::with_capacity(reads.len());
+        let mut total = 0u64;
+        for (_, n) in reads {
+            offs.push(total);
+            total = (total + n).next_multiple_of(256);
+        }
+        let staging = self.take(
+            total.max(4),
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        );
+        for ((b, n), o) in reads.iter().zip(&offs) {
+            if *n > 0 {
+                enc.copy_buffer_to_buffer(b, 0, &staging, *o, *n);
+            }
+        }
+        self.queue.submit([enc.finish()]);
+        let done = Arc::new(Mutex::new(None));
+        let d2 = done.clone();
+        staging
+            .slice(0..total.max(4))
+            .map_async(wgpu::MapMode::Read, move |r| {
+                *d2.lock().unwrap() = Some(r);
+            });
+        let t0 = std::time::Instant::now();
+        loop {
+            if done.lock().unwrap().is_some() {
+                break;
+            }
+            if t0.elapsed() > SPIN_WAIT {
+                self.device
+                    .poll(wgpu::PollType::wait_indefinitely())
+                    .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
+                break;
+            }
+            self.device
+                .poll(wgpu::PollType::Poll)
+                .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
+        }
+        let status = done.lock().unwrap().take();
+        match status {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(BackendError::Device(format!("map_async: {e}"))),
+            None => {
+                return Err(BackendError::Device(
+                    "map_async: no callback after wait".into(),
+                ))
+            }
+        }
+        let out = {
+            let v = staging
+                .slice(0..total.max(4))
+                .get_mapped_range()
+                .map_err(|e| BackendError::Device(format!("mapped range: {e}")))?;
+            let parts: Vec<&[u8]> = reads
+                .iter()
+                .zip(&offs)
+                .map(|((_, n), o)| &v[*o as usize..(*o + *n) as usize])
+                .collect();
+            read(&parts)
+        };
+        staging.unmap();
+        self.give([staging]);
+        if let Some(e) = self.uncaptured.lock().unwrap().take() {
+            return Err(BackendError::Device(e));
+        }
+        Ok(out)
+    }
+
     /// Record copies of `(buffer, bytes)` into mappable buffers, submit `enc`, wait, and read
     /// them back. Device errors raised meanwhile are returned as [`BackendError::Device`].
     pub fn submit_and_read(
@@ -661,4 +932,22 @@ impl Context {
         }
         Ok(out)
     }
+}
+
+/// A typed copy of `bytes` (length a multiple of the element size): one copy, split over rayon's
+/// threads when large (a 2048-token readback is tens of MB).
+pub fn pod_vec<T: bytemuck::Pod + Send>(bytes: &[u8]) -> Vec<T> {
+    use rayon::prelude::*;
+    let sz = std::mem::size_of::<T>();
+    let n = bytes.len() / sz;
+    let mut out: Vec<T> = vec![T::zeroed(); n];
+    const CHUNK: usize = 1 << 20; // elements per task
+    if n <= CHUNK {
+        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&bytes[..n * sz]);
+    } else {
+        out.par_chunks_mut(CHUNK)
+            .zip(bytes[..n * sz].par_chunks(CHUNK * sz))
+            .for_each(|(d, s)| bytemuck::cast_slice_mut::<T, u8>(d).copy_from_slice(s));
+    }
+    out
 }

@@ -32,7 +32,7 @@ pub mod quant;
 pub mod route;
 pub mod source;
 
-pub use context::{enumerate_adapters, AdapterSummary, ContextInfo, POISON};
+pub use context::{enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, POISON};
 pub use moe::{GpuLayer, MoePath};
 
 use super::{BackendError, Op, PassTimes, Support};
@@ -80,14 +80,56 @@ impl WgpuBackend {
 
     /// Kernel choices this device made at start-up, in words (for `info` and bench results).
     pub fn notes(&self) -> Vec<String> {
-        vec![format!(
-            "fp4 decode in the GEMV: {}",
-            if self.ctx.fp4_register_decode.load(Ordering::Relaxed) {
-                "registers (f16 bit trick; the adapter passed the check)"
-            } else {
-                "byte table in workgroup memory"
-            }
-        )]
+        let g = self.ctx.gemv_config();
+        vec![
+            format!(
+                "fp4 decode in the GEMV: {}",
+                if self.ctx.fp4_register_decode.load(Ordering::Relaxed) {
+                    "registers (f16 bit trick; the adapter passed the check)"
+                } else {
+                    "byte table in workgroup memory"
+                }
+            ),
+            format!(
+                "GEMV layout: 8 rows x {} lanes per group ({} per lane), {} invocations, lane sums {}{}",
+                g.lanes,
+                if g.words { "words" } else { "32-blocks" },
+                g.threads(),
+                if g.subgroup {
+                    "by subgroupAdd (subgroup_check passed)"
+                } else {
+                    "in workgroup memory"
+                },
+                if g.prefetch {
+                    ", next block prefetched"
+                } else {
+                    ""
+                }
+            ),
+        ]
+    }
+
+    /// Test hook: the decode GEMV's layout (subgroup or workgroup-memory reductions, with or
+    /// without prefetching the next block, blocks or words per lane; `want.lanes` is ignored).
+    /// Err (and the workgroup-memory layout) when the adapter cannot run the subgroup layout.
+    pub fn set_gemv_layout(&self, want: GemvConfig) -> Result<GemvConfig, String> {
+        self.ctx.set_gemv(want)
+    }
+
+    /// Test hook: whether gemv1 builds the row lists itself at decode sizes (default) or the
+    /// `lists` pass runs first.
+    pub fn set_gemv_own_lists(&self, on: bool) {
+        self.ctx.own_lists.store(on, Ordering::Relaxed);
+    }
+
+    /// The decode GEMV's layout in force.
+    pub fn gemv_layout(&self) -> GemvConfig {
+        self.ctx.gemv_config()
+    }
+
+    /// The adapter's fixed subgroup size, when it has SUBGROUP (None otherwise).
+    pub fn subgroup_size(&self) -> Option<u32> {
+        self.ctx.subgroup_size
     }
 
     /// The chosen adapter's summary (features, limits) and the features enabled.

@@ -4,12 +4,15 @@
 //!
 //! Passes: route -> lists (histogram, prefix sum, row lists, tile list) -> input QDQ
 //! (quant.wgsl) -> gemm1 per weight chunk (bias, activation, intermediate QDQ fused) -> gemm2 per
-//! weight chunk (bias, router weight) -> combine (slot order, no float atomics).
+//! weight chunk (bias, router weight) -> combine (slot order, no float atomics). At decode sizes
+//! (the GEMV path, at most `GEMV_LIST_MAX` token-expert pairs) gemv1 builds the lists itself and
+//! the `lists` pass is not recorded. Everything the caller gets back (output, ids, weights,
+//! timestamps) comes back in one readback.
 //!
 //! Weights larger than one storage binding are split into chunks of whole experts, each its own
 //! buffer; the GEMMs run once per chunk and skip the other chunks' tiles.
 
-use super::context::{Context, Timer};
+use super::context::{pod_vec, Context, Timer};
 use super::route;
 use super::source::{Shader, FMT_NONE};
 use crate::backend::{ops, BackendError, PassTimes};
@@ -43,6 +46,9 @@ const TN1: usize = 64;
 const TN2: usize = 128;
 const TN1_GEMV: usize = 32;
 const TN2_GEMV: usize = 64;
+/// gemv1 builds the row lists itself (GEMV_OWN_LISTS in moe_gemv.wgsl) up to this many
+/// token-expert pairs (its workgroup arrays).
+const GEMV_LIST_MAX: usize = 256;
 /// moe_lists.wgsl's workgroup arrays hold this many local experts.
 pub const MAX_LOCAL_EXPERTS: usize = 1024;
 
@@ -420,16 +426,23 @@ pub fn forward(
         ("ROUND_BF16", bf16),
     ];
     let p_lists = ctx.pipeline(Shader::MoeLists, "lists", &[("TILE_M", tile_m as u32)])?;
+    let gcfg = ctx.gemv_config();
     let (experts, e1, e2) = if gemv {
-        let shader = if ctx.fp4_register_decode.load(Ordering::Relaxed) {
-            Shader::MoeGemvFp4Registers
-        } else {
-            Shader::MoeGemv
+        let shader = Shader::MoeGemv {
+            registers: ctx.fp4_register_decode.load(Ordering::Relaxed),
+            subgroup: gcfg.subgroup,
         };
         (shader, "gemv1", "gemv2")
     } else {
         (Shader::MoeGemm, "gemm1", "gemm2")
     };
+    // Decode sizes: gemv1 builds the row lists itself (no `lists` pass).
+    let own_lists = gemv && na <= GEMV_LIST_MAX && ctx.gemv_own_lists();
+    let mut ov = ov.to_vec();
+    if gemv {
+        ov.extend(gcfg.overrides());
+        ov.push(("GEMV_OWN_LISTS", own_lists as u32));
+    }
     let p_g1 = ctx.pipeline(experts, e1, &ov)?;
     let p_g2 = ctx.pipeline(experts, e2, &ov)?;
     let p_comb = ctx.pipeline(Shader::MoeCombine, "combine", &[("ROUND_BF16", bf16)])?;
@@ -453,7 +466,7 @@ pub fn forward(
         m,
         timer.as_mut(),
     )?;
-    {
+    if !own_lists {
         let bg = ctx.bind(
             &p_lists,
             &[
@@ -534,6 +547,12 @@ pub fn forward(
             if gemv {
                 // The FP4 path's vec4 views of the same weights and activations.
                 ents.extend([(13, w), (14, x)]);
+                if si == 0 {
+                    // gemv1 may build the lists (GEMV_OWN_LISTS): the routing and the lists'
+                    // outputs (bound either way: the pipeline layout holds every binding the
+                    // entry point's code names).
+                    ents.extend([(1, ids), (2, map), (4, slot)]);
+                }
             }
             let bg = ctx.bind(pipe, &ents);
             let mut p = pass(&mut enc, &format!("moe/{label}"), &mut timer);
@@ -559,25 +578,34 @@ pub fn forward(
     if let (Some(t), Some(b)) = (&timer, &resolve) {
         reads.push((b, t.bytes()));
     }
-    let r = ctx.submit_and_read(enc, &reads);
+    // One readback of everything (output, ids, weights, timestamps), one copy each.
+    let period = ctx.queue.get_timestamp_period();
+    let r = ctx.submit_and_map(enc, &reads, |parts| {
+        let times = match &timer {
+            Some(t) => t.durations(parts[3], period),
+            None => Vec::new(),
+        };
+        (
+            pod_vec::<f32>(parts[0]),
+            pod_vec::<i32>(parts[1]),
+            pod_vec::<f32>(parts[2]),
+            times,
+        )
+    });
     drop(reads);
     ctx.give(resolve);
     ctx.give(bufs);
     ctx.give(owned);
     ctx.give(chunk_params);
     ctx.give([rparams, base_params, logits_b, hidden_b]);
-    let r = r?;
-    let times = match &timer {
-        Some(t) => t.durations(&r[3], ctx.queue.get_timestamp_period()),
-        None => Vec::new(),
-    };
+    let (output, topk_ids, topk_weights, times) = r?;
     Ok((
         MoeOutput {
-            output: bytemuck::pod_collect_to_vec(&r[0]),
+            output,
             routing: Routing {
                 top_k: k,
-                topk_ids: bytemuck::pod_collect_to_vec(&r[1]),
-                topk_weights: bytemuck::pod_collect_to_vec(&r[2]),
+                topk_ids,
+                topk_weights,
             },
             stages: None,
         },

@@ -49,13 +49,17 @@ pub const MOE_GEMV: File = shader_file!("moe_gemv.wgsl");
 pub const MOE_GEMV_FP4_TABLE: File = shader_file!("moe_gemv_fp4_table.wgsl");
 /// The GEMV's FP4 word decode from bits in registers (adapters that pass its check).
 pub const MOE_GEMV_FP4_REGISTERS: File = shader_file!("moe_gemv_fp4_registers.wgsl");
+/// The GEMV's lane reductions with subgroup operations (adapters that pass `subgroup_check`).
+pub const MOE_GEMV_REDUCE_SUBGROUP: File = shader_file!("moe_gemv_reduce_subgroup.wgsl");
+/// The GEMV's lane reductions in workgroup memory (every adapter).
+pub const MOE_GEMV_REDUCE_SHARED: File = shader_file!("moe_gemv_reduce_shared.wgsl");
 /// The MoE pass `combine`: the deterministic sum over the top-k slots.
 pub const MOE_COMBINE: File = shader_file!("moe_combine.wgsl");
 /// The memory-bandwidth diagnostic of `WgpuBackend::bandwidth_probe` (self-contained).
 pub const BANDWIDTH_PROBE: File = shader_file!("bandwidth_probe.wgsl");
 
 /// Every file of `shaders/`.
-pub const FILES: [File; 12] = [
+pub const FILES: [File; 14] = [
     MX_COMMON,
     EXACT_MATH,
     QUANT,
@@ -66,6 +70,8 @@ pub const FILES: [File; 12] = [
     MOE_GEMV,
     MOE_GEMV_FP4_TABLE,
     MOE_GEMV_FP4_REGISTERS,
+    MOE_GEMV_REDUCE_SUBGROUP,
+    MOE_GEMV_REDUCE_SHARED,
     MOE_COMBINE,
     BANDWIDTH_PROBE,
 ];
@@ -85,11 +91,11 @@ pub enum Shader {
     /// `gemm1`, `gemm2` (overrides `WEIGHT_FMT`, `ACT_FMT`, `ACT_SCALE_MODE`, `ACTIVATION`,
     /// `ROUND_BF16`).
     MoeGemm,
-    /// `gemv1`, `gemv2` (the same overrides as [`Shader::MoeGemm`]), FP4 decoded through a
-    /// table.
-    MoeGemv,
-    /// The same with FP4 decoded from bits in registers; also `fp4_decode_check`.
-    MoeGemvFp4Registers,
+    /// `gemv1`, `gemv2` (the overrides of [`Shader::MoeGemm`] and `GEMV_R`, `GEMV_LANES`,
+    /// `GEMV_THREADS`): FP4 decoded from bits in registers (`registers`; also
+    /// `fp4_decode_check`) or through a table, lane sums reduced with subgroup operations
+    /// (`subgroup`; also `subgroup_check`) or in workgroup memory.
+    MoeGemv { registers: bool, subgroup: bool },
     /// `combine` (override `ROUND_BF16`).
     MoeCombine,
     /// `main`, `rows`, `rows_lut`.
@@ -97,13 +103,27 @@ pub enum Shader {
 }
 
 impl Shader {
-    pub const ALL: [Shader; 8] = [
+    pub const ALL: [Shader; 10] = [
         Shader::Quant,
         Shader::Route,
         Shader::MoeLists,
         Shader::MoeGemm,
-        Shader::MoeGemv,
-        Shader::MoeGemvFp4Registers,
+        Shader::MoeGemv {
+            registers: false,
+            subgroup: false,
+        },
+        Shader::MoeGemv {
+            registers: true,
+            subgroup: false,
+        },
+        Shader::MoeGemv {
+            registers: false,
+            subgroup: true,
+        },
+        Shader::MoeGemv {
+            registers: true,
+            subgroup: true,
+        },
         Shader::MoeCombine,
         Shader::BandwidthProbe,
     ];
@@ -115,8 +135,22 @@ impl Shader {
             Shader::Route => "route",
             Shader::MoeLists => "moe_lists",
             Shader::MoeGemm => "moe_gemm",
-            Shader::MoeGemv => "moe_gemv",
-            Shader::MoeGemvFp4Registers => "moe_gemv_fp4_registers",
+            Shader::MoeGemv {
+                registers: false,
+                subgroup: false,
+            } => "moe_gemv",
+            Shader::MoeGemv {
+                registers: true,
+                subgroup: false,
+            } => "moe_gemv_fp4_registers",
+            Shader::MoeGemv {
+                registers: false,
+                subgroup: true,
+            } => "moe_gemv_subgroup",
+            Shader::MoeGemv {
+                registers: true,
+                subgroup: true,
+            } => "moe_gemv_fp4_registers_subgroup",
             Shader::MoeCombine => "moe_combine",
             Shader::BandwidthProbe => "bandwidth_probe",
         }
@@ -130,10 +164,46 @@ impl Shader {
             Shader::Route => &[EXACT_MATH, ROUTE],
             Shader::MoeLists => &[MX_COMMON, MOE_COMMON, MOE_LISTS],
             Shader::MoeGemm => &[MX_COMMON, MOE_COMMON, MOE_GEMM],
-            Shader::MoeGemv => &[MX_COMMON, MOE_COMMON, MOE_GEMV_FP4_TABLE, MOE_GEMV],
-            Shader::MoeGemvFp4Registers => {
-                &[MX_COMMON, MOE_COMMON, MOE_GEMV_FP4_REGISTERS, MOE_GEMV]
-            }
+            Shader::MoeGemv {
+                registers: false,
+                subgroup: false,
+            } => &[
+                MX_COMMON,
+                MOE_COMMON,
+                MOE_GEMV_FP4_TABLE,
+                MOE_GEMV_REDUCE_SHARED,
+                MOE_GEMV,
+            ],
+            Shader::MoeGemv {
+                registers: true,
+                subgroup: false,
+            } => &[
+                MX_COMMON,
+                MOE_COMMON,
+                MOE_GEMV_FP4_REGISTERS,
+                MOE_GEMV_REDUCE_SHARED,
+                MOE_GEMV,
+            ],
+            Shader::MoeGemv {
+                registers: false,
+                subgroup: true,
+            } => &[
+                MX_COMMON,
+                MOE_COMMON,
+                MOE_GEMV_FP4_TABLE,
+                MOE_GEMV_REDUCE_SUBGROUP,
+                MOE_GEMV,
+            ],
+            Shader::MoeGemv {
+                registers: true,
+                subgroup: true,
+            } => &[
+                MX_COMMON,
+                MOE_COMMON,
+                MOE_GEMV_FP4_REGISTERS,
+                MOE_GEMV_REDUCE_SUBGROUP,
+                MOE_GEMV,
+            ],
             Shader::MoeCombine => &[MX_COMMON, MOE_COMMON, MOE_COMBINE],
             Shader::BandwidthProbe => &[BANDWIDTH_PROBE],
         }
@@ -147,7 +217,18 @@ impl Shader {
     /// Whether the shader converts f16 to f32 (`unpack2x16float`): naga's
     /// `SHADER_FLOAT16_IN_FLOAT32` capability, wgpu's `DownlevelFlags::SHADER_F16_IN_F32`.
     pub const fn needs_f16_in_f32(self) -> bool {
-        matches!(self, Shader::MoeGemvFp4Registers)
+        matches!(
+            self,
+            Shader::MoeGemv {
+                registers: true,
+                ..
+            }
+        )
+    }
+
+    /// Whether the shader uses subgroup operations (wgpu's `Features::SUBGROUP`).
+    pub const fn needs_subgroup(self) -> bool {
+        matches!(self, Shader::MoeGemv { subgroup: true, .. })
     }
 
     /// The full source, ready to compile.
