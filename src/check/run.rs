@@ -602,6 +602,14 @@ pub fn require_gpu() -> bool {
     std::env::var("MXMOE_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
+/// Whether `MXMOE_REQUIRE_HIP=1`: the HIP backend, when compiled in (feature `hip`) but not
+/// available (no driver library, no device, no code object for it), FAILS instead of being
+/// SKIPPED. Separate from `MXMOE_REQUIRE_GPU` (which CI sets for the wgpu backend on lavapipe):
+/// CI builds the HIP backend but has no GPU for it.
+pub fn require_hip() -> bool {
+    std::env::var("MXMOE_REQUIRE_HIP").is_ok_and(|v| v == "1")
+}
+
 /// A backend as opened for a conformance run.
 pub struct Opened {
     pub name: String,
@@ -614,7 +622,8 @@ pub struct Opened {
 
 /// Open `which` (`all` = every [`BackendKind::ALL`], or one kind name) with outputs poisoned
 /// (GPU backends fill outputs with [`POISON`] before every run). With `require`, a backend that
-/// is compiled in but has no device is a failure; one not compiled in is always SKIPPED.
+/// is compiled in but has no device is a failure (the HIP backend: with `MXMOE_REQUIRE_HIP=1`,
+/// see [`require_hip`]); one not compiled in is always SKIPPED.
 pub fn open_backends(
     which: &str,
     adapter: Option<&str>,
@@ -637,7 +646,13 @@ pub fn open_backends(
             }
             Err(e) => Opened {
                 name: k.name().into(),
-                fails: require && !matches!(e, BackendError::NotCompiled(_)),
+                fails: match (&e, k) {
+                    (BackendError::NotCompiled(_), _) => false,
+                    // CI and most machines have no HIP-capable GPU: the HIP backend must open
+                    // only where MXMOE_REQUIRE_HIP=1 says so (an MI300 or an NVIDIA GPU).
+                    (_, BackendKind::Hip) => require_hip(),
+                    _ => require,
+                },
                 backend: Err(e.to_string()),
             },
         })
