@@ -33,17 +33,28 @@ struct FragA { u32 r[4]; };
 struct FragB { u32 r[2]; };
 struct FragC { float v[4]; };
 
-MX_DEVICE void load_a(FragA& a, const u16* sA, u32 lda, u32 lane) {
-  u32 g = lane >> 2, t = lane & 3u;
-  a.r[0] = *(const u32*)(sA + g * lda + 2u * t);
-  a.r[1] = *(const u32*)(sA + (g + 8u) * lda + 2u * t);
-  a.r[2] = *(const u32*)(sA + g * lda + 2u * t + 8u);
-  a.r[3] = *(const u32*)(sA + (g + 8u) * lda + 2u * t + 8u);
+// The 32-bit shared-state-space address of a generic pointer into shared memory (ldmatrix).
+MX_DEVICE u32 smem_addr(const void* p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
 }
+// ldmatrix.x4: lanes 0-15 give rows 0-15 at k 0, lanes 16-31 rows 0-15 at k 8; the four 8x8
+// matrices land in a0..a3 in the order mma expects (PTX ISA, ldmatrix).
+MX_DEVICE void load_a(FragA& a, const u16* sA, u32 lda, u32 lane) {
+  const u16* p = sA + (lane & 15u) * lda + (lane >> 4) * 8u;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(a.r[0]), "=r"(a.r[1]), "=r"(a.r[2]), "=r"(a.r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+// ldmatrix.x2 on the n-major B tile: lanes 0-7 give columns n 0-7 at k 0, lanes 8-15 at k 8.
 MX_DEVICE void load_b(FragB& b, const u16* sB, u32 ldb, u32 lane) {
-  u32 g = lane >> 2, t = lane & 3u;
-  b.r[0] = *(const u32*)(sB + g * ldb + 2u * t);
-  b.r[1] = *(const u32*)(sB + g * ldb + 2u * t + 8u);
+  const u16* p = sB + (lane & 7u) * ldb + ((lane >> 3) & 1u) * 8u;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+               : "=r"(b.r[0]), "=r"(b.r[1])
+               : "r"(smem_addr(p))
+               : "memory");
 }
 MX_DEVICE void mma(FragC& c, const FragA& a, const FragB& b) {
   asm volatile(

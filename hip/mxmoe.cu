@@ -14,12 +14,14 @@
 //   moe_gemv1_cb{4,6,8} / moe_gemv2_cb*    shaders/moe_gemv.wgsl (decode; specialized per code
 //                                          width)
 //   moe_combine                            shaders/moe_combine.wgsl
-//   moe_gemm_mx_scaled (gfx950 only)       v_mfma_scale_f32_16x16x128_f8f6f4 on the packed codes
+//   moe_gemm{1,2}_mx_<w>_<a> (gfx950)      v_mfma_scale_f32_16x16x128_f8f6f4 on the packed codes
 #include "mx_common.h"
 #include "exact_math.h"
 #include "mx_fragment.h"
 
 typedef unsigned char u8;
+typedef u32 uint4v __attribute__((ext_vector_type(4)));
+typedef float float4v __attribute__((ext_vector_type(4)));
 
 // ------------------------------------------------------------------------------------------
 // quantize / dequantize / QDQ (NUMERICS.md 5; shaders/quant.wgsl)
@@ -398,229 +400,57 @@ MX_DEVICE u32 code_of(const u32* w, u32 j, u32 cb) {
   return c & ((1u << cb) - 1u);
 }
 
-// ---- grouped GEMM (prefill) on matrix cores -------------------------------------------------
-// A block = 4 warps / wavefronts; tile = 64 rows (token-expert pairs of one expert) x 64 weight
-// rows, K in steps of one 32-block. Each warp owns 16 rows x 64 columns. x is staged as bf16
-// (hi, and lo = x - hi for weight-only schemes, whose activations are not on the MX grid);
-// weights are dequantized (code value x E8M0 scale, exact in bf16) into shared memory.
-
-#define GT_M 64u
-#define GT_N 64u
-#define GT_K 32u
-#define LDS (GT_K + 8u)
-#define GEMM_THREADS (4u * WARP)
-
-MX_DEVICE u16 bf16_bits_rne(float x) { return (u16)(f2u(bf16_round(x)) >> 16); }
-
-template <bool SPLIT>
-MX_DEVICE void gemm_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
-                         const float* x, const u32* wcodes, const u8* wscales, u32* out,
-                         const float* bias, const float* topw) {
-  MX_SHARED u16 sXh[GT_M * LDS];
-  MX_SHARED u16 sXl[GT_M * LDS];
-  MX_SHARED u16 sW[GT_N * LDS];
-  MX_SHARED float sC[GT_M * (GT_N + 1u)];
-  MX_SHARED float code_value[256];
-  MX_SHARED u64 xoff[GT_M];
-  MX_SHARED u64 wrow[GT_N];  // the row's first scale index; ~0 = no row
-  MX_SHARED u32 rowmax[GT_M];
-  u32 tid = tid_x(), lane = tid % WARP, warp = tid / WARP;
-  u32 e, start, cnt;
-  if (!load_tile(tiles, bid_x(), &e, &start, &cnt)) return;
-  u32 h = p.hidden, inter = p.inter;
-  u32 K = is1 ? h : inter, kblocks = K / 32u;
-  u32 nrows = is1 ? 2u * inter : h;
-  u32 jb = is1 ? bid_y() * 32u : bid_y() * GT_N;
-  u32 cb = mx_spec(p.weight_fmt).code_bits;
-  for (u32 i = tid; i < 256u; i += GEMM_THREADS) code_value[i] = u2f(mx_dequant_bits(p.weight_fmt, i, 127u));
-  for (u32 r = tid; r < GT_M; r += GEMM_THREADS) {
-    u64 o = ~0ull;
-    if (r < cnt) o = is1 ? (u64)(pair_of_row[start + r] / p.top_k) * K : (u64)(start + r) * K;
-    xoff[r] = o;
-    rowmax[r] = 0u;
-  }
-  for (u32 r = tid; r < GT_N; r += GEMM_THREADS) {
-    u32 row = weight_row(p, is1, r, jb);
-    bool ok = is1 ? (jb + (p.activation == ACT_SILU ? r % 32u : r / 2u)) < inter : row < nrows;
-    wrow[r] = ok ? ((u64)e * nrows + row) * kblocks : ~0ull;
-  }
-  FragC acc[GT_N / FRAG_N];
-  #pragma unroll
-  for (u32 j = 0; j < GT_N / FRAG_N; ++j)
-    #pragma unroll
-    for (u32 i = 0; i < FRAG_C; ++i) acc[j].v[i] = 0.0f;
-  sync_threads();
-  for (u32 kb = 0; kb < kblocks; ++kb) {
-    // x: 64 rows x 32 values as float4 loads.
-    for (u32 q = tid; q < GT_M * 8u; q += GEMM_THREADS) {
-      u32 r = q / 8u, c4 = (q % 8u) * 4u;
-      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (xoff[r] != ~0ull) {
-        const float* src = x + xoff[r] + kb * 32u + c4;
-        #pragma unroll
-        for (u32 i = 0; i < 4u; ++i) v[i] = src[i];
-      }
-      #pragma unroll
-      for (u32 i = 0; i < 4u; ++i) {
-        u16 hi = bf16_bits_rne(v[i]);
-        sXh[r * LDS + c4 + i] = hi;
-        if (SPLIT) {
-          float hf = u2f((u32)hi << 16);
-          float lo = (f2u(hf) & 0x7F800000u) == 0x7F800000u ? 0.0f : v[i] - hf;
-          sXl[r * LDS + c4 + i] = bf16_bits_rne(lo);
-        }
-      }
-    }
-    // Weights: 64 rows x 4 octets; code value x scale, exact in bf16.
-    for (u32 q = tid; q < GT_N * 4u; q += GEMM_THREADS) {
-      u32 r = q / 4u, o = q % 4u;
-      u64 sidx = wrow[r];
-      float vals[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (sidx != ~0ull) {
-        sidx += kb;
-        float sc = e8m0_value(wscales[sidx]);
-        const u32* wb = wcodes + sidx * cb;
-        if (cb == 4u) {
-          u32 w = wb[o];
-          #pragma unroll
-          for (u32 i = 0; i < 8u; ++i) vals[i] = code_value[(w >> (4u * i)) & 15u] * sc;
-        } else {
-          // 8 codes of 6 or 8 bits span at most three words (no private array: no scratch).
-          u32 bit0 = o * 8u * cb, wi = bit0 / 32u, b0 = bit0 % 32u, end = b0 + 8u * cb;
-          u32 w0 = wb[wi], w1 = end > 32u ? wb[wi + 1u] : 0u, w2 = end > 64u ? wb[wi + 2u] : 0u;
-          #pragma unroll
-          for (u32 i = 0; i < 8u; ++i) {
-            u32 bit = b0 + i * cb;
-            u32 c = bit < 32u ? mx_code_at(w0, w1, bit, cb)
-                              : (bit < 64u ? mx_code_at(w1, w2, bit - 32u, cb) : mx_code_at(w2, 0u, bit - 64u, cb));
-            vals[i] = code_value[c] * sc;
-          }
-        }
-      }
-      #pragma unroll
-      for (u32 i = 0; i < 8u; ++i) sW[r * LDS + o * 8u + i] = bf16_bits_rne(vals[i]);
-    }
-    sync_threads();
-    #pragma unroll
-    for (u32 k16 = 0; k16 < GT_K; k16 += FRAG_K) {
-      FragA ah, al;
-      load_a(ah, sXh + (warp * 16u) * LDS + k16, LDS, lane);
-      if (SPLIT) load_a(al, sXl + (warp * 16u) * LDS + k16, LDS, lane);
-      #pragma unroll
-      for (u32 j = 0; j < GT_N / FRAG_N; ++j) {
-        FragB b;
-        load_b(b, sW + (j * FRAG_N) * LDS + k16, LDS, lane);
-        mma(acc[j], ah, b);
-        if (SPLIT) mma(acc[j], al, b);
-      }
-    }
-    sync_threads();
-  }
-  #pragma unroll
-  for (u32 j = 0; j < GT_N / FRAG_N; ++j)
-    #pragma unroll
-    for (u32 i = 0; i < FRAG_C; ++i)
-      sC[(warp * 16u + c_row(lane, i)) * (GT_N + 1u) + j * FRAG_N + c_col(lane, i)] = acc[j].v[i];
-  sync_threads();
-  const u32 per_row = GEMM_THREADS / GT_M;  // threads per tile row
-  u32 r = tid / per_row, part = tid % per_row;
-  if (is1) {
-    // Columns c of the 32 intermediate columns: gate in tile column c (SiLU) or 2c
-    // (SwiGLU-OAI), up in 32 + c or 2c + 1.
-    const u32 cols = 32u / per_row;
-    u32 vals[32 / 2];
-    u32 mx = 0u;
-    float rw = 1.0f;
-    if (p.on_input && r < cnt) rw = topw[pair_of_row[start + r]];
-    #pragma unroll
-    for (u32 i = 0; i < cols; ++i) {
-      u32 c = part * cols + i;
-      bool silu = p.activation == ACT_SILU;
-      u32 gi = silu ? c : 2u * c, ui = silu ? 32u + c : 2u * c + 1u;
-      u32 grow = silu ? jb + c : 2u * (jb + c), urow = silu ? inter + jb + c : 2u * (jb + c) + 1u;
-      float g = sC[r * (GT_N + 1u) + gi], u = sC[r * (GT_N + 1u) + ui];
-      if (p.has_bias13) {
-        g += bias[(u64)e * 2u * inter + grow];
-        u += bias[(u64)e * 2u * inter + urow];
-      }
-      if (p.on_input && r < cnt) {
-        g *= rw;
-        u *= rw;
-      }
-      u32 v = f2u(bf16_point(p, activate(p, bf16_point(p, g), bf16_point(p, u))));
-      vals[i] = v;
-      mx = umax(mx, v & 0x7FFFFFFFu);
-    }
-    if (p.act_fmt != FMT_NONE) atomic_max_u32(&rowmax[r], mx);
-    sync_threads();
-    if (r < cnt) {
-      u32 byte = p.act_fmt != FMT_NONE ? mx_scale_byte(p.act_fmt, p.act_mode, rowmax[r]) : 0u;
-      #pragma unroll
-      for (u32 i = 0; i < cols; ++i) {
-        u32 o = vals[i];
-        if (p.act_fmt != FMT_NONE) o = intermediate_qdq(p, o, byte);
-        out[(u64)(start + r) * inter + jb + part * cols + i] = o;
-      }
-    }
-  } else if (r < cnt) {
-    const u32 cols = GT_N / per_row;
-    float w = p.on_input ? 1.0f : topw[pair_of_row[start + r]];
-    #pragma unroll
-    for (u32 i = 0; i < cols; ++i) {
-      u32 c = part * cols + i, n = jb + c;
-      if (n < h) {
-        float v = sC[r * (GT_N + 1u) + c];
-        if (p.has_bias2) v += bias[(u64)e * h + n];
-        if (!p.on_input) v *= w;
-        out[(u64)(start + r) * h + n] = f2u(bf16_point(p, v));
-      }
-    }
-  }
-}
-
 #define GEMM_ARGS                                                                            \
   MoeParams p, const u32 *pair_of_row, const u32 *tiles, const float *x, const u32 *wcodes, \
       const u8 *wscales, u32 *out, const float *bias, const float *topw
 #define GEMM_PASS pair_of_row, tiles, x, wcodes, wscales, out, bias, topw
 
-MX_KERNEL(GEMM_THREADS) void moe_gemm1(GEMM_ARGS) { gemm_body<false>(p, true, GEMM_PASS); }
-MX_KERNEL(GEMM_THREADS) void moe_gemm2(GEMM_ARGS) { gemm_body<false>(p, false, GEMM_PASS); }
-MX_KERNEL(GEMM_THREADS) void moe_gemm1_split(GEMM_ARGS) { gemm_body<true>(p, true, GEMM_PASS); }
-MX_KERNEL(GEMM_THREADS) void moe_gemm2_split(GEMM_ARGS) { gemm_body<true>(p, false, GEMM_PASS); }
 
 // ---- grouped GEMV (decode) -----------------------------------------------------------------
 // A block = 256 threads = 8 groups of 32 lanes; a tile = <= 4 rows of one expert x 64 weight
 // rows; group g owns weight rows g + 8i (i < 8), its lanes walk K one whole 32-block at a time
-// (CB words + a scale byte per row), x read from global memory (small, cached). Lane partials
-// are summed over the 32 lanes in a fixed order (shared memory), deterministic.
+// (CB words + a scale byte per row: consecutive lanes read consecutive blocks, coalesced), x
+// read as float4 from global memory (small, cached). FP4 codes are decoded in registers (below),
+// the other formats through a table in shared memory. Lane partials are summed over the 32
+// lanes by a fixed butterfly (deterministic). R rows per pass over K keep the registers within
+// a budget that lets two blocks share a multiprocessor.
 
 #define GV_THREADS 256u
 
-MX_DEVICE float group32_sum(float* red, u32 tid, float v) {
-  // red: this group's 32 floats of shared memory (tid % 32 indexes it). Fixed pairwise order.
-  u32 lane = tid % 32u;
-  red[lane] = v;
-  for (u32 s = 16u; s > 0u; s >>= 1) {
-    sync_threads();
-    if (lane < s) red[lane] = red[lane] + red[lane + s];
-  }
-  sync_threads();
-  return red[0];
+// FP4 (E2M1) codes k and k + 4 of a word, decoded in registers: the 3 magnitude bits go to f16
+// bits 9..11 (exponent e and mantissa m) and the sign to bit 15, an f16 equal to the E2M1 value
+// times 2^-14 exactly (e >= 1: 2^(e-15) (1 + m/2); code 1 lands on the f16 subnormal 2^-15).
+// The caller multiplies the sums by 2^14 (exact). As shaders/moe_gemv_fp4_registers.wgsl.
+MX_DEVICE void fp4_pair(u32 t, float* lo, float* hi) {
+  u32 bits = ((t & 0x00070007u) << 9) | ((t & 0x00080008u) << 12);
+  *lo = f16_to_f32(bits & 0xFFFFu);
+  *hi = f16_to_f32(bits >> 16);
 }
 
-// R rows of the group's 8 per pass over K (T = 4 tokens: two passes of 4 rows, which keeps the
-// registers of 4 tokens' x, 4 rows' codes and 16 accumulators within budget on every target).
+// The 8 values (unscaled; FP4: times 2^-14) of octet o of a block held in w[0..CB).
+template <u32 CB>
+MX_DEVICE void decode_octet(const u32* w, u32 o, const float* code_value, float* v) {
+  if (CB == 4u) {
+    u32 x = w[o];
+#pragma unroll
+    for (u32 k = 0; k < 4u; ++k) fp4_pair(x >> (4u * k), &v[k], &v[k + 4u]);
+  } else {
+#pragma unroll
+    for (u32 q = 0; q < 8u; ++q) v[q] = code_value[code_of(w, o * 8u + q, CB)];
+  }
+}
+
 template <u32 CB, u32 T, u32 R>
 MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt, u32 jb, u32 r0,
                          const u32* pair_of_row, const float* x, const u32* wcodes,
-                         const u8* wscales, const float* code_value, float* red, float* row_sums) {
+                         const u8* wscales, const float* code_value, float* row_sums) {
   u32 tid = tid_x(), g = tid / 32u, lane = tid % 32u;
   u32 h = p.hidden, inter = p.inter;
   u32 K = is1 ? h : inter, kblocks = K / 32u;
   u32 nrows = is1 ? 2u * inter : h;
   u64 sbase[R];
   bool valid[R];
-  #pragma unroll
+#pragma unroll
   for (u32 i = 0; i < R; ++i) {
     u32 wr = g + 8u * (r0 + i);
     u32 row = weight_row(p, is1, wr, jb);
@@ -628,67 +458,72 @@ MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt
     valid[i] = ok;
     sbase[i] = ((u64)e * nrows + (ok ? row : 0u)) * kblocks;
   }
-  u64 xo[T];
-  #pragma unroll
+  const float* xr[T];
+#pragma unroll
   for (u32 t = 0; t < T; ++t) {
-    xo[t] = ~0ull;
-    if (t < cnt) xo[t] = is1 ? (u64)(pair_of_row[start + t] / p.top_k) * K : (u64)(start + t) * K;
+    u64 o = 0;
+    if (t < cnt) o = is1 ? (u64)(pair_of_row[start + t] / p.top_k) * K : (u64)(start + t) * K;
+    xr[t] = t < cnt ? x + o : nullptr;
   }
   float acc[R][T];
-  #pragma unroll
+#pragma unroll
   for (u32 i = 0; i < R; ++i)
-    #pragma unroll
+#pragma unroll
     for (u32 t = 0; t < T; ++t) acc[i][t] = 0.0f;
   for (u32 b = lane; b < kblocks; b += 32u) {
     u32 w[R][CB];
     float sc[R];
-    #pragma unroll
+#pragma unroll
     for (u32 i = 0; i < R; ++i) {
       if (valid[i]) {
         const u32* src = wcodes + (sbase[i] + b) * CB;
-        #pragma unroll
-        for (u32 q = 0; q < CB; ++q) w[i][q] = src[q];
+        if (CB == 4u) {
+          uint4v q = *(const uint4v*)src;
+          w[i][0] = q.x; w[i][1 % CB] = q.y; w[i][2 % CB] = q.z; w[i][3 % CB] = q.w;
+        } else {
+#pragma unroll
+          for (u32 q = 0; q < CB; ++q) w[i][q] = src[q];
+        }
         sc[i] = e8m0_value(wscales[sbase[i] + b]);
       } else {
-        #pragma unroll
+#pragma unroll
         for (u32 q = 0; q < CB; ++q) w[i][q] = 0u;
         sc[i] = 0.0f;
       }
     }
-    #pragma unroll
+    const float unit = CB == 4u ? 16384.0f : 1.0f;  // FP4 values are decoded times 2^-14
+#pragma unroll
     for (u32 o = 0; o < 4u; ++o) {
-      float xv[T][8];
-      #pragma unroll
-      for (u32 t = 0; t < T; ++t)
-        #pragma unroll
-        for (u32 q = 0; q < 8u; ++q) xv[t][q] = xo[t] != ~0ull ? x[xo[t] + b * 32u + o * 8u + q] : 0.0f;
-      #pragma unroll
-      for (u32 i = 0; i < R; ++i) {
-        float v[8];
-        #pragma unroll
-        for (u32 q = 0; q < 8u; ++q) v[q] = code_value[code_of(w[i], o * 8u + q, CB)];
-        #pragma unroll
-        for (u32 t = 0; t < T; ++t) {
-          float d = ((v[0] * xv[t][0] + v[1] * xv[t][1]) + (v[2] * xv[t][2] + v[3] * xv[t][3])) +
-                    ((v[4] * xv[t][4] + v[5] * xv[t][5]) + (v[6] * xv[t][6] + v[7] * xv[t][7]));
-          acc[i][t] += d * sc[i];
+#pragma unroll
+      for (u32 t = 0; t < T; ++t) {
+        float4v x0 = {0, 0, 0, 0}, x1 = {0, 0, 0, 0};
+        if (xr[t]) {
+          const float4v* xp = (const float4v*)(xr[t] + b * 32u + o * 8u);
+          x0 = xp[0];
+          x1 = xp[1];
+        }
+#pragma unroll
+        for (u32 i = 0; i < R; ++i) {
+          float v[8];
+          decode_octet<CB>(w[i], o, code_value, v);
+          float d = ((v[0] * x0.x + v[1] * x0.y) + (v[2] * x0.z + v[3] * x0.w)) +
+                    ((v[4] * x1.x + v[5] * x1.y) + (v[6] * x1.z + v[7] * x1.w));
+          acc[i][t] += (d * unit) * sc[i];
         }
       }
     }
   }
-  #pragma unroll
+#pragma unroll
   for (u32 i = 0; i < R; ++i)
-    #pragma unroll
+#pragma unroll
     for (u32 t = 0; t < T; ++t) {
-      float s = group32_sum(red + g * 32u, tid, acc[i][t]);
+      float s = sum32(acc[i][t]);
       if (lane == 0u) row_sums[(g + 8u * (r0 + i)) * 4u + t] = s;
     }
   if (T == 1u && lane == 0u)
-    #pragma unroll
+#pragma unroll
     for (u32 i = 0; i < R; ++i)
-      #pragma unroll
       for (u32 t = 1; t < 4u; ++t) row_sums[(g + 8u * (r0 + i)) * 4u + t] = 0.0f;
-  sync_threads();
 }
 
 template <u32 CB>
@@ -696,23 +531,30 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
                          const float* x, const u32* wcodes, const u8* wscales, u32* out,
                          const float* bias, const float* topw) {
   MX_SHARED float code_value[256];
-  MX_SHARED float red[GV_THREADS];
   MX_SHARED float row_sums[64 * 4];
   MX_SHARED u32 tmax[4];
   u32 tid = tid_x();
   u32 e, start, cnt;
   if (!load_tile(tiles, bid_x(), &e, &start, &cnt)) return;
-  code_value[tid] = u2f(mx_dequant_bits(p.weight_fmt, tid, 127u));
+  if (CB != 4u) code_value[tid] = u2f(mx_dequant_bits(p.weight_fmt, tid, 127u));
   if (tid < 4u) tmax[tid] = 0u;
   sync_threads();
   u32 h = p.hidden, inter = p.inter;
   u32 jb = is1 ? bid_y() * 32u : bid_y() * 64u;
+  // Rows per pass: all 8 for one token (decode); for up to 4 tokens, fewer (registers).
+  const u32 R4 = 2u;
   if (cnt == 1u) {
-    gemv_pass<CB, 1, 8>(p, is1, e, start, cnt, jb, 0u, pair_of_row, x, wcodes, wscales, code_value, red, row_sums);
+    if (CB == 4u) {
+      gemv_pass<CB, 1, 8>(p, is1, e, start, cnt, jb, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+    } else {
+      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 4u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+    }
   } else {
-    gemv_pass<CB, 4, 4>(p, is1, e, start, cnt, jb, 0u, pair_of_row, x, wcodes, wscales, code_value, red, row_sums);
-    gemv_pass<CB, 4, 4>(p, is1, e, start, cnt, jb, 4u, pair_of_row, x, wcodes, wscales, code_value, red, row_sums);
+    for (u32 r0 = 0; r0 < 8u; r0 += R4)
+      gemv_pass<CB, 4, R4>(p, is1, e, start, cnt, jb, r0, pair_of_row, x, wcodes, wscales, code_value, row_sums);
   }
+  sync_threads();
   if (is1) {
     u32 t = umin(tid / 32u, 3u);
     bool tv = tid / 32u < cnt;
@@ -749,11 +591,380 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
 }
 
 #define GEMV_KERNELS(CB)                                                                      \
-  MX_KERNEL(GV_THREADS) MX_REGS_256 void moe_gemv1_cb##CB(GEMM_ARGS) { gemv_body<CB>(p, true, GEMM_PASS); } \
-  MX_KERNEL(GV_THREADS) MX_REGS_256 void moe_gemv2_cb##CB(GEMM_ARGS) { gemv_body<CB>(p, false, GEMM_PASS); }
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMM_ARGS) { gemv_body<CB>(p, true, GEMM_PASS); } \
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMM_ARGS) { gemv_body<CB>(p, false, GEMM_PASS); }
 GEMV_KERNELS(4)
 GEMV_KERNELS(6)
 GEMV_KERNELS(8)
+
+// ---- grouped GEMM (prefill) on matrix cores -------------------------------------------------
+// A block = 4 warps / wavefronts; tile = 64 rows (token-expert pairs of one expert) x 64 weight
+// rows, K in steps of two 32-blocks. Each warp owns 16 rows x 64 columns. The activations come
+// as bf16 (mx_to_bf16 wrote them: exact for QDQ'd values; hi + lo for the unquantized ones of
+// weight-only schemes, SPLIT); the weights are dequantized (code value x E8M0 scale, exact in
+// bf16) into shared memory. The next step's global data is loaded into registers while the
+// matrix cores work on the current one.
+
+#define GT_M 64u
+#define GT_N 64u
+#define GT_K 64u
+#define LDS (GT_K + 8u)
+#define GEMM_THREADS (4u * WARP)
+#define A_CHUNKS (GT_M * GT_K / 8u / GEMM_THREADS)   // uint4 (8 bf16) per thread per step
+#define W_ALL (GT_N * (GT_K / 32u))                   // (row, 32-block) tasks per step
+#define W_TASKS ((W_ALL + GEMM_THREADS - 1u) / GEMM_THREADS)
+
+MX_DEVICE u32 bf16_bits_rne(float x) { return f2u(bf16_round(x)) >> 16; }
+
+// fp32 -> bf16 (hi) and, with lo, the bf16 of the remainder x - hi (Inf/NaN: lo = 0).
+MX_KERNEL(256) void mx_to_bf16(const float* x, u16* hi, u16* lo, u64 n) {
+  u64 i = (u64)bid_x() * 256u + tid_x();
+  if (i >= n) return;
+  float v = x[i];
+  u32 h = bf16_bits_rne(v);
+  hi[i] = (u16)h;
+  if (lo) {
+    float hf = u2f(h << 16);
+    lo[i] = (u16)bf16_bits_rne((h & 0x7F80u) == 0x7F80u ? 0.0f : v - hf);
+  }
+}
+
+// One weight row's 32-block as raw codes (CB words) and its scale byte.
+template <u32 CB>
+struct RawBlock {
+  u32 w[CB];
+  u32 scale;
+};
+
+template <u32 CB>
+MX_DEVICE void load_raw(RawBlock<CB>& rb, const u32* wcodes, const u8* wscales, u64 sidx) {
+  if (sidx == ~0ull) {
+#pragma unroll
+    for (u32 q = 0; q < CB; ++q) rb.w[q] = 0u;
+    rb.scale = 0u;
+    return;
+  }
+  const u32* src = wcodes + sidx * CB;
+  if (CB == 4u) {
+    uint4v q = *(const uint4v*)src;
+    rb.w[0] = q.x; rb.w[1 % CB] = q.y; rb.w[2 % CB] = q.z; rb.w[3 % CB] = q.w;
+  } else if (CB == 8u) {
+    uint4v q0 = ((const uint4v*)src)[0], q1 = ((const uint4v*)src)[1];
+    rb.w[0] = q0.x; rb.w[1 % CB] = q0.y; rb.w[2 % CB] = q0.z; rb.w[3 % CB] = q0.w;
+    rb.w[4 % CB] = q1.x; rb.w[5 % CB] = q1.y; rb.w[6 % CB] = q1.z; rb.w[7 % CB] = q1.w;
+  } else {
+#pragma unroll
+    for (u32 q = 0; q < CB; ++q) rb.w[q] = src[q];
+  }
+  rb.scale = wscales[sidx];
+}
+
+// Decode a raw block into 32 bf16 at dst (16-byte aligned), exact (value x scale, RNE).
+template <u32 CB>
+MX_DEVICE void store_block(const RawBlock<CB>& rb, const float* code_value, u16* dst) {
+  float sc = e8m0_value(rb.scale);
+#pragma unroll
+  for (u32 o = 0; o < 4u; ++o) {
+    float v[8];
+    decode_octet<CB>(rb.w, o, code_value, v);
+    u32 b[8];
+#pragma unroll
+    for (u32 q = 0; q < 8u; ++q) b[q] = bf16_bits_rne(CB == 4u ? (v[q] * 16384.0f) * sc : v[q] * sc);
+    uint4v pk = {b[0] | (b[1] << 16), b[2] | (b[3] << 16), b[4] | (b[5] << 16), b[6] | (b[7] << 16)};
+    *(uint4v*)(dst + o * 8u) = pk;
+  }
+}
+
+// The GEMM epilogue from the f32 tile sC [64 rows][GT_N + 1] (shared): gemm1 bias, router
+// weight on input, activation and the intermediate QDQ (each row's 32 columns are one block);
+// gemm2 bias and router weight. rowmax: 64 zeroed words of shared memory.
+MX_DEVICE void gemm_epilogue(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt, u32 jb,
+                             const float* sC, u32* rowmax, const u32* pair_of_row, u32* out,
+                             const float* bias, const float* topw) {
+  u32 tid = tid_x(), h = p.hidden, inter = p.inter;
+  const u32 per_row = GEMM_THREADS / GT_M;  // threads per tile row
+  u32 r = tid / per_row, part = tid % per_row;
+  if (is1) {
+    // Columns c of the 32 intermediate columns: gate in tile column c (SiLU) or 2c
+    // (SwiGLU-OAI), up in 32 + c or 2c + 1.
+    const u32 cols = 32u / per_row;
+    u32 vals[32u / (GEMM_THREADS / GT_M)];
+    u32 mx = 0u;
+    float rw1 = 1.0f;
+    if (p.on_input && r < cnt) rw1 = topw[pair_of_row[start + r]];
+#pragma unroll
+    for (u32 i = 0; i < cols; ++i) {
+      u32 c = part * cols + i;
+      bool silu = p.activation == ACT_SILU;
+      u32 gi = silu ? c : 2u * c, ui = silu ? 32u + c : 2u * c + 1u;
+      u32 grow = silu ? jb + c : 2u * (jb + c), urow = silu ? inter + jb + c : 2u * (jb + c) + 1u;
+      float g = sC[r * (GT_N + 1u) + gi], u = sC[r * (GT_N + 1u) + ui];
+      if (p.has_bias13) {
+        g += bias[(u64)e * 2u * inter + grow];
+        u += bias[(u64)e * 2u * inter + urow];
+      }
+      if (p.on_input && r < cnt) {
+        g *= rw1;
+        u *= rw1;
+      }
+      u32 v = f2u(bf16_point(p, activate(p, bf16_point(p, g), bf16_point(p, u))));
+      vals[i] = v;
+      mx = umax(mx, v & 0x7FFFFFFFu);
+    }
+    if (p.act_fmt != FMT_NONE) atomic_max_u32(&rowmax[r], mx);
+    sync_threads();
+    if (r < cnt) {
+      u32 byte = p.act_fmt != FMT_NONE ? mx_scale_byte(p.act_fmt, p.act_mode, rowmax[r]) : 0u;
+#pragma unroll
+      for (u32 i = 0; i < cols; ++i) {
+        u32 o = vals[i];
+        if (p.act_fmt != FMT_NONE) o = intermediate_qdq(p, o, byte);
+        out[(u64)(start + r) * inter + jb + part * cols + i] = o;
+      }
+    }
+  } else if (r < cnt) {
+    const u32 cols = GT_N / per_row;
+    float w = p.on_input ? 1.0f : topw[pair_of_row[start + r]];
+#pragma unroll
+    for (u32 i = 0; i < cols; ++i) {
+      u32 c = part * cols + i, n = jb + c;
+      if (n < h) {
+        float v = sC[r * (GT_N + 1u) + c];
+        if (p.has_bias2) v += bias[(u64)e * h + n];
+        if (!p.on_input) v *= w;
+        out[(u64)(start + r) * h + n] = f2u(bf16_point(p, v));
+      }
+    }
+  }
+}
+
+
+template <u32 CB, bool SPLIT>
+MX_DEVICE void gemm_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
+                         const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
+                         u32* out, const float* bias, const float* topw) {
+  // sA hi | sA lo | sW, bf16 [64][LDS] each; the epilogue's sC [64][65] f32 reuses them.
+  MX_SHARED __attribute__((aligned(16))) u16 smem[3u * GT_M * LDS];
+  MX_SHARED float code_value[256];
+  MX_SHARED u64 xoff[GT_M];
+  MX_SHARED u64 wrow[GT_N];  // the row's first scale index; ~0 = no row
+  MX_SHARED u32 rowmax[GT_M];
+  u16* sAh = smem;
+  u16* sAl = smem + GT_M * LDS;
+  u16* sW = smem + 2u * GT_M * LDS;
+  float* sC = (float*)smem;
+  u32 tid = tid_x(), lane = tid % WARP, warp = tid / WARP;
+  u32 e, start, cnt;
+  if (!load_tile(tiles, bid_x(), &e, &start, &cnt)) return;
+  u32 h = p.hidden, inter = p.inter;
+  u32 K = is1 ? h : inter, kblocks = K / 32u;
+  u32 nrows = is1 ? 2u * inter : h;
+  u32 jb = is1 ? bid_y() * 32u : bid_y() * GT_N;
+  if (CB != 4u)
+    for (u32 i = tid; i < 256u; i += GEMM_THREADS) code_value[i] = u2f(mx_dequant_bits(p.weight_fmt, i, 127u));
+  for (u32 r = tid; r < GT_M; r += GEMM_THREADS) {
+    u64 o = ~0ull;
+    if (r < cnt) o = is1 ? (u64)(pair_of_row[start + r] / p.top_k) * K : (u64)(start + r) * K;
+    xoff[r] = o;
+    rowmax[r] = 0u;
+  }
+  for (u32 r = tid; r < GT_N; r += GEMM_THREADS) {
+    u32 row = weight_row(p, is1, r, jb);
+    bool ok = is1 ? (jb + (p.activation == ACT_SILU ? r % 32u : r / 2u)) < inter : row < nrows;
+    wrow[r] = ok ? ((u64)e * nrows + row) * kblocks : ~0ull;
+  }
+  sync_threads();
+  FragC acc[GT_N / FRAG_N];
+#pragma unroll
+  for (u32 j = 0; j < GT_N / FRAG_N; ++j)
+#pragma unroll
+    for (u32 i = 0; i < FRAG_C; ++i) acc[j].v[i] = 0.0f;
+  // Register stage: A chunks (8 bf16 each) and weight blocks of one K step.
+  uint4v rah[A_CHUNKS], ral[A_CHUNKS];
+  RawBlock<CB> rw[W_TASKS];
+  u32 steps = (K + GT_K - 1u) / GT_K;
+  for (u32 kb = 0; kb <= steps; ++kb) {
+    if (kb > 0u) {
+      // Stage step kb - 1 (in registers) into shared memory.
+#pragma unroll
+      for (u32 c = 0; c < A_CHUNKS; ++c) {
+        u32 q = tid + c * GEMM_THREADS, r = q / (GT_K / 8u), k8 = (q % (GT_K / 8u)) * 8u;
+        *(uint4v*)(sAh + r * LDS + k8) = rah[c];
+        if (SPLIT) *(uint4v*)(sAl + r * LDS + k8) = ral[c];
+      }
+#pragma unroll
+      for (u32 c = 0; c < W_TASKS; ++c) {
+        u32 q = tid + c * GEMM_THREADS, r = q / (GT_K / 32u), blk = q % (GT_K / 32u);
+        if (q < W_ALL) store_block<CB>(rw[c], code_value, sW + r * LDS + blk * 32u);
+      }
+      sync_threads();
+    }
+    if (kb < steps) {
+      // Fetch step kb into registers (in flight during step kb - 1's matrix work).
+#pragma unroll
+      for (u32 c = 0; c < A_CHUNKS; ++c) {
+        u32 q = tid + c * GEMM_THREADS, r = q / (GT_K / 8u), k8 = (q % (GT_K / 8u)) * 8u;
+        uint4v z = {0, 0, 0, 0};
+        rah[c] = z;
+        ral[c] = z;
+        if (xoff[r] != ~0ull && kb * GT_K + k8 < K) {
+          rah[c] = *(const uint4v*)(xh + xoff[r] + kb * GT_K + k8);
+          if (SPLIT) ral[c] = *(const uint4v*)(xl + xoff[r] + kb * GT_K + k8);
+        }
+      }
+#pragma unroll
+      for (u32 c = 0; c < W_TASKS; ++c) {
+        u32 q = tid + c * GEMM_THREADS, r = (q / (GT_K / 32u)) % GT_N, blk = q % (GT_K / 32u);
+        u32 kblk = kb * (GT_K / 32u) + blk;
+        bool none = q >= W_ALL || wrow[r] == ~0ull || kblk >= kblocks;
+        load_raw<CB>(rw[c], wcodes, wscales, none ? ~0ull : wrow[r] + kblk);
+      }
+    }
+    if (kb == 0u) continue;
+#pragma unroll
+    for (u32 k16 = 0; k16 < GT_K; k16 += FRAG_K) {
+      FragA ah, al;
+      load_a(ah, sAh + (warp * 16u) * LDS + k16, LDS, lane);
+      if (SPLIT) load_a(al, sAl + (warp * 16u) * LDS + k16, LDS, lane);
+#pragma unroll
+      for (u32 j = 0; j < GT_N / FRAG_N; ++j) {
+        FragB b;
+        load_b(b, sW + (j * FRAG_N) * LDS + k16, LDS, lane);
+        mma(acc[j], ah, b);
+        if (SPLIT) mma(acc[j], al, b);
+      }
+    }
+    sync_threads();
+  }
+#pragma unroll
+  for (u32 j = 0; j < GT_N / FRAG_N; ++j)
+#pragma unroll
+    for (u32 i = 0; i < FRAG_C; ++i)
+      sC[(warp * 16u + c_row(lane, i)) * (GT_N + 1u) + j * FRAG_N + c_col(lane, i)] = acc[j].v[i];
+  sync_threads();
+  gemm_epilogue(p, is1, e, start, cnt, jb, sC, rowmax, pair_of_row, out, bias, topw);
+}
+
+#define GEMM_BF16_ARGS                                                                        \
+  MoeParams p, const u32 *pair_of_row, const u32 *tiles, const u16 *xh, const u16 *xl,         \
+      const u32 *wcodes, const u8 *wscales, u32 *out, const float *bias, const float *topw
+#define GEMM_BF16_PASS pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw
+#define GEMM_KERNELS(CB)                                                                                          \
+  MX_KERNEL(GEMM_THREADS) void moe_gemm1_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, false>(p, true, GEMM_BF16_PASS); }       \
+  MX_KERNEL(GEMM_THREADS) void moe_gemm2_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, false>(p, false, GEMM_BF16_PASS); }      \
+  MX_KERNEL(GEMM_THREADS) void moe_gemm1_split_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, true>(p, true, GEMM_BF16_PASS); }  \
+  MX_KERNEL(GEMM_THREADS) void moe_gemm2_split_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, true>(p, false, GEMM_BF16_PASS); }
+GEMM_KERNELS(4)
+GEMM_KERNELS(6)
+GEMM_KERNELS(8)
+
+// ---- gfx950: the scaled MFMA on MX operands --------------------------------------------------
+// CDNA4 (MI350 / MI355, gfx950) multiplies MX operands directly: v_mfma_scale_f32_16x16x128_
+// f8f6f4 takes 16 x 128 FP8 / FP6 / FP4 codes of A and B with one E8M0 scale per 32-element block
+// and accumulates in f32 (LLVM AMDGPUUsage and the CDNA4 ISA guide: lane l holds row l % 16 and
+// the 32-block l / 16 of the 128-wide K chunk, its codes packed in the low dwords of an 8-dword
+// operand, its scale byte in a 32-bit operand; D as v_mfma_f32_16x16x16: rows 4 (l / 16) + i,
+// column l % 16). Here A = weight rows (their packed codes and scale bytes as stored: our FP4 /
+// FP6 / FP8 packing is the same little-endian bit stream), B = the activations' codes: the input
+// and the intermediate are quantized by mx_quantize with the activation format and scale mode
+// (QDQ is idempotent, so these codes dequantize to exactly the QDQ'd values the bf16 path
+// multiplies). A block = 4 wavefronts; wave w owns weight rows 16w..16w+15 of the 64, all 64
+// token rows (4 MFMAs per K chunk). The epilogue is the bf16 path's. Only in the gfx950 code
+// object; built, not run (no MI350 here).
+#if defined(__gfx950__)
+typedef int v8i32 __attribute__((ext_vector_type(8)));
+typedef float v4f32s __attribute__((ext_vector_type(4)));
+
+// The MFMA's operand format ids (cbsz / blgp): FP8 E4M3 0, BF8 E5M2 1, FP6 E2M3 2, BF6 E3M2 3,
+// FP4 E2M1 4.
+#define MFMA_FMT(f) ((f) == FMT_MXFP8_E4M3 ? 0 : (f) == FMT_MXFP8_E5M2 ? 1 : (f) == FMT_MXFP6_E2M3 ? 2 : (f) == FMT_MXFP6_E3M2 ? 3 : 4)
+#define CODE_BITS(f) ((f) == FMT_MXFP4 ? 4u : ((f) == FMT_MXFP6_E2M3 || (f) == FMT_MXFP6_E3M2) ? 6u : 8u)
+
+// One lane's 32-block operand: cb words of codes (zero past the matrix) and the scale byte.
+template <u32 CB>
+MX_DEVICE v8i32 mx_operand(const u32* codes, const u8* scales, u64 sidx, int* scale) {
+  v8i32 v = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (sidx == ~0ull) {
+    *scale = 127;
+    return v;
+  }
+  const u32* src = codes + sidx * CB;
+#pragma unroll
+  for (u32 q = 0; q < CB; ++q) v[q] = (int)src[q];
+  *scale = (int)scales[sidx];
+  return v;
+}
+
+template <u32 WF, u32 AF>
+MX_DEVICE void gemm_mx_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
+                            const u32* acodes, const u8* ascales, const u32* wcodes,
+                            const u8* wscales, u32* out, const float* bias, const float* topw) {
+  MX_SHARED float sC[GT_M * (GT_N + 1u)];
+  MX_SHARED u64 xrow[GT_M];  // the token row's first block index; ~0 = no row
+  MX_SHARED u64 wrow[GT_N];
+  MX_SHARED u32 rowmax[GT_M];
+  const u32 CBW = CODE_BITS(WF), CBA = CODE_BITS(AF);
+  u32 tid = tid_x(), lane = tid % 64u, wave = tid / 64u;
+  u32 e, start, cnt;
+  if (!load_tile(tiles, bid_x(), &e, &start, &cnt)) return;
+  u32 h = p.hidden, inter = p.inter;
+  u32 K = is1 ? h : inter, kblocks = K / 32u;
+  u32 nrows = is1 ? 2u * inter : h;
+  u32 jb = is1 ? bid_y() * 32u : bid_y() * GT_N;
+  for (u32 r = tid; r < GT_M; r += 256u) {
+    u64 o = ~0ull;
+    if (r < cnt) o = is1 ? (u64)(pair_of_row[start + r] / p.top_k) * kblocks : (u64)(start + r) * kblocks;
+    xrow[r] = o;
+    rowmax[r] = 0u;
+    u32 row = weight_row(p, is1, r, jb);
+    bool ok = is1 ? (jb + (p.activation == ACT_SILU ? r % 32u : r / 2u)) < inter : row < nrows;
+    wrow[r] = ok ? ((u64)e * nrows + row) * kblocks : ~0ull;
+  }
+  sync_threads();
+  v4f32s acc[4];
+#pragma unroll
+  for (u32 n = 0; n < 4u; ++n) acc[n] = (v4f32s){0.0f, 0.0f, 0.0f, 0.0f};
+  u32 wr = 16u * wave + (lane % 16u);
+  for (u32 kc = 0; kc < (kblocks + 3u) / 4u; ++kc) {
+    u32 blk = kc * 4u + lane / 16u;
+    int sa;
+    u64 ws = (wrow[wr] == ~0ull || blk >= kblocks) ? ~0ull : wrow[wr] + blk;
+    v8i32 a = mx_operand<CBW>(wcodes, wscales, ws, &sa);
+#pragma unroll
+    for (u32 n = 0; n < 4u; ++n) {
+      u32 tr = 16u * n + (lane % 16u);
+      int sb;
+      u64 xs = (xrow[tr] == ~0ull || blk >= kblocks) ? ~0ull : xrow[tr] + blk;
+      v8i32 b = mx_operand<CBA>(acodes, ascales, xs, &sb);
+      acc[n] = __builtin_amdgcn_mfma_scale_f32_16x16x128_f8f6f4(a, b, acc[n], MFMA_FMT(WF), MFMA_FMT(AF), 0, sa, 0, sb);
+    }
+  }
+  // D[weight row 4 (l / 16) + i][token l % 16] of each token frag n -> sC[token][weight column].
+#pragma unroll
+  for (u32 n = 0; n < 4u; ++n)
+#pragma unroll
+    for (u32 i = 0; i < 4u; ++i)
+      sC[(16u * n + lane % 16u) * (GT_N + 1u) + 16u * wave + 4u * (lane / 16u) + i] = acc[n][i];
+  sync_threads();
+  gemm_epilogue(p, is1, e, start, cnt, jb, sC, rowmax, pair_of_row, out, bias, topw);
+}
+
+#define GEMM_MX_ARGS                                                                         \
+  MoeParams p, const u32 *pair_of_row, const u32 *tiles, const u32 *acodes, const u8 *ascales, \
+      const u32 *wcodes, const u8 *wscales, u32 *out, const float *bias, const float *topw
+#define GEMM_MX_PASS pair_of_row, tiles, acodes, ascales, wcodes, wscales, out, bias, topw
+// moe_gemm{1,2}_mx_<weight>_<activation>: the OCP MX schemes with MX activations.
+#define GEMM_MX_KERNELS(NAME, WF, AF)                                                                         \
+  MX_KERNEL(256) void moe_gemm1_mx_##NAME(GEMM_MX_ARGS) { gemm_mx_body<WF, AF>(p, true, GEMM_MX_PASS); }  \
+  MX_KERNEL(256) void moe_gemm2_mx_##NAME(GEMM_MX_ARGS) { gemm_mx_body<WF, AF>(p, false, GEMM_MX_PASS); }
+GEMM_MX_KERNELS(fp4_fp4, FMT_MXFP4, FMT_MXFP4)
+GEMM_MX_KERNELS(fp4_fp6e3m2, FMT_MXFP4, FMT_MXFP6_E3M2)
+GEMM_MX_KERNELS(fp4_fp6e2m3, FMT_MXFP4, FMT_MXFP6_E2M3)
+GEMM_MX_KERNELS(fp6e3m2_fp6e3m2, FMT_MXFP6_E3M2, FMT_MXFP6_E3M2)
+GEMM_MX_KERNELS(fp6e2m3_fp6e2m3, FMT_MXFP6_E2M3, FMT_MXFP6_E2M3)
+GEMM_MX_KERNELS(fp8e4m3_fp8e4m3, FMT_MXFP8_E4M3, FMT_MXFP8_E4M3)
+GEMM_MX_KERNELS(fp8e5m2_fp8e5m2, FMT_MXFP8_E5M2, FMT_MXFP8_E5M2)
+#endif
 
 // ---- combine (shaders/moe_combine.wgsl): per (token, h) the sum over the k slots in slot order.
 MX_KERNEL(256) void moe_combine(MoeParams p, const i32* row_of_pair, const float* y,

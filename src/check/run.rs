@@ -610,6 +610,16 @@ pub fn require_hip() -> bool {
     std::env::var("MXMOE_REQUIRE_HIP").is_ok_and(|v| v == "1")
 }
 
+/// The variable that makes backend `name` required: `MXMOE_REQUIRE_HIP` for the HIP backend,
+/// `MXMOE_REQUIRE_GPU` for the others.
+pub fn require_var(name: &str) -> &'static str {
+    if name == "hip" {
+        "MXMOE_REQUIRE_HIP"
+    } else {
+        "MXMOE_REQUIRE_GPU"
+    }
+}
+
 /// A backend as opened for a conformance run.
 pub struct Opened {
     pub name: String,

@@ -81,9 +81,9 @@ fn unavailable(reason: String) -> BackendError {
 }
 
 impl Driver {
-    /// Open the first driver library found (see the module doc), without touching a device.
-    pub fn load() -> Result<Driver, BackendError> {
-        let tried: Vec<(String, Vendor)> = match std::env::var("MXMOE_HIP_LIBRARY") {
+    /// The libraries to try, in order, with their vendor (`MXMOE_HIP_LIBRARY` alone when set).
+    fn candidates() -> Vec<(String, Vendor)> {
+        match std::env::var("MXMOE_HIP_LIBRARY") {
             Ok(p) if !p.is_empty() => {
                 let v = if p.contains("cuda") { Vendor::Cuda } else { Vendor::Hip };
                 vec![(p, v)]
@@ -93,29 +93,56 @@ impl Driver {
                 .map(|s| (s.to_string(), Vendor::Hip))
                 .chain(CUDA_LIBS.iter().map(|s| (s.to_string(), Vendor::Cuda)))
                 .collect(),
-        };
+        }
+    }
+
+    fn open(path: &str, vendor: Vendor) -> Result<Driver, String> {
+        // SAFETY: loading a vendor driver library runs its initializers; that is what a GPU
+        // program does at start-up.
+        let lib = unsafe { Library::new(path) }.map_err(|e| e.to_string())?;
+        let fns = unsafe { bind(&lib, vendor) }?;
+        Ok(Driver {
+            vendor,
+            path: path.to_string(),
+            fns,
+            _lib: lib,
+        })
+    }
+
+    /// The first driver library that loads AND opens a device (a machine may carry a HIP
+    /// runtime without an AMD GPU, e.g. inside a Python wheel, beside the CUDA driver).
+    /// `Unavailable` with what each library said otherwise.
+    pub fn open_device() -> Result<Device, BackendError> {
+        let tried = Driver::candidates();
         let mut errs = Vec::new();
+        let mut found_lib = false;
         for (path, vendor) in &tried {
-            // SAFETY: loading a vendor driver library runs its initializers; that is what a
-            // GPU program does at start-up.
-            match unsafe { Library::new(path) } {
-                Ok(lib) => {
-                    let fns = unsafe { bind(&lib, *vendor) }
-                        .map_err(|e| unavailable(format!("{path}: {e}")))?;
-                    return Ok(Driver {
-                        vendor: *vendor,
-                        path: path.clone(),
-                        fns,
-                        _lib: lib,
-                    });
+            match Driver::open(path, *vendor) {
+                Ok(d) => {
+                    found_lib = true;
+                    match Device::open(Arc::new(d)) {
+                        Ok(dev) => return Ok(dev),
+                        Err(e) => errs.push(match e {
+                            BackendError::Unavailable { reason, .. } => reason,
+                            e => format!("{path}: {e}"),
+                        }),
+                    }
                 }
-                Err(e) => errs.push(format!("{path} ({e})")),
+                Err(e) if e.contains("symbol") => {
+                    found_lib = true;
+                    errs.push(format!("{path}: {e}"));
+                }
+                Err(_) => {}
             }
         }
-        Err(unavailable(format!(
-            "no GPU driver library found (tried {}; set MXMOE_HIP_LIBRARY to its path)",
-            tried.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(", ")
-        )))
+        Err(unavailable(if found_lib {
+            errs.join("; ")
+        } else {
+            format!(
+                "no GPU driver library found (tried {}; set MXMOE_HIP_LIBRARY to its path)",
+                tried.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(", ")
+            )
+        }))
     }
 
     fn error_text(&self, code: R) -> String {

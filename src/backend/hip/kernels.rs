@@ -41,23 +41,63 @@ pub fn for_arch(arch: &str) -> Result<(&'static str, &'static [u8]), String> {
     }
 }
 
-/// Every kernel of hip/mxmoe.cu, in the order [`Kernels`](super::real) keeps their handles.
-pub const NAMES: [&str; 17] = [
+/// Every kernel of hip/mxmoe.cu (the gfx950-only scaled-MFMA GEMM is resolved separately).
+pub const NAMES: [&str; 22] = [
     "mx_quantize",
     "mx_dequantize",
     "mx_qdq",
     "mx_route",
+    "mx_to_bf16",
     "moe_lists",
-    "moe_gemm1",
-    "moe_gemm2",
-    "moe_gemm1_split",
-    "moe_gemm2_split",
+    "moe_gemm1_cb4",
+    "moe_gemm2_cb4",
+    "moe_gemm1_split_cb4",
+    "moe_gemm2_split_cb4",
+    "moe_gemm1_cb6",
+    "moe_gemm2_cb6",
+    "moe_gemm1_split_cb6",
+    "moe_gemm2_split_cb6",
+    "moe_gemm1_cb8",
+    "moe_gemm2_cb8",
+    "moe_gemm1_split_cb8",
+    "moe_gemm2_split_cb8",
     "moe_gemv1_cb4",
     "moe_gemv2_cb4",
     "moe_gemv1_cb6",
     "moe_gemv2_cb6",
-    "moe_gemv1_cb8",
-    "moe_gemv2_cb8",
-    "moe_combine",
-    "moe_gemm_mx_scaled",
 ];
+/// The GEMV kernels of 8-bit codes (FP8, INT8).
+pub const NAMES_MORE: [&str; 3] = ["moe_gemv1_cb8", "moe_gemv2_cb8", "moe_combine"];
+
+/// gfx950 only: the scaled-MFMA GEMMs on MX operands, `moe_gemm{1,2}_mx_<weight>_<activation>`
+/// for the OCP MX schemes whose activations are MX floats.
+pub const NAMES_GFX950: [&str; 14] = [
+    "moe_gemm1_mx_fp4_fp4",
+    "moe_gemm2_mx_fp4_fp4",
+    "moe_gemm1_mx_fp4_fp6e3m2",
+    "moe_gemm2_mx_fp4_fp6e3m2",
+    "moe_gemm1_mx_fp4_fp6e2m3",
+    "moe_gemm2_mx_fp4_fp6e2m3",
+    "moe_gemm1_mx_fp6e3m2_fp6e3m2",
+    "moe_gemm2_mx_fp6e3m2_fp6e3m2",
+    "moe_gemm1_mx_fp6e2m3_fp6e2m3",
+    "moe_gemm2_mx_fp6e2m3_fp6e2m3",
+    "moe_gemm1_mx_fp8e4m3_fp8e4m3",
+    "moe_gemm2_mx_fp8e4m3_fp8e4m3",
+    "moe_gemm1_mx_fp8e5m2_fp8e5m2",
+    "moe_gemm2_mx_fp8e5m2_fp8e5m2",
+];
+
+/// The short name of an MX float format in the scaled-MFMA kernel names (None: MXINT8, which
+/// the scaled MFMA does not take).
+pub fn mx_name(f: crate::format::MxFormat) -> Option<&'static str> {
+    use crate::format::MxFormat::*;
+    Some(match f {
+        Fp4E2M1 => "fp4",
+        Fp6E3M2 => "fp6e3m2",
+        Fp6E2M3 => "fp6e2m3",
+        Fp8E4M3 => "fp8e4m3",
+        Fp8E5M2 => "fp8e5m2",
+        Int8 => return None,
+    })
+}

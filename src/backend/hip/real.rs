@@ -13,6 +13,7 @@
 //! more than 32 groups (the route and lists kernels' shared arrays).
 
 use super::driver::{DevBuf, Device, Driver, Event};
+
 use super::kernels;
 use crate::backend::wgpu::{route as wroute, POISON};
 use crate::backend::{ops, BackendError, Op, PassTimes, RouteOp, Support};
@@ -41,30 +42,10 @@ fn gemm_threads(arch: &str) -> u32 {
     }
 }
 
-#[derive(Clone, Copy)]
-enum K {
-    Quantize = 0,
-    Dequantize,
-    Qdq,
-    Route,
-    Lists,
-    Gemm1,
-    Gemm2,
-    Gemm1Split,
-    Gemm2Split,
-    Gemv1Cb4,
-    Gemv2Cb4,
-    Gemv1Cb6,
-    Gemv2Cb6,
-    Gemv1Cb8,
-    Gemv2Cb8,
-    Combine,
-}
-
 /// The HIP backend: a device, its loaded module and the kernels' handles.
 pub struct HipBackend {
     dev: Arc<Device>,
-    funcs: Vec<usize>,
+    funcs: std::collections::HashMap<&'static str, usize>,
     code_object: &'static str,
     lock: Mutex<()>,
     poison: AtomicBool,
@@ -89,7 +70,7 @@ pub struct HipDeviceInfo {
 
 /// The devices the driver sees (the one `MXMOE_HIP_DEVICE` selects, default 0), or why none.
 pub fn devices() -> Result<Vec<HipDeviceInfo>, BackendError> {
-    let d = Device::open(Arc::new(Driver::load()?))?;
+    let d = Driver::open_device()?;
     Ok(vec![HipDeviceInfo {
         code_object: kernels::for_arch(&d.arch).map(|(n, _)| n),
         name: d.name.clone(),
@@ -193,21 +174,26 @@ impl HipBackend {
     /// Load the driver, open the device and its code object; `Unavailable` with the reason
     /// (no library / no device / no code object for this architecture) otherwise.
     pub fn new() -> Result<Self, BackendError> {
-        let driver = Arc::new(Driver::load()?);
-        let dev = Arc::new(Device::open(driver)?);
+        let dev = Arc::new(Driver::open_device()?);
         let (co, image) = kernels::for_arch(&dev.arch).map_err(|reason| BackendError::Unavailable {
             backend: "hip",
             reason: format!("{} ({}): {reason}", dev.name, dev.arch),
         })?;
         dev.make_current()?;
+        let mut names: Vec<&'static str> =
+            kernels::NAMES.iter().chain(&kernels::NAMES_MORE).copied().collect();
+        if dev.arch == "gfx950" {
+            names.extend(kernels::NAMES_GFX950);
+        }
         let funcs = dev
-            .load_module(image, &kernels::NAMES[..16])
+            .load_module(image, &names)
             .map_err(|e| BackendError::Unavailable {
                 backend: "hip",
                 reason: format!("loading the {co} code object on {}: {e}", dev.name),
             })?
             .into_iter()
-            .map(|p| p as usize)
+            .zip(&names)
+            .map(|(p, n)| (*n, p as usize))
             .collect();
         Ok(HipBackend {
             dev,
@@ -259,6 +245,18 @@ impl HipBackend {
         }
     }
 
+    /// gfx950 with MX-float weights and activations: the scaled-MFMA kernels' name suffix.
+    fn scaled_mfma(&self, l: &MoeConfig) -> Option<String> {
+        if self.dev.arch != "gfx950" {
+            return None;
+        }
+        let w = kernels::mx_name(l.scheme.weight)?;
+        let a = kernels::mx_name(l.scheme.activation?)?;
+        let name = format!("{w}_{a}");
+        let known = kernels::NAMES_GFX950.iter().any(|n| n.ends_with(&format!("_mx_{name}")));
+        known.then_some(name)
+    }
+
     fn guard(&self) -> Result<std::sync::MutexGuard<'_, ()>, BackendError> {
         let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.dev.make_current()?;
@@ -273,8 +271,12 @@ impl HipBackend {
         Ok(b)
     }
 
-    fn launch(&self, k: K, grid: (u32, u32), block: u32, args: &mut [*mut c_void]) -> Result<(), BackendError> {
-        self.dev.launch(self.funcs[k as usize] as *mut c_void, grid, block, args)
+    fn launch(&self, k: &str, grid: (u32, u32), block: u32, args: &mut [*mut c_void]) -> Result<(), BackendError> {
+        let f = *self
+            .funcs
+            .get(k)
+            .ok_or_else(|| BackendError::Device(format!("kernel {k} is not in the code object")))?;
+        self.dev.launch(f as *mut c_void, grid, block, args)
     }
 
     pub fn quantize(&self, format: MxFormat, mode: ScaleMode, x: &[f32], shape: &[usize]) -> Result<MxTensor, BackendError> {
@@ -287,7 +289,7 @@ impl HipBackend {
         let scales = self.out(nb)?;
         let (n, f, m) = (nb as u32, format.id(), mode.id());
         self.launch(
-            K::Quantize,
+            "mx_quantize",
             (n.div_ceil(256).max(1), 1),
             256,
             &mut args!(xin.ptr, codes.ptr, scales.ptr, n, f, m),
@@ -307,7 +309,7 @@ impl HipBackend {
         let out = self.out(nb * BLOCK * 4)?;
         let (n, f) = (nb as u32, t.format.id());
         self.launch(
-            K::Dequantize,
+            "mx_dequantize",
             ((nb * BLOCK).div_ceil(256).max(1) as u32, 1),
             256,
             &mut args!(codes.ptr, scales.ptr, out.ptr, n, f),
@@ -327,7 +329,7 @@ impl HipBackend {
         let out = self.out(x.len() * 4)?;
         let (n, f, m) = (nb as u32, format.id(), mode.id());
         self.launch(
-            K::Qdq,
+            "mx_qdq",
             (n.div_ceil(256).max(1), 1),
             256,
             &mut args!(xin.ptr, out.ptr, n, f, m),
@@ -353,7 +355,7 @@ impl HipBackend {
         };
         let ids = self.out(m * k * 4)?;
         let w = self.out(m * k * 4)?;
-        self.launch(K::Route, (m as u32, 1), 64, &mut args!(p, lb.ptr, bb.ptr, ids.ptr, w.ptr))?;
+        self.launch("mx_route", (m as u32, 1), 64, &mut args!(p, lb.ptr, bb.ptr, ids.ptr, w.ptr))?;
         self.dev.synchronize()?;
         Ok(Routing {
             top_k: k,
@@ -441,7 +443,7 @@ impl HipBackend {
             tile_m: tile_m as u32,
         };
         let mut marks: Vec<(String, Event, Event)> = Vec::new();
-        let mut run = |label: &str, k: K, grid: (u32, u32), block: u32, a: &mut [*mut c_void]| -> Result<(), BackendError> {
+        let mut run = |label: &str, k: &str, grid: (u32, u32), block: u32, a: &mut [*mut c_void]| -> Result<(), BackendError> {
             if timed {
                 let (s, e) = (dev.event()?, dev.event()?);
                 s.record()?;
@@ -455,53 +457,67 @@ impl HipBackend {
         };
         let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
         let rb = g.route_bias.as_ref().unwrap_or(&g.dummy).ptr;
-        run("route", K::Route, (m as u32, 1), 64, &mut args!(rp, logits_b.ptr, rb, ids.ptr, topw.ptr))?;
+        run("route", "mx_route", (m as u32, 1), 64, &mut args!(rp, logits_b.ptr, rb, ids.ptr, topw.ptr))?;
         let map = g.map.as_ref().unwrap_or(&g.dummy).ptr;
-        run("moe/lists", K::Lists, (1, 1), 256, &mut args!(p, ids.ptr, map, rows.ptr, slot.ptr, tiles.ptr))?;
+        run("moe/lists", "moe_lists", (1, 1), 256, &mut args!(p, ids.ptr, map, rows.ptr, slot.ptr, tiles.ptr))?;
         let x_in = match (&xq, l.scheme.activation) {
             (Some(xq), Some(f)) => {
                 let nb = (m * h / BLOCK) as u32;
                 let (fi, mi) = (f.id(), l.act_scale_mode.id());
-                run("moe/input_qdq", K::Qdq, (nb.div_ceil(256), 1), 256, &mut args!(hidden_b.ptr, xq.ptr, nb, fi, mi))?;
+                run("moe/input_qdq", "mx_qdq", (nb.div_ceil(256), 1), 256, &mut args!(hidden_b.ptr, xq.ptr, nb, fi, mi))?;
                 xq.ptr
             }
             _ => hidden_b.ptr,
         };
         let b13 = g.bias13.as_ref().unwrap_or(&g.dummy).ptr;
         let b2 = g.bias2.as_ref().unwrap_or(&g.dummy).ptr;
-        let split = l.scheme.activation.is_none();
         let cb = l.scheme.weight.spec().code_bits;
-        let (k1, k2, block, n2) = if gemv {
-            let (a, b) = match cb {
-                4 => (K::Gemv1Cb4, K::Gemv2Cb4),
-                6 => (K::Gemv1Cb6, K::Gemv2Cb6),
-                _ => (K::Gemv1Cb8, K::Gemv2Cb8),
-            };
-            (a, b, 256, 64)
-        } else if split {
-            (K::Gemm1Split, K::Gemm2Split, gemm_threads(&dev.arch), 64)
-        } else {
-            (K::Gemm1, K::Gemm2, gemm_threads(&dev.arch), 64)
-        };
-        let (l1, l2) = if gemv { ("moe/gemv1", "moe/gemv2") } else { ("moe/gemm1", "moe/gemm2") };
         let mt = max_tiles as u32;
-        run(
-            l1,
-            k1,
-            (mt, (inter / 32) as u32),
-            block,
-            &mut args!(p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw.ptr),
-        )?;
-        run(
-            l2,
-            k2,
-            (mt, h.div_ceil(n2) as u32),
-            block,
-            &mut args!(p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr),
-        )?;
+        let (g1, g2) = ((mt, (inter / 32) as u32), (mt, h.div_ceil(64) as u32));
+        if gemv {
+            let (k1, k2) = (format!("moe_gemv1_cb{cb}"), format!("moe_gemv2_cb{cb}"));
+            run("moe/gemv1", &k1, g1, 256, &mut args!(p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw.ptr))?;
+            run("moe/gemv2", &k2, g2, 256, &mut args!(p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr))?;
+        } else if let Some(mx) = self.scaled_mfma(l) {
+            // gfx950: the scaled MFMA multiplies the MX codes of the weights and of the
+            // activations (quantized here with the activation format and scale mode).
+            let (k1, k2) = (format!("moe_gemm1_mx_{mx}"), format!("moe_gemm2_mx_{mx}"));
+            let af = l.scheme.activation.expect("scaled_mfma needs MX activations");
+            let (fi, mi) = (af.id(), l.act_scale_mode.id());
+            let cba = af.spec().code_bits as usize;
+            let nb1 = (m * h / BLOCK) as u32;
+            let xc = dev.alloc(nb1 as usize * cba * 4)?;
+            let xs = dev.alloc(nb1 as usize)?;
+            run("moe/quantize_x", "mx_quantize", (nb1.div_ceil(256), 1), 256, &mut args!(hidden_b.ptr, xc.ptr, xs.ptr, nb1, fi, mi))?;
+            run("moe/gemm1", &k1, g1, 256, &mut args!(p, rows.ptr, tiles.ptr, xc.ptr, xs.ptr, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw.ptr))?;
+            let nb2 = (na * inter / BLOCK) as u32;
+            let ac = dev.alloc(nb2 as usize * cba * 4)?;
+            let asc = dev.alloc(nb2 as usize)?;
+            run("moe/quantize_a", "mx_quantize", (nb2.div_ceil(256), 1), 256, &mut args!(a2.ptr, ac.ptr, asc.ptr, nb2, fi, mi))?;
+            run("moe/gemm2", &k2, g2, 256, &mut args!(p, rows.ptr, tiles.ptr, ac.ptr, asc.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr))?;
+        } else {
+            // Activations as bf16 for the matrix cores: exact for QDQ'd values; hi + lo for the
+            // unquantized activations of weight-only schemes (`split`).
+            let split = l.scheme.activation.is_none();
+            let sfx = if split { "_split" } else { "" };
+            let (k1, k2) = (format!("moe_gemm1{sfx}_cb{cb}"), format!("moe_gemm2{sfx}_cb{cb}"));
+            let block = gemm_threads(&dev.arch);
+            let n1 = (m * h) as u64;
+            let xh = dev.alloc(m * h * 2)?;
+            let xl = if split { Some(dev.alloc(m * h * 2)?) } else { None };
+            let xlp = xl.as_ref().map_or(0u64, |b| b.ptr);
+            run("moe/to_bf16", "mx_to_bf16", (n1.div_ceil(256) as u32, 1), 256, &mut args!(x_in, xh.ptr, xlp, n1))?;
+            run("moe/gemm1", &k1, g1, block, &mut args!(p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw.ptr))?;
+            let n2 = (na * inter) as u64;
+            let ah = dev.alloc(na * inter * 2)?;
+            let al = if split { Some(dev.alloc(na * inter * 2)?) } else { None };
+            let alp = al.as_ref().map_or(0u64, |b| b.ptr);
+            run("moe/to_bf16", "mx_to_bf16", (n2.div_ceil(256) as u32, 1), 256, &mut args!(a2.ptr, ah.ptr, alp, n2))?;
+            run("moe/gemm2", &k2, g2, block, &mut args!(p, rows.ptr, tiles.ptr, ah.ptr, alp, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr))?;
+        }
         run(
             "moe/combine",
-            K::Combine,
+            "moe_combine",
             ((m * h).div_ceil(256) as u32, 1),
             256,
             &mut args!(p, slot.ptr, y2.ptr, out.ptr),
