@@ -101,3 +101,197 @@ pub fn mx_name(f: crate::format::MxFormat) -> Option<&'static str> {
         Int8 => return None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! What the embedded code objects contain: matrix-core instructions in every GEMM kernel
+    //! (mma.sync in the PTX; MFMA in gfx942, scaled MFMA in gfx950's MX GEMMs, disassembled with
+    //! llvm-objdump) and no scratch memory in the hot kernels (PTX local depots; the code
+    //! objects' metadata). The AMD checks need llvm-objdump / llvm-readelf that know gfx950
+    //! (Debian: llvm-22; scripts/test.sh installs it) and fail without them.
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::process::Command;
+
+    fn hot(name: &str) -> bool {
+        name.starts_with("moe_gemm") || name.starts_with("moe_gemv")
+    }
+
+    /// PTX entry name -> its text.
+    fn ptx_entries(ptx: &str) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        let mut cur: Option<(String, String)> = None;
+        for l in ptx.lines() {
+            if let Some(rest) = l.strip_prefix(".visible .entry ") {
+                if let Some((n, t)) = cur.take() {
+                    m.insert(n, t);
+                }
+                cur = Some((rest.split('(').next().unwrap().to_string(), String::new()));
+            }
+            if let Some((_, t)) = cur.as_mut() {
+                t.push_str(l);
+                t.push('\n');
+            }
+        }
+        if let Some((n, t)) = cur {
+            m.insert(n, t);
+        }
+        m
+    }
+
+    #[test]
+    fn ptx_gemms_use_mma_sync_and_no_local_memory() {
+        for (what, bytes) in [("sm_90", PTX_SM90), ("sm_80", PTX_SM80)] {
+            let ptx = std::str::from_utf8(&bytes[..bytes.len() - 1]).unwrap();
+            let entries = ptx_entries(ptx);
+            for n in NAMES.iter().chain(&NAMES_MORE) {
+                assert!(entries.contains_key(*n), "{what}: kernel {n} missing");
+            }
+            let gemms: Vec<_> = entries.keys().filter(|n| n.starts_with("moe_gemm")).collect();
+            assert_eq!(gemms.len(), 12, "{what}: {gemms:?}");
+            for (n, t) in &entries {
+                if n.starts_with("moe_gemm") {
+                    assert!(
+                        t.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
+                        "{what}: {n} has no bf16 mma.sync"
+                    );
+                    assert!(t.contains("ldmatrix.sync.aligned"), "{what}: {n} has no ldmatrix");
+                }
+                if hot(n) {
+                    assert!(!t.contains(".local"), "{what}: {n} uses local memory (a private array)");
+                }
+            }
+        }
+    }
+
+    /// An llvm tool (objdump, readelf) that knows gfx950.
+    fn llvm_tool(tool: &str) -> String {
+        let mut c: Vec<String> = Vec::new();
+        if let Ok(p) = std::env::var(format!("MXMOE_LLVM_{}", tool.to_ascii_uppercase())) {
+            c.push(p);
+        }
+        for v in ["22", "21", "20"] {
+            c.push(format!("/usr/lib/llvm-{v}/bin/llvm-{tool}"));
+            c.push(format!("llvm-{tool}-{v}"));
+        }
+        let rocm = std::env::var("ROCM_PATH").unwrap_or_else(|_| "/opt/rocm".into());
+        c.push(format!("{rocm}/llvm/bin/llvm-{tool}"));
+        c.push(format!("llvm-{tool}"));
+        for t in &c {
+            if Command::new(t).arg("--version").output().is_ok_and(|o| o.status.success()) {
+                return t.clone();
+            }
+        }
+        panic!(
+            "no llvm-{tool} found (tried {}); install llvm-22 (Debian 12: apt-get install llvm-22) \
+             or set MXMOE_LLVM_{}",
+            c.join(", "),
+            tool.to_ascii_uppercase()
+        );
+    }
+
+    /// Kernel name -> its disassembly, for one code object.
+    fn disassemble(name: &str, mcpu: &str, bytes: &[u8]) -> (BTreeMap<String, String>, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{name}.hsaco"));
+        std::fs::write(&path, bytes).unwrap();
+        let out = Command::new(llvm_tool("objdump"))
+            .args(["-d", &format!("--mcpu={mcpu}")])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut m = BTreeMap::new();
+        let mut cur: Option<(String, String)> = None;
+        for l in text.lines() {
+            // "0000000000001900 <moe_gemm1_cb4>:"
+            if l.ends_with(">:") {
+                if let Some((n, t)) = cur.take() {
+                    m.insert(n, t);
+                }
+                let n = l.split('<').nth(1).unwrap().trim_end_matches(">:").to_string();
+                cur = Some((n, String::new()));
+            } else if let Some((_, t)) = cur.as_mut() {
+                t.push_str(l);
+                t.push('\n');
+            }
+        }
+        if let Some((n, t)) = cur {
+            m.insert(n, t);
+        }
+        let notes = Command::new(llvm_tool("readelf")).args(["--notes"]).arg(&path).output().unwrap();
+        assert!(notes.status.success(), "{}", String::from_utf8_lossy(&notes.stderr));
+        (m, String::from_utf8_lossy(&notes.stdout).into_owned())
+    }
+
+    /// Per kernel in the AMDGPU metadata: (private segment bytes, VGPR spills, SGPR spills).
+    fn scratch(notes: &str) -> BTreeMap<String, (u64, u64, u64)> {
+        let mut m = BTreeMap::new();
+        let mut name = String::new();
+        let mut v = (0, 0, 0);
+        let num = |l: &str| l.rsplit(':').next().unwrap().trim().parse::<u64>().unwrap_or(u64::MAX);
+        for l in notes.lines().map(str::trim) {
+            if let Some(n) = l.strip_prefix(".name:") {
+                if !name.is_empty() {
+                    m.insert(std::mem::take(&mut name), v);
+                }
+                name = n.trim().to_string();
+                v = (0, 0, 0);
+            } else if l.starts_with(".private_segment_fixed_size:") {
+                v.0 = num(l);
+            } else if l.starts_with(".vgpr_spill_count:") {
+                v.1 = num(l);
+            } else if l.starts_with(".sgpr_spill_count:") {
+                v.2 = num(l);
+            }
+        }
+        if !name.is_empty() {
+            m.insert(name, v);
+        }
+        m
+    }
+
+    #[test]
+    fn amd_gemms_use_mfma_and_hot_kernels_no_scratch() {
+        for (target, bytes) in [("gfx942", GFX942), ("gfx950", GFX950)] {
+            let (funcs, notes) = disassemble(target, target, bytes);
+            let mut expected: Vec<&str> = NAMES.iter().chain(&NAMES_MORE).copied().collect();
+            if target == "gfx950" {
+                expected.extend(NAMES_GFX950);
+            }
+            for n in &expected {
+                assert!(funcs.contains_key(*n), "{target}: kernel {n} not in the disassembly");
+            }
+            let mut checked = 0;
+            for (n, text) in &funcs {
+                if !n.starts_with("moe_gemm") {
+                    continue;
+                }
+                checked += 1;
+                if n.contains("_mx_") {
+                    assert_eq!(target, "gfx950", "{n} outside gfx950");
+                    assert!(
+                        text.contains("v_mfma_scale_f32_16x16x128_f8f6f4"),
+                        "{target}: {n} has no scaled MFMA"
+                    );
+                } else {
+                    assert!(text.contains("v_mfma_f32_16x16x16_bf16"), "{target}: {n} has no bf16 MFMA");
+                }
+            }
+            assert_eq!(checked, if target == "gfx950" { 26 } else { 12 }, "{target}: GEMM kernels");
+            let sc = scratch(&notes);
+            assert!(sc.len() >= expected.len(), "{target}: metadata lists {} kernels", sc.len());
+            // Scratch = private segment memory (VGPR spills go there); SGPR spills land in VGPR
+            // lanes and cost no memory traffic while the private segment stays empty.
+            for (n, (private, vspill, _sspill)) in &sc {
+                if hot(n) {
+                    assert!(
+                        *private == 0 && *vspill == 0,
+                        "{target}: {n} uses scratch: {private} private bytes, {vspill} VGPR spills"
+                    );
+                }
+            }
+        }
+    }
+}
