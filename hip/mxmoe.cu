@@ -440,9 +440,10 @@ MX_DEVICE void decode_octet(const u32* w, u32 o, const float* code_value, float*
   }
 }
 
+// Rows r0 .. r0 + R (of the group's 8) against tokens t0 .. t0 + T of the tile.
 template <u32 CB, u32 T, u32 R>
 MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt, u32 jb, u32 r0,
-                         const u32* pair_of_row, const float* x, const u32* wcodes,
+                         u32 t0, const u32* pair_of_row, const float* x, const u32* wcodes,
                          const u8* wscales, const float* code_value, float* row_sums) {
   u32 tid = tid_x(), g = tid / 32u, lane = tid % 32u;
   u32 h = p.hidden, inter = p.inter;
@@ -461,9 +462,10 @@ MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt
   const float* xr[T];
 #pragma unroll
   for (u32 t = 0; t < T; ++t) {
+    u32 tt = t0 + t;
     u64 o = 0;
-    if (t < cnt) o = is1 ? (u64)(pair_of_row[start + t] / p.top_k) * K : (u64)(start + t) * K;
-    xr[t] = t < cnt ? x + o : nullptr;
+    if (tt < cnt) o = is1 ? (u64)(pair_of_row[start + tt] / p.top_k) * K : (u64)(start + tt) * K;
+    xr[t] = tt < cnt ? x + o : nullptr;
   }
   float acc[R][T];
 #pragma unroll
@@ -518,12 +520,8 @@ MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt
 #pragma unroll
     for (u32 t = 0; t < T; ++t) {
       float s = sum32(acc[i][t]);
-      if (lane == 0u) row_sums[(g + 8u * (r0 + i)) * 4u + t] = s;
+      if (lane == 0u) row_sums[(g + 8u * (r0 + i)) * 4u + t0 + t] = s;
     }
-  if (T == 1u && lane == 0u)
-#pragma unroll
-    for (u32 i = 0; i < R; ++i)
-      for (u32 t = 1; t < 4u; ++t) row_sums[(g + 8u * (r0 + i)) * 4u + t] = 0.0f;
 }
 
 template <u32 CB>
@@ -541,18 +539,20 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
   sync_threads();
   u32 h = p.hidden, inter = p.inter;
   u32 jb = is1 ? bid_y() * 32u : bid_y() * 64u;
-  // Rows per pass: all 8 for one token (decode); for up to 4 tokens, fewer (registers).
-  const u32 R4 = 2u;
-  if (cnt == 1u) {
-    if (CB == 4u) {
-      gemv_pass<CB, 1, 8>(p, is1, e, start, cnt, jb, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
-    } else {
-      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
-      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 4u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+  // One token at a time, 4 of the group's 8 rows per pass (the weights of later tokens' passes
+  // come from the cache; several tokens' x in registers left too few loads in flight, and 8
+  // rows' codes spilled).
+  if (CB == 4u && cnt == 1u) {
+    // Decode (one token): all 8 rows in one pass, the most loads in flight.
+    gemv_pass<CB, 1, 8>(p, is1, e, start, cnt, jb, 0u, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+    if (tid < 64u) row_sums[tid * 4u + 1u] = row_sums[tid * 4u + 2u] = row_sums[tid * 4u + 3u] = 0.0f;
+  } else for (u32 t = 0; t < 4u; ++t) {
+    if (t < cnt) {
+      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 0u, t, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 4u, t, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+    } else if (tid < 64u) {
+      row_sums[tid * 4u + t] = 0.0f;
     }
-  } else {
-    for (u32 r0 = 0; r0 < 8u; r0 += R4)
-      gemv_pass<CB, 4, R4>(p, is1, e, start, cnt, jb, r0, pair_of_row, x, wcodes, wscales, code_value, row_sums);
   }
   sync_threads();
   if (is1) {

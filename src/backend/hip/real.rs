@@ -31,8 +31,9 @@ pub const MAX_GROUPS: usize = 32;
 /// Rows per tile of the GEMM and the GEMV (hip/mxmoe.cu GT_M, and the GEMV's 4).
 const GEMM_TILE: usize = 64;
 const GEMV_TILE: usize = 4;
-/// GEMV while the token-expert pairs are at most this many per local expert (as wgpu).
-const GEMV_PAIRS_PER_EXPERT: usize = 4;
+/// GEMV while the token-expert pairs are at most this many per local expert (on the H200 the
+/// GEMV wins at 0.25 and 0.5 pairs per expert, the matrix-core GEMM at 2; docs/h200-2026-12-01-hip).
+const GEMV_PAIRS_PER_EXPERT: usize = 1;
 /// Threads per GEMM block: 4 warps (NVIDIA, 32 lanes) or 4 wavefronts (AMD, 64 lanes).
 fn gemm_threads(arch: &str) -> u32 {
     if arch.starts_with("gfx") {
@@ -406,7 +407,12 @@ impl HipBackend {
         let _guard = self.guard()?;
         let (h, inter, k, el) = (l.hidden, l.inter, l.router.top_k, l.local_experts);
         let na = m * k;
-        let gemv = na <= GEMV_PAIRS_PER_EXPERT * el.max(1) || m <= 4;
+        // MXMOE_HIP_MOE_PATH=gemm|gemv forces the expert kernels (benchmarks, tests).
+        let gemv = match std::env::var("MXMOE_HIP_MOE_PATH").as_deref() {
+            Ok("gemm") => false,
+            Ok("gemv") => true,
+            _ => na <= GEMV_PAIRS_PER_EXPERT * el.max(1) || m <= 4,
+        };
         let tile_m = if gemv { GEMV_TILE } else { GEMM_TILE };
         let max_tiles = na.div_ceil(tile_m) + el.min(na);
         let dev = &self.dev;
