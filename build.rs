@@ -113,61 +113,19 @@ fn main() {
     let src = root.join("hip/mxmoe.cu");
     let inc = root.join("hip");
     let rocm = env::var("ROCM_PATH").unwrap_or_else(|_| "/opt/rocm".into());
-    let mut built = Vec::new();
-    let mut missing = Vec::new();
-    for t in &TARGETS {
-        let out = out_dir.join(format!("mxmoe_{}.{}", t.name, t.ext));
-        let var = if t.ext == "ptx" { "PTX".to_string() } else { t.name.to_ascii_uppercase() };
-        let mut cands: Vec<String> = Vec::new();
-        if let Ok(c) = env::var(format!("MXMOE_HIP_CLANG_{var}")).or_else(|_| env::var("MXMOE_HIP_CLANG")) {
-            cands.push(c);
-        } else {
-            if t.ext == "hsaco" {
-                cands.push(format!("{rocm}/llvm/bin/clang"));
-            }
-            cands.extend(t.candidates.iter().map(|s| s.to_string()));
-        }
-        let mut errs = Vec::new();
-        let mut ok = None;
-        for cc in &cands {
-            match try_compile(cc, t, &src, &inc, &out) {
-                Ok(()) => {
-                    ok = Some(cc.clone());
-                    break;
-                }
-                Err(e) => errs.push(e),
-            }
-        }
-        match ok {
-            Some(cc) => {
-                let v = Command::new(&cc)
-                    .arg("--version")
-                    .output()
-                    .ok()
-                    .and_then(|o| String::from_utf8(o.stdout).ok())
-                    .and_then(|s| s.lines().next().map(str::to_owned))
-                    .unwrap_or_default();
-                built.push(format!("{}: {cc} ({v})", t.name));
-            }
-            None => {
-                // The compiler errors of a compiler that exists (a bug in the kernels) come
-                // first; "not found" lines say what was tried.
-                let real: Vec<&String> = errs.iter().filter(|e| !e.contains("No such file")).collect();
-                missing.push(format!(
-                    "  {} ({}): install {}{}\n  tried: {}",
-                    t.name,
-                    t.args.iter().find(|a| a.contains("arch")).unwrap_or(&""),
-                    t.install,
-                    if real.is_empty() {
-                        String::new()
-                    } else {
-                        format!("\n  compiler errors:\n  {}", real.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  "))
-                    },
-                    cands.join(", ")
-                ));
-            }
-        }
-    }
+    // The four targets compile in parallel (each is one clang process).
+    let results: Vec<Result<String, String>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = TARGETS
+            .iter()
+            .map(|t| {
+                let (src, inc, out_dir, rocm) = (&src, &inc, &out_dir, &rocm);
+                sc.spawn(move || build_target(t, src, inc, out_dir, rocm))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let built: Vec<String> = results.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
+    let missing: Vec<String> = results.iter().filter_map(|r| r.as_ref().err().cloned()).collect();
     if !missing.is_empty() {
         panic!(
             "\n\nfeature `hip`: cannot compile the HIP kernels (hip/mxmoe.cu) for:\n{}\n\
@@ -177,4 +135,54 @@ fn main() {
         );
     }
     std::fs::write(out_dir.join("mxmoe_hip_built.txt"), built.join("\n")).unwrap();
+}
+
+/// Compile one target with the first compiler that works: Ok("target: compiler (version)") or
+/// Err(what to install, what was tried, and a real compiler's errors).
+fn build_target(t: &Target, src: &Path, inc: &Path, out_dir: &Path, rocm: &str) -> Result<String, String> {
+    let out = out_dir.join(format!("mxmoe_{}.{}", t.name, t.ext));
+    let var = if t.ext == "ptx" { "PTX".to_string() } else { t.name.to_ascii_uppercase() };
+    let mut cands: Vec<String> = Vec::new();
+    if let Ok(c) = env::var(format!("MXMOE_HIP_CLANG_{var}")).or_else(|_| env::var("MXMOE_HIP_CLANG")) {
+        cands.push(c);
+    } else {
+        if t.ext == "hsaco" {
+            cands.push(format!("{rocm}/llvm/bin/clang"));
+        }
+        cands.extend(t.candidates.iter().map(|s| s.to_string()));
+    }
+    let mut errs = Vec::new();
+    for cc in &cands {
+        match try_compile(cc, t, src, inc, &out) {
+            Ok(()) => {
+                let v = Command::new(cc)
+                    .arg("--version")
+                    .output()
+                    .ok()
+                    .and_then(|o| String::from_utf8(o.stdout).ok())
+                    .and_then(|s| s.lines().next().map(str::to_owned))
+                    .unwrap_or_default();
+                return Ok(format!("{}: {cc} ({v})", t.name));
+            }
+            Err(e) => errs.push(e),
+        }
+    }
+    // The errors of a compiler that exists (a bug in the kernels) come first; "not found"
+    // lines only say what was tried.
+    let real: Vec<&String> = errs.iter().filter(|e| !e.contains("No such file")).collect();
+    Err(format!(
+        "  {} ({}): install {}{}\n  tried: {}",
+        t.name,
+        t.args.iter().find(|a| a.contains("arch")).unwrap_or(&""),
+        t.install,
+        if real.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "\n  compiler errors:\n  {}",
+                real.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  ")
+            )
+        },
+        cands.join(", ")
+    ))
 }
