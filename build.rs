@@ -92,14 +92,24 @@ fn try_compile(cc: &str, t: &Target, src: &Path, inc: &Path, out: &Path) -> Resu
     } else {
         Err(format!(
             "{cc}: {}",
-            String::from_utf8_lossy(&o.stderr).lines().take(12).collect::<Vec<_>>().join("\n  ")
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .take(12)
+                .collect::<Vec<_>>()
+                .join("\n  ")
         ))
     }
 }
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    for v in ["MXMOE_HIP_CLANG", "MXMOE_HIP_CLANG_PTX", "MXMOE_HIP_CLANG_GFX942", "MXMOE_HIP_CLANG_GFX950", "ROCM_PATH"] {
+    for v in [
+        "MXMOE_HIP_CLANG",
+        "MXMOE_HIP_CLANG_PTX",
+        "MXMOE_HIP_CLANG_GFX942",
+        "MXMOE_HIP_CLANG_GFX950",
+        "ROCM_PATH",
+    ] {
         println!("cargo:rerun-if-env-changed={v}");
     }
     if env::var_os("CARGO_FEATURE_HIP").is_none() {
@@ -124,8 +134,14 @@ fn main() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let built: Vec<String> = results.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
-    let missing: Vec<String> = results.iter().filter_map(|r| r.as_ref().err().cloned()).collect();
+    let built: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().cloned())
+        .collect();
+    let missing: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err().cloned())
+        .collect();
     if !missing.is_empty() {
         panic!(
             "\n\nfeature `hip`: cannot compile the HIP kernels (hip/mxmoe.cu) for:\n{}\n\
@@ -139,11 +155,23 @@ fn main() {
 
 /// Compile one target with the first compiler that works: Ok("target: compiler (version)") or
 /// Err(what to install, what was tried, and a real compiler's errors).
-fn build_target(t: &Target, src: &Path, inc: &Path, out_dir: &Path, rocm: &str) -> Result<String, String> {
+fn build_target(
+    t: &Target,
+    src: &Path,
+    inc: &Path,
+    out_dir: &Path,
+    rocm: &str,
+) -> Result<String, String> {
     let out = out_dir.join(format!("mxmoe_{}.{}", t.name, t.ext));
-    let var = if t.ext == "ptx" { "PTX".to_string() } else { t.name.to_ascii_uppercase() };
+    let var = if t.ext == "ptx" {
+        "PTX".to_string()
+    } else {
+        t.name.to_ascii_uppercase()
+    };
     let mut cands: Vec<String> = Vec::new();
-    if let Ok(c) = env::var(format!("MXMOE_HIP_CLANG_{var}")).or_else(|_| env::var("MXMOE_HIP_CLANG")) {
+    if let Ok(c) =
+        env::var(format!("MXMOE_HIP_CLANG_{var}")).or_else(|_| env::var("MXMOE_HIP_CLANG"))
+    {
         cands.push(c);
     } else {
         if t.ext == "hsaco" {
@@ -169,7 +197,10 @@ fn build_target(t: &Target, src: &Path, inc: &Path, out_dir: &Path, rocm: &str) 
     }
     // The errors of a compiler that exists (a bug in the kernels) come first; "not found"
     // lines only say what was tried.
-    let real: Vec<&String> = errs.iter().filter(|e| !e.contains("No such file")).collect();
+    let real: Vec<&String> = errs
+        .iter()
+        .filter(|e| !e.contains("No such file"))
+        .collect();
     Err(format!(
         "  {} ({}): install {}{}\n  tried: {}",
         t.name,
@@ -180,7 +211,10 @@ fn build_target(t: &Target, src: &Path, inc: &Path, out_dir: &Path, rocm: &str) 
         } else {
             format!(
                 "\n  compiler errors:\n  {}",
-                real.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  ")
+                real.iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n  ")
             )
         },
         cands.join(", ")

@@ -32,7 +32,11 @@ fn backends() -> &'static [Opened] {
             match &o.backend {
                 Ok(b) => eprintln!("{}: {}", o.name, b.adapter()),
                 Err(e) if o.fails => {
-                    eprintln!("{}: FAIL ({e}; {}=1)", o.name, check::run::require_var(&o.name))
+                    eprintln!(
+                        "{}: FAIL ({e}; {}=1)",
+                        o.name,
+                        check::run::require_var(&o.name)
+                    )
                 }
                 Err(e) => eprintln!(
                     "{}: SKIPPED ({e}; set {}=1 to fail)",

@@ -857,7 +857,15 @@ fn check_json_keeps_its_fields() {
     // The HIP backend: not compiled in (SKIPPED, "not compiled"), or built (`--features hip`)
     // on a machine without a HIP-capable GPU (SKIPPED, "unavailable" with the reason), or on one
     // with a GPU (then it runs the catalog, which must pass).
-    let r = run(&["check", "--backend", "hip", "--suite", "quick", "--json", s(&j)]);
+    let r = run(&[
+        "check",
+        "--backend",
+        "hip",
+        "--suite",
+        "quick",
+        "--json",
+        s(&j),
+    ]);
     assert!(r.ok, "{}{}", r.stdout, r.stderr);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).unwrap()).unwrap();
     assert_eq!(v[0]["backend"], "hip");
@@ -869,8 +877,13 @@ fn check_json_keeps_its_fields() {
             assert!(reason.contains("not compiled"), "{reason}");
         }
     } else {
-        assert!(cfg!(feature = "hip"), "{}", v[0]);
-        assert!(v[0]["cases"].as_array().is_some_and(|c| c.len() > 300), "{}", v[0]);
+        let built = cfg!(feature = "hip");
+        assert!(built, "hip ran without the feature: {}", v[0]);
+        assert!(
+            v[0]["cases"].as_array().is_some_and(|c| c.len() > 300),
+            "{}",
+            v[0]
+        );
     }
     let bad = run(&["check", "--suite", "huge"]);
     assert!(!bad.ok && bad.stderr.contains("unknown suite"));

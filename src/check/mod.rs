@@ -150,7 +150,11 @@ impl BackendReport {
         match &self.adapter {
             Ok(_) => report::summary_line(&self.name, &self.results, self.secs),
             Err(e) if self.open_failed => {
-                format!("{}: FAIL ({e}; {}=1)", self.name, run::require_var(&self.name))
+                format!(
+                    "{}: FAIL ({e}; {}=1)",
+                    self.name,
+                    run::require_var(&self.name)
+                )
             }
             Err(e) => format!("{}: SKIPPED ({e})", self.name),
         }

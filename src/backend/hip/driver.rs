@@ -32,7 +32,8 @@ struct Fns {
     module_load: unsafe extern "C" fn(*mut Ptr, *const c_void) -> R,
     module_function: unsafe extern "C" fn(*mut Ptr, Ptr, *const c_char) -> R,
     #[allow(clippy::type_complexity, reason = "the C signature")]
-    launch: unsafe extern "C" fn(Ptr, u32, u32, u32, u32, u32, u32, u32, Ptr, *mut Ptr, *mut Ptr) -> R,
+    launch:
+        unsafe extern "C" fn(Ptr, u32, u32, u32, u32, u32, u32, u32, Ptr, *mut Ptr, *mut Ptr) -> R,
     malloc: unsafe extern "C" fn(*mut u64, usize) -> R,
     free: unsafe extern "C" fn(u64) -> R,
     htod: unsafe extern "C" fn(u64, *const c_void, usize) -> R,
@@ -85,7 +86,11 @@ impl Driver {
     fn candidates() -> Vec<(String, Vendor)> {
         match std::env::var("MXMOE_HIP_LIBRARY") {
             Ok(p) if !p.is_empty() => {
-                let v = if p.contains("cuda") { Vendor::Cuda } else { Vendor::Hip };
+                let v = if p.contains("cuda") {
+                    Vendor::Cuda
+                } else {
+                    Vendor::Hip
+                };
                 vec![(p, v)]
             }
             _ => HIP_LIBS
@@ -140,7 +145,11 @@ impl Driver {
         } else {
             format!(
                 "no GPU driver library found (tried {}; set MXMOE_HIP_LIBRARY to its path)",
-                tried.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(", ")
+                tried
+                    .iter()
+                    .map(|(p, _)| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         }))
     }
@@ -169,9 +178,15 @@ impl Driver {
         if code == 0 {
             Ok(())
         } else if code == 2 && call.contains("alloc") {
-            Err(BackendError::OutOfMemory(format!("{call}: {}", self.error_text(code))))
+            Err(BackendError::OutOfMemory(format!(
+                "{call}: {}",
+                self.error_text(code)
+            )))
         } else {
-            Err(BackendError::Device(format!("{call}: {}", self.error_text(code))))
+            Err(BackendError::Device(format!(
+                "{call}: {}",
+                self.error_text(code)
+            )))
         }
     }
 }
@@ -301,21 +316,31 @@ impl Device {
             let mut handle = 0;
             driver.check("device get", (f.device_get)(&mut handle, ordinal))?;
             let mut buf = [0 as c_char; 256];
-            driver.check("device name", (f.device_name)(buf.as_mut_ptr(), 255, handle))?;
+            driver.check(
+                "device name",
+                (f.device_name)(buf.as_mut_ptr(), 255, handle),
+            )?;
             let name = CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned();
             let mut total_mem = 0usize;
-            driver.check("device memory", (f.device_total_mem)(&mut total_mem, handle))?;
+            driver.check(
+                "device memory",
+                (f.device_total_mem)(&mut total_mem, handle),
+            )?;
             let mut driver_version = 0;
             (f.driver_version)(&mut driver_version);
             let mut ctx: Ptr = std::ptr::null_mut();
             let arch = match driver.vendor {
                 Vendor::Cuda => {
-                    let attr = f.cu_attribute.ok_or_else(|| unavailable("no cuDeviceGetAttribute".into()))?;
+                    let attr = f
+                        .cu_attribute
+                        .ok_or_else(|| unavailable("no cuDeviceGetAttribute".into()))?;
                     let (mut maj, mut min) = (0, 0);
                     // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR (cuda.h).
                     driver.check("device attribute", attr(&mut maj, 75, handle))?;
                     driver.check("device attribute", attr(&mut min, 76, handle))?;
-                    let retain = f.cu_primary_ctx.ok_or_else(|| unavailable("no cuDevicePrimaryCtxRetain".into()))?;
+                    let retain = f
+                        .cu_primary_ctx
+                        .ok_or_else(|| unavailable("no cuDevicePrimaryCtxRetain".into()))?;
                     driver.check("primary context", retain(&mut ctx, handle))?;
                     format!("sm_{maj}{min}")
                 }
@@ -357,18 +382,27 @@ impl Device {
     }
 
     /// Load a code object (PTX text must end with a NUL byte) and resolve `names`.
-    pub fn load_module(&self, image: &[u8], names: &[&'static str]) -> Result<Vec<Ptr>, BackendError> {
+    pub fn load_module(
+        &self,
+        image: &[u8],
+        names: &[&'static str],
+    ) -> Result<Vec<Ptr>, BackendError> {
         let f = &self.driver.fns;
         let mut module: Ptr = std::ptr::null_mut();
         unsafe {
-            self.driver.check("module load", (f.module_load)(&mut module, image.as_ptr().cast()))?;
+            self.driver.check(
+                "module load",
+                (f.module_load)(&mut module, image.as_ptr().cast()),
+            )?;
             names
                 .iter()
                 .map(|n| {
                     let c = std::ffi::CString::new(*n).unwrap();
                     let mut func: Ptr = std::ptr::null_mut();
-                    self.driver
-                        .check(&format!("kernel {n}"), (f.module_function)(&mut func, module, c.as_ptr()))?;
+                    self.driver.check(
+                        &format!("kernel {n}"),
+                        (f.module_function)(&mut func, module, c.as_ptr()),
+                    )?;
                     Ok(func)
                 })
                 .collect()
@@ -377,7 +411,13 @@ impl Device {
 
     /// Launch `func` on a `grid` of `block`-thread blocks; `args` point at each argument's value
     /// (which the driver copies before returning).
-    pub fn launch(&self, func: Ptr, grid: (u32, u32), block: u32, args: &mut [Ptr]) -> Result<(), BackendError> {
+    pub fn launch(
+        &self,
+        func: Ptr,
+        grid: (u32, u32),
+        block: u32,
+        args: &mut [Ptr],
+    ) -> Result<(), BackendError> {
         let f = &self.driver.fns;
         unsafe {
             self.driver.check(
@@ -400,7 +440,10 @@ impl Device {
     }
 
     pub fn synchronize(&self) -> Result<(), BackendError> {
-        unsafe { self.driver.check("synchronize", (self.driver.fns.synchronize)()) }
+        unsafe {
+            self.driver
+                .check("synchronize", (self.driver.fns.synchronize)())
+        }
     }
 
     /// A device allocation of `bytes` (at least 4), freed on drop.
@@ -408,8 +451,10 @@ impl Device {
         let mut p = 0u64;
         let n = bytes.max(4).next_multiple_of(4);
         unsafe {
-            self.driver
-                .check(&format!("alloc of {n} bytes"), (self.driver.fns.malloc)(&mut p, n))?;
+            self.driver.check(
+                &format!("alloc of {n} bytes"),
+                (self.driver.fns.malloc)(&mut p, n),
+            )?;
         }
         Ok(DevBuf {
             dev: self.clone(),
@@ -423,8 +468,10 @@ impl Device {
         let b = self.alloc(data.len())?;
         if !data.is_empty() {
             unsafe {
-                self.driver
-                    .check("copy to device", (self.driver.fns.htod)(b.ptr, data.as_ptr().cast(), data.len()))?;
+                self.driver.check(
+                    "copy to device",
+                    (self.driver.fns.htod)(b.ptr, data.as_ptr().cast(), data.len()),
+                )?;
             }
         }
         Ok(b)
@@ -432,8 +479,14 @@ impl Device {
 
     pub fn event(self: &Arc<Self>) -> Result<Event, BackendError> {
         let mut e: Ptr = std::ptr::null_mut();
-        unsafe { self.driver.check("event create", (self.driver.fns.event_create)(&mut e, 0))? };
-        Ok(Event { dev: self.clone(), e })
+        unsafe {
+            self.driver
+                .check("event create", (self.driver.fns.event_create)(&mut e, 0))?
+        };
+        Ok(Event {
+            dev: self.clone(),
+            e,
+        })
     }
 }
 
@@ -470,9 +523,10 @@ impl DevBuf {
         let mut v = vec![0u8; n];
         if n > 0 {
             unsafe {
-                self.dev
-                    .driver
-                    .check("copy from device", (self.dev.driver.fns.dtoh)(v.as_mut_ptr().cast(), self.ptr, n))?;
+                self.dev.driver.check(
+                    "copy from device",
+                    (self.dev.driver.fns.dtoh)(v.as_mut_ptr().cast(), self.ptr, n),
+                )?;
             }
         }
         Ok(v)
@@ -480,7 +534,12 @@ impl DevBuf {
 
     /// Fill the first `n` 32-bit words with `value`.
     pub fn fill(&self, value: u32, words: usize) -> Result<(), BackendError> {
-        unsafe { self.dev.driver.check("memset", (self.dev.driver.fns.memset32)(self.ptr, value, words)) }
+        unsafe {
+            self.dev.driver.check(
+                "memset",
+                (self.dev.driver.fns.memset32)(self.ptr, value, words),
+            )
+        }
     }
 }
 
@@ -502,9 +561,10 @@ unsafe impl Send for Event {}
 impl Event {
     pub fn record(&self) -> Result<(), BackendError> {
         unsafe {
-            self.dev
-                .driver
-                .check("event record", (self.dev.driver.fns.event_record)(self.e, std::ptr::null_mut()))
+            self.dev.driver.check(
+                "event record",
+                (self.dev.driver.fns.event_record)(self.e, std::ptr::null_mut()),
+            )
         }
     }
     /// Milliseconds from `self` to `end` (both recorded; waits for `end`).
@@ -512,8 +572,12 @@ impl Event {
         let f = &self.dev.driver.fns;
         let mut ms = 0f32;
         unsafe {
-            self.dev.driver.check("event sync", (f.event_synchronize)(end.e))?;
-            self.dev.driver.check("event time", (f.event_elapsed)(&mut ms, self.e, end.e))?;
+            self.dev
+                .driver
+                .check("event sync", (f.event_synchronize)(end.e))?;
+            self.dev
+                .driver
+                .check("event time", (f.event_elapsed)(&mut ms, self.e, end.e))?;
         }
         Ok(ms as f64)
     }

@@ -74,8 +74,8 @@ mod tests {
         if std::env::var("MXMOE_BLESS").is_ok_and(|v| v == "1") {
             std::fs::write(&path, &want).unwrap();
         }
-        let got = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let got =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(
             got == want,
             "{PATH} differs from the format table; run MXMOE_BLESS=1 cargo test --lib \
@@ -83,6 +83,8 @@ mod tests {
         );
         // Spot checks against the contract's own numbers (NUMERICS.md 1), not the generator.
         assert!(got.contains("case FMT_MXFP4: return MxSpec{0u, 2u, 1u, 1, 2, 4u, 0x7u, 0x8u"));
-        assert!(got.contains("case FMT_MXFP8_E4M3: return MxSpec{0u, 4u, 3u, 7, 8, 8u, 0x7eu, 0x80u"));
+        assert!(
+            got.contains("case FMT_MXFP8_E4M3: return MxSpec{0u, 4u, 3u, 7, 8, 8u, 0x7eu, 0x80u")
+        );
     }
 }

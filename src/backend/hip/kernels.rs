@@ -2,9 +2,17 @@
 //! one that serves a device.
 
 /// PTX for NVIDIA compute capability 9.x and up (NUL-terminated for cuModuleLoadData).
-pub static PTX_SM90: &[u8] = concat!(include_str!(concat!(env!("OUT_DIR"), "/mxmoe_sm90.ptx")), "\0").as_bytes();
+pub static PTX_SM90: &[u8] = concat!(
+    include_str!(concat!(env!("OUT_DIR"), "/mxmoe_sm90.ptx")),
+    "\0"
+)
+.as_bytes();
 /// PTX for compute capability 8.x (Ampere, Ada).
-pub static PTX_SM80: &[u8] = concat!(include_str!(concat!(env!("OUT_DIR"), "/mxmoe_sm80.ptx")), "\0").as_bytes();
+pub static PTX_SM80: &[u8] = concat!(
+    include_str!(concat!(env!("OUT_DIR"), "/mxmoe_sm80.ptx")),
+    "\0"
+)
+.as_bytes();
 /// The gfx942 code object (MI300X, MI300A, MI325X).
 pub static GFX942: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mxmoe_gfx942.hsaco"));
 /// The gfx950 code object (MI350X, MI355X).
@@ -14,14 +22,21 @@ pub static BUILT_WITH: &str = include_str!(concat!(env!("OUT_DIR"), "/mxmoe_hip_
 
 /// Every code object: (target name, bytes).
 pub fn all() -> [(&'static str, &'static [u8]); 4] {
-    [("sm_90 PTX", PTX_SM90), ("sm_80 PTX", PTX_SM80), ("gfx942", GFX942), ("gfx950", GFX950)]
+    [
+        ("sm_90 PTX", PTX_SM90),
+        ("sm_80 PTX", PTX_SM80),
+        ("gfx942", GFX942),
+        ("gfx950", GFX950),
+    ]
 }
 
 /// The code object for a device architecture ("sm_90", "gfx942", ...): its name and bytes, or
 /// why none serves it.
 pub fn for_arch(arch: &str) -> Result<(&'static str, &'static [u8]), String> {
     if let Some(cc) = arch.strip_prefix("sm_") {
-        let cc: u32 = cc.parse().map_err(|_| format!("unknown NVIDIA architecture {arch}"))?;
+        let cc: u32 = cc
+            .parse()
+            .map_err(|_| format!("unknown NVIDIA architecture {arch}"))?;
         return match cc {
             90.. => Ok(("sm_90 PTX", PTX_SM90)),
             80..=89 => Ok(("sm_80 PTX", PTX_SM80)),
@@ -147,7 +162,10 @@ mod tests {
             for n in NAMES.iter().chain(&NAMES_MORE) {
                 assert!(entries.contains_key(*n), "{what}: kernel {n} missing");
             }
-            let gemms: Vec<_> = entries.keys().filter(|n| n.starts_with("moe_gemm")).collect();
+            let gemms: Vec<_> = entries
+                .keys()
+                .filter(|n| n.starts_with("moe_gemm"))
+                .collect();
             assert_eq!(gemms.len(), 12, "{what}: {gemms:?}");
             for (n, t) in &entries {
                 if n.starts_with("moe_gemm") {
@@ -155,10 +173,16 @@ mod tests {
                         t.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
                         "{what}: {n} has no bf16 mma.sync"
                     );
-                    assert!(t.contains("ldmatrix.sync.aligned"), "{what}: {n} has no ldmatrix");
+                    assert!(
+                        t.contains("ldmatrix.sync.aligned"),
+                        "{what}: {n} has no ldmatrix"
+                    );
                 }
                 if hot(n) {
-                    assert!(!t.contains(".local"), "{what}: {n} uses local memory (a private array)");
+                    assert!(
+                        !t.contains(".local"),
+                        "{what}: {n} uses local memory (a private array)"
+                    );
                 }
             }
         }
@@ -178,7 +202,11 @@ mod tests {
         c.push(format!("{rocm}/llvm/bin/llvm-{tool}"));
         c.push(format!("llvm-{tool}"));
         for t in &c {
-            if Command::new(t).arg("--version").output().is_ok_and(|o| o.status.success()) {
+            if Command::new(t)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+            {
                 return t.clone();
             }
         }
@@ -200,7 +228,11 @@ mod tests {
             .arg(&path)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let mut m = BTreeMap::new();
         let mut cur: Option<(String, String)> = None;
@@ -210,7 +242,12 @@ mod tests {
                 if let Some((n, t)) = cur.take() {
                     m.insert(n, t);
                 }
-                let n = l.split('<').nth(1).unwrap().trim_end_matches(">:").to_string();
+                let n = l
+                    .split('<')
+                    .nth(1)
+                    .unwrap()
+                    .trim_end_matches(">:")
+                    .to_string();
                 cur = Some((n, String::new()));
             } else if let Some((_, t)) = cur.as_mut() {
                 t.push_str(l);
@@ -220,8 +257,16 @@ mod tests {
         if let Some((n, t)) = cur {
             m.insert(n, t);
         }
-        let notes = Command::new(llvm_tool("readelf")).args(["--notes"]).arg(&path).output().unwrap();
-        assert!(notes.status.success(), "{}", String::from_utf8_lossy(&notes.stderr));
+        let notes = Command::new(llvm_tool("readelf"))
+            .args(["--notes"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            notes.status.success(),
+            "{}",
+            String::from_utf8_lossy(&notes.stderr)
+        );
         (m, String::from_utf8_lossy(&notes.stdout).into_owned())
     }
 
@@ -230,7 +275,14 @@ mod tests {
         let mut m = BTreeMap::new();
         let mut name = String::new();
         let mut v = (0, 0, 0);
-        let num = |l: &str| l.rsplit(':').next().unwrap().trim().parse::<u64>().unwrap_or(u64::MAX);
+        let num = |l: &str| {
+            l.rsplit(':')
+                .next()
+                .unwrap()
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(u64::MAX)
+        };
         for l in notes.lines().map(str::trim) {
             if let Some(n) = l.strip_prefix(".name:") {
                 if !name.is_empty() {
@@ -261,7 +313,10 @@ mod tests {
                 expected.extend(NAMES_GFX950);
             }
             for n in &expected {
-                assert!(funcs.contains_key(*n), "{target}: kernel {n} not in the disassembly");
+                assert!(
+                    funcs.contains_key(*n),
+                    "{target}: kernel {n} not in the disassembly"
+                );
             }
             let mut checked = 0;
             for (n, text) in &funcs {
@@ -276,12 +331,23 @@ mod tests {
                         "{target}: {n} has no scaled MFMA"
                     );
                 } else {
-                    assert!(text.contains("v_mfma_f32_16x16x16_bf16"), "{target}: {n} has no bf16 MFMA");
+                    assert!(
+                        text.contains("v_mfma_f32_16x16x16_bf16"),
+                        "{target}: {n} has no bf16 MFMA"
+                    );
                 }
             }
-            assert_eq!(checked, if target == "gfx950" { 26 } else { 12 }, "{target}: GEMM kernels");
+            assert_eq!(
+                checked,
+                if target == "gfx950" { 26 } else { 12 },
+                "{target}: GEMM kernels"
+            );
             let sc = scratch(&notes);
-            assert!(sc.len() >= expected.len(), "{target}: metadata lists {} kernels", sc.len());
+            assert!(
+                sc.len() >= expected.len(),
+                "{target}: metadata lists {} kernels",
+                sc.len()
+            );
             // Scratch = private segment memory (VGPR spills go there); SGPR spills land in VGPR
             // lanes and cost no memory traffic while the private segment stays empty.
             for (n, (private, vspill, _sspill)) in &sc {

@@ -176,13 +176,17 @@ impl HipBackend {
     /// (no library / no device / no code object for this architecture) otherwise.
     pub fn new() -> Result<Self, BackendError> {
         let dev = Arc::new(Driver::open_device()?);
-        let (co, image) = kernels::for_arch(&dev.arch).map_err(|reason| BackendError::Unavailable {
-            backend: "hip",
-            reason: format!("{} ({}): {reason}", dev.name, dev.arch),
-        })?;
+        let (co, image) =
+            kernels::for_arch(&dev.arch).map_err(|reason| BackendError::Unavailable {
+                backend: "hip",
+                reason: format!("{} ({}): {reason}", dev.name, dev.arch),
+            })?;
         dev.make_current()?;
-        let mut names: Vec<&'static str> =
-            kernels::NAMES.iter().chain(&kernels::NAMES_MORE).copied().collect();
+        let mut names: Vec<&'static str> = kernels::NAMES
+            .iter()
+            .chain(&kernels::NAMES_MORE)
+            .copied()
+            .collect();
         if dev.arch == "gfx950" {
             names.extend(kernels::NAMES_GFX950);
         }
@@ -254,7 +258,9 @@ impl HipBackend {
         let w = kernels::mx_name(l.scheme.weight)?;
         let a = kernels::mx_name(l.scheme.activation?)?;
         let name = format!("{w}_{a}");
-        let known = kernels::NAMES_GFX950.iter().any(|n| n.ends_with(&format!("_mx_{name}")));
+        let known = kernels::NAMES_GFX950
+            .iter()
+            .any(|n| n.ends_with(&format!("_mx_{name}")));
         known.then_some(name)
     }
 
@@ -272,7 +278,13 @@ impl HipBackend {
         Ok(b)
     }
 
-    fn launch(&self, k: &str, grid: (u32, u32), block: u32, args: &mut [*mut c_void]) -> Result<(), BackendError> {
+    fn launch(
+        &self,
+        k: &str,
+        grid: (u32, u32),
+        block: u32,
+        args: &mut [*mut c_void],
+    ) -> Result<(), BackendError> {
         let f = *self
             .funcs
             .get(k)
@@ -280,7 +292,13 @@ impl HipBackend {
         self.dev.launch(f as *mut c_void, grid, block, args)
     }
 
-    pub fn quantize(&self, format: MxFormat, mode: ScaleMode, x: &[f32], shape: &[usize]) -> Result<MxTensor, BackendError> {
+    pub fn quantize(
+        &self,
+        format: MxFormat,
+        mode: ScaleMode,
+        x: &[f32],
+        shape: &[usize],
+    ) -> Result<MxTensor, BackendError> {
         ops::validate_quantize(x, shape)?;
         let _g = self.guard()?;
         let nb = x.len() / BLOCK;
@@ -319,7 +337,13 @@ impl HipBackend {
         Ok(bytemuck::pod_collect_to_vec(&out.read(nb * BLOCK * 4)?))
     }
 
-    pub fn qdq(&self, format: MxFormat, mode: ScaleMode, x: &[f32], k: usize) -> Result<Vec<f32>, BackendError> {
+    pub fn qdq(
+        &self,
+        format: MxFormat,
+        mode: ScaleMode,
+        x: &[f32],
+        k: usize,
+    ) -> Result<Vec<f32>, BackendError> {
         ops::validate_qdq(x, k)?;
         if k == 0 || !k.is_multiple_of(BLOCK) {
             return Err(FormatError::NotBlockMultiple(k).into());
@@ -339,7 +363,13 @@ impl HipBackend {
         Ok(bytemuck::pod_collect_to_vec(&out.read(x.len() * 4)?))
     }
 
-    pub fn route(&self, cfg: &RouterConfig, logits: &[f32], n_experts: usize, bias: Option<&[f32]>) -> Result<Routing, BackendError> {
+    pub fn route(
+        &self,
+        cfg: &RouterConfig,
+        logits: &[f32],
+        n_experts: usize,
+        bias: Option<&[f32]>,
+    ) -> Result<Routing, BackendError> {
         let m = ops::validate_route(cfg, logits, n_experts, bias)?;
         let op = Op::route_of(cfg, n_experts, bias.is_some());
         if let Support::Unsupported { reason } = self.supports(&op) {
@@ -356,7 +386,12 @@ impl HipBackend {
         };
         let ids = self.out(m * k * 4)?;
         let w = self.out(m * k * 4)?;
-        self.launch("mx_route", (m as u32, 1), 64, &mut args!(p, lb.ptr, bb.ptr, ids.ptr, w.ptr))?;
+        self.launch(
+            "mx_route",
+            (m as u32, 1),
+            64,
+            &mut args!(p, lb.ptr, bb.ptr, ids.ptr, w.ptr),
+        )?;
         self.dev.synchronize()?;
         Ok(Routing {
             top_k: k,
@@ -368,7 +403,11 @@ impl HipBackend {
     /// Upload a layer's weights once.
     pub fn prepare(&self, layer: &MoeLayer) -> Result<HipLayer, BackendError> {
         layer.validate()?;
-        let op = Op::moe_of(&layer.config, layer.weights.e_score_correction_bias.is_some(), false);
+        let op = Op::moe_of(
+            &layer.config,
+            layer.weights.e_score_correction_bias.is_some(),
+            false,
+        );
         if let Support::Unsupported { reason } = self.supports(&op) {
             return Err(unsupported(&op, reason));
         }
@@ -390,17 +429,23 @@ impl HipBackend {
                 .as_deref()
                 .map(|m| self.dev.upload(bytemuck::cast_slice(m)))
                 .transpose()?,
-            route_bias: opt(
-                w.e_score_correction_bias
-                    .as_deref()
-                    .filter(|b| wroute::uses_bias(&layer.config.router, Some(b))),
-            )?,
+            route_bias: opt(w
+                .e_score_correction_bias
+                .as_deref()
+                .filter(|b| wroute::uses_bias(&layer.config.router, Some(b))))?,
             dummy: self.dev.alloc(16)?,
         })
     }
 
     /// One forward of a prepared layer; with `timed`, GPU time per kernel (events).
-    pub fn moe(&self, g: &HipLayer, hidden: &[f32], logits: &[f32], opts: MoeOptions, timed: bool) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
+    pub fn moe(
+        &self,
+        g: &HipLayer,
+        hidden: &[f32],
+        logits: &[f32],
+        opts: MoeOptions,
+        timed: bool,
+    ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
         let l = &g.config;
         let m = ops::validate_moe(l, hidden, logits)?;
         ops::validate_route(&l.router, logits, l.n_experts, None)?;
@@ -442,14 +487,22 @@ impl HipBackend {
             has_bias2: g.bias2.is_some() as u32,
             on_input: l.router.apply_router_weight_on_input as u32,
             weight_fmt: l.scheme.weight.id(),
-            act_fmt: l.scheme.activation.map_or(crate::backend::wgpu::source::FMT_NONE, |f| f.id()),
+            act_fmt: l
+                .scheme
+                .activation
+                .map_or(crate::backend::wgpu::source::FMT_NONE, |f| f.id()),
             act_mode: l.act_scale_mode.id(),
             activation: l.activation.id(),
             round_bf16: (opts.intermediate == Intermediate::Bf16) as u32,
             tile_m: tile_m as u32,
         };
         let mut marks: Vec<(String, Event, Event)> = Vec::new();
-        let mut run = |label: &str, k: &str, grid: (u32, u32), block: u32, a: &mut [*mut c_void]| -> Result<(), BackendError> {
+        let mut run = |label: &str,
+                       k: &str,
+                       grid: (u32, u32),
+                       block: u32,
+                       a: &mut [*mut c_void]|
+         -> Result<(), BackendError> {
             if timed {
                 let (s, e) = (dev.event()?, dev.event()?);
                 s.record()?;
@@ -463,14 +516,32 @@ impl HipBackend {
         };
         let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
         let rb = g.route_bias.as_ref().unwrap_or(&g.dummy).ptr;
-        run("route", "mx_route", (m as u32, 1), 64, &mut args!(rp, logits_b.ptr, rb, ids.ptr, topw.ptr))?;
+        run(
+            "route",
+            "mx_route",
+            (m as u32, 1),
+            64,
+            &mut args!(rp, logits_b.ptr, rb, ids.ptr, topw.ptr),
+        )?;
         let map = g.map.as_ref().unwrap_or(&g.dummy).ptr;
-        run("moe/lists", "moe_lists", (1, 1), 256, &mut args!(p, ids.ptr, map, rows.ptr, slot.ptr, tiles.ptr))?;
+        run(
+            "moe/lists",
+            "moe_lists",
+            (1, 1),
+            256,
+            &mut args!(p, ids.ptr, map, rows.ptr, slot.ptr, tiles.ptr),
+        )?;
         let x_in = match (&xq, l.scheme.activation) {
             (Some(xq), Some(f)) => {
                 let nb = (m * h / BLOCK) as u32;
                 let (fi, mi) = (f.id(), l.act_scale_mode.id());
-                run("moe/input_qdq", "mx_qdq", (nb.div_ceil(256), 1), 256, &mut args!(hidden_b.ptr, xq.ptr, nb, fi, mi))?;
+                run(
+                    "moe/input_qdq",
+                    "mx_qdq",
+                    (nb.div_ceil(256), 1),
+                    256,
+                    &mut args!(hidden_b.ptr, xq.ptr, nb, fi, mi),
+                )?;
                 xq.ptr
             }
             _ => hidden_b.ptr,
@@ -482,44 +553,133 @@ impl HipBackend {
         let (g1, g2) = ((mt, (inter / 32) as u32), (mt, h.div_ceil(64) as u32));
         if gemv {
             let (k1, k2) = (format!("moe_gemv1_cb{cb}"), format!("moe_gemv2_cb{cb}"));
-            run("moe/gemv1", &k1, g1, 256, &mut args!(p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw.ptr))?;
-            run("moe/gemv2", &k2, g2, 256, &mut args!(p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr))?;
+            run(
+                "moe/gemv1",
+                &k1,
+                g1,
+                256,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw.ptr
+                ),
+            )?;
+            run(
+                "moe/gemv2",
+                &k2,
+                g2,
+                256,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr
+                ),
+            )?;
         } else if let Some(mx) = self.scaled_mfma(l) {
             // gfx950: the scaled MFMA multiplies the MX codes of the weights and of the
             // activations (quantized here with the activation format and scale mode).
             let (k1, k2) = (format!("moe_gemm1_mx_{mx}"), format!("moe_gemm2_mx_{mx}"));
-            let af = l.scheme.activation.expect("scaled_mfma needs MX activations");
+            let af = l
+                .scheme
+                .activation
+                .expect("scaled_mfma needs MX activations");
             let (fi, mi) = (af.id(), l.act_scale_mode.id());
             let cba = af.spec().code_bits as usize;
             let nb1 = (m * h / BLOCK) as u32;
             let xc = dev.alloc(nb1 as usize * cba * 4)?;
             let xs = dev.alloc(nb1 as usize)?;
-            run("moe/quantize_x", "mx_quantize", (nb1.div_ceil(256), 1), 256, &mut args!(hidden_b.ptr, xc.ptr, xs.ptr, nb1, fi, mi))?;
-            run("moe/gemm1", &k1, g1, 256, &mut args!(p, rows.ptr, tiles.ptr, xc.ptr, xs.ptr, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw.ptr))?;
+            run(
+                "moe/quantize_x",
+                "mx_quantize",
+                (nb1.div_ceil(256), 1),
+                256,
+                &mut args!(hidden_b.ptr, xc.ptr, xs.ptr, nb1, fi, mi),
+            )?;
+            run(
+                "moe/gemm1",
+                &k1,
+                g1,
+                256,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, xc.ptr, xs.ptr, g.w13.ptr, g.s13.ptr, a2.ptr, b13,
+                    topw.ptr
+                ),
+            )?;
             let nb2 = (na * inter / BLOCK) as u32;
             let ac = dev.alloc(nb2 as usize * cba * 4)?;
             let asc = dev.alloc(nb2 as usize)?;
-            run("moe/quantize_a", "mx_quantize", (nb2.div_ceil(256), 1), 256, &mut args!(a2.ptr, ac.ptr, asc.ptr, nb2, fi, mi))?;
-            run("moe/gemm2", &k2, g2, 256, &mut args!(p, rows.ptr, tiles.ptr, ac.ptr, asc.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr))?;
+            run(
+                "moe/quantize_a",
+                "mx_quantize",
+                (nb2.div_ceil(256), 1),
+                256,
+                &mut args!(a2.ptr, ac.ptr, asc.ptr, nb2, fi, mi),
+            )?;
+            run(
+                "moe/gemm2",
+                &k2,
+                g2,
+                256,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, ac.ptr, asc.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2,
+                    topw.ptr
+                ),
+            )?;
         } else {
             // Activations as bf16 for the matrix cores: exact for QDQ'd values; hi + lo for the
             // unquantized activations of weight-only schemes (`split`).
             let split = l.scheme.activation.is_none();
             let sfx = if split { "_split" } else { "" };
-            let (k1, k2) = (format!("moe_gemm1{sfx}_cb{cb}"), format!("moe_gemm2{sfx}_cb{cb}"));
+            let (k1, k2) = (
+                format!("moe_gemm1{sfx}_cb{cb}"),
+                format!("moe_gemm2{sfx}_cb{cb}"),
+            );
             let block = gemm_threads(&dev.arch);
             let n1 = (m * h) as u64;
             let xh = dev.alloc(m * h * 2)?;
-            let xl = if split { Some(dev.alloc(m * h * 2)?) } else { None };
+            let xl = if split {
+                Some(dev.alloc(m * h * 2)?)
+            } else {
+                None
+            };
             let xlp = xl.as_ref().map_or(0u64, |b| b.ptr);
-            run("moe/to_bf16", "mx_to_bf16", (n1.div_ceil(256) as u32, 1), 256, &mut args!(x_in, xh.ptr, xlp, n1))?;
-            run("moe/gemm1", &k1, g1, block, &mut args!(p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw.ptr))?;
+            run(
+                "moe/to_bf16",
+                "mx_to_bf16",
+                (n1.div_ceil(256) as u32, 1),
+                256,
+                &mut args!(x_in, xh.ptr, xlp, n1),
+            )?;
+            run(
+                "moe/gemm1",
+                &k1,
+                g1,
+                block,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, a2.ptr, b13,
+                    topw.ptr
+                ),
+            )?;
             let n2 = (na * inter) as u64;
             let ah = dev.alloc(na * inter * 2)?;
-            let al = if split { Some(dev.alloc(na * inter * 2)?) } else { None };
+            let al = if split {
+                Some(dev.alloc(na * inter * 2)?)
+            } else {
+                None
+            };
             let alp = al.as_ref().map_or(0u64, |b| b.ptr);
-            run("moe/to_bf16", "mx_to_bf16", (n2.div_ceil(256) as u32, 1), 256, &mut args!(a2.ptr, ah.ptr, alp, n2))?;
-            run("moe/gemm2", &k2, g2, block, &mut args!(p, rows.ptr, tiles.ptr, ah.ptr, alp, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr))?;
+            run(
+                "moe/to_bf16",
+                "mx_to_bf16",
+                (n2.div_ceil(256) as u32, 1),
+                256,
+                &mut args!(a2.ptr, ah.ptr, alp, n2),
+            )?;
+            run(
+                "moe/gemm2",
+                &k2,
+                g2,
+                block,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, ah.ptr, alp, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr
+                ),
+            )?;
         }
         run(
             "moe/combine",
