@@ -215,7 +215,8 @@ impl Backend {
     pub fn notes(&self) -> Vec<String> {
         match self {
             Backend::Wgpu(b) => b.notes(),
-            Backend::Cpu(_) | Backend::Hip(_) => Vec::new(),
+            Backend::Hip(b) => b.notes(),
+            Backend::Cpu(_) => Vec::new(),
         }
     }
 

@@ -224,6 +224,33 @@ impl HipBackend {
         )
     }
 
+    /// Kernel choices, in words (for `info` and bench results).
+    pub fn notes(&self) -> Vec<String> {
+        let built = kernels::BUILT_WITH
+            .lines()
+            .find(|l| {
+                let t = self.code_object.split(' ').next().unwrap_or("");
+                l.starts_with(&t.replace('_', ""))
+            })
+            .unwrap_or("");
+        let mma = if self.dev.arch.starts_with("gfx") {
+            "v_mfma_f32_16x16x16_bf16"
+        } else {
+            "mma.sync m16n8k16 bf16"
+        };
+        let mut v = vec![
+            format!("code object: {} ({built})", self.code_object),
+            format!(
+                "expert kernels: grouped GEMV up to {GEMV_PAIRS_PER_EXPERT} token-expert pair \
+                 per local expert, else the grouped GEMM on {mma}"
+            ),
+        ];
+        if self.dev.arch == "gfx950" {
+            v.push("MX-float schemes: v_mfma_scale_f32_16x16x128_f8f6f4 on the MX codes".into());
+        }
+        v
+    }
+
     /// Test hook: fill outputs with [`POISON`] before every run.
     pub fn set_poison(&self, on: bool) {
         self.poison.store(on, Ordering::Relaxed);

@@ -92,6 +92,9 @@ impl HipBackend {
         not_compiled()
     }
     pub fn set_poison(&self, _: bool) {}
+    pub fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A device the HIP backend could run on (`mxmoe info`); none without the feature.
