@@ -28,13 +28,6 @@ typedef unsigned short u16;
 #define MX_KERNEL(n) extern "C" __attribute__((global)) __attribute__((launch_bounds(n)))
 #define MX_KERNEL_OCC(n, b) extern "C" __attribute__((global)) __attribute__((launch_bounds(n, b)))
 #endif
-// AMD: let a kernel use up to 256 VGPRs (two waves per SIMD) instead of the default budget
-// that aims at more occupancy; for the register-heavy decode GEMV. No-op elsewhere.
-#if defined(__AMDGCN__)
-#define MX_REGS_256 __attribute__((amdgpu_waves_per_eu(1, 2)))
-#else
-#define MX_REGS_256
-#endif
 
 #if defined(__AMDGCN__)
 #define MX_AMD 1
