@@ -15,6 +15,10 @@
 //                                          width)
 //   moe_combine                            shaders/moe_combine.wgsl
 //   moe_gemm{1,2}_mx_<w>_<a> (gfx950)      v_mfma_scale_f32_16x16x128_f8f6f4 on the packed codes
+//
+// Over 600 lines: one translation unit on purpose, so that each target is one clang invocation
+// and one code object (build.rs) and every kernel shares the inlined helpers; the sections
+// above follow the WGSL files one to one.
 #include "mx_common.h"
 #include "exact_math.h"
 #include "mx_fragment.h"

@@ -11,6 +11,9 @@
 //!
 //! UNSUPPORTED (reported, never silently run): stage taps, more than 1024 experts, top_k > 32,
 //! more than 32 groups (the route and lists kernels' shared arrays).
+//!
+//! Over 600 lines (rustfmt's layout of the kernel-argument lists is most of it): one type whose
+//! ops share the device, the op lock, poisoning and the launch helper, as `wgpu/context.rs`.
 
 use super::driver::{DevBuf, Device, Driver, Event};
 
