@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command of README.md: installs what the tests need (when it can), then runs every
-# test of the workspace. GPU tests run on a real GPU when one is present, else on Mesa lavapipe
+# test of the workspace, with the HIP backend built (--features hip). GPU tests run on a real GPU when one is present, else on Mesa lavapipe
 # (software Vulkan); with MXMOE_REQUIRE_GPU=1 (the default here) a missing adapter FAILS them
 # instead of reporting SKIPPED.
 set -euo pipefail
@@ -13,6 +13,16 @@ if command -v dpkg-query >/dev/null 2>&1; then
   # for the viewer's windowed smoke test.
   for p in libvulkan1 mesa-vulkan-drivers xvfb xauth libxkbcommon-x11-0 libxkbcommon0 libx11-6 \
            libxcursor1 libxrandr2 libxi6 libgl1 libegl1 libwayland-client0 fonts-dejavu-core; do
+    have_pkg "$p" || need+=("$p")
+  done
+fi
+# The HIP backend's compilers (feature hip; MXMOE_TEST_HIP=0 tests without it): clang-19 + lld-19
+# (PTX, gfx942), clang-22 + lld-22 (gfx950; Debian 12: bookworm-security), llvm-22 (llvm-objdump
+# and llvm-readelf for the disassembly tests). A machine with ROCm may use its clang instead
+# (build.rs; then set MXMOE_TEST_HIP_PKGS=0 to skip these packages).
+hip_pkgs=(clang-19 lld-19 clang-22 lld-22 llvm-22)
+if [ "${MXMOE_TEST_HIP:-1}" != 0 ] && [ "${MXMOE_TEST_HIP_PKGS:-1}" != 0 ] && command -v dpkg-query >/dev/null 2>&1; then
+  for p in "${hip_pkgs[@]}"; do
     have_pkg "$p" || need+=("$p")
   done
 fi
@@ -33,7 +43,13 @@ export MXMOE_REQUIRE_GPU="${MXMOE_REQUIRE_GPU:-1}"
 export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
 log="$(mktemp)"
 set +e
-cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
+features=()
+if [ "${MXMOE_TEST_HIP:-1}" != 0 ]; then
+  # Build the HIP kernels for gfx942, gfx950 and NVIDIA and test them (without a HIP-capable GPU
+  # the backend's catalog cases are SKIPPED with the reason; MXMOE_REQUIRE_HIP=1 fails them).
+  features=(--features mxmoe/hip)
+fi
+cargo test --workspace --no-fail-fast "${features[@]}" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 

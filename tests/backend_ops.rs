@@ -3,7 +3,8 @@
 //!
 //! Every kind in `BackendKind::ALL` is opened with outputs poisoned; one that cannot be opened
 //! is reported SKIPPED, or FAILS when it is compiled in and `MXMOE_REQUIRE_GPU=1` (the default
-//! of `scripts/test.sh`). Each quick-suite case runs on each open backend against the CPU
+//! of `scripts/test.sh`; for the HIP backend `MXMOE_REQUIRE_HIP=1`, since CI builds it but has
+//! no GPU for it). Each quick-suite case runs on each open backend against the CPU
 //! reference: bit-exact for quantize / dequantize / QDQ and routing ids, routing weights bit-exact
 //! or within a typed tolerance (as each case says), MoE outputs within a tolerance, an error for
 //! invalid inputs. An op a backend does not
@@ -30,8 +31,18 @@ fn backends() -> &'static [Opened] {
         for o in &opened {
             match &o.backend {
                 Ok(b) => eprintln!("{}: {}", o.name, b.adapter()),
-                Err(e) if o.fails => eprintln!("{}: FAIL ({e}; MXMOE_REQUIRE_GPU=1)", o.name),
-                Err(e) => eprintln!("{}: SKIPPED ({e}; set MXMOE_REQUIRE_GPU=1 to fail)", o.name),
+                Err(e) if o.fails => {
+                    eprintln!(
+                        "{}: FAIL ({e}; {}=1)",
+                        o.name,
+                        check::run::require_var(&o.name)
+                    )
+                }
+                Err(e) => eprintln!(
+                    "{}: SKIPPED ({e}; set {}=1 to fail)",
+                    o.name,
+                    check::run::require_var(&o.name)
+                ),
             }
         }
         opened

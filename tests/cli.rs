@@ -857,15 +857,23 @@ fn check_json_keeps_its_fields() {
     assert!(cases.iter().any(|c| c["name"] == "qdq/mxfp4/even/special"));
     assert_eq!(v["totals"]["cases"].as_u64().unwrap() as usize, cases.len());
     assert_eq!(v["totals"]["passed"], v["totals"]["cases"]);
-    let r = run(&["check", "--backend", "hip", "--json", s(&j)]);
-    assert!(!r.ok, "{}{}", r.stdout, r.stderr);
+    // The HIP backend named explicitly: not compiled in, or built (`--features hip`) on a
+    // machine without a HIP-capable GPU, is a failure naming the reason; on a machine with a
+    // GPU it runs the catalog, which must pass.
+    let r = run(&["check", "--backend", "hip", "--suite", "quick", "--json", s(&j)]);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).unwrap()).unwrap();
-    assert_eq!(v["backends"][0]["backend"], "hip");
-    assert_eq!(v["backends"][0]["status"], "FAIL");
-    assert!(v["backends"][0]["reason"]
-        .as_str()
-        .unwrap()
-        .contains("not compiled"));
+    let h = &v["backends"][0];
+    assert_eq!(h["backend"], "hip");
+    if let Some(reason) = h["reason"].as_str() {
+        assert!(!r.ok, "{}{}", r.stdout, r.stderr);
+        assert_eq!(h["status"], "FAIL");
+        let want = if cfg!(feature = "hip") { "unavailable" } else { "not compiled" };
+        assert!(reason.contains(want), "{reason}");
+    } else {
+        assert!(cfg!(feature = "hip"), "hip ran without the feature: {h}");
+        assert!(r.ok, "{}{}", r.stdout, r.stderr);
+        assert!(h["cases"].as_array().is_some_and(|c| c.len() > 300), "{h}");
+    }
     let bad = run(&["check", "--suite", "huge"]);
     assert!(!bad.ok && bad.stderr.contains("unknown suite"));
 }

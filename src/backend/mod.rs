@@ -8,20 +8,21 @@
 //! inputs and ±0); routing gives exactly the CPU ids; MoE outputs agree with the CPU reference
 //! within a relative-L2 bound (GEMM accumulation order differs between backends).
 //!
-//! Where each op lives (CPU = the reference; the HIP backend has no kernels yet):
+//! Where each op lives (CPU = the reference; HIP = `hip/mxmoe.cu`, host side
+//! `backend/hip/real.rs`):
 //!
 //! | op | CPU | WGSL (shader / host) | HIP |
 //! |---|---|---|---|
-//! | element codec, E8M0, packing | `format/{codec,scale,pack}.rs` | `shaders/mx_common.wgsl` (+ the preamble of `wgpu/source.rs`) | - |
-//! | quantize, dequantize, QDQ | `format/tensor.rs` | `shaders/quant.wgsl` / `wgpu/quant.rs` | - |
-//! | route | `moe/route.rs` + `moe/exact_math.rs` | `shaders/route.wgsl` + `shaders/exact_math.wgsl` / `wgpu/route.rs` | - |
-//! | expert lists | (`moe/reference.rs`, `assignments_by_expert`) | `shaders/moe_lists.wgsl` / `wgpu/moe.rs` | - |
-//! | grouped GEMM (prefill) | `moe/reference.rs` | `shaders/moe_gemm.wgsl` / `wgpu/moe.rs` | - |
-//! | grouped GEMV (decode) | `moe/reference.rs` | `shaders/moe_gemv.wgsl` + `moe_gemv_fp4_{table,registers}.wgsl` + `moe_gemv_reduce_{subgroup,shared}.wgsl` / `wgpu/moe.rs` | - |
-//! | activation + intermediate QDQ | `moe/reference.rs` (`activate`, `qdq_slice`) | the GEMM1/GEMV1 epilogues (`shaders/moe_common.wgsl`) | - |
-//! | combine | `moe/reference.rs` | `shaders/moe_combine.wgsl` / `wgpu/moe.rs` | - |
+//! | element codec, E8M0, packing | `format/{codec,scale,pack}.rs` | `shaders/mx_common.wgsl` (+ the preamble of `wgpu/source.rs`) | `hip/mx_common.h` (+ `hip/mx_formats.h` from `hip/header.rs`) |
+//! | quantize, dequantize, QDQ | `format/tensor.rs` | `shaders/quant.wgsl` / `wgpu/quant.rs` | `mx_quantize`, `mx_dequantize`, `mx_qdq` |
+//! | route | `moe/route.rs` + `moe/exact_math.rs` | `shaders/route.wgsl` + `shaders/exact_math.wgsl` / `wgpu/route.rs` | `mx_route` + `hip/exact_math.h` |
+//! | expert lists | (`moe/reference.rs`, `assignments_by_expert`) | `shaders/moe_lists.wgsl` / `wgpu/moe.rs` | `moe_lists` |
+//! | grouped GEMM (prefill) | `moe/reference.rs` | `shaders/moe_gemm.wgsl` / `wgpu/moe.rs` | `moe_gemm{1,2}[_split]` on `hip/mx_fragment.h` |
+//! | grouped GEMV (decode) | `moe/reference.rs` | `shaders/moe_gemv.wgsl` + `moe_gemv_fp4_{table,registers}.wgsl` + `moe_gemv_reduce_{subgroup,shared}.wgsl` / `wgpu/moe.rs` | `moe_gemv{1,2}_cb{4,6,8}` |
+//! | activation + intermediate QDQ | `moe/reference.rs` (`activate`, `qdq_slice`) | the GEMM1/GEMV1 epilogues (`shaders/moe_common.wgsl`) | the gemm1 / gemv1 epilogues |
+//! | combine | `moe/reference.rs` | `shaders/moe_combine.wgsl` / `wgpu/moe.rs` | `moe_combine` |
 //! | op descriptors, validation | `backend/ops.rs` | (shared) | (shared) |
-//! | dispatch | `backend/cpu/mod.rs` | `backend/wgpu/mod.rs` | `backend/hip/mod.rs` (stub) |
+//! | dispatch | `backend/cpu/mod.rs` | `backend/wgpu/mod.rs` | `backend/hip/real.rs` (feature `hip`; `stub.rs` without) |
 
 pub mod cpu;
 pub mod hip;
@@ -51,6 +52,13 @@ pub enum BackendError {
     },
     #[error("backend '{0}' is not compiled in (rebuild with --features {0})")]
     NotCompiled(&'static str),
+    /// Compiled in, but cannot run here: no driver library, no device, or no code object for
+    /// the device's architecture (the reason says which).
+    #[error("backend '{backend}' is unavailable: {reason}")]
+    Unavailable {
+        backend: &'static str,
+        reason: String,
+    },
     #[error("no GPU adapter found{0}")]
     NoAdapter(String),
     #[error("GPU device error: {0}")]
@@ -217,7 +225,8 @@ impl Backend {
     pub fn notes(&self) -> Vec<String> {
         match self {
             Backend::Wgpu(b) => b.notes(),
-            Backend::Cpu(_) | Backend::Hip(_) => Vec::new(),
+            Backend::Hip(b) => b.notes(),
+            Backend::Cpu(_) => Vec::new(),
         }
     }
 
@@ -228,7 +237,7 @@ impl Backend {
         match self {
             Backend::Cpu(_) => {}
             Backend::Wgpu(b) => b.set_poison(on),
-            Backend::Hip(_) => {}
+            Backend::Hip(b) => b.set_poison(on),
         }
     }
 
@@ -364,7 +373,7 @@ impl Backend {
         match (self, layer) {
             (Backend::Cpu(b), Prepared::Cpu(l)) => Ok((b.moe(l, hidden, logits, opts)?, None)),
             (Backend::Wgpu(b), Prepared::Wgpu(g)) => b.moe(g, hidden, logits, opts, timed),
-            (Backend::Hip(b), Prepared::Hip(h)) => Ok((b.moe(h, hidden, logits, opts)?, None)),
+            (Backend::Hip(b), Prepared::Hip(h)) => b.moe(h, hidden, logits, opts, timed),
             _ => Err(BackendError::WrongBackend {
                 prepared: layer.backend(),
                 backend: self.name(),

@@ -602,6 +602,24 @@ pub fn require_gpu() -> bool {
     std::env::var("MXMOE_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
+/// Whether `MXMOE_REQUIRE_HIP=1`: the HIP backend, when compiled in (feature `hip`) but not
+/// available (no driver library, no device, no code object for it), FAILS instead of being
+/// SKIPPED. Separate from `MXMOE_REQUIRE_GPU` (which CI sets for the wgpu backend on lavapipe):
+/// CI builds the HIP backend but has no GPU for it.
+pub fn require_hip() -> bool {
+    std::env::var("MXMOE_REQUIRE_HIP").is_ok_and(|v| v == "1")
+}
+
+/// The variable that makes backend `name` required: `MXMOE_REQUIRE_HIP` for the HIP backend,
+/// `MXMOE_REQUIRE_GPU` for the others.
+pub fn require_var(name: &str) -> &'static str {
+    if name == "hip" {
+        "MXMOE_REQUIRE_HIP"
+    } else {
+        "MXMOE_REQUIRE_GPU"
+    }
+}
+
 /// A backend as opened for a conformance run.
 pub struct Opened {
     pub name: String,
@@ -627,8 +645,10 @@ impl Opened {
 /// Open `which` (`all` = every [`BackendKind::ALL`], or one kind name) with outputs poisoned
 /// (GPU backends fill outputs with [`POISON`] before every run). A backend named explicitly
 /// (`cpu`, `wgpu`, `hip`) that cannot be opened is a failure; with `all`, one that cannot be
-/// opened is SKIPPED with its reason, unless `require` is set and it is compiled in without a
-/// device (`MXMOE_REQUIRE_GPU=1`). `auto` falls back to the CPU and never fails to open.
+/// opened is SKIPPED with its reason, unless it is compiled in without a device and required:
+/// `require` (`MXMOE_REQUIRE_GPU=1`) for wgpu, `MXMOE_REQUIRE_HIP=1` for the HIP backend (CI and
+/// most machines have no HIP-capable GPU; see [`require_hip`]). `auto` falls back to the CPU and
+/// never fails to open.
 pub fn open_backends(
     which: &str,
     adapter: Option<&str>,
@@ -652,11 +672,15 @@ pub fn open_backends(
                 }
             }
             Err(e) => {
-                let gpu_required = require && !matches!(e, BackendError::NotCompiled(_));
+                let required = match k {
+                    BackendKind::Hip => require_hip(),
+                    _ => require,
+                };
+                let gpu_required = required && !matches!(e, BackendError::NotCompiled(_));
                 let why = if explicit {
                     format!("--backend {} named explicitly", k.name())
                 } else if gpu_required {
-                    "MXMOE_REQUIRE_GPU=1".to_string()
+                    format!("{}=1", require_var(k.name()))
                 } else {
                     String::new()
                 };

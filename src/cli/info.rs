@@ -30,6 +30,9 @@ pub fn run(_: &InfoArgs) -> Result<()> {
             }
             Err(e) => println!("  {name:<5} unavailable ({e})"),
         }
+        if name == "hip" {
+            print_hip_devices();
+        }
         if name == "wgpu" {
             let adapters = mxmoe::backend::wgpu::enumerate_adapters();
             println!("wgpu adapters ({}):", adapters.len());
@@ -49,4 +52,35 @@ pub fn run(_: &InfoArgs) -> Result<()> {
     println!("scale modes: {}", modes.join(", "));
     println!("schemes: {}", Scheme::ALL.map(|s| s.name()).join(", "));
     Ok(())
+}
+
+/// The HIP devices (name, gfx arch or compute capability, memory, which code object serves it)
+/// and the compilers that built the code objects.
+fn print_hip_devices() {
+    match mxmoe::backend::hip::devices() {
+        Ok(ds) => {
+            println!("hip devices ({}):", ds.len());
+            for d in &ds {
+                println!(
+                    "  - {} ({}, {:.0} GiB, via {}): {}",
+                    d.name,
+                    d.arch,
+                    d.memory_gib,
+                    d.library,
+                    match &d.code_object {
+                        Ok(c) => format!("kernels from the embedded {c}"),
+                        Err(e) => format!("NO KERNELS: {e}"),
+                    }
+                );
+            }
+        }
+        Err(e) => println!("hip devices: none ({e})"),
+    }
+    let built = mxmoe::backend::hip::built_with();
+    if !built.is_empty() {
+        println!("hip code objects built with:");
+        for l in built.lines() {
+            println!("  - {l}");
+        }
+    }
 }

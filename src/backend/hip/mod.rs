@@ -1,94 +1,31 @@
-//! The HIP backend (native AMD MI300 / gfx942 kernels) lives behind the `hip` feature. Without
-//! it (and, for now, with it: no HIP kernels have landed yet) this stub of the same shape
-//! reports `NotCompiled`, so the registry and test runner carry no `cfg` in their match arms.
+//! The HIP backend: one kernel source set in HIP C++ (`hip/`), compiled ahead of time by
+//! build.rs (feature `hip`) to PTX for NVIDIA GPUs and to gfx942 / gfx950 code objects for AMD
+//! Instinct MI300 / MI350, embedded in the library and loaded at run time through the vendor's
+//! driver library (`libamdhip64.so` of ROCm 5/6/7, or the CUDA driver `libcuda.so.1`), opened
+//! with `libloading` (docs/ARCHITECTURE.md says why not `hip-sys`).
+//!
+//! * [`header`]: `hip/mx_formats.h`, generated from the format table (always compiled: its test
+//!   checks the checked-in header).
+//! * `driver` (feature `hip`): the driver API, one table of function pointers over HIP's module
+//!   API or the CUDA driver API (they map one to one).
+//! * `kernels` / `ops` (feature `hip`): the embedded binaries and the host side of every op.
+//!
+//! Without the feature, [`HipBackend::new`] says "not compiled in"; with it but without a driver
+//! or device it says which of the two is missing (or that no code object serves the GPU's
+//! architecture), and every catalog case reports SKIPPED with that reason.
 
-use super::{BackendError, Op, Support};
-use crate::format::{MxFormat, MxTensor, ScaleMode};
-use crate::moe::{MoeConfig, MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
+pub mod header;
 
-#[derive(Debug)]
-pub struct HipBackend {
-    _private: (),
-}
+#[cfg(feature = "hip")]
+mod driver;
+#[cfg(feature = "hip")]
+mod kernels;
+#[cfg(feature = "hip")]
+mod real;
+#[cfg(feature = "hip")]
+pub use real::*;
 
-/// A layer prepared on the HIP backend (none can be made until the kernels land).
-#[derive(Debug)]
-pub struct HipLayer {
-    config: MoeConfig,
-    correction_bias: bool,
-}
-
-impl HipLayer {
-    pub fn config(&self) -> &MoeConfig {
-        &self.config
-    }
-    pub fn has_correction_bias(&self) -> bool {
-        self.correction_bias
-    }
-}
-
-fn not_compiled<T>() -> Result<T, BackendError> {
-    Err(BackendError::NotCompiled("hip"))
-}
-
-impl HipBackend {
-    pub fn new() -> Result<Self, BackendError> {
-        not_compiled()
-    }
-    pub fn adapter(&self) -> String {
-        "hip (not compiled)".into()
-    }
-    pub fn supports(&self, op: &Op) -> Support {
-        match op {
-            Op::Quantize { .. }
-            | Op::Dequantize { .. }
-            | Op::Qdq { .. }
-            | Op::Route { .. }
-            | Op::MoeForward { .. } => Support::Unsupported {
-                reason: "the HIP kernels are not built yet".into(),
-            },
-        }
-    }
-    pub fn quantize(
-        &self,
-        _: MxFormat,
-        _: ScaleMode,
-        _: &[f32],
-        _: &[usize],
-    ) -> Result<MxTensor, BackendError> {
-        not_compiled()
-    }
-    pub fn dequantize(&self, _: &MxTensor) -> Result<Vec<f32>, BackendError> {
-        not_compiled()
-    }
-    pub fn qdq(
-        &self,
-        _: MxFormat,
-        _: ScaleMode,
-        _: &[f32],
-        _: usize,
-    ) -> Result<Vec<f32>, BackendError> {
-        not_compiled()
-    }
-    pub fn route(
-        &self,
-        _: &RouterConfig,
-        _: &[f32],
-        _: usize,
-        _: Option<&[f32]>,
-    ) -> Result<Routing, BackendError> {
-        not_compiled()
-    }
-    pub fn prepare(&self, _: &MoeLayer) -> Result<HipLayer, BackendError> {
-        not_compiled()
-    }
-    pub fn moe(
-        &self,
-        _: &HipLayer,
-        _: &[f32],
-        _: &[f32],
-        _: MoeOptions,
-    ) -> Result<MoeOutput, BackendError> {
-        not_compiled()
-    }
-}
+#[cfg(not(feature = "hip"))]
+mod stub;
+#[cfg(not(feature = "hip"))]
+pub use stub::*;

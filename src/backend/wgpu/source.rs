@@ -255,7 +255,7 @@ impl std::fmt::Display for Shader {
 
 /// How a format marks NaN/Inf codes: 0 none, 1 OFP8 E4M3 (S.1111.111 is NaN), 2 IEEE-like
 /// (all-ones exponent: mantissa 0 = Inf, else NaN).
-const fn nan_kind(f: MxFormat) -> u32 {
+pub(crate) const fn nan_kind(f: MxFormat) -> u32 {
     match f {
         MxFormat::Fp8E4M3 => 1,
         MxFormat::Fp8E5M2 => 2,
@@ -265,7 +265,7 @@ const fn nan_kind(f: MxFormat) -> u32 {
 
 /// max_normal's significand as a 24-bit integer (max = max_mant * 2^(emax - 23)), for RCeil.
 /// Exact: every max_normal has at most 7 significant bits and exponent `emax_elem`.
-fn max_mant(f: MxFormat) -> u32 {
+pub(crate) fn max_mant(f: MxFormat) -> u32 {
     let sp = f.spec();
     let m = sp.max_normal / 2f64.powi(sp.emax_elem) * (1u32 << 23) as f64;
     assert!(

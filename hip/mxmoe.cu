@@ -1,0 +1,987 @@
+// mxmoe.cu: every HIP kernel of the mxmoe HIP backend, one source for NVIDIA (clang -x cuda ->
+// PTX, run through the CUDA driver) and AMD (clang -x hip -> gfx942 / gfx950 code objects). A
+// port of the WGSL kernels (shaders/*.wgsl), which are bit-exact against the CPU oracle; the
+// host side is src/backend/hip/. Format, mode, scoring and activation ids come from the
+// generated hip/mx_formats.h, target primitives from hip/mx_compat.h, matrix-core fragments from
+// hip/mx_fragment.h.
+//
+//   mx_quantize / mx_dequantize / mx_qdq   shaders/quant.wgsl (one thread per block / element)
+//   mx_route                               shaders/route.wgsl + exact_math.wgsl
+//   moe_lists                              shaders/moe_lists.wgsl
+//   moe_gemm1 / moe_gemm2                  shaders/moe_gemm.wgsl, on matrix cores (bf16 operands:
+//                                          every MX weight and QDQ'd activation is exact in bf16;
+//                                          unquantized activations are split hi + lo)
+//   moe_gemv1_cb{4,6,8} / moe_gemv2_cb*    shaders/moe_gemv.wgsl (decode; specialized per code
+//                                          width)
+//   moe_combine                            shaders/moe_combine.wgsl
+//   moe_gemm{1,2}_mx_<w>_<a> (gfx950)      v_mfma_scale_f32_16x16x128_f8f6f4 on the packed codes
+//
+// Over 600 lines: one translation unit on purpose, so that each target is one clang invocation
+// and one code object (build.rs) and every kernel shares the inlined helpers; the sections
+// above follow the WGSL files one to one.
+#include "mx_common.h"
+#include "exact_math.h"
+#include "mx_fragment.h"
+
+typedef unsigned char u8;
+typedef u32 uint4v __attribute__((ext_vector_type(4)));
+typedef float float4v __attribute__((ext_vector_type(4)));
+
+// ------------------------------------------------------------------------------------------
+// quantize / dequantize / QDQ (NUMERICS.md 5; shaders/quant.wgsl)
+
+MX_DEVICE u32 block_amax(const u32* x) {
+  u32 a = 0u;
+  for (u32 j = 0; j < 32u; ++j) a = umax(a, x[j] & 0x7FFFFFFFu);
+  return a;
+}
+
+// One thread per 32-block: scale byte, codes packed as a little-endian bit stream (code_bits
+// words per block), scale bytes.
+MX_KERNEL(256) void mx_quantize(const u32* x, u32* codes, u8* scales, u32 n_blocks,
+                                          u32 fmt, u32 mode) {
+  u32 b = bid_x() * 256u + tid_x();
+  if (b >= n_blocks) return;
+  const u32* xb = x + (u64)b * 32u;
+  u32 byte = mx_scale_byte(fmt, mode, block_amax(xb));
+  u32 cb = mx_spec(fmt).code_bits;
+  u32 words[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (u32 j = 0; j < 32u; ++j) {
+    u32 code = byte == 255u ? 0u : mx_encode(fmt, xb[j], (i32)byte - 127);
+    u32 bit = j * cb, w = bit >> 5, off = bit & 31u;
+    words[w] |= code << off;
+    if (off + cb > 32u) words[w + 1] |= code >> (32u - off);
+  }
+  for (u32 w = 0; w < cb; ++w) codes[(u64)b * cb + w] = words[w];
+  scales[b] = (u8)byte;
+}
+
+// One thread per element.
+MX_KERNEL(256) void mx_dequantize(const u32* codes, const u8* scales, u32* out,
+                                            u32 n_blocks, u32 fmt) {
+  u64 idx = (u64)bid_x() * 256u + tid_x();
+  if (idx >= (u64)n_blocks * 32u) return;
+  u64 b = idx / 32u;
+  u32 lane = (u32)(idx % 32u);
+  u32 cb = mx_spec(fmt).code_bits;
+  u32 bp = lane * cb;
+  u64 w = b * cb + bp / 32u;
+  u32 off = bp & 31u;
+  u32 w1 = off + cb > 32u ? codes[w + 1] : 0u;
+  out[idx] = mx_dequant_bits(fmt, mx_code_at(codes[w], w1, off, cb), scales[b]);
+}
+
+// One thread per 32-block: dequant(quant(x)).
+MX_KERNEL(256) void mx_qdq(const u32* x, u32* out, u32 n_blocks, u32 fmt, u32 mode) {
+  u32 b = bid_x() * 256u + tid_x();
+  if (b >= n_blocks) return;
+  const u32* xb = x + (u64)b * 32u;
+  u32 byte = mx_scale_byte(fmt, mode, block_amax(xb));
+  for (u32 j = 0; j < 32u; ++j) {
+    u32 code = byte == 255u ? 0u : mx_encode(fmt, xb[j], (i32)byte - 127);
+    out[(u64)b * 32u + j] = mx_dequant_bits(fmt, code, byte);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Routing (shaders/route.wgsl; the CPU twin is src/moe/route.rs). One 64-thread block per token.
+// Keys are compared on their bits (IEEE order, -0 == +0), ties to the lower index.
+
+struct RouteParams {
+  u32 m, n_experts, top_k, scoring, renormalize, n_group, topk_group, scaling, has_bias, p0, p1, p2;
+};
+
+#define R_WG 64u
+
+MX_DEVICE u32 key_ord(float v) {
+  u32 b = f2u(v);
+  if (b == 0x80000000u) b = 0u;
+  if ((b & 0x80000000u) != 0u) return ~b;
+  return b | 0x80000000u;
+}
+MX_DEVICE bool key_gt(float a, float b) { return key_ord(a) > key_ord(b); }
+MX_DEVICE bool r_better(float va, i32 ia, float vb, i32 ib) {
+  if (ia < 0) return false;
+  if (ib < 0) return true;
+  return key_gt(va, vb) || (key_ord(va) == key_ord(vb) && ia < ib);
+}
+
+struct RouteShared {
+  float key[1024];
+  u32 taken[1024];
+  float gscore[32];
+  u32 groups;
+  float bv[64];
+  i32 bi[64];
+  u32 sel[32];
+  u32 sel_score[32];
+  u32 sel_total;
+  float sum[64];
+  float rmax;
+  u32 rtotal;
+};
+
+MX_DEVICE float r_group_score(const RouteShared& s, const RouteParams& rp, u32 g, u32 per) {
+  u32 b = g * per;
+  if (rp.has_bias == 0u) {
+    float best = s.key[b];
+    for (u32 i = 1; i < per; ++i)
+      if (key_gt(s.key[b + i], best)) best = s.key[b + i];
+    return best;
+  }
+  if (per == 1u) return s.key[b];
+  float best = s.key[b], second = s.key[b + 1];
+  if (key_gt(second, best)) {
+    best = s.key[b + 1];
+    second = s.key[b];
+  }
+  for (u32 i = 2; i < per; ++i) {
+    float v = s.key[b + i];
+    if (key_gt(v, best)) {
+      second = best;
+      best = v;
+    } else if (key_gt(v, second)) {
+      second = v;
+    }
+  }
+  return add_ftz(f2u(best), f2u(second));
+}
+
+MX_DEVICE u32 r_exp(const float* lg, const RouteShared& s, u32 i) {
+  return exact_exp_neg(ftz_bits(f2u(lg[i] - s.rmax)));
+}
+MX_DEVICE u32 r_score(const float* lg, const RouteShared& s, const RouteParams& rp, u32 i) {
+  if (rp.scoring == SCORING_SIGMOID) return exact_sigmoid(f2u(lg[i]));
+  return exact_div(r_exp(lg, s, i), s.rtotal);
+}
+
+MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias,
+                                      i32* ids, float* weights) {
+  MX_SHARED RouteShared s;
+  u32 lid = tid_x();
+  u32 t = bid_x();
+  if (t >= rp.m) return;
+  u32 e = rp.n_experts, k = rp.top_k;
+  const float* lg = logits + (u64)t * e;
+  bool exact_softmax = rp.has_bias != 0u && rp.scoring == SCORING_SOFTMAX;
+  if (exact_softmax) {
+    if (lid == 0u) {
+      float mx = lg[0];
+      for (u32 i = 1; i < e; ++i) mx = lg[i] > mx ? lg[i] : mx;
+      s.rmax = mx;
+    }
+    sync_threads();
+    for (u32 i = lid; i < e; i += R_WG) s.key[i] = u2f(r_exp(lg, s, i));
+    sync_threads();
+    if (lid == 0u) {
+      float total = 0.0f;
+      for (u32 i = 0; i < e; ++i) total = add_ftz(f2u(total), f2u(s.key[i]));
+      s.rtotal = f2u(total);
+    }
+    sync_threads();
+  }
+  for (u32 i = lid; i < e; i += R_WG) {
+    s.key[i] = rp.has_bias != 0u ? add_ftz(r_score(lg, s, rp, i), bias[i]) : lg[i];
+    s.taken[i] = 0u;
+  }
+  sync_threads();
+  u32 per = e;
+  if (rp.n_group > 0u) {
+    per = e / rp.n_group;
+    if (lid < rp.n_group) s.gscore[lid] = r_group_score(s, rp, lid, per);
+    sync_threads();
+    if (lid == 0u) {
+      u32 chosen = 0u;
+      for (u32 r = 0; r < rp.topk_group; ++r) {
+        i32 best = -1;
+        float bv = 0.0f;
+        for (u32 g = 0; g < rp.n_group; ++g) {
+          if ((chosen & (1u << g)) == 0u && (best < 0 || key_gt(s.gscore[g], bv))) {
+            best = (i32)g;
+            bv = s.gscore[g];
+          }
+        }
+        chosen |= 1u << (u32)best;
+      }
+      s.groups = chosen;
+    }
+  } else if (lid == 0u) {
+    s.groups = 0xFFFFFFFFu;
+  }
+  sync_threads();
+  u32 groups = s.groups;
+  for (u32 j = 0; j < k; ++j) {
+    i32 bi = -1;
+    float bv = 0.0f;
+    for (u32 i = lid; i < e; i += R_WG) {
+      if (s.taken[i] == 0u && (groups & (1u << umin(i / per, 31u))) != 0u) {
+        if (bi < 0 || key_gt(s.key[i], bv)) {
+          bi = (i32)i;
+          bv = s.key[i];
+        }
+      }
+    }
+    s.bv[lid] = bv;
+    s.bi[lid] = bi;
+    sync_threads();
+    for (u32 st = R_WG / 2u; st > 0u; st /= 2u) {
+      if (lid < st && r_better(s.bv[lid + st], s.bi[lid + st], s.bv[lid], s.bi[lid])) {
+        s.bv[lid] = s.bv[lid + st];
+        s.bi[lid] = s.bi[lid + st];
+      }
+      sync_threads();
+    }
+    if (lid == 0u) {
+      u32 b = (u32)s.bi[0];
+      s.sel[j] = b;
+      s.taken[b] = 1u;
+    }
+    sync_threads();
+  }
+  float mx = lg[s.sel[0]];
+  float part = 0.0f;
+  if (rp.scoring == SCORING_SOFTMAX && !exact_softmax)
+    for (u32 i = lid; i < e; i += R_WG) part += fast_exp(lg[i] - mx);
+  s.sum[lid] = part;
+  sync_threads();
+  for (u32 st = R_WG / 2u; st > 0u; st /= 2u) {
+    if (lid < st) s.sum[lid] = s.sum[lid] + s.sum[lid + st];
+    sync_threads();
+  }
+  float scaling = u2f(rp.scaling);
+  if (rp.scoring == SCORING_SIGMOID || exact_softmax) {
+    if (lid < k) s.sel_score[lid] = r_score(lg, s, rp, s.sel[lid]);
+    sync_threads();
+    if (lid == 0u) {
+      float total = 0.0f;
+      if (rp.renormalize != 0u)
+        for (u32 j = 0; j < k; ++j) total = total + u2f(s.sel_score[j]);
+      s.sel_total = f2u(total);
+    }
+    sync_threads();
+    if (lid < k) {
+      u32 w = s.sel_score[lid];
+      if (rp.renormalize != 0u) w = exact_div(w, s.sel_total);
+      ids[(u64)t * k + lid] = (i32)s.sel[lid];
+      weights[(u64)t * k + lid] = u2f(w) * scaling;
+    }
+    return;
+  }
+  if (lid != 0u) return;
+  float total = 0.0f;
+  if (rp.scoring == SCORING_TOPK_SOFTMAX) {
+    for (u32 j = 0; j < k; ++j) total += fast_exp(lg[s.sel[j]] - mx);
+  } else if (rp.renormalize != 0u) {
+    for (u32 j = 0; j < k; ++j) total += fast_exp(lg[s.sel[j]] - mx) / s.sum[0];
+  }
+  for (u32 j = 0; j < k; ++j) {
+    float v = lg[s.sel[j]];
+    float w;
+    if (rp.scoring == SCORING_TOPK_SOFTMAX) {
+      w = fast_exp(v - mx) / total;
+    } else {
+      w = fast_exp(v - mx) / s.sum[0];
+      if (rp.renormalize != 0u) w = w / total;
+    }
+    ids[(u64)t * k + j] = (i32)s.sel[j];
+    weights[(u64)t * k + j] = w * scaling;
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// The MoE passes (shaders/moe_common.wgsl has the overview): lists -> input QDQ (mx_qdq) ->
+// gemm1 | gemv1 (bias, activation, intermediate QDQ fused) -> gemm2 | gemv2 (bias, router
+// weight) -> combine.
+
+struct MoeParams {
+  u32 m, top_k, hidden, inter, n_experts, e_local, has_map, has_bias13, has_bias2, on_input;
+  u32 weight_fmt, act_fmt, act_mode, activation, round_bf16, tile_m;
+};
+
+MX_DEVICE float bf16_point(const MoeParams& p, float x) { return p.round_bf16 ? bf16_round(x) : x; }
+
+MX_DEVICE float activate(const MoeParams& p, float g, float u) {
+  if (p.activation == ACT_SILU) return g / (1.0f + fast_exp(-g)) * u;
+  float gc = g < 7.0f ? g : 7.0f;
+  float lc = u < -7.0f ? -7.0f : (u > 7.0f ? 7.0f : u);
+  return gc / (1.0f + fast_exp(-1.702f * gc)) * (lc + 1.0f);
+}
+
+// The intermediate QDQ of one value (bits) whose 32-block has scale byte `byte`.
+MX_DEVICE u32 intermediate_qdq(const MoeParams& p, u32 val, u32 byte) {
+  u32 code = byte == 255u ? 0u : mx_encode(p.act_fmt, val, (i32)byte - 127);
+  return mx_dequant_bits(p.act_fmt, code, byte);
+}
+
+// lists: one 256-thread block (shaders/moe_lists.wgsl): per-expert row lists and the tile list.
+MX_KERNEL(256) void moe_lists(MoeParams p, const i32* topk_ids, const i32* expert_map,
+                                        u32* pair_of_row, i32* row_of_pair, u32* tiles) {
+  MX_SHARED u32 count[1024];
+  MX_SHARED u32 offset[1024];
+  MX_SHARED u32 scan_rows[256];
+  MX_SHARED u32 scan_tiles[256];
+  u32 lid = tid_x();
+  u32 el = p.e_local, na = p.m * p.top_k, tm = p.tile_m;
+  for (u32 e = lid; e < 1024u; e += 256u) count[e] = 0u;
+  sync_threads();
+  for (u32 a = lid; a < na; a += 256u) {
+    i32 id = topk_ids[a];
+    i32 l = p.has_map ? expert_map[id] : id;
+    if (l >= 0) atomic_add_u32(&count[l], 1u);
+  }
+  sync_threads();
+  u32 e0 = lid * 4u, rows_here = 0u, tiles_here = 0u;
+  for (u32 e = e0; e < umin(e0 + 4u, el); ++e) {
+    rows_here += count[e];
+    tiles_here += (count[e] + tm - 1u) / tm;
+  }
+  scan_rows[lid] = rows_here;
+  scan_tiles[lid] = tiles_here;
+  for (u32 s = 1u; s < 256u; s <<= 1) {
+    sync_threads();
+    u32 r = 0u, t = 0u;
+    if (lid >= s) {
+      r = scan_rows[lid - s];
+      t = scan_tiles[lid - s];
+    }
+    sync_threads();
+    scan_rows[lid] += r;
+    scan_tiles[lid] += t;
+  }
+  sync_threads();
+  u32 acc = scan_rows[lid] - rows_here, nt = scan_tiles[lid] - tiles_here;
+  for (u32 e = e0; e < umin(e0 + 4u, el); ++e) {
+    u32 c = count[e];
+    offset[e] = acc;
+    for (u32 s = 0u; s < c; s += tm) {
+      tiles[1u + 3u * nt] = e;
+      tiles[2u + 3u * nt] = acc + s;
+      tiles[3u + 3u * nt] = acc + umin(s + tm, c);
+      nt++;
+    }
+    acc += c;
+  }
+  if (lid == 255u) tiles[0] = scan_tiles[255];
+  sync_threads();
+  for (u32 e = e0; e < umin(e0 + 4u, el); ++e) count[e] = 0u;
+  sync_threads();
+  for (u32 a = lid; a < na; a += 256u) {
+    i32 id = topk_ids[a];
+    i32 l = p.has_map ? expert_map[id] : id;
+    if (l >= 0) {
+      u32 r = offset[l] + atomic_add_u32(&count[l], 1u);
+      pair_of_row[r] = a;
+      row_of_pair[a] = (i32)r;
+    } else {
+      row_of_pair[a] = -1;
+    }
+  }
+}
+
+// The tile of this block: (expert, first row, end row); false when the slot is empty.
+MX_DEVICE bool load_tile(const u32* tiles, u32 slot, u32* e, u32* start, u32* cnt) {
+  if (slot >= tiles[0]) return false;
+  *e = tiles[1u + 3u * slot];
+  *start = tiles[2u + 3u * slot];
+  *cnt = tiles[3u + 3u * slot] - *start;
+  return true;
+}
+
+// Weight row (within the expert) of tile row wr: stage 1 maps 64 rows to the gate and up rows
+// of 32 intermediate columns starting at jb (SiLU: gate rows [0, I), up [I, 2I); SwiGLU-OAI:
+// interleaved); stage 2 takes rows jb + wr.
+MX_DEVICE u32 weight_row(const MoeParams& p, bool is1, u32 wr, u32 jb) {
+  if (!is1) return jb + wr;
+  if (p.activation == ACT_SILU) return wr < 32u ? jb + wr : p.inter + jb + wr - 32u;
+  return 2u * jb + wr;
+}
+
+// Code j of a block of `cb`-bit codes held in words w[0..cb).
+MX_DEVICE u32 code_of(const u32* w, u32 j, u32 cb) {
+  u32 bit = j * cb, i = bit >> 5, off = bit & 31u;
+  u32 c = w[i] >> off;
+  if (off + cb > 32u) c |= w[i + 1] << (32u - off);
+  return c & ((1u << cb) - 1u);
+}
+
+#define GEMM_ARGS                                                                            \
+  MoeParams p, const u32 *pair_of_row, const u32 *tiles, const float *x, const u32 *wcodes, \
+      const u8 *wscales, u32 *out, const float *bias, const float *topw
+#define GEMM_PASS pair_of_row, tiles, x, wcodes, wscales, out, bias, topw
+
+
+// ---- grouped GEMV (decode) -----------------------------------------------------------------
+// A block = 256 threads = 8 groups of 32 lanes; a tile = <= 4 rows of one expert x 64 weight
+// rows; group g owns weight rows g + 8i (i < 8), its lanes walk K one whole 32-block at a time
+// (CB words + a scale byte per row: consecutive lanes read consecutive blocks, coalesced), x
+// read as float4 from global memory (small, cached). FP4 codes are decoded in registers (below),
+// the other formats through a table in shared memory. Lane partials are summed over the 32
+// lanes by a fixed butterfly (deterministic). R rows per pass over K keep the registers within
+// a budget that lets two blocks share a multiprocessor.
+
+#define GV_THREADS 256u
+
+// FP4 (E2M1) codes k and k + 4 of a word, decoded in registers: the 3 magnitude bits go to f16
+// bits 9..11 (exponent e and mantissa m) and the sign to bit 15, an f16 equal to the E2M1 value
+// times 2^-14 exactly (e >= 1: 2^(e-15) (1 + m/2); code 1 lands on the f16 subnormal 2^-15).
+// The caller multiplies the sums by 2^14 (exact). As shaders/moe_gemv_fp4_registers.wgsl.
+MX_DEVICE void fp4_pair(u32 t, float* lo, float* hi) {
+  u32 bits = ((t & 0x00070007u) << 9) | ((t & 0x00080008u) << 12);
+  *lo = f16_to_f32(bits & 0xFFFFu);
+  *hi = f16_to_f32(bits >> 16);
+}
+
+// The 8 values (unscaled; FP4: times 2^-14) of octet o of a block held in w[0..CB).
+template <u32 CB>
+MX_DEVICE void decode_octet(const u32* w, u32 o, const float* code_value, float* v) {
+  if (CB == 4u) {
+    u32 x = w[o];
+#pragma unroll
+    for (u32 k = 0; k < 4u; ++k) fp4_pair(x >> (4u * k), &v[k], &v[k + 4u]);
+  } else {
+#pragma unroll
+    for (u32 q = 0; q < 8u; ++q) v[q] = code_value[code_of(w, o * 8u + q, CB)];
+  }
+}
+
+// Rows r0 .. r0 + R (of the group's 8) against tokens t0 .. t0 + T of the tile.
+template <u32 CB, u32 T, u32 R>
+MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt, u32 jb, u32 r0,
+                         u32 t0, const u32* pair_of_row, const float* x, const u32* wcodes,
+                         const u8* wscales, const float* code_value, float* row_sums) {
+  u32 tid = tid_x(), g = tid / 32u, lane = tid % 32u;
+  u32 h = p.hidden, inter = p.inter;
+  u32 K = is1 ? h : inter, kblocks = K / 32u;
+  u32 nrows = is1 ? 2u * inter : h;
+  u64 sbase[R];
+  bool valid[R];
+#pragma unroll
+  for (u32 i = 0; i < R; ++i) {
+    u32 wr = g + 8u * (r0 + i);
+    u32 row = weight_row(p, is1, wr, jb);
+    bool ok = is1 ? (jb + (p.activation == ACT_SILU ? wr % 32u : wr / 2u)) < inter : row < nrows;
+    valid[i] = ok;
+    sbase[i] = ((u64)e * nrows + (ok ? row : 0u)) * kblocks;
+  }
+  const float* xr[T];
+#pragma unroll
+  for (u32 t = 0; t < T; ++t) {
+    u32 tt = t0 + t;
+    u64 o = 0;
+    if (tt < cnt) o = is1 ? (u64)(pair_of_row[start + tt] / p.top_k) * K : (u64)(start + tt) * K;
+    xr[t] = tt < cnt ? x + o : nullptr;
+  }
+  float acc[R][T];
+#pragma unroll
+  for (u32 i = 0; i < R; ++i)
+#pragma unroll
+    for (u32 t = 0; t < T; ++t) acc[i][t] = 0.0f;
+  for (u32 b = lane; b < kblocks; b += 32u) {
+    u32 w[R][CB];
+    float sc[R];
+#pragma unroll
+    for (u32 i = 0; i < R; ++i) {
+      if (valid[i]) {
+        const u32* src = wcodes + (sbase[i] + b) * CB;
+        if (CB == 4u) {
+          uint4v q = *(const uint4v*)src;
+          w[i][0] = q.x; w[i][1 % CB] = q.y; w[i][2 % CB] = q.z; w[i][3 % CB] = q.w;
+        } else {
+#pragma unroll
+          for (u32 q = 0; q < CB; ++q) w[i][q] = src[q];
+        }
+        sc[i] = e8m0_value(wscales[sbase[i] + b]);
+      } else {
+#pragma unroll
+        for (u32 q = 0; q < CB; ++q) w[i][q] = 0u;
+        sc[i] = 0.0f;
+      }
+    }
+    const float unit = CB == 4u ? 16384.0f : 1.0f;  // FP4 values are decoded times 2^-14
+#pragma unroll
+    for (u32 o = 0; o < 4u; ++o) {
+#pragma unroll
+      for (u32 t = 0; t < T; ++t) {
+        float4v x0 = {0, 0, 0, 0}, x1 = {0, 0, 0, 0};
+        if (xr[t]) {
+          const float4v* xp = (const float4v*)(xr[t] + b * 32u + o * 8u);
+          x0 = xp[0];
+          x1 = xp[1];
+        }
+#pragma unroll
+        for (u32 i = 0; i < R; ++i) {
+          float v[8];
+          decode_octet<CB>(w[i], o, code_value, v);
+          float d = ((v[0] * x0.x + v[1] * x0.y) + (v[2] * x0.z + v[3] * x0.w)) +
+                    ((v[4] * x1.x + v[5] * x1.y) + (v[6] * x1.z + v[7] * x1.w));
+          acc[i][t] += (d * unit) * sc[i];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (u32 i = 0; i < R; ++i)
+#pragma unroll
+    for (u32 t = 0; t < T; ++t) {
+      float s = sum32(acc[i][t]);
+      if (lane == 0u) row_sums[(g + 8u * (r0 + i)) * 4u + t0 + t] = s;
+    }
+}
+
+template <u32 CB>
+MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
+                         const float* x, const u32* wcodes, const u8* wscales, u32* out,
+                         const float* bias, const float* topw) {
+  MX_SHARED float code_value[256];
+  MX_SHARED float row_sums[64 * 4];
+  MX_SHARED u32 tmax[4];
+  u32 tid = tid_x();
+  u32 e, start, cnt;
+  if (!load_tile(tiles, bid_x(), &e, &start, &cnt)) return;
+  if (CB != 4u) code_value[tid] = u2f(mx_dequant_bits(p.weight_fmt, tid, 127u));
+  if (tid < 4u) tmax[tid] = 0u;
+  sync_threads();
+  u32 h = p.hidden, inter = p.inter;
+  u32 jb = is1 ? bid_y() * 32u : bid_y() * 64u;
+  // One token at a time, 4 of the group's 8 rows per pass (the weights of later tokens' passes
+  // come from the cache; several tokens' x in registers left too few loads in flight, and 8
+  // rows' codes spilled).
+  if (CB == 4u && cnt == 1u) {
+    // Decode (one token): all 8 rows in one pass, the most loads in flight.
+    gemv_pass<CB, 1, 8>(p, is1, e, start, cnt, jb, 0u, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+    if (tid < 64u) row_sums[tid * 4u + 1u] = row_sums[tid * 4u + 2u] = row_sums[tid * 4u + 3u] = 0.0f;
+  } else for (u32 t = 0; t < 4u; ++t) {
+    if (t < cnt) {
+      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 0u, t, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 4u, t, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+    } else if (tid < 64u) {
+      row_sums[tid * 4u + t] = 0.0f;
+    }
+  }
+  sync_threads();
+  if (is1) {
+    u32 t = umin(tid / 32u, 3u);
+    bool tv = tid / 32u < cnt;
+    u32 c = tid % 32u, j = jb + c;
+    bool silu = p.activation == ACT_SILU;
+    u32 gi = silu ? c : 2u * c, ui = silu ? 32u + c : 2u * c + 1u;
+    u32 grow = silu ? j : 2u * j, urow = silu ? inter + j : 2u * j + 1u;
+    float gv = row_sums[gi * 4u + t], uv = row_sums[ui * 4u + t];
+    if (p.has_bias13) {
+      gv += bias[(u64)e * 2u * inter + grow];
+      uv += bias[(u64)e * 2u * inter + urow];
+    }
+    if (p.on_input && tv) {
+      float rw = topw[pair_of_row[start + t]];
+      gv *= rw;
+      uv *= rw;
+    }
+    u32 val = f2u(bf16_point(p, activate(p, bf16_point(p, gv), bf16_point(p, uv))));
+    if (p.act_fmt != FMT_NONE && tv) atomic_max_u32(&tmax[t], val & 0x7FFFFFFFu);
+    sync_threads();
+    if (tv) {
+      if (p.act_fmt != FMT_NONE) val = intermediate_qdq(p, val, mx_scale_byte(p.act_fmt, p.act_mode, tmax[t]));
+      out[(u64)(start + t) * inter + j] = val;
+    }
+  } else {
+    u32 wr = tid % 64u, t = tid / 64u, n = jb + wr;
+    if (t < cnt && n < h) {
+      float v = row_sums[wr * 4u + t];
+      if (p.has_bias2) v += bias[(u64)e * h + n];
+      if (!p.on_input) v *= topw[pair_of_row[start + t]];
+      out[(u64)(start + t) * h + n] = f2u(bf16_point(p, v));
+    }
+  }
+}
+
+#define GEMV_KERNELS(CB)                                                                      \
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMM_ARGS) { gemv_body<CB>(p, true, GEMM_PASS); } \
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMM_ARGS) { gemv_body<CB>(p, false, GEMM_PASS); }
+GEMV_KERNELS(4)
+GEMV_KERNELS(6)
+GEMV_KERNELS(8)
+
+// ---- grouped GEMM (prefill) on matrix cores -------------------------------------------------
+// A block = 4 warps / wavefronts; tile = 64 rows (token-expert pairs of one expert) x 64 weight
+// rows, K in steps of two 32-blocks. Each warp owns 16 rows x 64 columns. The activations come
+// as bf16 (mx_to_bf16 wrote them: exact for QDQ'd values; hi + lo for the unquantized ones of
+// weight-only schemes, SPLIT); the weights are dequantized (code value x E8M0 scale, exact in
+// bf16) into shared memory. The next step's global data is loaded into registers while the
+// matrix cores work on the current one.
+
+#define GT_M 64u
+#define GT_N 64u
+#define GT_K 64u
+#define LDS (GT_K + 8u)
+#define GEMM_THREADS (4u * WARP)
+#define A_CHUNKS (GT_M * GT_K / 8u / GEMM_THREADS)   // uint4 (8 bf16) per thread per step
+#define W_ALL (GT_N * (GT_K / 32u))                   // (row, 32-block) tasks per step
+#define W_TASKS ((W_ALL + GEMM_THREADS - 1u) / GEMM_THREADS)
+
+MX_DEVICE u32 bf16_bits_rne(float x) { return f2u(bf16_round(x)) >> 16; }
+
+// fp32 -> bf16 (hi) and, with lo, the bf16 of the remainder x - hi (Inf/NaN: lo = 0).
+MX_KERNEL(256) void mx_to_bf16(const float* x, u16* hi, u16* lo, u64 n) {
+  u64 i = (u64)bid_x() * 256u + tid_x();
+  if (i >= n) return;
+  float v = x[i];
+  u32 h = bf16_bits_rne(v);
+  hi[i] = (u16)h;
+  if (lo) {
+    float hf = u2f(h << 16);
+    lo[i] = (u16)bf16_bits_rne((h & 0x7F80u) == 0x7F80u ? 0.0f : v - hf);
+  }
+}
+
+// One weight row's 32-block as raw codes (CB words) and its scale byte.
+template <u32 CB>
+struct RawBlock {
+  u32 w[CB];
+  u32 scale;
+};
+
+template <u32 CB>
+MX_DEVICE void load_raw(RawBlock<CB>& rb, const u32* wcodes, const u8* wscales, u64 sidx) {
+  if (sidx == ~0ull) {
+#pragma unroll
+    for (u32 q = 0; q < CB; ++q) rb.w[q] = 0u;
+    rb.scale = 0u;
+    return;
+  }
+  const u32* src = wcodes + sidx * CB;
+  if (CB == 4u) {
+    uint4v q = *(const uint4v*)src;
+    rb.w[0] = q.x; rb.w[1 % CB] = q.y; rb.w[2 % CB] = q.z; rb.w[3 % CB] = q.w;
+  } else if (CB == 8u) {
+    uint4v q0 = ((const uint4v*)src)[0], q1 = ((const uint4v*)src)[1];
+    rb.w[0] = q0.x; rb.w[1 % CB] = q0.y; rb.w[2 % CB] = q0.z; rb.w[3 % CB] = q0.w;
+    rb.w[4 % CB] = q1.x; rb.w[5 % CB] = q1.y; rb.w[6 % CB] = q1.z; rb.w[7 % CB] = q1.w;
+  } else {
+#pragma unroll
+    for (u32 q = 0; q < CB; ++q) rb.w[q] = src[q];
+  }
+  rb.scale = wscales[sidx];
+}
+
+// Decode a raw block into 32 bf16 at dst (16-byte aligned), exact (value x scale, RNE).
+template <u32 CB>
+MX_DEVICE void store_block(const RawBlock<CB>& rb, const float* code_value, u16* dst) {
+  float sc = e8m0_value(rb.scale);
+#pragma unroll
+  for (u32 o = 0; o < 4u; ++o) {
+    float v[8];
+    decode_octet<CB>(rb.w, o, code_value, v);
+    u32 b[8];
+#pragma unroll
+    for (u32 q = 0; q < 8u; ++q) b[q] = bf16_bits_rne(CB == 4u ? (v[q] * 16384.0f) * sc : v[q] * sc);
+    uint4v pk = {b[0] | (b[1] << 16), b[2] | (b[3] << 16), b[4] | (b[5] << 16), b[6] | (b[7] << 16)};
+    *(uint4v*)(dst + o * 8u) = pk;
+  }
+}
+
+// The GEMM epilogue from the f32 tile sC [64 rows][GT_N + 1] (shared): gemm1 bias, router
+// weight on input, activation and the intermediate QDQ (each row's 32 columns are one block);
+// gemm2 bias and router weight. rowmax: 64 zeroed words of shared memory.
+MX_DEVICE void gemm_epilogue(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt, u32 jb,
+                             const float* sC, u32* rowmax, const u32* pair_of_row, u32* out,
+                             const float* bias, const float* topw) {
+  u32 tid = tid_x(), h = p.hidden, inter = p.inter;
+  const u32 per_row = GEMM_THREADS / GT_M;  // threads per tile row
+  u32 r = tid / per_row, part = tid % per_row;
+  if (is1) {
+    // Columns c of the 32 intermediate columns: gate in tile column c (SiLU) or 2c
+    // (SwiGLU-OAI), up in 32 + c or 2c + 1.
+    const u32 cols = 32u / per_row;
+    u32 vals[32u / (GEMM_THREADS / GT_M)];
+    u32 mx = 0u;
+    float rw1 = 1.0f;
+    if (p.on_input && r < cnt) rw1 = topw[pair_of_row[start + r]];
+#pragma unroll
+    for (u32 i = 0; i < cols; ++i) {
+      u32 c = part * cols + i;
+      bool silu = p.activation == ACT_SILU;
+      u32 gi = silu ? c : 2u * c, ui = silu ? 32u + c : 2u * c + 1u;
+      u32 grow = silu ? jb + c : 2u * (jb + c), urow = silu ? inter + jb + c : 2u * (jb + c) + 1u;
+      float g = sC[r * (GT_N + 1u) + gi], u = sC[r * (GT_N + 1u) + ui];
+      if (p.has_bias13) {
+        g += bias[(u64)e * 2u * inter + grow];
+        u += bias[(u64)e * 2u * inter + urow];
+      }
+      if (p.on_input && r < cnt) {
+        g *= rw1;
+        u *= rw1;
+      }
+      u32 v = f2u(bf16_point(p, activate(p, bf16_point(p, g), bf16_point(p, u))));
+      vals[i] = v;
+      mx = umax(mx, v & 0x7FFFFFFFu);
+    }
+    if (p.act_fmt != FMT_NONE) atomic_max_u32(&rowmax[r], mx);
+    sync_threads();
+    if (r < cnt) {
+      u32 byte = p.act_fmt != FMT_NONE ? mx_scale_byte(p.act_fmt, p.act_mode, rowmax[r]) : 0u;
+#pragma unroll
+      for (u32 i = 0; i < cols; ++i) {
+        u32 o = vals[i];
+        if (p.act_fmt != FMT_NONE) o = intermediate_qdq(p, o, byte);
+        out[(u64)(start + r) * inter + jb + part * cols + i] = o;
+      }
+    }
+  } else if (r < cnt) {
+    const u32 cols = GT_N / per_row;
+    float w = p.on_input ? 1.0f : topw[pair_of_row[start + r]];
+#pragma unroll
+    for (u32 i = 0; i < cols; ++i) {
+      u32 c = part * cols + i, n = jb + c;
+      if (n < h) {
+        float v = sC[r * (GT_N + 1u) + c];
+        if (p.has_bias2) v += bias[(u64)e * h + n];
+        if (!p.on_input) v *= w;
+        out[(u64)(start + r) * h + n] = f2u(bf16_point(p, v));
+      }
+    }
+  }
+}
+
+
+template <u32 CB, bool SPLIT>
+MX_DEVICE void gemm_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
+                         const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
+                         u32* out, const float* bias, const float* topw) {
+  // sA hi | sA lo | sW, bf16 [64][LDS] each; the epilogue's sC [64][65] f32 reuses them.
+  MX_SHARED __attribute__((aligned(16))) u16 smem[3u * GT_M * LDS];
+  MX_SHARED float code_value[256];
+  MX_SHARED u64 xoff[GT_M];
+  MX_SHARED u64 wrow[GT_N];  // the row's first scale index; ~0 = no row
+  MX_SHARED u32 rowmax[GT_M];
+  u16* sAh = smem;
+  u16* sAl = smem + GT_M * LDS;
+  u16* sW = smem + 2u * GT_M * LDS;
+  float* sC = (float*)smem;
+  u32 tid = tid_x(), lane = tid % WARP, warp = tid / WARP;
+  u32 e, start, cnt;
+  if (!load_tile(tiles, bid_x(), &e, &start, &cnt)) return;
+  u32 h = p.hidden, inter = p.inter;
+  u32 K = is1 ? h : inter, kblocks = K / 32u;
+  u32 nrows = is1 ? 2u * inter : h;
+  u32 jb = is1 ? bid_y() * 32u : bid_y() * GT_N;
+  if (CB != 4u)
+    for (u32 i = tid; i < 256u; i += GEMM_THREADS) code_value[i] = u2f(mx_dequant_bits(p.weight_fmt, i, 127u));
+  for (u32 r = tid; r < GT_M; r += GEMM_THREADS) {
+    u64 o = ~0ull;
+    if (r < cnt) o = is1 ? (u64)(pair_of_row[start + r] / p.top_k) * K : (u64)(start + r) * K;
+    xoff[r] = o;
+    rowmax[r] = 0u;
+  }
+  for (u32 r = tid; r < GT_N; r += GEMM_THREADS) {
+    u32 row = weight_row(p, is1, r, jb);
+    bool ok = is1 ? (jb + (p.activation == ACT_SILU ? r % 32u : r / 2u)) < inter : row < nrows;
+    wrow[r] = ok ? ((u64)e * nrows + row) * kblocks : ~0ull;
+  }
+  sync_threads();
+  FragC acc[GT_N / FRAG_N];
+#pragma unroll
+  for (u32 j = 0; j < GT_N / FRAG_N; ++j)
+#pragma unroll
+    for (u32 i = 0; i < FRAG_C; ++i) acc[j].v[i] = 0.0f;
+  // Register stage: A chunks (8 bf16 each) and weight blocks of one K step.
+  uint4v rah[A_CHUNKS], ral[A_CHUNKS];
+  RawBlock<CB> rw[W_TASKS];
+  u32 steps = (K + GT_K - 1u) / GT_K;
+  for (u32 kb = 0; kb <= steps; ++kb) {
+    if (kb > 0u) {
+      // Stage step kb - 1 (in registers) into shared memory.
+#pragma unroll
+      for (u32 c = 0; c < A_CHUNKS; ++c) {
+        u32 q = tid + c * GEMM_THREADS, r = q / (GT_K / 8u), k8 = (q % (GT_K / 8u)) * 8u;
+        *(uint4v*)(sAh + r * LDS + k8) = rah[c];
+        if (SPLIT) *(uint4v*)(sAl + r * LDS + k8) = ral[c];
+      }
+#pragma unroll
+      for (u32 c = 0; c < W_TASKS; ++c) {
+        u32 q = tid + c * GEMM_THREADS, r = q / (GT_K / 32u), blk = q % (GT_K / 32u);
+        if (q < W_ALL) store_block<CB>(rw[c], code_value, sW + r * LDS + blk * 32u);
+      }
+      sync_threads();
+    }
+    if (kb < steps) {
+      // Fetch step kb into registers (in flight during step kb - 1's matrix work).
+#pragma unroll
+      for (u32 c = 0; c < A_CHUNKS; ++c) {
+        u32 q = tid + c * GEMM_THREADS, r = q / (GT_K / 8u), k8 = (q % (GT_K / 8u)) * 8u;
+        uint4v z = {0, 0, 0, 0};
+        rah[c] = z;
+        ral[c] = z;
+        if (xoff[r] != ~0ull && kb * GT_K + k8 < K) {
+          rah[c] = *(const uint4v*)(xh + xoff[r] + kb * GT_K + k8);
+          if (SPLIT) ral[c] = *(const uint4v*)(xl + xoff[r] + kb * GT_K + k8);
+        }
+      }
+#pragma unroll
+      for (u32 c = 0; c < W_TASKS; ++c) {
+        u32 q = tid + c * GEMM_THREADS, r = (q / (GT_K / 32u)) % GT_N, blk = q % (GT_K / 32u);
+        u32 kblk = kb * (GT_K / 32u) + blk;
+        bool none = q >= W_ALL || wrow[r] == ~0ull || kblk >= kblocks;
+        load_raw<CB>(rw[c], wcodes, wscales, none ? ~0ull : wrow[r] + kblk);
+      }
+    }
+    if (kb == 0u) continue;
+#pragma unroll
+    for (u32 k16 = 0; k16 < GT_K; k16 += FRAG_K) {
+      FragA ah, al;
+      load_a(ah, sAh + (warp * 16u) * LDS + k16, LDS, lane);
+      if (SPLIT) load_a(al, sAl + (warp * 16u) * LDS + k16, LDS, lane);
+#pragma unroll
+      for (u32 j = 0; j < GT_N / FRAG_N; ++j) {
+        FragB b;
+        load_b(b, sW + (j * FRAG_N) * LDS + k16, LDS, lane);
+        mma(acc[j], ah, b);
+        if (SPLIT) mma(acc[j], al, b);
+      }
+    }
+    sync_threads();
+  }
+#pragma unroll
+  for (u32 j = 0; j < GT_N / FRAG_N; ++j)
+#pragma unroll
+    for (u32 i = 0; i < FRAG_C; ++i)
+      sC[(warp * 16u + c_row(lane, i)) * (GT_N + 1u) + j * FRAG_N + c_col(lane, i)] = acc[j].v[i];
+  sync_threads();
+  gemm_epilogue(p, is1, e, start, cnt, jb, sC, rowmax, pair_of_row, out, bias, topw);
+}
+
+#define GEMM_BF16_ARGS                                                                        \
+  MoeParams p, const u32 *pair_of_row, const u32 *tiles, const u16 *xh, const u16 *xl,         \
+      const u32 *wcodes, const u8 *wscales, u32 *out, const float *bias, const float *topw
+#define GEMM_BF16_PASS pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw
+#define GEMM_KERNELS(CB)                                                                                          \
+  MX_KERNEL(GEMM_THREADS) void moe_gemm1_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, false>(p, true, GEMM_BF16_PASS); }       \
+  MX_KERNEL(GEMM_THREADS) void moe_gemm2_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, false>(p, false, GEMM_BF16_PASS); }      \
+  MX_KERNEL(GEMM_THREADS) void moe_gemm1_split_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, true>(p, true, GEMM_BF16_PASS); }  \
+  MX_KERNEL(GEMM_THREADS) void moe_gemm2_split_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, true>(p, false, GEMM_BF16_PASS); }
+GEMM_KERNELS(4)
+GEMM_KERNELS(6)
+GEMM_KERNELS(8)
+
+// ---- gfx950: the scaled MFMA on MX operands --------------------------------------------------
+// CDNA4 (MI350 / MI355, gfx950) multiplies MX operands directly: v_mfma_scale_f32_16x16x128_
+// f8f6f4 takes 16 x 128 FP8 / FP6 / FP4 codes of A and B with one E8M0 scale per 32-element block
+// and accumulates in f32 (LLVM AMDGPUUsage and the CDNA4 ISA guide: lane l holds row l % 16 and
+// the 32-block l / 16 of the 128-wide K chunk, its codes packed in the low dwords of an 8-dword
+// operand, its scale byte in a 32-bit operand; D as v_mfma_f32_16x16x16: rows 4 (l / 16) + i,
+// column l % 16). Here A = weight rows (their packed codes and scale bytes as stored: our FP4 /
+// FP6 / FP8 packing is the same little-endian bit stream), B = the activations' codes: the input
+// and the intermediate are quantized by mx_quantize with the activation format and scale mode
+// (QDQ is idempotent, so these codes dequantize to exactly the QDQ'd values the bf16 path
+// multiplies). A block = 4 wavefronts; wave w owns weight rows 16w..16w+15 of the 64, all 64
+// token rows (4 MFMAs per K chunk). The epilogue is the bf16 path's. Only in the gfx950 code
+// object; built, not run (no MI350 here).
+#if defined(__gfx950__)
+typedef int v8i32 __attribute__((ext_vector_type(8)));
+typedef float v4f32s __attribute__((ext_vector_type(4)));
+
+// The MFMA's operand format ids (cbsz / blgp): FP8 E4M3 0, BF8 E5M2 1, FP6 E2M3 2, BF6 E3M2 3,
+// FP4 E2M1 4.
+#define MFMA_FMT(f) ((f) == FMT_MXFP8_E4M3 ? 0 : (f) == FMT_MXFP8_E5M2 ? 1 : (f) == FMT_MXFP6_E2M3 ? 2 : (f) == FMT_MXFP6_E3M2 ? 3 : 4)
+#define CODE_BITS(f) ((f) == FMT_MXFP4 ? 4u : ((f) == FMT_MXFP6_E2M3 || (f) == FMT_MXFP6_E3M2) ? 6u : 8u)
+
+// One lane's 32-block operand: cb words of codes (zero past the matrix) and the scale byte.
+template <u32 CB>
+MX_DEVICE v8i32 mx_operand(const u32* codes, const u8* scales, u64 sidx, int* scale) {
+  v8i32 v = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (sidx == ~0ull) {
+    *scale = 127;
+    return v;
+  }
+  const u32* src = codes + sidx * CB;
+#pragma unroll
+  for (u32 q = 0; q < CB; ++q) v[q] = (int)src[q];
+  *scale = (int)scales[sidx];
+  return v;
+}
+
+template <u32 WF, u32 AF>
+MX_DEVICE void gemm_mx_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
+                            const u32* acodes, const u8* ascales, const u32* wcodes,
+                            const u8* wscales, u32* out, const float* bias, const float* topw) {
+  MX_SHARED float sC[GT_M * (GT_N + 1u)];
+  MX_SHARED u64 xrow[GT_M];  // the token row's first block index; ~0 = no row
+  MX_SHARED u64 wrow[GT_N];
+  MX_SHARED u32 rowmax[GT_M];
+  const u32 CBW = CODE_BITS(WF), CBA = CODE_BITS(AF);
+  u32 tid = tid_x(), lane = tid % 64u, wave = tid / 64u;
+  u32 e, start, cnt;
+  if (!load_tile(tiles, bid_x(), &e, &start, &cnt)) return;
+  u32 h = p.hidden, inter = p.inter;
+  u32 K = is1 ? h : inter, kblocks = K / 32u;
+  u32 nrows = is1 ? 2u * inter : h;
+  u32 jb = is1 ? bid_y() * 32u : bid_y() * GT_N;
+  for (u32 r = tid; r < GT_M; r += 256u) {
+    u64 o = ~0ull;
+    if (r < cnt) o = is1 ? (u64)(pair_of_row[start + r] / p.top_k) * kblocks : (u64)(start + r) * kblocks;
+    xrow[r] = o;
+    rowmax[r] = 0u;
+    u32 row = weight_row(p, is1, r, jb);
+    bool ok = is1 ? (jb + (p.activation == ACT_SILU ? r % 32u : r / 2u)) < inter : row < nrows;
+    wrow[r] = ok ? ((u64)e * nrows + row) * kblocks : ~0ull;
+  }
+  sync_threads();
+  v4f32s acc[4];
+#pragma unroll
+  for (u32 n = 0; n < 4u; ++n) acc[n] = (v4f32s){0.0f, 0.0f, 0.0f, 0.0f};
+  u32 wr = 16u * wave + (lane % 16u);
+  for (u32 kc = 0; kc < (kblocks + 3u) / 4u; ++kc) {
+    u32 blk = kc * 4u + lane / 16u;
+    int sa;
+    u64 ws = (wrow[wr] == ~0ull || blk >= kblocks) ? ~0ull : wrow[wr] + blk;
+    v8i32 a = mx_operand<CBW>(wcodes, wscales, ws, &sa);
+#pragma unroll
+    for (u32 n = 0; n < 4u; ++n) {
+      u32 tr = 16u * n + (lane % 16u);
+      int sb;
+      u64 xs = (xrow[tr] == ~0ull || blk >= kblocks) ? ~0ull : xrow[tr] + blk;
+      v8i32 b = mx_operand<CBA>(acodes, ascales, xs, &sb);
+      acc[n] = __builtin_amdgcn_mfma_scale_f32_16x16x128_f8f6f4(a, b, acc[n], MFMA_FMT(WF), MFMA_FMT(AF), 0, sa, 0, sb);
+    }
+  }
+  // D[weight row 4 (l / 16) + i][token l % 16] of each token frag n -> sC[token][weight column].
+#pragma unroll
+  for (u32 n = 0; n < 4u; ++n)
+#pragma unroll
+    for (u32 i = 0; i < 4u; ++i)
+      sC[(16u * n + lane % 16u) * (GT_N + 1u) + 16u * wave + 4u * (lane / 16u) + i] = acc[n][i];
+  sync_threads();
+  gemm_epilogue(p, is1, e, start, cnt, jb, sC, rowmax, pair_of_row, out, bias, topw);
+}
+
+#define GEMM_MX_ARGS                                                                         \
+  MoeParams p, const u32 *pair_of_row, const u32 *tiles, const u32 *acodes, const u8 *ascales, \
+      const u32 *wcodes, const u8 *wscales, u32 *out, const float *bias, const float *topw
+#define GEMM_MX_PASS pair_of_row, tiles, acodes, ascales, wcodes, wscales, out, bias, topw
+// moe_gemm{1,2}_mx_<weight>_<activation>: the OCP MX schemes with MX activations.
+#define GEMM_MX_KERNELS(NAME, WF, AF)                                                                         \
+  MX_KERNEL(256) void moe_gemm1_mx_##NAME(GEMM_MX_ARGS) { gemm_mx_body<WF, AF>(p, true, GEMM_MX_PASS); }  \
+  MX_KERNEL(256) void moe_gemm2_mx_##NAME(GEMM_MX_ARGS) { gemm_mx_body<WF, AF>(p, false, GEMM_MX_PASS); }
+GEMM_MX_KERNELS(fp4_fp4, FMT_MXFP4, FMT_MXFP4)
+GEMM_MX_KERNELS(fp4_fp6e3m2, FMT_MXFP4, FMT_MXFP6_E3M2)
+GEMM_MX_KERNELS(fp4_fp6e2m3, FMT_MXFP4, FMT_MXFP6_E2M3)
+GEMM_MX_KERNELS(fp6e3m2_fp6e3m2, FMT_MXFP6_E3M2, FMT_MXFP6_E3M2)
+GEMM_MX_KERNELS(fp6e2m3_fp6e2m3, FMT_MXFP6_E2M3, FMT_MXFP6_E2M3)
+GEMM_MX_KERNELS(fp8e4m3_fp8e4m3, FMT_MXFP8_E4M3, FMT_MXFP8_E4M3)
+GEMM_MX_KERNELS(fp8e5m2_fp8e5m2, FMT_MXFP8_E5M2, FMT_MXFP8_E5M2)
+#endif
+
+// ---- combine (shaders/moe_combine.wgsl): per (token, h) the sum over the k slots in slot order.
+MX_KERNEL(256) void moe_combine(MoeParams p, const i32* row_of_pair, const float* y,
+                                          u32* out) {
+  u64 idx = (u64)bid_x() * 256u + tid_x();
+  u32 h = p.hidden;
+  if (idx >= (u64)p.m * h) return;
+  u64 t = idx / h;
+  u32 n = (u32)(idx % h);
+  float acc = 0.0f;
+  for (u32 j = 0; j < p.top_k; ++j) {
+    i32 r = row_of_pair[t * p.top_k + j];
+    if (r >= 0) acc = acc + y[(u64)r * h + n];
+  }
+  out[idx] = f2u(bf16_point(p, acc));
+}

@@ -1,0 +1,592 @@
+//! The GPU driver, loaded at run time with `libloading`: HIP's module API (`libamdhip64.so`,
+//! ROCm 5, 6 or 7) or the CUDA driver API (`libcuda.so.1`). They map one to one (module load,
+//! get function, launch, malloc, memcpy, memset, events; HIP on NVIDIA is this mapping), so one
+//! table of function pointers serves both; only device naming differs.
+//!
+//! `MXMOE_HIP_LIBRARY=/path/to/lib` chooses the library (a name containing "cuda" is taken as the
+//! CUDA driver); `MXMOE_HIP_DEVICE=n` the device (default 0). Every failure is an error that says
+//! which library, call and code, so `HipBackend::new` can report why the backend is unavailable.
+
+use crate::backend::BackendError;
+use libloading::Library;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vendor {
+    Cuda,
+    Hip,
+}
+
+type R = i32;
+type Ptr = *mut c_void;
+
+/// The function table (CUDA names; HIP's equivalents are bound to the same slots).
+struct Fns {
+    init: unsafe extern "C" fn(u32) -> R,
+    device_count: unsafe extern "C" fn(*mut i32) -> R,
+    device_get: unsafe extern "C" fn(*mut i32, i32) -> R,
+    device_name: unsafe extern "C" fn(*mut c_char, i32, i32) -> R,
+    device_total_mem: unsafe extern "C" fn(*mut usize, i32) -> R,
+    driver_version: unsafe extern "C" fn(*mut i32) -> R,
+    module_load: unsafe extern "C" fn(*mut Ptr, *const c_void) -> R,
+    module_function: unsafe extern "C" fn(*mut Ptr, Ptr, *const c_char) -> R,
+    #[allow(clippy::type_complexity, reason = "the C signature")]
+    launch:
+        unsafe extern "C" fn(Ptr, u32, u32, u32, u32, u32, u32, u32, Ptr, *mut Ptr, *mut Ptr) -> R,
+    malloc: unsafe extern "C" fn(*mut u64, usize) -> R,
+    free: unsafe extern "C" fn(u64) -> R,
+    htod: unsafe extern "C" fn(u64, *const c_void, usize) -> R,
+    dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> R,
+    memset32: unsafe extern "C" fn(u64, u32, usize) -> R,
+    synchronize: unsafe extern "C" fn() -> R,
+    event_create: unsafe extern "C" fn(*mut Ptr, u32) -> R,
+    event_record: unsafe extern "C" fn(Ptr, Ptr) -> R,
+    event_synchronize: unsafe extern "C" fn(Ptr) -> R,
+    event_elapsed: unsafe extern "C" fn(*mut f32, Ptr, Ptr) -> R,
+    event_destroy: unsafe extern "C" fn(Ptr) -> R,
+    // CUDA only.
+    cu_error_string: Option<unsafe extern "C" fn(R, *mut *const c_char) -> R>,
+    cu_attribute: Option<unsafe extern "C" fn(*mut i32, i32, i32) -> R>,
+    cu_primary_ctx: Option<unsafe extern "C" fn(*mut Ptr, i32) -> R>,
+    cu_set_ctx: Option<unsafe extern "C" fn(Ptr) -> R>,
+    // HIP only.
+    hip_error_string: Option<unsafe extern "C" fn(R) -> *const c_char>,
+    hip_set_device: Option<unsafe extern "C" fn(i32) -> R>,
+    hip_properties: Option<unsafe extern "C" fn(*mut c_void, i32) -> R>,
+}
+
+/// A loaded driver library.
+pub struct Driver {
+    pub vendor: Vendor,
+    /// The library's file name as opened.
+    pub path: String,
+    fns: Fns,
+    _lib: Library,
+}
+
+const HIP_LIBS: [&str; 5] = [
+    "libamdhip64.so",
+    "libamdhip64.so.7",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+    "/opt/rocm/lib/libamdhip64.so",
+];
+const CUDA_LIBS: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
+
+fn unavailable(reason: String) -> BackendError {
+    BackendError::Unavailable {
+        backend: "hip",
+        reason,
+    }
+}
+
+impl Driver {
+    /// The libraries to try, in order, with their vendor (`MXMOE_HIP_LIBRARY` alone when set).
+    fn candidates() -> Vec<(String, Vendor)> {
+        match std::env::var("MXMOE_HIP_LIBRARY") {
+            Ok(p) if !p.is_empty() => {
+                let v = if p.contains("cuda") {
+                    Vendor::Cuda
+                } else {
+                    Vendor::Hip
+                };
+                vec![(p, v)]
+            }
+            _ => HIP_LIBS
+                .iter()
+                .map(|s| (s.to_string(), Vendor::Hip))
+                .chain(CUDA_LIBS.iter().map(|s| (s.to_string(), Vendor::Cuda)))
+                .collect(),
+        }
+    }
+
+    fn open(path: &str, vendor: Vendor) -> Result<Driver, String> {
+        // SAFETY: loading a vendor driver library runs its initializers; that is what a GPU
+        // program does at start-up.
+        let lib = unsafe { Library::new(path) }.map_err(|e| e.to_string())?;
+        let fns = unsafe { bind(&lib, vendor) }?;
+        Ok(Driver {
+            vendor,
+            path: path.to_string(),
+            fns,
+            _lib: lib,
+        })
+    }
+
+    /// The first driver library that loads AND opens a device (a machine may carry a HIP
+    /// runtime without an AMD GPU, e.g. inside a Python wheel, beside the CUDA driver).
+    /// `Unavailable` with what each library said otherwise.
+    pub fn open_device() -> Result<Device, BackendError> {
+        let tried = Driver::candidates();
+        let mut errs = Vec::new();
+        let mut found_lib = false;
+        for (path, vendor) in &tried {
+            match Driver::open(path, *vendor) {
+                Ok(d) => {
+                    found_lib = true;
+                    match Device::open(Arc::new(d)) {
+                        Ok(dev) => return Ok(dev),
+                        Err(e) => errs.push(match e {
+                            BackendError::Unavailable { reason, .. } => reason,
+                            e => format!("{path}: {e}"),
+                        }),
+                    }
+                }
+                Err(e) if e.contains("symbol") => {
+                    found_lib = true;
+                    errs.push(format!("{path}: {e}"));
+                }
+                Err(_) => {}
+            }
+        }
+        Err(unavailable(if found_lib {
+            errs.join("; ")
+        } else {
+            format!(
+                "no GPU driver library found (tried {}; set MXMOE_HIP_LIBRARY to its path)",
+                tried
+                    .iter()
+                    .map(|(p, _)| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }))
+    }
+
+    fn error_text(&self, code: R) -> String {
+        unsafe {
+            let p = match (self.fns.cu_error_string, self.fns.hip_error_string) {
+                (Some(f), _) => {
+                    let mut p: *const c_char = std::ptr::null();
+                    f(code, &mut p);
+                    p
+                }
+                (None, Some(f)) => f(code),
+                _ => std::ptr::null(),
+            };
+            if p.is_null() {
+                format!("error {code}")
+            } else {
+                format!("{} ({code})", CStr::from_ptr(p).to_string_lossy())
+            }
+        }
+    }
+
+    /// `Err(Device("<call>: <driver's message>"))` unless `code` is success.
+    pub fn check(&self, call: &str, code: R) -> Result<(), BackendError> {
+        if code == 0 {
+            Ok(())
+        } else if code == 2 && call.contains("alloc") {
+            Err(BackendError::OutOfMemory(format!(
+                "{call}: {}",
+                self.error_text(code)
+            )))
+        } else {
+            Err(BackendError::Device(format!(
+                "{call}: {}",
+                self.error_text(code)
+            )))
+        }
+    }
+}
+
+macro_rules! sym {
+    ($lib:expr, $name:literal) => {
+        *$lib
+            .get(concat!($name, "\0").as_bytes())
+            .map_err(|e| format!("symbol {}: {e}", $name))?
+    };
+}
+macro_rules! opt {
+    ($lib:expr, $name:literal) => {
+        $lib.get(concat!($name, "\0").as_bytes()).ok().map(|s| *s)
+    };
+}
+
+/// Bind the table from `lib`.
+unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
+    Ok(match v {
+        Vendor::Cuda => Fns {
+            init: sym!(lib, "cuInit"),
+            device_count: sym!(lib, "cuDeviceGetCount"),
+            device_get: sym!(lib, "cuDeviceGet"),
+            device_name: sym!(lib, "cuDeviceGetName"),
+            device_total_mem: sym!(lib, "cuDeviceTotalMem_v2"),
+            driver_version: sym!(lib, "cuDriverGetVersion"),
+            module_load: sym!(lib, "cuModuleLoadData"),
+            module_function: sym!(lib, "cuModuleGetFunction"),
+            launch: sym!(lib, "cuLaunchKernel"),
+            malloc: sym!(lib, "cuMemAlloc_v2"),
+            free: sym!(lib, "cuMemFree_v2"),
+            htod: sym!(lib, "cuMemcpyHtoD_v2"),
+            dtoh: sym!(lib, "cuMemcpyDtoH_v2"),
+            memset32: sym!(lib, "cuMemsetD32_v2"),
+            synchronize: sym!(lib, "cuCtxSynchronize"),
+            event_create: sym!(lib, "cuEventCreate"),
+            event_record: sym!(lib, "cuEventRecord"),
+            event_synchronize: sym!(lib, "cuEventSynchronize"),
+            event_elapsed: sym!(lib, "cuEventElapsedTime"),
+            event_destroy: sym!(lib, "cuEventDestroy_v2"),
+            cu_error_string: opt!(lib, "cuGetErrorString"),
+            cu_attribute: opt!(lib, "cuDeviceGetAttribute"),
+            cu_primary_ctx: opt!(lib, "cuDevicePrimaryCtxRetain"),
+            cu_set_ctx: opt!(lib, "cuCtxSetCurrent"),
+            hip_error_string: None,
+            hip_set_device: None,
+            hip_properties: None,
+        },
+        Vendor::Hip => Fns {
+            init: sym!(lib, "hipInit"),
+            device_count: sym!(lib, "hipGetDeviceCount"),
+            device_get: sym!(lib, "hipDeviceGet"),
+            device_name: sym!(lib, "hipDeviceGetName"),
+            device_total_mem: sym!(lib, "hipDeviceTotalMem"),
+            driver_version: sym!(lib, "hipDriverGetVersion"),
+            module_load: sym!(lib, "hipModuleLoadData"),
+            module_function: sym!(lib, "hipModuleGetFunction"),
+            launch: sym!(lib, "hipModuleLaunchKernel"),
+            malloc: sym!(lib, "hipMalloc"),
+            free: sym!(lib, "hipFree"),
+            htod: sym!(lib, "hipMemcpyHtoD"),
+            dtoh: sym!(lib, "hipMemcpyDtoH"),
+            memset32: sym!(lib, "hipMemsetD32"),
+            synchronize: sym!(lib, "hipDeviceSynchronize"),
+            event_create: sym!(lib, "hipEventCreateWithFlags"),
+            event_record: sym!(lib, "hipEventRecord"),
+            event_synchronize: sym!(lib, "hipEventSynchronize"),
+            event_elapsed: sym!(lib, "hipEventElapsedTime"),
+            event_destroy: sym!(lib, "hipEventDestroy"),
+            cu_error_string: None,
+            cu_attribute: None,
+            cu_primary_ctx: None,
+            cu_set_ctx: None,
+            hip_error_string: opt!(lib, "hipGetErrorString"),
+            hip_set_device: opt!(lib, "hipSetDevice"),
+            // ROCm 6+ exports the current layout as ...R0600; older ones only the plain name.
+            hip_properties: opt!(lib, "hipGetDevicePropertiesR0600")
+                .or_else(|| opt!(lib, "hipGetDeviceProperties")),
+        },
+    })
+}
+
+/// One device of a driver, with its context made current on demand.
+pub struct Device {
+    pub driver: Arc<Driver>,
+    pub ordinal: i32,
+    ctx: Ptr,
+    pub name: String,
+    /// "sm_90" (compute capability 9.0) or "gfx942" (the base of HIP's gcnArchName).
+    pub arch: String,
+    pub total_mem: usize,
+    pub driver_version: i32,
+}
+
+// SAFETY: the context handle is only used under the backend's op lock, after `make_current`.
+unsafe impl Send for Device {}
+unsafe impl Sync for Device {}
+
+impl Device {
+    /// Initialize the driver and open device `ordinal` (`MXMOE_HIP_DEVICE`, default 0).
+    pub fn open(driver: Arc<Driver>) -> Result<Device, BackendError> {
+        let ordinal: i32 = std::env::var("MXMOE_HIP_DEVICE")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let f = &driver.fns;
+        let lib = driver.path.clone();
+        unsafe {
+            let r = (f.init)(0);
+            if r != 0 {
+                return Err(unavailable(format!(
+                    "{lib}: driver initialization failed: {} (no usable GPU or driver)",
+                    driver.error_text(r)
+                )));
+            }
+            let mut n = 0;
+            let r = (f.device_count)(&mut n);
+            if r != 0 || n == 0 {
+                return Err(unavailable(format!("{lib}: no device found")));
+            }
+            if ordinal < 0 || ordinal >= n {
+                return Err(unavailable(format!(
+                    "{lib}: MXMOE_HIP_DEVICE={ordinal} but {n} device(s)"
+                )));
+            }
+            let mut handle = 0;
+            driver.check("device get", (f.device_get)(&mut handle, ordinal))?;
+            let mut buf = [0 as c_char; 256];
+            driver.check(
+                "device name",
+                (f.device_name)(buf.as_mut_ptr(), 255, handle),
+            )?;
+            let name = CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned();
+            let mut total_mem = 0usize;
+            driver.check(
+                "device memory",
+                (f.device_total_mem)(&mut total_mem, handle),
+            )?;
+            let mut driver_version = 0;
+            (f.driver_version)(&mut driver_version);
+            let mut ctx: Ptr = std::ptr::null_mut();
+            let arch = match driver.vendor {
+                Vendor::Cuda => {
+                    let attr = f
+                        .cu_attribute
+                        .ok_or_else(|| unavailable("no cuDeviceGetAttribute".into()))?;
+                    let (mut maj, mut min) = (0, 0);
+                    // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR (cuda.h).
+                    driver.check("device attribute", attr(&mut maj, 75, handle))?;
+                    driver.check("device attribute", attr(&mut min, 76, handle))?;
+                    let retain = f
+                        .cu_primary_ctx
+                        .ok_or_else(|| unavailable("no cuDevicePrimaryCtxRetain".into()))?;
+                    driver.check("primary context", retain(&mut ctx, handle))?;
+                    format!("sm_{maj}{min}")
+                }
+                Vendor::Hip => {
+                    if let Some(set) = f.hip_set_device {
+                        driver.check("hipSetDevice", set(ordinal))?;
+                    }
+                    hip_arch(&driver, ordinal).unwrap_or_else(|| "gfx?".into())
+                }
+            };
+            Ok(Device {
+                driver,
+                ordinal,
+                ctx,
+                name,
+                arch,
+                total_mem,
+                driver_version,
+            })
+        }
+    }
+
+    /// Make this device current on the calling thread (CUDA: its primary context; HIP: the
+    /// device).
+    pub fn make_current(&self) -> Result<(), BackendError> {
+        let f = &self.driver.fns;
+        unsafe {
+            match self.driver.vendor {
+                Vendor::Cuda => match f.cu_set_ctx {
+                    Some(set) => self.driver.check("cuCtxSetCurrent", set(self.ctx)),
+                    None => Ok(()),
+                },
+                Vendor::Hip => match f.hip_set_device {
+                    Some(set) => self.driver.check("hipSetDevice", set(self.ordinal)),
+                    None => Ok(()),
+                },
+            }
+        }
+    }
+
+    /// Load a code object (PTX text must end with a NUL byte) and resolve `names`.
+    pub fn load_module(
+        &self,
+        image: &[u8],
+        names: &[&'static str],
+    ) -> Result<Vec<Ptr>, BackendError> {
+        let f = &self.driver.fns;
+        let mut module: Ptr = std::ptr::null_mut();
+        unsafe {
+            self.driver.check(
+                "module load",
+                (f.module_load)(&mut module, image.as_ptr().cast()),
+            )?;
+            names
+                .iter()
+                .map(|n| {
+                    let c = std::ffi::CString::new(*n).unwrap();
+                    let mut func: Ptr = std::ptr::null_mut();
+                    self.driver.check(
+                        &format!("kernel {n}"),
+                        (f.module_function)(&mut func, module, c.as_ptr()),
+                    )?;
+                    Ok(func)
+                })
+                .collect()
+        }
+    }
+
+    /// Launch `func` on a `grid` of `block`-thread blocks; `args` point at each argument's value
+    /// (which the driver copies before returning).
+    pub fn launch(
+        &self,
+        func: Ptr,
+        grid: (u32, u32),
+        block: u32,
+        args: &mut [Ptr],
+    ) -> Result<(), BackendError> {
+        let f = &self.driver.fns;
+        unsafe {
+            self.driver.check(
+                "kernel launch",
+                (f.launch)(
+                    func,
+                    grid.0,
+                    grid.1,
+                    1,
+                    block,
+                    1,
+                    1,
+                    0,
+                    std::ptr::null_mut(),
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                ),
+            )
+        }
+    }
+
+    pub fn synchronize(&self) -> Result<(), BackendError> {
+        unsafe {
+            self.driver
+                .check("synchronize", (self.driver.fns.synchronize)())
+        }
+    }
+
+    /// A device allocation of `bytes` (at least 4), freed on drop.
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DevBuf, BackendError> {
+        let mut p = 0u64;
+        let n = bytes.max(4).next_multiple_of(4);
+        unsafe {
+            self.driver.check(
+                &format!("alloc of {n} bytes"),
+                (self.driver.fns.malloc)(&mut p, n),
+            )?;
+        }
+        Ok(DevBuf {
+            dev: self.clone(),
+            ptr: p,
+            bytes: n,
+        })
+    }
+
+    /// An allocation holding `data`.
+    pub fn upload(self: &Arc<Self>, data: &[u8]) -> Result<DevBuf, BackendError> {
+        let b = self.alloc(data.len())?;
+        if !data.is_empty() {
+            unsafe {
+                self.driver.check(
+                    "copy to device",
+                    (self.driver.fns.htod)(b.ptr, data.as_ptr().cast(), data.len()),
+                )?;
+            }
+        }
+        Ok(b)
+    }
+
+    pub fn event(self: &Arc<Self>) -> Result<Event, BackendError> {
+        let mut e: Ptr = std::ptr::null_mut();
+        unsafe {
+            self.driver
+                .check("event create", (self.driver.fns.event_create)(&mut e, 0))?
+        };
+        Ok(Event {
+            dev: self.clone(),
+            e,
+        })
+    }
+}
+
+/// HIP's gcnArchName ("gfx942:sramecc+:xnack-") without its features, from
+/// hipGetDeviceProperties. The struct's layout changed between ROCm 5 and 6, so the name is
+/// found by its content: the first NUL-terminated string starting with "gfx" in a generously
+/// sized buffer.
+fn hip_arch(d: &Driver, ordinal: i32) -> Option<String> {
+    let props = d.fns.hip_properties?;
+    let mut buf = vec![0u8; 16384];
+    if unsafe { props(buf.as_mut_ptr().cast(), ordinal) } != 0 {
+        return None;
+    }
+    let pos = buf.windows(4).position(|w| w == b"gfx9" || w == b"gfx1")?;
+    let end = buf[pos..].iter().position(|&b| b == 0)? + pos;
+    let s = String::from_utf8_lossy(&buf[pos..end]).into_owned();
+    Some(s.split(':').next().unwrap_or(&s).to_string())
+}
+
+/// A device allocation.
+pub struct DevBuf {
+    dev: Arc<Device>,
+    pub ptr: u64,
+    pub bytes: usize,
+}
+
+// SAFETY: a device address; used under the op lock.
+unsafe impl Send for DevBuf {}
+unsafe impl Sync for DevBuf {}
+
+impl DevBuf {
+    /// Copy the first `n` bytes back.
+    pub fn read(&self, n: usize) -> Result<Vec<u8>, BackendError> {
+        let mut v = vec![0u8; n];
+        if n > 0 {
+            unsafe {
+                self.dev.driver.check(
+                    "copy from device",
+                    (self.dev.driver.fns.dtoh)(v.as_mut_ptr().cast(), self.ptr, n),
+                )?;
+            }
+        }
+        Ok(v)
+    }
+
+    /// Fill the first `n` 32-bit words with `value`.
+    pub fn fill(&self, value: u32, words: usize) -> Result<(), BackendError> {
+        unsafe {
+            self.dev.driver.check(
+                "memset",
+                (self.dev.driver.fns.memset32)(self.ptr, value, words),
+            )
+        }
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        unsafe {
+            (self.dev.driver.fns.free)(self.ptr);
+        }
+    }
+}
+
+pub struct Event {
+    dev: Arc<Device>,
+    e: Ptr,
+}
+
+unsafe impl Send for Event {}
+
+impl Event {
+    pub fn record(&self) -> Result<(), BackendError> {
+        unsafe {
+            self.dev.driver.check(
+                "event record",
+                (self.dev.driver.fns.event_record)(self.e, std::ptr::null_mut()),
+            )
+        }
+    }
+    /// Milliseconds from `self` to `end` (both recorded; waits for `end`).
+    pub fn elapsed_to(&self, end: &Event) -> Result<f64, BackendError> {
+        let f = &self.dev.driver.fns;
+        let mut ms = 0f32;
+        unsafe {
+            self.dev
+                .driver
+                .check("event sync", (f.event_synchronize)(end.e))?;
+            self.dev
+                .driver
+                .check("event time", (f.event_elapsed)(&mut ms, self.e, end.e))?;
+        }
+        Ok(ms as f64)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        unsafe {
+            (self.dev.driver.fns.event_destroy)(self.e);
+        }
+    }
+}

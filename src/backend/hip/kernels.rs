@@ -1,0 +1,363 @@
+//! The kernel binaries build.rs compiled from `hip/mxmoe.cu`, embedded, and the choice of the
+//! one that serves a device.
+
+/// PTX for NVIDIA compute capability 9.x and up (NUL-terminated for cuModuleLoadData).
+pub static PTX_SM90: &[u8] = concat!(
+    include_str!(concat!(env!("OUT_DIR"), "/mxmoe_sm90.ptx")),
+    "\0"
+)
+.as_bytes();
+/// PTX for compute capability 8.x (Ampere, Ada).
+pub static PTX_SM80: &[u8] = concat!(
+    include_str!(concat!(env!("OUT_DIR"), "/mxmoe_sm80.ptx")),
+    "\0"
+)
+.as_bytes();
+/// The gfx942 code object (MI300X, MI300A, MI325X).
+pub static GFX942: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mxmoe_gfx942.hsaco"));
+/// The gfx950 code object (MI350X, MI355X).
+pub static GFX950: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mxmoe_gfx950.hsaco"));
+/// Which compiler built each target (build.rs), one line per target.
+pub static BUILT_WITH: &str = include_str!(concat!(env!("OUT_DIR"), "/mxmoe_hip_built.txt"));
+
+/// Every code object: (target name, bytes).
+pub fn all() -> [(&'static str, &'static [u8]); 4] {
+    [
+        ("sm_90 PTX", PTX_SM90),
+        ("sm_80 PTX", PTX_SM80),
+        ("gfx942", GFX942),
+        ("gfx950", GFX950),
+    ]
+}
+
+/// The code object for a device architecture ("sm_90", "gfx942", ...): its name and bytes, or
+/// why none serves it.
+pub fn for_arch(arch: &str) -> Result<(&'static str, &'static [u8]), String> {
+    if let Some(cc) = arch.strip_prefix("sm_") {
+        let cc: u32 = cc
+            .parse()
+            .map_err(|_| format!("unknown NVIDIA architecture {arch}"))?;
+        return match cc {
+            90.. => Ok(("sm_90 PTX", PTX_SM90)),
+            80..=89 => Ok(("sm_80 PTX", PTX_SM80)),
+            _ => Err(format!(
+                "no code object for {arch}: the kernels use bf16 mma.sync (sm_80 and newer); \
+                 built: sm_80 and sm_90 PTX, gfx942, gfx950"
+            )),
+        };
+    }
+    match arch {
+        "gfx942" => Ok(("gfx942", GFX942)),
+        "gfx950" => Ok(("gfx950", GFX950)),
+        _ => Err(format!(
+            "no code object for {arch} (built: gfx942, gfx950, sm_80 and sm_90 PTX); add the \
+             target to build.rs"
+        )),
+    }
+}
+
+/// Every kernel of hip/mxmoe.cu (the gfx950-only scaled-MFMA GEMM is resolved separately).
+pub const NAMES: [&str; 22] = [
+    "mx_quantize",
+    "mx_dequantize",
+    "mx_qdq",
+    "mx_route",
+    "mx_to_bf16",
+    "moe_lists",
+    "moe_gemm1_cb4",
+    "moe_gemm2_cb4",
+    "moe_gemm1_split_cb4",
+    "moe_gemm2_split_cb4",
+    "moe_gemm1_cb6",
+    "moe_gemm2_cb6",
+    "moe_gemm1_split_cb6",
+    "moe_gemm2_split_cb6",
+    "moe_gemm1_cb8",
+    "moe_gemm2_cb8",
+    "moe_gemm1_split_cb8",
+    "moe_gemm2_split_cb8",
+    "moe_gemv1_cb4",
+    "moe_gemv2_cb4",
+    "moe_gemv1_cb6",
+    "moe_gemv2_cb6",
+];
+/// The GEMV kernels of 8-bit codes (FP8, INT8).
+pub const NAMES_MORE: [&str; 3] = ["moe_gemv1_cb8", "moe_gemv2_cb8", "moe_combine"];
+
+/// gfx950 only: the scaled-MFMA GEMMs on MX operands, `moe_gemm{1,2}_mx_<weight>_<activation>`
+/// for the OCP MX schemes whose activations are MX floats.
+pub const NAMES_GFX950: [&str; 14] = [
+    "moe_gemm1_mx_fp4_fp4",
+    "moe_gemm2_mx_fp4_fp4",
+    "moe_gemm1_mx_fp4_fp6e3m2",
+    "moe_gemm2_mx_fp4_fp6e3m2",
+    "moe_gemm1_mx_fp4_fp6e2m3",
+    "moe_gemm2_mx_fp4_fp6e2m3",
+    "moe_gemm1_mx_fp6e3m2_fp6e3m2",
+    "moe_gemm2_mx_fp6e3m2_fp6e3m2",
+    "moe_gemm1_mx_fp6e2m3_fp6e2m3",
+    "moe_gemm2_mx_fp6e2m3_fp6e2m3",
+    "moe_gemm1_mx_fp8e4m3_fp8e4m3",
+    "moe_gemm2_mx_fp8e4m3_fp8e4m3",
+    "moe_gemm1_mx_fp8e5m2_fp8e5m2",
+    "moe_gemm2_mx_fp8e5m2_fp8e5m2",
+];
+
+/// The short name of an MX float format in the scaled-MFMA kernel names (None: MXINT8, which
+/// the scaled MFMA does not take).
+pub fn mx_name(f: crate::format::MxFormat) -> Option<&'static str> {
+    use crate::format::MxFormat::*;
+    Some(match f {
+        Fp4E2M1 => "fp4",
+        Fp6E3M2 => "fp6e3m2",
+        Fp6E2M3 => "fp6e2m3",
+        Fp8E4M3 => "fp8e4m3",
+        Fp8E5M2 => "fp8e5m2",
+        Int8 => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    //! What the embedded code objects contain: matrix-core instructions in every GEMM kernel
+    //! (mma.sync in the PTX; MFMA in gfx942, scaled MFMA in gfx950's MX GEMMs, disassembled with
+    //! llvm-objdump) and no scratch memory in the hot kernels (PTX local depots; the code
+    //! objects' metadata). The AMD checks need llvm-objdump / llvm-readelf that know gfx950
+    //! (Debian: llvm-22; scripts/test.sh installs it) and fail without them.
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::process::Command;
+
+    fn hot(name: &str) -> bool {
+        name.starts_with("moe_gemm") || name.starts_with("moe_gemv")
+    }
+
+    /// PTX entry name -> its text.
+    fn ptx_entries(ptx: &str) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        let mut cur: Option<(String, String)> = None;
+        for l in ptx.lines() {
+            if let Some(rest) = l.strip_prefix(".visible .entry ") {
+                if let Some((n, t)) = cur.take() {
+                    m.insert(n, t);
+                }
+                cur = Some((rest.split('(').next().unwrap().to_string(), String::new()));
+            }
+            if let Some((_, t)) = cur.as_mut() {
+                t.push_str(l);
+                t.push('\n');
+            }
+        }
+        if let Some((n, t)) = cur {
+            m.insert(n, t);
+        }
+        m
+    }
+
+    #[test]
+    fn ptx_gemms_use_mma_sync_and_no_local_memory() {
+        for (what, bytes) in [("sm_90", PTX_SM90), ("sm_80", PTX_SM80)] {
+            let ptx = std::str::from_utf8(&bytes[..bytes.len() - 1]).unwrap();
+            let entries = ptx_entries(ptx);
+            for n in NAMES.iter().chain(&NAMES_MORE) {
+                assert!(entries.contains_key(*n), "{what}: kernel {n} missing");
+            }
+            let gemms: Vec<_> = entries
+                .keys()
+                .filter(|n| n.starts_with("moe_gemm"))
+                .collect();
+            assert_eq!(gemms.len(), 12, "{what}: {gemms:?}");
+            for (n, t) in &entries {
+                if n.starts_with("moe_gemm") {
+                    assert!(
+                        t.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
+                        "{what}: {n} has no bf16 mma.sync"
+                    );
+                    assert!(
+                        t.contains("ldmatrix.sync.aligned"),
+                        "{what}: {n} has no ldmatrix"
+                    );
+                }
+                if hot(n) {
+                    assert!(
+                        !t.contains(".local"),
+                        "{what}: {n} uses local memory (a private array)"
+                    );
+                }
+            }
+        }
+    }
+
+    /// An llvm tool (objdump, readelf) that knows gfx950.
+    fn llvm_tool(tool: &str) -> String {
+        let mut c: Vec<String> = Vec::new();
+        if let Ok(p) = std::env::var(format!("MXMOE_LLVM_{}", tool.to_ascii_uppercase())) {
+            c.push(p);
+        }
+        for v in ["22", "21", "20"] {
+            c.push(format!("/usr/lib/llvm-{v}/bin/llvm-{tool}"));
+            c.push(format!("llvm-{tool}-{v}"));
+        }
+        let rocm = std::env::var("ROCM_PATH").unwrap_or_else(|_| "/opt/rocm".into());
+        c.push(format!("{rocm}/llvm/bin/llvm-{tool}"));
+        c.push(format!("llvm-{tool}"));
+        for t in &c {
+            if Command::new(t)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+            {
+                return t.clone();
+            }
+        }
+        panic!(
+            "no llvm-{tool} found (tried {}); install llvm-22 (Debian 12: apt-get install llvm-22) \
+             or set MXMOE_LLVM_{}",
+            c.join(", "),
+            tool.to_ascii_uppercase()
+        );
+    }
+
+    /// Kernel name -> its disassembly, for one code object.
+    fn disassemble(name: &str, mcpu: &str, bytes: &[u8]) -> (BTreeMap<String, String>, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{name}.hsaco"));
+        std::fs::write(&path, bytes).unwrap();
+        let out = Command::new(llvm_tool("objdump"))
+            .args(["-d", &format!("--mcpu={mcpu}")])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut m = BTreeMap::new();
+        let mut cur: Option<(String, String)> = None;
+        for l in text.lines() {
+            // "0000000000001900 <moe_gemm1_cb4>:"
+            if l.ends_with(">:") {
+                if let Some((n, t)) = cur.take() {
+                    m.insert(n, t);
+                }
+                let n = l
+                    .split('<')
+                    .nth(1)
+                    .unwrap()
+                    .trim_end_matches(">:")
+                    .to_string();
+                cur = Some((n, String::new()));
+            } else if let Some((_, t)) = cur.as_mut() {
+                t.push_str(l);
+                t.push('\n');
+            }
+        }
+        if let Some((n, t)) = cur {
+            m.insert(n, t);
+        }
+        let notes = Command::new(llvm_tool("readelf"))
+            .args(["--notes"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            notes.status.success(),
+            "{}",
+            String::from_utf8_lossy(&notes.stderr)
+        );
+        (m, String::from_utf8_lossy(&notes.stdout).into_owned())
+    }
+
+    /// Per kernel in the AMDGPU metadata: (private segment bytes, VGPR spills, SGPR spills).
+    fn scratch(notes: &str) -> BTreeMap<String, (u64, u64, u64)> {
+        let mut m = BTreeMap::new();
+        let mut name = String::new();
+        let mut v = (0, 0, 0);
+        let num = |l: &str| {
+            l.rsplit(':')
+                .next()
+                .unwrap()
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(u64::MAX)
+        };
+        for l in notes.lines().map(str::trim) {
+            if let Some(n) = l.strip_prefix(".name:") {
+                if !name.is_empty() {
+                    m.insert(std::mem::take(&mut name), v);
+                }
+                name = n.trim().to_string();
+                v = (0, 0, 0);
+            } else if l.starts_with(".private_segment_fixed_size:") {
+                v.0 = num(l);
+            } else if l.starts_with(".vgpr_spill_count:") {
+                v.1 = num(l);
+            } else if l.starts_with(".sgpr_spill_count:") {
+                v.2 = num(l);
+            }
+        }
+        if !name.is_empty() {
+            m.insert(name, v);
+        }
+        m
+    }
+
+    #[test]
+    fn amd_gemms_use_mfma_and_hot_kernels_no_scratch() {
+        for (target, bytes) in [("gfx942", GFX942), ("gfx950", GFX950)] {
+            let (funcs, notes) = disassemble(target, target, bytes);
+            let mut expected: Vec<&str> = NAMES.iter().chain(&NAMES_MORE).copied().collect();
+            if target == "gfx950" {
+                expected.extend(NAMES_GFX950);
+            }
+            for n in &expected {
+                assert!(
+                    funcs.contains_key(*n),
+                    "{target}: kernel {n} not in the disassembly"
+                );
+            }
+            let mut checked = 0;
+            for (n, text) in &funcs {
+                if !n.starts_with("moe_gemm") {
+                    continue;
+                }
+                checked += 1;
+                if n.contains("_mx_") {
+                    assert_eq!(target, "gfx950", "{n} outside gfx950");
+                    assert!(
+                        text.contains("v_mfma_scale_f32_16x16x128_f8f6f4"),
+                        "{target}: {n} has no scaled MFMA"
+                    );
+                } else {
+                    assert!(
+                        text.contains("v_mfma_f32_16x16x16_bf16"),
+                        "{target}: {n} has no bf16 MFMA"
+                    );
+                }
+            }
+            assert_eq!(
+                checked,
+                if target == "gfx950" { 26 } else { 12 },
+                "{target}: GEMM kernels"
+            );
+            let sc = scratch(&notes);
+            assert!(
+                sc.len() >= expected.len(),
+                "{target}: metadata lists {} kernels",
+                sc.len()
+            );
+            // Scratch = private segment memory (VGPR spills go there); SGPR spills land in VGPR
+            // lanes and cost no memory traffic while the private segment stays empty.
+            for (n, (private, vspill, _sspill)) in &sc {
+                if hot(n) {
+                    assert!(
+                        *private == 0 && *vspill == 0,
+                        "{target}: {n} uses scratch: {private} private bytes, {vspill} VGPR spills"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,744 @@
+//! The HIP backend (feature `hip`): host side of the kernels in `hip/mxmoe.cu`, on whatever the
+//! run-time driver offers (an AMD GPU through HIP, an NVIDIA GPU through the CUDA driver).
+//!
+//! Numerics (docs/NUMERICS.md): quantize / dequantize / QDQ bit-exact (integer arithmetic on
+//! fp32 bits, the WGSL kernels' port); routing ids exact and sigmoid / softmax-with-bias weights
+//! bit-exact (exact_math.h); MoE outputs within `check::MOE_REL_L2` of the CPU: the GEMMs run on
+//! matrix cores with bf16 operands, exact for MX weights and QDQ'd activations (every value of
+//! the five OCP formats and MXINT8 times a power of two is a bf16), and split into a bf16 hi + lo
+//! pair for the unquantized activations of weight-only schemes (about 16 significant bits), f32
+//! accumulation.
+//!
+//! UNSUPPORTED (reported, never silently run): stage taps, more than 1024 experts, top_k > 32,
+//! more than 32 groups (the route and lists kernels' shared arrays).
+//!
+//! Over 600 lines (rustfmt's layout of the kernel-argument lists is most of it): one type whose
+//! ops share the device, the op lock, poisoning and the launch helper, as `wgpu/context.rs`.
+
+use super::driver::{DevBuf, Device, Driver, Event};
+
+use super::kernels;
+use crate::backend::wgpu::{route as wroute, POISON};
+use crate::backend::{ops, BackendError, Op, PassTimes, RouteOp, Support};
+use crate::format::{FormatError, MxFormat, MxTensor, ScaleMode, BLOCK};
+use crate::moe::{Intermediate, MoeConfig, MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The route and lists kernels' limits (shared arrays).
+pub const MAX_EXPERTS: usize = 1024;
+pub const MAX_TOP_K: usize = 32;
+pub const MAX_GROUPS: usize = 32;
+
+/// Rows per tile of the GEMM and the GEMV (hip/mxmoe.cu GT_M, and the GEMV's 4).
+const GEMM_TILE: usize = 64;
+const GEMV_TILE: usize = 4;
+/// GEMV while the token-expert pairs are at most this many per local expert (on the H200 the
+/// GEMV wins at 0.25 and 0.5 pairs per expert, the matrix-core GEMM at 2; docs/h200-2026-12-01-hip).
+const GEMV_PAIRS_PER_EXPERT: usize = 1;
+/// Threads per GEMM block: 4 warps (NVIDIA, 32 lanes) or 4 wavefronts (AMD, 64 lanes).
+fn gemm_threads(arch: &str) -> u32 {
+    if arch.starts_with("gfx") {
+        256
+    } else {
+        128
+    }
+}
+
+/// The HIP backend: a device, its loaded module and the kernels' handles.
+pub struct HipBackend {
+    dev: Arc<Device>,
+    funcs: std::collections::HashMap<&'static str, usize>,
+    code_object: &'static str,
+    lock: Mutex<()>,
+    poison: AtomicBool,
+}
+
+impl std::fmt::Debug for HipBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HipBackend({})", self.adapter())
+    }
+}
+
+/// A device this backend could run on (for `mxmoe info`).
+#[derive(Clone, Debug)]
+pub struct HipDeviceInfo {
+    pub name: String,
+    pub arch: String,
+    pub memory_gib: f64,
+    pub library: String,
+    /// The embedded code object that serves it, or why none does.
+    pub code_object: Result<&'static str, String>,
+}
+
+/// The devices the driver sees (the one `MXMOE_HIP_DEVICE` selects, default 0), or why none.
+pub fn devices() -> Result<Vec<HipDeviceInfo>, BackendError> {
+    let d = Driver::open_device()?;
+    Ok(vec![HipDeviceInfo {
+        code_object: kernels::for_arch(&d.arch).map(|(n, _)| n),
+        name: d.name.clone(),
+        arch: d.arch.clone(),
+        memory_gib: d.total_mem as f64 / (1u64 << 30) as f64,
+        library: d.driver.path.clone(),
+    }])
+}
+
+/// The compilers that built the embedded code objects (build.rs), one line per target.
+pub fn built_with() -> &'static str {
+    kernels::BUILT_WITH
+}
+
+/// Every embedded code object: (target, bytes).
+pub fn code_objects() -> [(&'static str, &'static [u8]); 4] {
+    kernels::all()
+}
+
+/// A layer's weights on the device.
+pub struct HipLayer {
+    config: MoeConfig,
+    correction_bias: bool,
+    w13: DevBuf,
+    s13: DevBuf,
+    w2: DevBuf,
+    s2: DevBuf,
+    bias13: Option<DevBuf>,
+    bias2: Option<DevBuf>,
+    map: Option<DevBuf>,
+    route_bias: Option<DevBuf>,
+    dummy: DevBuf,
+}
+
+impl HipLayer {
+    pub fn config(&self) -> &MoeConfig {
+        &self.config
+    }
+    pub fn has_correction_bias(&self) -> bool {
+        self.correction_bias
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MoeParams {
+    m: u32,
+    top_k: u32,
+    hidden: u32,
+    inter: u32,
+    n_experts: u32,
+    e_local: u32,
+    has_map: u32,
+    has_bias13: u32,
+    has_bias2: u32,
+    on_input: u32,
+    weight_fmt: u32,
+    act_fmt: u32,
+    act_mode: u32,
+    activation: u32,
+    round_bf16: u32,
+    tile_m: u32,
+}
+
+/// Kernel arguments: pointers to each value (the driver copies them at launch).
+macro_rules! args {
+    ($($a:expr),* $(,)?) => {
+        [$( (&$a) as *const _ as *mut c_void ),*]
+    };
+}
+
+fn f32_bytes(v: &[f32]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+fn unsupported(op: &Op, reason: String) -> BackendError {
+    BackendError::Unsupported {
+        backend: "hip".into(),
+        op: op.id(),
+        reason,
+    }
+}
+
+fn route_support(r: &RouteOp) -> Support {
+    Support::when(
+        r.n_experts <= MAX_EXPERTS
+            && r.top_k >= 1
+            && r.top_k <= MAX_TOP_K
+            && r.n_group.is_none_or(|g| g <= MAX_GROUPS),
+        || {
+            format!(
+                "{} experts, top_k {}, n_group {:?} (mx_route holds at most {MAX_EXPERTS} \
+                 experts, top_k {MAX_TOP_K}, {MAX_GROUPS} groups)",
+                r.n_experts, r.top_k, r.n_group
+            )
+        },
+    )
+}
+
+impl HipBackend {
+    /// Load the driver, open the device and its code object; `Unavailable` with the reason
+    /// (no library / no device / no code object for this architecture) otherwise.
+    pub fn new() -> Result<Self, BackendError> {
+        let dev = Arc::new(Driver::open_device()?);
+        let (co, image) =
+            kernels::for_arch(&dev.arch).map_err(|reason| BackendError::Unavailable {
+                backend: "hip",
+                reason: format!("{} ({}): {reason}", dev.name, dev.arch),
+            })?;
+        dev.make_current()?;
+        let mut names: Vec<&'static str> = kernels::NAMES
+            .iter()
+            .chain(&kernels::NAMES_MORE)
+            .copied()
+            .collect();
+        if dev.arch == "gfx950" {
+            names.extend(kernels::NAMES_GFX950);
+        }
+        let funcs = dev
+            .load_module(image, &names)
+            .map_err(|e| BackendError::Unavailable {
+                backend: "hip",
+                reason: format!("loading the {co} code object on {}: {e}", dev.name),
+            })?
+            .into_iter()
+            .zip(&names)
+            .map(|(p, n)| (*n, p as usize))
+            .collect();
+        Ok(HipBackend {
+            dev,
+            funcs,
+            code_object: co,
+            lock: Mutex::new(()),
+            poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
+        })
+    }
+
+    pub fn adapter(&self) -> String {
+        let d = &self.dev;
+        let v = d.driver_version;
+        format!(
+            "{} ({}, {:.0} GiB; {} {}.{}; kernels: {})",
+            d.name,
+            d.arch,
+            d.total_mem as f64 / (1u64 << 30) as f64,
+            d.driver.path,
+            v / 1000,
+            (v % 1000) / 10,
+            self.code_object
+        )
+    }
+
+    /// Kernel choices, in words (for `info` and bench results).
+    pub fn notes(&self) -> Vec<String> {
+        let built = kernels::BUILT_WITH
+            .lines()
+            .find(|l| {
+                let t = self.code_object.split(' ').next().unwrap_or("");
+                l.starts_with(&t.replace('_', ""))
+            })
+            .unwrap_or("");
+        let mma = if self.dev.arch.starts_with("gfx") {
+            "v_mfma_f32_16x16x16_bf16"
+        } else {
+            "mma.sync m16n8k16 bf16"
+        };
+        let mut v = vec![
+            format!("code object: {} ({built})", self.code_object),
+            format!(
+                "expert kernels: grouped GEMV up to {GEMV_PAIRS_PER_EXPERT} token-expert pair \
+                 per local expert, else the grouped GEMM on {mma}"
+            ),
+        ];
+        if self.dev.arch == "gfx950" {
+            v.push("MX-float schemes: v_mfma_scale_f32_16x16x128_f8f6f4 on the MX codes".into());
+        }
+        v
+    }
+
+    /// Test hook: fill outputs with [`POISON`] before every run.
+    pub fn set_poison(&self, on: bool) {
+        self.poison.store(on, Ordering::Relaxed);
+    }
+
+    pub fn supports(&self, op: &Op) -> Support {
+        match op {
+            Op::Quantize { .. } | Op::Dequantize { .. } | Op::Qdq { .. } => Support::Supported,
+            Op::Route(r) => route_support(r),
+            Op::MoeForward {
+                route,
+                local_experts,
+                taps,
+                ..
+            } => Support::when(!taps, || {
+                "stage taps are a feature of the CPU reference forward".into()
+            })
+            .and(|| {
+                Support::when(*local_experts <= MAX_EXPERTS, || {
+                    format!("{local_experts} local experts (moe_lists holds at most {MAX_EXPERTS})")
+                })
+            })
+            .and(|| route_support(route)),
+        }
+    }
+
+    /// gfx950 with MX-float weights and activations: the scaled-MFMA kernels' name suffix.
+    fn scaled_mfma(&self, l: &MoeConfig) -> Option<String> {
+        if self.dev.arch != "gfx950" {
+            return None;
+        }
+        let w = kernels::mx_name(l.scheme.weight)?;
+        let a = kernels::mx_name(l.scheme.activation?)?;
+        let name = format!("{w}_{a}");
+        let known = kernels::NAMES_GFX950
+            .iter()
+            .any(|n| n.ends_with(&format!("_mx_{name}")));
+        known.then_some(name)
+    }
+
+    fn guard(&self) -> Result<std::sync::MutexGuard<'_, ()>, BackendError> {
+        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.dev.make_current()?;
+        Ok(g)
+    }
+
+    fn out(&self, bytes: usize) -> Result<DevBuf, BackendError> {
+        let b = self.dev.alloc(bytes)?;
+        if self.poison.load(Ordering::Relaxed) {
+            b.fill(POISON, b.bytes / 4)?;
+        }
+        Ok(b)
+    }
+
+    fn launch(
+        &self,
+        k: &str,
+        grid: (u32, u32),
+        block: u32,
+        args: &mut [*mut c_void],
+    ) -> Result<(), BackendError> {
+        let f = *self
+            .funcs
+            .get(k)
+            .ok_or_else(|| BackendError::Device(format!("kernel {k} is not in the code object")))?;
+        self.dev.launch(f as *mut c_void, grid, block, args)
+    }
+
+    pub fn quantize(
+        &self,
+        format: MxFormat,
+        mode: ScaleMode,
+        x: &[f32],
+        shape: &[usize],
+    ) -> Result<MxTensor, BackendError> {
+        ops::validate_quantize(x, shape)?;
+        let _g = self.guard()?;
+        let nb = x.len() / BLOCK;
+        let cb = format.spec().code_bits as usize;
+        let xin = self.dev.upload(f32_bytes(x))?;
+        let codes = self.out(nb * cb * 4)?;
+        let scales = self.out(nb)?;
+        let (n, f, m) = (nb as u32, format.id(), mode.id());
+        self.launch(
+            "mx_quantize",
+            (n.div_ceil(256).max(1), 1),
+            256,
+            &mut args!(xin.ptr, codes.ptr, scales.ptr, n, f, m),
+        )?;
+        self.dev.synchronize()?;
+        let data = codes.read(nb * cb * 4)?;
+        let sc = scales.read(nb)?;
+        Ok(MxTensor::new(format, shape.to_vec(), data, sc)?)
+    }
+
+    pub fn dequantize(&self, t: &MxTensor) -> Result<Vec<f32>, BackendError> {
+        ops::validate_dequantize(t)?;
+        let _g = self.guard()?;
+        let nb = t.numel() / BLOCK;
+        let codes = self.dev.upload(&t.data)?;
+        let scales = self.dev.upload(&t.scales)?;
+        let out = self.out(nb * BLOCK * 4)?;
+        let (n, f) = (nb as u32, t.format.id());
+        self.launch(
+            "mx_dequantize",
+            ((nb * BLOCK).div_ceil(256).max(1) as u32, 1),
+            256,
+            &mut args!(codes.ptr, scales.ptr, out.ptr, n, f),
+        )?;
+        self.dev.synchronize()?;
+        Ok(bytemuck::pod_collect_to_vec(&out.read(nb * BLOCK * 4)?))
+    }
+
+    pub fn qdq(
+        &self,
+        format: MxFormat,
+        mode: ScaleMode,
+        x: &[f32],
+        k: usize,
+    ) -> Result<Vec<f32>, BackendError> {
+        ops::validate_qdq(x, k)?;
+        if k == 0 || !k.is_multiple_of(BLOCK) {
+            return Err(FormatError::NotBlockMultiple(k).into());
+        }
+        let _g = self.guard()?;
+        let nb = x.len() / BLOCK;
+        let xin = self.dev.upload(f32_bytes(x))?;
+        let out = self.out(x.len() * 4)?;
+        let (n, f, m) = (nb as u32, format.id(), mode.id());
+        self.launch(
+            "mx_qdq",
+            (n.div_ceil(256).max(1), 1),
+            256,
+            &mut args!(xin.ptr, out.ptr, n, f, m),
+        )?;
+        self.dev.synchronize()?;
+        Ok(bytemuck::pod_collect_to_vec(&out.read(x.len() * 4)?))
+    }
+
+    pub fn route(
+        &self,
+        cfg: &RouterConfig,
+        logits: &[f32],
+        n_experts: usize,
+        bias: Option<&[f32]>,
+    ) -> Result<Routing, BackendError> {
+        let m = ops::validate_route(cfg, logits, n_experts, bias)?;
+        let op = Op::route_of(cfg, n_experts, bias.is_some());
+        if let Support::Unsupported { reason } = self.supports(&op) {
+            return Err(unsupported(&op, reason));
+        }
+        let _g = self.guard()?;
+        let k = cfg.top_k;
+        let has_bias = wroute::uses_bias(cfg, bias);
+        let p = wroute::params(cfg, m, n_experts, has_bias);
+        let lb = self.dev.upload(f32_bytes(logits))?;
+        let bb = match bias {
+            Some(b) if has_bias => self.dev.upload(f32_bytes(b))?,
+            _ => self.dev.alloc(4)?,
+        };
+        let ids = self.out(m * k * 4)?;
+        let w = self.out(m * k * 4)?;
+        self.launch(
+            "mx_route",
+            (m as u32, 1),
+            64,
+            &mut args!(p, lb.ptr, bb.ptr, ids.ptr, w.ptr),
+        )?;
+        self.dev.synchronize()?;
+        Ok(Routing {
+            top_k: k,
+            topk_ids: bytemuck::pod_collect_to_vec(&ids.read(m * k * 4)?),
+            topk_weights: bytemuck::pod_collect_to_vec(&w.read(m * k * 4)?),
+        })
+    }
+
+    /// Upload a layer's weights once.
+    pub fn prepare(&self, layer: &MoeLayer) -> Result<HipLayer, BackendError> {
+        layer.validate()?;
+        let op = Op::moe_of(
+            &layer.config,
+            layer.weights.e_score_correction_bias.is_some(),
+            false,
+        );
+        if let Support::Unsupported { reason } = self.supports(&op) {
+            return Err(unsupported(&op, reason));
+        }
+        let _g = self.guard()?;
+        let w = &layer.weights;
+        let up = |d: &[u8]| self.dev.upload(d);
+        let opt = |v: Option<&[f32]>| v.map(|b| self.dev.upload(f32_bytes(b))).transpose();
+        Ok(HipLayer {
+            config: layer.config.clone(),
+            correction_bias: w.e_score_correction_bias.is_some(),
+            w13: up(&w.w13.data)?,
+            s13: up(&w.w13.scales)?,
+            w2: up(&w.w2.data)?,
+            s2: up(&w.w2.scales)?,
+            bias13: opt(w.w13_bias.as_deref())?,
+            bias2: opt(w.w2_bias.as_deref())?,
+            map: w
+                .expert_map
+                .as_deref()
+                .map(|m| self.dev.upload(bytemuck::cast_slice(m)))
+                .transpose()?,
+            route_bias: opt(w
+                .e_score_correction_bias
+                .as_deref()
+                .filter(|b| wroute::uses_bias(&layer.config.router, Some(b))))?,
+            dummy: self.dev.alloc(16)?,
+        })
+    }
+
+    /// One forward of a prepared layer; with `timed`, GPU time per kernel (events).
+    pub fn moe(
+        &self,
+        g: &HipLayer,
+        hidden: &[f32],
+        logits: &[f32],
+        opts: MoeOptions,
+        timed: bool,
+    ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
+        let l = &g.config;
+        let m = ops::validate_moe(l, hidden, logits)?;
+        ops::validate_route(&l.router, logits, l.n_experts, None)?;
+        let _guard = self.guard()?;
+        let (h, inter, k, el) = (l.hidden, l.inter, l.router.top_k, l.local_experts);
+        let na = m * k;
+        // MXMOE_HIP_MOE_PATH=gemm|gemv forces the expert kernels (benchmarks, tests).
+        let gemv = match std::env::var("MXMOE_HIP_MOE_PATH").as_deref() {
+            Ok("gemm") => false,
+            Ok("gemv") => true,
+            _ => na <= GEMV_PAIRS_PER_EXPERT * el.max(1) || m <= 4,
+        };
+        let tile_m = if gemv { GEMV_TILE } else { GEMM_TILE };
+        let max_tiles = na.div_ceil(tile_m) + el.min(na);
+        let dev = &self.dev;
+        let logits_b = dev.upload(f32_bytes(logits))?;
+        let hidden_b = dev.upload(f32_bytes(hidden))?;
+        let ids = self.out(na * 4)?;
+        let topw = self.out(na * 4)?;
+        let rows = self.out(na * 4)?;
+        let slot = self.out(na * 4)?;
+        let tiles = self.out((1 + 3 * max_tiles) * 4)?;
+        let a2 = self.out(na * inter * 4)?;
+        let y2 = self.out(na * h * 4)?;
+        let out = self.out(m * h * 4)?;
+        let xq = match l.scheme.activation {
+            Some(_) => Some(self.out(m * h * 4)?),
+            None => None,
+        };
+        let p = MoeParams {
+            m: m as u32,
+            top_k: k as u32,
+            hidden: h as u32,
+            inter: inter as u32,
+            n_experts: l.n_experts as u32,
+            e_local: el as u32,
+            has_map: g.map.is_some() as u32,
+            has_bias13: g.bias13.is_some() as u32,
+            has_bias2: g.bias2.is_some() as u32,
+            on_input: l.router.apply_router_weight_on_input as u32,
+            weight_fmt: l.scheme.weight.id(),
+            act_fmt: l
+                .scheme
+                .activation
+                .map_or(crate::backend::wgpu::source::FMT_NONE, |f| f.id()),
+            act_mode: l.act_scale_mode.id(),
+            activation: l.activation.id(),
+            round_bf16: (opts.intermediate == Intermediate::Bf16) as u32,
+            tile_m: tile_m as u32,
+        };
+        let mut marks: Vec<(String, Event, Event)> = Vec::new();
+        let mut run = |label: &str,
+                       k: &str,
+                       grid: (u32, u32),
+                       block: u32,
+                       a: &mut [*mut c_void]|
+         -> Result<(), BackendError> {
+            if timed {
+                let (s, e) = (dev.event()?, dev.event()?);
+                s.record()?;
+                self.launch(k, grid, block, a)?;
+                e.record()?;
+                marks.push((label.to_string(), s, e));
+                Ok(())
+            } else {
+                self.launch(k, grid, block, a)
+            }
+        };
+        let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
+        let rb = g.route_bias.as_ref().unwrap_or(&g.dummy).ptr;
+        run(
+            "route",
+            "mx_route",
+            (m as u32, 1),
+            64,
+            &mut args!(rp, logits_b.ptr, rb, ids.ptr, topw.ptr),
+        )?;
+        let map = g.map.as_ref().unwrap_or(&g.dummy).ptr;
+        run(
+            "moe/lists",
+            "moe_lists",
+            (1, 1),
+            256,
+            &mut args!(p, ids.ptr, map, rows.ptr, slot.ptr, tiles.ptr),
+        )?;
+        let x_in = match (&xq, l.scheme.activation) {
+            (Some(xq), Some(f)) => {
+                let nb = (m * h / BLOCK) as u32;
+                let (fi, mi) = (f.id(), l.act_scale_mode.id());
+                run(
+                    "moe/input_qdq",
+                    "mx_qdq",
+                    (nb.div_ceil(256), 1),
+                    256,
+                    &mut args!(hidden_b.ptr, xq.ptr, nb, fi, mi),
+                )?;
+                xq.ptr
+            }
+            _ => hidden_b.ptr,
+        };
+        let b13 = g.bias13.as_ref().unwrap_or(&g.dummy).ptr;
+        let b2 = g.bias2.as_ref().unwrap_or(&g.dummy).ptr;
+        let cb = l.scheme.weight.spec().code_bits;
+        let mt = max_tiles as u32;
+        let (g1, g2) = ((mt, (inter / 32) as u32), (mt, h.div_ceil(64) as u32));
+        if gemv {
+            let (k1, k2) = (format!("moe_gemv1_cb{cb}"), format!("moe_gemv2_cb{cb}"));
+            run(
+                "moe/gemv1",
+                &k1,
+                g1,
+                256,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw.ptr
+                ),
+            )?;
+            run(
+                "moe/gemv2",
+                &k2,
+                g2,
+                256,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr
+                ),
+            )?;
+        } else if let Some(mx) = self.scaled_mfma(l) {
+            // gfx950: the scaled MFMA multiplies the MX codes of the weights and of the
+            // activations (quantized here with the activation format and scale mode).
+            let (k1, k2) = (format!("moe_gemm1_mx_{mx}"), format!("moe_gemm2_mx_{mx}"));
+            let af = l
+                .scheme
+                .activation
+                .expect("scaled_mfma needs MX activations");
+            let (fi, mi) = (af.id(), l.act_scale_mode.id());
+            let cba = af.spec().code_bits as usize;
+            let nb1 = (m * h / BLOCK) as u32;
+            let xc = dev.alloc(nb1 as usize * cba * 4)?;
+            let xs = dev.alloc(nb1 as usize)?;
+            run(
+                "moe/quantize_x",
+                "mx_quantize",
+                (nb1.div_ceil(256), 1),
+                256,
+                &mut args!(hidden_b.ptr, xc.ptr, xs.ptr, nb1, fi, mi),
+            )?;
+            run(
+                "moe/gemm1",
+                &k1,
+                g1,
+                256,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, xc.ptr, xs.ptr, g.w13.ptr, g.s13.ptr, a2.ptr, b13,
+                    topw.ptr
+                ),
+            )?;
+            let nb2 = (na * inter / BLOCK) as u32;
+            let ac = dev.alloc(nb2 as usize * cba * 4)?;
+            let asc = dev.alloc(nb2 as usize)?;
+            run(
+                "moe/quantize_a",
+                "mx_quantize",
+                (nb2.div_ceil(256), 1),
+                256,
+                &mut args!(a2.ptr, ac.ptr, asc.ptr, nb2, fi, mi),
+            )?;
+            run(
+                "moe/gemm2",
+                &k2,
+                g2,
+                256,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, ac.ptr, asc.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2,
+                    topw.ptr
+                ),
+            )?;
+        } else {
+            // Activations as bf16 for the matrix cores: exact for QDQ'd values; hi + lo for the
+            // unquantized activations of weight-only schemes (`split`).
+            let split = l.scheme.activation.is_none();
+            let sfx = if split { "_split" } else { "" };
+            let (k1, k2) = (
+                format!("moe_gemm1{sfx}_cb{cb}"),
+                format!("moe_gemm2{sfx}_cb{cb}"),
+            );
+            let block = gemm_threads(&dev.arch);
+            let n1 = (m * h) as u64;
+            let xh = dev.alloc(m * h * 2)?;
+            let xl = if split {
+                Some(dev.alloc(m * h * 2)?)
+            } else {
+                None
+            };
+            let xlp = xl.as_ref().map_or(0u64, |b| b.ptr);
+            run(
+                "moe/to_bf16",
+                "mx_to_bf16",
+                (n1.div_ceil(256) as u32, 1),
+                256,
+                &mut args!(x_in, xh.ptr, xlp, n1),
+            )?;
+            run(
+                "moe/gemm1",
+                &k1,
+                g1,
+                block,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, a2.ptr, b13,
+                    topw.ptr
+                ),
+            )?;
+            let n2 = (na * inter) as u64;
+            let ah = dev.alloc(na * inter * 2)?;
+            let al = if split {
+                Some(dev.alloc(na * inter * 2)?)
+            } else {
+                None
+            };
+            let alp = al.as_ref().map_or(0u64, |b| b.ptr);
+            run(
+                "moe/to_bf16",
+                "mx_to_bf16",
+                (n2.div_ceil(256) as u32, 1),
+                256,
+                &mut args!(a2.ptr, ah.ptr, alp, n2),
+            )?;
+            run(
+                "moe/gemm2",
+                &k2,
+                g2,
+                block,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, ah.ptr, alp, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr
+                ),
+            )?;
+        }
+        run(
+            "moe/combine",
+            "moe_combine",
+            ((m * h).div_ceil(256) as u32, 1),
+            256,
+            &mut args!(p, slot.ptr, y2.ptr, out.ptr),
+        )?;
+        dev.synchronize()?;
+        let times = if timed {
+            let mut t = Vec::new();
+            for (label, s, e) in &marks {
+                t.push((label.clone(), s.elapsed_to(e)?));
+            }
+            Some(t)
+        } else {
+            None
+        };
+        Ok((
+            MoeOutput {
+                output: bytemuck::pod_collect_to_vec(&out.read(m * h * 4)?),
+                routing: Routing {
+                    top_k: k,
+                    topk_ids: bytemuck::pod_collect_to_vec(&ids.read(na * 4)?),
+                    topk_weights: bytemuck::pod_collect_to_vec(&topw.read(na * 4)?),
+                },
+                stages: None,
+            },
+            times,
+        ))
+    }
+}
