@@ -555,7 +555,7 @@ fn describe(
                 return Err(shape_err(
                     sf,
                     &n.w13_scale,
-                    "[E, 2I, H/32] (3-D, even row count)".into(),
+                    "[E, 2I, H/32] (3-D, E >= 1, even row count)".into(),
                 ));
             }
             let (e, h, i) = (ss[0], ss[2] * BLOCK, ss[1] / 2);
@@ -690,7 +690,7 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
             s.file(d)?.mx_pair(d, sc, w)
         }
     };
-    let (weights, router, orig) = match &info.key {
+    let (weights, router, orig, (check_path, names, meta_n)) = match &info.key {
         Key::Stacked(n) => {
             let w13 = mx(&n.w13, &n.w13_scale, n.blocks4d)?;
             let w2 = mx(&n.w2, &n.w2_scale, n.blocks4d)?;
@@ -745,7 +745,22 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
                 )),
                 None => None,
             };
-            (weights, router, orig)
+            // What `validate::check_layer` needs: the file, the tensors' names, and a bundle's
+            // `n_experts` metadata (checked against the expert_map).
+            let f13 = s.file(&n.w13)?;
+            let meta_n = match info.convention {
+                Convention::Bundle => f13.meta_parse::<usize>("n_experts")?,
+                _ => None,
+            };
+            let names = [
+                n.w13_scale.clone(),
+                n.w2_scale.clone(),
+                n.w13_bias.clone(),
+                n.w2_bias.clone(),
+                n.expert_map.clone().unwrap_or_else(|| "expert_map".into()),
+                n.corr.clone().unwrap_or_else(|| "e_score_correction_bias".into()),
+            ];
+            (weights, router, orig, (f13.path.clone(), names, meta_n))
         }
         Key::PerExpert {
             prefix,
@@ -764,7 +779,15 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
                 expert_map: None,
             };
             let router = router_weights(s, router_w.as_deref(), router_b.as_deref(), e, h)?;
-            (weights, router, None)
+            let names = [
+                format!("{prefix}*.{{gate,up}}_proj.weight_scale"),
+                format!("{prefix}*.down_proj.weight_scale"),
+                String::new(),
+                String::new(),
+                String::new(),
+                corr.clone().unwrap_or_default(),
+            ];
+            (weights, router, None, (s.root.clone(), names, None))
         }
         Key::Gguf(_) => {
             return Err(invalid(
@@ -780,6 +803,21 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
         config: info.config.clone(),
         weights,
     };
+    // The file-level checks first: their messages name the file's keys and tensors.
+    let [w13_scale, w2_scale, w13_bias, w2_bias, expert_map, correction_bias] = &names;
+    let warnings = super::validate::check_layer(
+        &check_path,
+        &layer,
+        &super::validate::LayerNames {
+            w13_scale,
+            w2_scale,
+            w13_bias,
+            w2_bias,
+            expert_map,
+            correction_bias,
+        },
+        meta_n,
+    )?;
     layer
         .validate()
         .map_err(|err| invalid(&s.root, format!("layer '{}': {err}", info.name)))?;
@@ -789,6 +827,7 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
         w13_orig,
         w2_orig,
         router,
+        warnings,
     })
 }
 

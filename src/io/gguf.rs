@@ -49,6 +49,11 @@ pub const MXFP4_BLOCK_BYTES: usize = 17;
 /// Whether a file starts with the GGUF magic.
 pub fn is_gguf(path: &Path) -> bool {
     use std::io::Read;
+    // Only regular files are opened (opening a FIFO would block; the safetensors reader then
+    // refuses it with what it is).
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let mut m = [0u8; 4];
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut m))
@@ -180,6 +185,7 @@ fn type_name(ty: u32) -> String {
 impl GgufFile {
     pub fn open(path: &Path) -> Result<GgufFile, IoError> {
         let p = path.display().to_string();
+        super::output::check_input(path)?;
         let file = std::fs::File::open(path).map_err(|e| os(path, e))?;
         // SAFETY: read-only mapping (see `StFile`).
         let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| os(path, e))?);
@@ -629,6 +635,27 @@ impl GgufFile {
                 expert_map: None,
             },
         };
+        let (s13, s2) = (
+            format!("blk.{b}.ffn_{{gate,up}}_exps.weight (scales)"),
+            format!("blk.{b}.ffn_down_exps.weight (scales)"),
+        );
+        let (b13, b2) = (
+            format!("blk.{b}.ffn_{{gate,up}}_exps.bias"),
+            format!("blk.{b}.ffn_down_exps.bias"),
+        );
+        let warnings = super::validate::check_layer(
+            &self.path,
+            &layer,
+            &super::validate::LayerNames {
+                w13_scale: &s13,
+                w2_scale: &s2,
+                w13_bias: &b13,
+                w2_bias: &b2,
+                expert_map: "",
+                correction_bias: "",
+            },
+            None,
+        )?;
         layer
             .validate()
             .map_err(|x| inv(format!("layer blk.{b}: {x}")))?;
@@ -637,6 +664,7 @@ impl GgufFile {
             w13_orig: None,
             w2_orig: None,
             router,
+            warnings,
         })
     }
 }

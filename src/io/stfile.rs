@@ -1,14 +1,15 @@
 //! Reading and writing safetensors files: `StFile` (a file with typed accessors whose errors
-//! name file, tensor and expectation), `save` (canonical header, atomic write), `write_atomic`.
+//! name file, tensor and expectation), `save` (canonical header, written by
+//! `output::write_atomic_with`).
 
+use super::output::write_atomic_with;
 use super::{os, IoError};
 use crate::format::{Bytes, MxFormat, MxTensor, BLOCK};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, TensorInfo, TensorView};
 use safetensors::SafeTensors;
 use std::collections::HashMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Drop the pages of `r` from this process's mapping (unix; no-op elsewhere).
@@ -37,45 +38,6 @@ pub(crate) fn list_names(names: &[String]) -> String {
         names.len() - MAX,
         names.len()
     )
-}
-
-/// Write `bytes` to `path` atomically (temp file in the same folder + rename).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
-    write_atomic_with(path, |w| w.write_all(bytes))
-}
-
-/// Write `path` atomically with `body` writing the contents (buffered): the bytes go to a
-/// temporary file in the same folder, which replaces `path` only once complete and synced, so a
-/// failure leaves neither a partial file nor a changed `path`.
-pub fn write_atomic_with(
-    path: &Path,
-    body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> Result<(), IoError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".mxmoe-")
-        .suffix(".tmp")
-        .tempfile_in(&dir)
-        .map_err(|e| os(path, e))?;
-    {
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
-        body(&mut w).map_err(|e| os(path, e))?;
-        w.flush().map_err(|e| os(path, e))?;
-    }
-    tmp.as_file().sync_all().map_err(|e| os(path, e))?;
-    // tempfile creates 0600; an output file should get the usual 0644.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = tmp
-            .as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644));
-    }
-    tmp.persist(path).map_err(|e| os(path, e.error))?;
-    Ok(())
 }
 
 /// A tensor to write: name, dtype, shape, little-endian bytes (owned, or borrowed from a mapped
@@ -200,6 +162,8 @@ pub struct StFile {
 impl StFile {
     pub fn open(path: &Path) -> Result<StFile, IoError> {
         let p = path.display().to_string();
+        // Stat first: opening a FIFO for reading blocks until a writer appears.
+        super::output::check_input(path)?;
         let file = std::fs::File::open(path).map_err(|e| os(path, e))?;
         let md = file.metadata().map_err(|e| os(path, e))?;
         if !md.is_file() {
@@ -216,6 +180,8 @@ impl StFile {
     }
 
     fn from_map(p: String, file: std::fs::File, map: Arc<Mmap>) -> Result<StFile, IoError> {
+        // Duplicate keys first: the crate's parser keeps the last one silently.
+        super::validate::check_header(&p, &map)?;
         // read_metadata checks the header and that the offsets tile the data section exactly.
         let (n, md) = SafeTensors::read_metadata(&map).map_err(|e| IoError::Corrupt {
             path: p.clone(),
@@ -285,7 +251,7 @@ impl StFile {
         self.tensors.get(name).ok_or_else(|| IoError::Missing {
             path: self.path.clone(),
             tensor: name.into(),
-            hint: format!(" (the file has: {})", list_names(&self.names)),
+            hint: format!(" (the file has: {})", names_near(&self.names, name)),
         })
     }
 
@@ -513,4 +479,25 @@ impl StFile {
             msg: format!("tensor '{name}': {e}"),
         })
     }
+}
+
+/// Tensor names for a "missing tensor" message: all when few, else the 20 closest to `want`
+/// (those sharing its stem first, then the longest common prefix) and the count.
+pub(crate) fn names_near(names: &[String], want: &str) -> String {
+    if names.len() <= 20 {
+        return names.join(", ");
+    }
+    let stem = want
+        .rsplit('.')
+        .next()
+        .unwrap_or(want)
+        .split('_')
+        .next()
+        .unwrap_or(want);
+    let prefix = |n: &str| n.bytes().zip(want.bytes()).take_while(|(a, b)| a == b).count();
+    let mut ranked: Vec<&String> = names.iter().collect();
+    ranked.sort_by_key(|n| (!n.contains(stem), std::cmp::Reverse(prefix(n))));
+    let mut near: Vec<&str> = ranked[..20].iter().map(|s| s.as_str()).collect();
+    near.sort();
+    format!("{}, ... ({} tensors in all)", near.join(", "), names.len())
 }
