@@ -335,10 +335,14 @@ fn fifo_input_is_refused_not_a_hang() {
     refused(&r, &["pipe.safetensors", "FIFO", "regular"], Some(&out));
     let r = run_for(&moe_args(&layer, &fifo, &out), limit);
     refused(&r, &["pipe.safetensors", "FIFO"], Some(&out));
+    // As a layer (the model loader first asks whether it is a GGUF file: without opening it).
+    let r = run_for(&moe_args(&fifo, &batch, &out), limit);
+    refused(&r, &["pipe.safetensors", "FIFO"], Some(&out));
+    let r = run_for(&["layers", s(&fifo)], limit);
+    refused(&r, &["pipe.safetensors", "FIFO"], None);
     // A directory is not a batch file either (as --layer it is a model directory).
     let r = run_for(&moe_args(&layer, d.path(), &out), limit);
     refused(&r, &["directory"], Some(&out));
-    let _ = batch;
 }
 
 /// 20,000 tensors: every accessor used to re-parse the whole header (quadratic: 4,000 tensors
