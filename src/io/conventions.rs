@@ -479,7 +479,6 @@ fn router_config(
     n_experts: usize,
 ) -> Result<RouterConfig, IoError> {
     let c = s.config.as_ref();
-    let c = c.filter(|_| true);
     let model_type = cfg(c, "model_type").and_then(Value::as_str).unwrap_or("");
     let top = cfg_usize(c, &["num_experts_per_tok", "experts_per_token"]);
     let norm = cfg(c, "norm_topk_prob").and_then(Value::as_bool);
@@ -597,7 +596,12 @@ fn describe(
                 router_w.is_some(),
             )
         }
-        Key::Gguf(_) => unreachable!("GGUF layers are described by io::gguf"),
+        Key::Gguf(_) => {
+            return Err(invalid(
+                &s.root,
+                "a GGUF layer key in a safetensors store".into(),
+            ))
+        }
     };
     let activation = match meta_file.map(|f| f.meta_parse::<Activation>("activation")) {
         Some(r) => r?,
@@ -785,7 +789,15 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
             ];
             (weights, router, None, (s.root.clone(), names, None))
         }
-        Key::Gguf(_) => unreachable!("GGUF layers load through io::gguf"),
+        Key::Gguf(_) => {
+            return Err(invalid(
+                &s.root,
+                format!(
+                    "layer '{}' is a GGUF layer: load it from its GGUF file",
+                    info.name
+                ),
+            ))
+        }
     };
     let layer = MoeLayer {
         config: info.config.clone(),
@@ -820,8 +832,8 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
 }
 
 /// Stack Quark/DeepSeek per-expert tensors into `[E, 2I, H]` (rows: gate then up) and
-/// `[E, H, I]`. This copies (the experts are separate tensors); each expert's mapped pages are
-/// released after its copy, so the peak stays near one copy of the layer.
+/// `[E, H, I]`. This copies (the experts are separate tensors): the bytes are read from the
+/// files into the stacks (no mapped pages), so the peak is one copy of the layer.
 fn per_expert(
     s: &Store,
     p: &str,
@@ -855,10 +867,11 @@ fn per_expert(
                     got: t.shape.clone(),
                 });
             }
-            d.extend_from_slice(&t.data);
-            c.extend_from_slice(&t.scales);
-            f.release(&n);
-            s.file(&sn)?.release(&sn);
+            // `t` only checked the shapes (its mapped bytes were not touched): read the bytes
+            // from the file straight into the stacks.
+            drop(t);
+            f.append_to(&n, d)?;
+            s.file(&sn)?.append_to(&sn, c)?;
         }
     }
     let mk = |shape: Vec<usize>, d: Vec<u8>, c: Vec<u8>| {

@@ -148,6 +148,8 @@ pub fn save(
 /// while it is open (our own writes replace files by rename, which is safe).
 pub struct StFile {
     pub path: String,
+    /// The open file, for loaders that copy a tensor ([`StFile::append_to`]).
+    file: std::fs::File,
     map: Arc<Mmap>,
     /// Offset of the data section (8 + header length).
     data_start: usize,
@@ -174,10 +176,10 @@ impl StFile {
         // memory-mapped readers (another process truncating the file while it is open) is
         // stated on `StFile`.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| os(path, e))?;
-        Self::from_map(p, Arc::new(map))
+        Self::from_map(p, file, Arc::new(map))
     }
 
-    fn from_map(p: String, map: Arc<Mmap>) -> Result<StFile, IoError> {
+    fn from_map(p: String, file: std::fs::File, map: Arc<Mmap>) -> Result<StFile, IoError> {
         // Duplicate keys first: the crate's parser keeps the last one silently.
         super::validate::check_header(&p, &map)?;
         // read_metadata checks the header and that the offsets tile the data section exactly.
@@ -195,6 +197,7 @@ impl StFile {
         let meta = md.metadata().clone().unwrap_or_default();
         Ok(StFile {
             path: p,
+            file,
             map,
             data_start: 8 + n,
             tensors,
@@ -271,6 +274,30 @@ impl StFile {
         let info = self.info(name)?;
         let b = Bytes::mapped(self.map.clone(), self.range(info)).expect("validated offsets");
         Ok((info.dtype, info.shape.clone(), b))
+    }
+
+    /// Append a tensor's bytes to `out`, read from the file (not through the mapping): for
+    /// loaders that must copy (per-expert stacking), the bytes go straight from the page cache
+    /// into `out`, with no mapped pages left in this process.
+    pub fn append_to(&self, name: &str, out: &mut Vec<u8>) -> Result<(), IoError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let info = self.info(name)?;
+        let r = self.range(info);
+        let want = out.len() + r.len();
+        let mut f = &self.file;
+        f.seek(SeekFrom::Start(r.start as u64))
+            .and_then(|_| f.take(r.len() as u64).read_to_end(out))
+            .map_err(|e| IoError::Os {
+                path: format!("{} (tensor '{name}')", self.path),
+                source: e,
+            })?;
+        if out.len() != want {
+            return Err(IoError::Corrupt {
+                path: self.path.clone(),
+                msg: format!("tensor '{name}': the file ended early (was it changed while open?)"),
+            });
+        }
+        Ok(())
     }
 
     /// Drop a tensor's mapped pages from this process's memory once it has been copied (the
