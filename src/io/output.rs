@@ -195,8 +195,8 @@ pub fn check_outputs(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Res
                 return Err(IoError::Invalid {
                     path: o.display().to_string(),
                     msg: format!(
-                        "{oflag} would be written into the model directory {iflag} {} (a shard, \
-                         index or config name there is an input); choose another folder",
+                        "{oflag} would be written into the model directory {iflag} {}, whose \
+                         shards, index and config are inputs: refusing (choose another folder)",
                         ip.display()
                     ),
                 });
