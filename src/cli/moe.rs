@@ -79,7 +79,10 @@ impl LayerOverrides {
 
 pub fn run(a: &MoeArgs) -> Result<()> {
     let (layer, input, output) = (&a.sel.layer, &a.input, &a.output);
-    io::check_outputs(&[("--output", output)], &[("--layer", layer), ("--input", input)])?;
+    io::check_outputs(
+        &[("--output", output)],
+        &[("--layer", layer), ("--input", input)],
+    )?;
     let t0 = Instant::now();
     let loaded = a.sel.load()?;
     for w in &loaded.warnings {

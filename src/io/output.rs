@@ -129,10 +129,7 @@ pub fn check_input(path: &Path) -> Result<std::fs::Metadata, IoError> {
     if !m.is_file() {
         return Err(IoError::Invalid {
             path: path.display().to_string(),
-            msg: format!(
-                "expected a regular safetensors file, found {}",
-                kind_of(&m)
-            ),
+            msg: format!("expected a regular safetensors file, found {}", kind_of(&m)),
         });
     }
     Ok(m)
@@ -280,7 +277,8 @@ mod tests {
         assert!(e.to_string().contains("into the model directory"), "{e}");
         let txt = d.path().join("notes.txt");
         assert!(check_outputs(&[("--output", &txt)], &[("--layer", d.path())]).is_ok());
-        let e = check_outputs(&[("--layer-out", &other), ("--batch-out", &other)], &[]).unwrap_err();
+        let e =
+            check_outputs(&[("--layer-out", &other), ("--batch-out", &other)], &[]).unwrap_err();
         assert!(e.to_string().contains("same file"), "{e}");
     }
 }
