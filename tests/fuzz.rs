@@ -232,7 +232,7 @@ fn gguf_seed() -> Vec<u8> {
         offs.push(off);
         off += (data.len() as u64).div_ceil(32) * 32;
     }
-    while out.len() % 32 != 0 {
+    while !out.len().is_multiple_of(32) {
         out.push(0);
     }
     let start = out.len();
@@ -375,10 +375,10 @@ fn interesting_string() -> impl Strategy<Value = String> {
 fn mutation() -> impl Strategy<Value = Mutation> {
     let pos = any::<usize>();
     prop_oneof![
-        3 => (pos.clone(), 0u8..8).prop_map(|(pos, bit)| Mutation::Flip { pos, bit }),
-        2 => (pos.clone(), any::<u8>()).prop_map(|(pos, val)| Mutation::Set { pos, val }),
-        1 => pos.clone().prop_map(|len| Mutation::Truncate { len }),
-        1 => (pos.clone(), prop::collection::vec(any::<u8>(), 1..16))
+        3 => (pos, 0u8..8).prop_map(|(pos, bit)| Mutation::Flip { pos, bit }),
+        2 => (pos, any::<u8>()).prop_map(|(pos, val)| Mutation::Set { pos, val }),
+        1 => pos.prop_map(|len| Mutation::Truncate { len }),
+        1 => (pos, prop::collection::vec(any::<u8>(), 1..16))
             .prop_map(|(pos, bytes)| Mutation::Insert { pos, bytes }),
         1 => prop_oneof![
             Just(0u64), Just(1), Just(7), Just(8), Just(u64::MAX), Just(1 << 32),

@@ -88,7 +88,7 @@ fn refused(r: &Run, needles: &[&str], out: Option<&Path>) {
 /// would: duplicate keys) and `data`.
 fn raw_file(path: &Path, header: &str, data: &[u8]) {
     let mut h = header.as_bytes().to_vec();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut b = (h.len() as u64).to_le_bytes().to_vec();
