@@ -351,6 +351,21 @@ fn gen_of_impossible_sizes_is_refused_with_the_numbers() {
         refused(&r, &[needle, "bytes"], Some(&lo));
         assert!(!bo.exists());
     }
+    // Against the memory available (here a 1 MB budget): a modest layer is refused, with the
+    // budget and where it comes from.
+    let r = bin()
+        .args(["gen", "--experts", "8", "--hidden", "256", "--inter", "256"])
+        .args(["--layer-out", s(&lo), "--batch-out", s(&bo)])
+        .env("MXMOE_MEMORY_LIMIT", "1000000")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("1000000 bytes) of memory is available (MXMOE_MEMORY_LIMIT)"),
+        "{err}"
+    );
+    assert!(!lo.exists() && !bo.exists());
 }
 
 // ---------------------------------------------------------------------------------------------
