@@ -567,11 +567,18 @@ fn fuzz(cases: u32, rng_seed: u64) {
     }
 }
 
+/// An environment number, decimal or `0x` hex; `default` when unset. A value that does not
+/// parse is an error (a typo must not silently rerun the default).
 fn env_u64(key: &str, default: u64) -> u64 {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
+    let Ok(v) = std::env::var(key) else {
+        return default;
+    };
+    let v = v.trim().replace('_', "");
+    let r = match v.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => v.parse(),
+    };
+    r.unwrap_or_else(|e| panic!("{key}={v}: not a number ({e})"))
 }
 
 /// The bounded run of the test suite.
