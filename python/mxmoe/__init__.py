@@ -151,12 +151,18 @@ def _str(v: Any, name: str) -> str:
     return v
 
 
-def _check_profile(profile: Any) -> None:
-    if profile is not None:
-        raise NotImplementedError(
-            f"profile={profile!r}: conformance profiles are not implemented yet (a later "
-            f"issue); only profile=None (the contract of docs/NUMERICS.md) is accepted"
-        )
+def _profile(profile: Any) -> str:
+    """``None`` -> the contract; else a profile name (checked by the native side)."""
+    if profile is None:
+        return "contract"
+    return _str(profile, "profile")
+
+
+def _mode(scale_mode: Any) -> str:
+    """``None`` -> "" (the native side takes the profile's own mode: ``even`` for the contract)."""
+    if scale_mode is None:
+        return ""
+    return _mxmoe.scale_mode_name(_str(scale_mode, "scale_mode"))
 
 
 def _f32_out(b: bytearray, shape: Tuple[int, ...]) -> np.ndarray:
@@ -186,11 +192,11 @@ def _format(fmt: Any, name: str = "format") -> Tuple[str, int]:
 def quantize(
     x: Any,
     format: str,
-    scale_mode: str = "even",
+    scale_mode: Optional[str] = None,
     *,
     backend: str = "cpu",
     adapter: Optional[str] = None,
-    profile: None = None,
+    profile: Optional[str] = None,
 ) -> Tuple[np.ndarray, np.ndarray]:
     """Quantize ``x`` ``[..., K]`` (K a multiple of 32) to an MX format, bit-exact.
 
@@ -201,8 +207,10 @@ def quantize(
     ``format`` is a name or alias (``mxfp4``, ``mxfp6_e2m3``, ``mxfp6_e3m2``, ``mxfp8_e4m3``,
     ``mxfp8_e5m2``, ``mxint8``); ``scale_mode`` one of ``floor``, ``even`` (AMD Quark / vLLM,
     the default), ``ceil``, ``rceil`` (NVIDIA). ``backend`` ``cpu`` (the reference), ``wgpu``
-    or ``auto`` (all bit-exact); ``adapter`` filters GPU adapters by name. ``profile`` is
-    reserved for the conformance profiles of a later issue: only ``None`` is accepted.
+    or ``auto`` (all bit-exact); ``adapter`` filters GPU adapters by name. ``profile``
+    (``None``: the contract) reproduces another implementation bit for bit: ``ocp``,
+    ``quark``, ``torchao``, ``nvidia``, ``microxcaling``, ``ggml`` (docs/NUMERICS.md 17; CPU
+    only; ``scale_mode=None`` takes the profile's own mode, ``even`` for the contract).
 
     Example::
 
@@ -211,13 +219,13 @@ def quantize(
         >>> packed.shape, scales.tolist()
         ((2, 32), [[127, 0], [0, 0]])
     """
-    _check_profile(profile)
+    prof = _profile(profile)
     a = _floats(x, "x")
     k = _block_axis(a, "x")
     fmt, bb = _format(format)
-    mode = _mxmoe.scale_mode_name(_str(scale_mode, "scale_mode"))
+    mode = _mode(scale_mode)
     packed, scales = _mxmoe.quantize(
-        a.tobytes(), list(a.shape), fmt, mode, _str(backend, "backend"), adapter
+        a.tobytes(), list(a.shape), fmt, mode, _str(backend, "backend"), adapter, prof
     )
     lead = a.shape[:-1]
     return (
@@ -233,12 +241,12 @@ def dequantize(
     *,
     backend: str = "cpu",
     adapter: Optional[str] = None,
-    profile: None = None,
+    profile: Optional[str] = None,
 ) -> np.ndarray:
     """Dequantize packed MX data: ``packed`` uint8 ``[..., packed(K)]`` and ``scales`` uint8
     E8M0 ``[..., K/32]`` to float32 ``[..., K]``, exactly (``decode(code) * 2^(byte-127)``;
-    scale byte 255 gives NaN). The inverse layout of :func:`quantize`. ``profile``: only
-    ``None`` (see :func:`quantize`).
+    scale byte 255 gives NaN). The inverse layout of :func:`quantize`. ``profile``: see
+    :func:`quantize` (``ggml`` reads its split nibble order; ``quark`` decodes byte 255 as Inf).
 
     Example::
 
@@ -246,7 +254,7 @@ def dequantize(
         >>> mxmoe.dequantize(packed, np.array([[128]], np.uint8), "mxfp4")[0, :2]
         array([1., 2.], dtype=float32)
     """
-    _check_profile(profile)
+    prof = _profile(profile)
     fmt, bb = _format(format)
     p = _bytes_u8(packed, "packed")
     s = _bytes_u8(scales, "scales")
@@ -270,6 +278,7 @@ def dequantize(
         fmt,
         _str(backend, "backend"),
         adapter,
+        prof,
     )
     return _f32_out(out, p.shape[:-1] + (k,))
 
@@ -277,11 +286,11 @@ def dequantize(
 def qdq(
     x: Any,
     format: str,
-    scale_mode: str = "even",
+    scale_mode: Optional[str] = None,
     *,
     backend: str = "cpu",
     adapter: Optional[str] = None,
-    profile: None = None,
+    profile: Optional[str] = None,
 ) -> np.ndarray:
     """Quantize-dequantize ``x`` ``[..., K]`` (K a multiple of 32): float32 of the same shape,
     equal bit for bit to ``dequantize(*quantize(x, format, scale_mode), format)``. What a
@@ -294,12 +303,12 @@ def qdq(
         >>> mxmoe.qdq(x, "mxfp4", "floor")[0, :4]      # amax 7 saturates under floor
         array([ 6., -6.,  3.,  1.], dtype=float32)
     """
-    _check_profile(profile)
+    prof = _profile(profile)
     a = _floats(x, "x")
     k = _block_axis(a, "x")
     fmt, _ = _format(format)
-    mode = _mxmoe.scale_mode_name(_str(scale_mode, "scale_mode"))
-    out = _mxmoe.qdq(a.tobytes(), k, fmt, mode, _str(backend, "backend"), adapter)
+    mode = _mode(scale_mode)
+    out = _mxmoe.qdq(a.tobytes(), k, fmt, mode, _str(backend, "backend"), adapter, prof)
     return _f32_out(out, a.shape)
 
 
@@ -661,7 +670,7 @@ def moe(
     intermediate: str = "f32",
     *,
     adapter: Optional[str] = None,
-    profile: None = None,
+    profile: Optional[str] = None,
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run the MoE layer on a token batch: ``hidden_states`` ``[M, H]`` (float32/float16/
     bfloat16) and ``router_logits`` ``[M, n_experts]``.
@@ -677,8 +686,9 @@ def moe(
     ``intermediate``: ``f32`` (the contract) or ``bf16`` (rounds where vLLM does, for parity).
 
     ``router_logits`` is required for now: computing the logits from the router's weights
-    belongs to the model loader (a later issue). ``profile``: only ``None`` (see
-    :func:`quantize`). NaN/Inf logits raise ``ValueError`` naming the token.
+    belongs to the model loader (a later issue). ``profile``: the activation QDQs under a
+    compatibility profile (see :func:`quantize`; CPU only; a layer scale mode the profile's
+    implementation lacks becomes its own). NaN/Inf logits raise ``ValueError`` naming the token.
 
     Example::
 
@@ -686,7 +696,7 @@ def moe(
         >>> out.shape, ids.dtype, w.shape
         ((16, 64), dtype('int32'), (16, 2))
     """
-    _check_profile(profile)
+    prof = _profile(profile)
     layer = _layer(layer)
     x, r = _batch(layer, hidden_states, router_logits)
     out, ids, w, k = _mxmoe.moe(
@@ -697,6 +707,7 @@ def moe(
         _str(accumulate, "accumulate"),
         _str(intermediate, "intermediate"),
         adapter,
+        prof,
     )
     m = x.shape[0]
     return (
@@ -715,6 +726,8 @@ def verify(
     topk_weights: Any = None,
     *,
     tolerance: float = 1e-2,
+    profile: Optional[str] = None,
+    stages: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     """Judge a MoE output computed elsewhere (your kernel, vLLM, SGLang) against the reference:
     the same verdict and closest variant as ``mxmoe verify`` on files.
@@ -739,7 +752,16 @@ def verify(
       not enter the verdict), ``ids_total``, ``weights_rel_l2`` (None without ``topk_weights``);
     - ``worst``: ``{token, column, theirs, reference}`` of the largest absolute error.
 
-    ``router_logits`` is required (see :func:`moe`).
+    ``router_logits`` is required (see :func:`moe`). ``profile`` runs the reference's
+    activation QDQs under a compatibility profile (see :func:`quantize`; ``profile`` in the
+    dict names it).
+
+    ``stages``: your kernel's intermediates, any of ``input_qdq_out`` ``[M, H]``,
+    ``gemm1_out`` ``[M*top_k, 2I]``, ``act_out`` ``[M*top_k, I]``, ``intermediate_qdq_out``
+    ``[M*top_k, I]``, ``gemm2_out`` ``[M*top_k, H]`` (per-slot rows in your top-k order,
+    docs/NUMERICS.md 10.6). The dict then has ``stages`` (per stage: ``rel_l2``,
+    ``tolerance``, ``agrees``, ``nearest_fault``), ``first_differing_stage`` (None when every
+    dumped stage agrees) and ``stage_diagnosis`` (the faults closest at that stage).
 
     Example::
 
@@ -769,7 +791,15 @@ def verify(
             )
         w_b = w.tobytes()
     return _mxmoe.verify(
-        layer._native, x.tobytes(), r.tobytes(), o.tobytes(), ids_b, w_b, float(tolerance)
+        layer._native,
+        x.tobytes(),
+        r.tobytes(),
+        o.tobytes(),
+        ids_b,
+        w_b,
+        float(tolerance),
+        _profile(profile),
+        [(_str(k, "stages key"), _floats(v, k).tobytes()) for k, v in (stages or {}).items()],
     )
 
 

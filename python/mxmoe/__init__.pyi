@@ -17,11 +17,11 @@ _Path = Union[str, "os.PathLike[str]"]
 def quantize(
     x: ArrayLike,
     format: str,
-    scale_mode: str = "even",
+    scale_mode: Optional[str] = None,
     *,
     backend: str = "cpu",
     adapter: Optional[str] = None,
-    profile: None = None,
+    profile: Optional[str] = None,
 ) -> Tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]: ...
 def dequantize(
     packed: ArrayLike,
@@ -30,16 +30,16 @@ def dequantize(
     *,
     backend: str = "cpu",
     adapter: Optional[str] = None,
-    profile: None = None,
+    profile: Optional[str] = None,
 ) -> npt.NDArray[np.float32]: ...
 def qdq(
     x: ArrayLike,
     format: str,
-    scale_mode: str = "even",
+    scale_mode: Optional[str] = None,
     *,
     backend: str = "cpu",
     adapter: Optional[str] = None,
-    profile: None = None,
+    profile: Optional[str] = None,
 ) -> npt.NDArray[np.float32]: ...
 
 class MoeLayer:
@@ -63,7 +63,7 @@ class MoeLayer:
         topk_group: Optional[int] = None,
         routed_scaling_factor: float = 1.0,
         apply_router_weight_on_input: bool = False,
-        scale_mode: str = "even",
+        scale_mode: Optional[str] = None,
     ) -> None: ...
     @classmethod
     def load(cls, path: _Path) -> "MoeLayer": ...
@@ -128,7 +128,7 @@ def moe(
     intermediate: str = "f32",
     *,
     adapter: Optional[str] = None,
-    profile: None = None,
+    profile: Optional[str] = None,
 ) -> Tuple[npt.NDArray[np.float32], npt.NDArray[np.int32], npt.NDArray[np.float32]]: ...
 def verify(
     layer: MoeLayer,
@@ -139,6 +139,8 @@ def verify(
     topk_weights: Optional[ArrayLike] = None,
     *,
     tolerance: float = 1e-2,
+    profile: Optional[str] = None,
+    stages: Optional[Dict[str, ArrayLike]] = None,
 ) -> Dict[str, Any]: ...
 def backends() -> Dict[str, Dict[str, Any]]: ...
 def info() -> Dict[str, Any]: ...

@@ -41,24 +41,25 @@ def scheme_spec(scheme: str) -> Tuple[str, str, Optional[str]]: ...
 def scale_mode_name(scale_mode: str) -> str: ...
 def quantize(
     data: bytes, shape: List[int], format: str, scale_mode: str, backend: str,
-    adapter: Optional[str] = None,
+    adapter: Optional[str] = None, profile: str = "contract",
 ) -> Tuple[bytearray, bytearray]: ...
 def dequantize(
     packed: bytes, scales: bytes, shape: List[int], format: str, backend: str,
-    adapter: Optional[str] = None,
+    adapter: Optional[str] = None, profile: str = "contract",
 ) -> bytearray: ...
 def qdq(
     data: bytes, k: int, format: str, scale_mode: str, backend: str,
-    adapter: Optional[str] = None,
+    adapter: Optional[str] = None, profile: str = "contract",
 ) -> bytearray: ...
 def moe(
     layer: Layer, hidden: bytes, logits: bytes, backend: str, accumulate: str,
-    intermediate: str, adapter: Optional[str] = None,
+    intermediate: str, adapter: Optional[str] = None, profile: str = "contract",
 ) -> Tuple[bytearray, bytearray, bytearray, int]: ...
 def verify(
     layer: Layer, hidden: bytes, logits: bytes, output: bytes,
     topk_ids: Optional[bytes] = None, topk_weights: Optional[bytes] = None,
-    tolerance: float = 1e-2,
+    tolerance: float = 1e-2, profile: str = "contract",
+    stages: Optional[List[Tuple[str, bytes]]] = None,
 ) -> Dict[str, Any]: ...
 def backends() -> Dict[str, Dict[str, Any]]: ...
 def info() -> Dict[str, Any]: ...

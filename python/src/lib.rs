@@ -11,7 +11,7 @@
 //! is built for the 3.9 stable ABI.
 
 use mxmoe::backend::{Backend, BackendError, BackendKind};
-use mxmoe::format::{FormatError, MxFormat, MxTensor, ScaleMode};
+use mxmoe::format::{FormatError, MxFormat, MxTensor, ProfileError, ProfileId, ScaleMode};
 use mxmoe::io::IoError;
 use mxmoe::moe::{Accumulate, Intermediate, MoeError, MoeOptions};
 use mxmoe::scheme::Scheme;
@@ -216,9 +216,37 @@ fn scale_mode_name(scale_mode: &str) -> PyResult<&'static str> {
     Ok(parse_mode(scale_mode)?.name())
 }
 
+/// A profile name (`contract` by default), and the scale mode: the one given, or (empty) the
+/// profile's own. A non-default profile runs on the CPU reference only.
+fn profile_and_mode(
+    profile: &str,
+    scale_mode: &str,
+    kind: BackendKind,
+) -> PyResult<(ProfileId, ScaleMode)> {
+    let p: ProfileId = profile
+        .parse()
+        .map_err(|e: ProfileError| PyValueError::new_err(e.to_string()))?;
+    if p != ProfileId::Contract && kind != BackendKind::Cpu {
+        return Err(PyValueError::new_err(format!(
+            "profile {p} reproduces {} and runs on the CPU reference only (backend='cpu')",
+            p.spec().peer
+        )));
+    }
+    let mode = match scale_mode {
+        "" => p.spec().default_mode,
+        m => parse_mode(m)?,
+    };
+    Ok((p, mode))
+}
+
+fn profile_err(e: ProfileError) -> Failure {
+    Failure::Value(e.to_string())
+}
+
 /// Quantize `data` (f32, row-major `shape`): `(packed, scales)` as bytearrays.
 #[pyfunction]
-#[pyo3(signature = (data, shape, format, scale_mode, backend, adapter=None))]
+#[pyo3(signature = (data, shape, format, scale_mode, backend, adapter=None, profile="contract"))]
+#[allow(clippy::too_many_arguments)]
 fn quantize<'py>(
     py: Python<'py>,
     data: &[u8],
@@ -227,14 +255,18 @@ fn quantize<'py>(
     scale_mode: &str,
     backend: &str,
     adapter: Option<&str>,
+    profile: &str,
 ) -> PyResult<(Bound<'py, PyByteArray>, Bound<'py, PyByteArray>)> {
-    let (fmt, mode, kind) = (
-        parse_format(format)?,
-        parse_mode(scale_mode)?,
-        parse_backend(backend)?,
-    );
+    let (fmt, kind) = (parse_format(format)?, parse_backend(backend)?);
+    let (prof, mode) = profile_and_mode(profile, scale_mode, kind)?;
     let t = py.detach(|| -> Result<MxTensor, Failure> {
         let x = f32s(data, "x")?;
+        if prof != ProfileId::Contract {
+            return prof
+                .spec()
+                .quantize(fmt, mode, &x, &shape)
+                .map_err(profile_err);
+        }
         let b = open_backend(kind, adapter)?;
         Ok(b.quantize(fmt, mode, &x, &shape)?)
     })?;
@@ -246,7 +278,8 @@ fn quantize<'py>(
 
 /// Dequantize packed codes + E8M0 scales of logical `shape`: f32 bytes.
 #[pyfunction]
-#[pyo3(signature = (packed, scales, shape, format, backend, adapter=None))]
+#[pyo3(signature = (packed, scales, shape, format, backend, adapter=None, profile="contract"))]
+#[allow(clippy::too_many_arguments)]
 fn dequantize<'py>(
     py: Python<'py>,
     packed: &[u8],
@@ -255,10 +288,15 @@ fn dequantize<'py>(
     format: &str,
     backend: &str,
     adapter: Option<&str>,
+    profile: &str,
 ) -> PyResult<Bound<'py, PyByteArray>> {
     let (fmt, kind) = (parse_format(format)?, parse_backend(backend)?);
+    let (prof, _) = profile_and_mode(profile, "", kind)?;
     let v = py.detach(|| -> Result<Vec<f32>, Failure> {
         let t = MxTensor::new(fmt, shape, packed.to_vec(), scales.to_vec())?;
+        if prof != ProfileId::Contract {
+            return Ok(prof.spec().dequantize(&t));
+        }
         let b = open_backend(kind, adapter)?;
         Ok(b.dequantize(&t)?)
     })?;
@@ -267,7 +305,8 @@ fn dequantize<'py>(
 
 /// QDQ `data` (f32 rows of `k`): f32 bytes.
 #[pyfunction]
-#[pyo3(signature = (data, k, format, scale_mode, backend, adapter=None))]
+#[pyo3(signature = (data, k, format, scale_mode, backend, adapter=None, profile="contract"))]
+#[allow(clippy::too_many_arguments)]
 fn qdq<'py>(
     py: Python<'py>,
     data: &[u8],
@@ -276,14 +315,15 @@ fn qdq<'py>(
     scale_mode: &str,
     backend: &str,
     adapter: Option<&str>,
+    profile: &str,
 ) -> PyResult<Bound<'py, PyByteArray>> {
-    let (fmt, mode, kind) = (
-        parse_format(format)?,
-        parse_mode(scale_mode)?,
-        parse_backend(backend)?,
-    );
+    let (fmt, kind) = (parse_format(format)?, parse_backend(backend)?);
+    let (prof, mode) = profile_and_mode(profile, scale_mode, kind)?;
     let v = py.detach(|| -> Result<Vec<f32>, Failure> {
         let x = f32s(data, "x")?;
+        if prof != ProfileId::Contract {
+            return prof.spec().qdq_slice(fmt, mode, &x, k).map_err(profile_err);
+        }
         let b = open_backend(kind, adapter)?;
         Ok(b.qdq(fmt, mode, &x, k)?)
     })?;
@@ -295,7 +335,7 @@ fn qdq<'py>(
 
 /// One forward: `(output f32 bytes, topk_ids i32 bytes, topk_weights f32 bytes, top_k)`.
 #[pyfunction]
-#[pyo3(signature = (layer, hidden, logits, backend, accumulate, intermediate, adapter=None))]
+#[pyo3(signature = (layer, hidden, logits, backend, accumulate, intermediate, adapter=None, profile="contract"))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn moe<'py>(
     py: Python<'py>,
@@ -306,6 +346,7 @@ fn moe<'py>(
     accumulate: &str,
     intermediate: &str,
     adapter: Option<&str>,
+    profile: &str,
 ) -> PyResult<(
     Bound<'py, PyByteArray>,
     Bound<'py, PyByteArray>,
@@ -313,9 +354,11 @@ fn moe<'py>(
     usize,
 )> {
     let kind = parse_backend(backend)?;
+    let (prof, default_mode) = profile_and_mode(profile, "", kind)?;
     let opts = MoeOptions {
         accumulate: accumulate.parse::<Accumulate>().map_err(err_moe)?,
         intermediate: intermediate.parse::<Intermediate>().map_err(err_moe)?,
+        profile: prof,
         ..MoeOptions::default()
     };
     let l = &layer.get().inner;
@@ -323,6 +366,12 @@ fn moe<'py>(
         let x = f32s(hidden, "hidden_states")?;
         let r = f32s(logits, "router_logits")?;
         let b = open_backend(kind, adapter)?;
+        // As `mxmoe moe --profile`: a layer mode the peer lacks becomes the profile's own.
+        if !prof.spec().modes.contains(&l.config.act_scale_mode) {
+            let mut lp = l.clone();
+            lp.config.act_scale_mode = default_mode;
+            return Ok(b.moe_once(&lp, &x, &r, opts)?);
+        }
         Ok(b.moe_once(l, &x, &r, opts)?)
     })?;
     Ok((

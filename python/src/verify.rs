@@ -1,9 +1,12 @@
-//! `verify`: the library's [`mxmoe::check::verify::verify_output`] (what `mxmoe verify`
+//! `verify`: the library's [`mxmoe::check::verify::verify_with`] (what `mxmoe verify`
 //! prints) as a dict. The dict's keys are the Python API's; each comes from the report.
 
 use crate::{f32s, i32s, Failure, Layer};
-use mxmoe::check::verify::{verify_output, VerifyError, VerifyReport};
+use mxmoe::check::verify::{verify_with, VerifyError, VerifyOptions, VerifyReport};
+use mxmoe::check::verify_stages::{verify_stages, Stage, StageDump};
+use mxmoe::format::ProfileId;
 use mxmoe::io::TokenBatch;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -18,7 +21,7 @@ impl From<VerifyError> for Failure {
 
 /// The verdict of `mxmoe verify` on arrays (see `mxmoe.verify`).
 #[pyfunction]
-#[pyo3(signature = (layer, hidden, logits, output, topk_ids=None, topk_weights=None, tolerance=1e-2))]
+#[pyo3(signature = (layer, hidden, logits, output, topk_ids=None, topk_weights=None, tolerance=1e-2, profile="contract", stages=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn verify<'py>(
     py: Python<'py>,
@@ -29,8 +32,29 @@ pub fn verify<'py>(
     topk_ids: Option<&[u8]>,
     topk_weights: Option<&[u8]>,
     tolerance: f64,
+    profile: &str,
+    stages: Option<Vec<(String, Vec<u8>)>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let l = &layer.get().inner;
+    let mut dump = StageDump::default();
+    for (name, bytes) in stages.unwrap_or_default() {
+        let st = Stage::from_name(&name).ok_or_else(|| {
+            let names: Vec<&str> = Stage::ALL.iter().map(|s| s.name()).collect();
+            PyValueError::new_err(format!(
+                "stages: unknown stage '{name}' (expected: {})",
+                names.join(", ")
+            ))
+        })?;
+        dump.stages.push((st, f32s(&bytes, st.name())?));
+    }
+    let prof: ProfileId = profile
+        .parse()
+        .map_err(|e: mxmoe::format::ProfileError| PyValueError::new_err(e.to_string()))?;
+    let mut lv = layer.get().inner.clone();
+    // As `mxmoe verify --profile`: a layer mode the peer lacks becomes the profile's own.
+    if !prof.spec().modes.contains(&lv.config.act_scale_mode) {
+        lv.config.act_scale_mode = prof.spec().default_mode;
+    }
+    let l = &lv;
     let r = py.detach(|| -> Result<VerifyReport, Failure> {
         let (h, n_experts) = (l.config.hidden, l.config.n_experts);
         let hidden = f32s(hidden, "hidden_states")?;
@@ -44,16 +68,17 @@ pub fn verify<'py>(
         let o = f32s(output, "output")?;
         let ids = topk_ids.map(|b| i32s(b, "topk_ids")).transpose()?;
         let w = topk_weights.map(|b| f32s(b, "topk_weights")).transpose()?;
-        Ok(verify_output(
-            l,
-            &batch,
-            &o,
-            ids.as_deref(),
-            w.as_deref(),
-            tolerance,
-        )?)
+        let opts = VerifyOptions {
+            tolerance_cap: tolerance,
+            profile: prof,
+            ..VerifyOptions::default()
+        };
+        let mut rep = verify_with(l, &batch, &o, ids.as_deref(), w.as_deref(), &opts)?;
+        verify_stages(l, &batch, &mut rep, &dump, ids.as_deref(), &opts)?;
+        Ok(rep)
     })?;
     let d = PyDict::new(py);
+    d.set_item("profile", r.profile)?;
     d.set_item("verdict", r.verdict.name())?;
     d.set_item("match", r.verdict.id() == "match")?;
     d.set_item("variant", r.variant.clone())?;
@@ -109,5 +134,27 @@ pub fn verify<'py>(
     w.set_item("theirs", r.worst.theirs)?;
     w.set_item("reference", r.worst.reference)?;
     d.set_item("worst", w)?;
+    let st = PyList::empty(py);
+    for s in &r.stages {
+        let e = PyDict::new(py);
+        e.set_item("stage", s.stage)?;
+        e.set_item("rows", s.rows)?;
+        e.set_item("against", s.against.clone())?;
+        e.set_item("rel_l2", s.rel_l2)?;
+        e.set_item("tolerance", s.tolerance)?;
+        e.set_item("agrees", s.agrees)?;
+        e.set_item("nearest_fault", s.nearest_fault.as_ref().map(|f| f.fault))?;
+        st.append(e)?;
+    }
+    d.set_item("stages", st)?;
+    d.set_item("first_differing_stage", r.first_differing_stage)?;
+    let sd = PyList::empty(py);
+    for f in &r.stage_diagnosis {
+        let e = PyDict::new(py);
+        e.set_item("fault", f.fault)?;
+        e.set_item("rel_l2", f.rel_l2)?;
+        sd.append(e)?;
+    }
+    d.set_item("stage_diagnosis", sd)?;
     Ok(d)
 }

@@ -169,8 +169,15 @@ def test_moe_shape_and_dtype_errors():
         mxmoe.moe(layer, x, g, accumulate="f16")
     with pytest.raises(ValueError, match="unknown intermediate precision 'fp8'"):
         mxmoe.moe(layer, x, g, intermediate="fp8")
-    with pytest.raises(NotImplementedError, match="profile"):
+    with pytest.raises(ValueError, match="unknown profile 'vllm'"):
         mxmoe.moe(layer, x, g, profile="vllm")
+    # A profile runs the activation QDQs its way (quark: the layer's even mode, CPU only).
+    out, ids, w = mxmoe.moe(layer, x, g, profile="quark")
+    assert out.shape == mxmoe.moe(layer, x, g)[0].shape
+    res = mxmoe.verify(layer, x, g, out, ids, w, profile="quark")
+    assert res["ok"] and res["bit_exact"] and res["profile"] == "quark", res["summary"]
+    with pytest.raises(ValueError, match="unknown profile"):
+        mxmoe.verify(layer, x, g, out, profile="nope")
 
 
 def test_nan_logits():

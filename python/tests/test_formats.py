@@ -1,5 +1,7 @@
 """Round trips, shapes and input conversions of quantize / dequantize / qdq."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -142,16 +144,45 @@ def test_torch_cpu_tensors():
     assert t.dtype == torch.float32
 
 
-def test_profile_is_reserved():
+def _xref(name):
+    from safetensors.numpy import load_file
+
+    return load_file(str(Path(__file__).resolve().parents[2] / "xref" / "vectors" / name))
+
+
+def test_profiles_match_the_peer_vectors():
+    # The vectors were written by the real implementations (xref/); see tests/xref.rs.
+    q = _xref("quark.safetensors")
+    for fmt, mode in [("mxfp4", "even"), ("mxint8", "floor"), ("mxfp6_e2m3", "ceil")]:
+        got = mxmoe.qdq(q[f"{fmt}.input"], fmt, mode, profile="quark")
+        assert same_bits(got, q[f"{fmt}.{mode}.qdq"]), (fmt, mode)
+    t = _xref("torchao.safetensors")
+    p, s = mxmoe.quantize(t["mxfp8_e4m3.input"], "mxfp8_e4m3", "rceil", profile="torchao")
+    assert np.array_equal(s.reshape(-1), t["mxfp8_e4m3.rceil.scale"])
+    assert np.array_equal(p, t["mxfp8_e4m3.rceil.codes"])
+    g = _xref("ggml.safetensors")
+    keep = g["defined"] == 1
+    p, s = mxmoe.quantize(g["input"][keep], "mxfp4", profile="ggml")   # its own mode: floor
+    assert np.array_equal(np.concatenate([s, p], axis=1), g["blocks"][keep])
+    assert same_bits(mxmoe.dequantize(p, s, "mxfp4", profile="ggml"), g["dequant"][keep])
+    # The contract differs from the peers on these vectors.
+    assert not same_bits(mxmoe.qdq(q["mxfp4.input"], "mxfp4", "even"), q["mxfp4.even.qdq"])
+
+
+def test_profile_errors():
     x = awkward((1, 32))
     for fn in (lambda: mxmoe.quantize(x, "mxfp4", profile=None), lambda: mxmoe.qdq(x, "mxfp4", profile=None)):
         fn()
-    with pytest.raises(NotImplementedError, match="profile"):
+    with pytest.raises(ValueError, match="unknown profile 'vllm'"):
         mxmoe.quantize(x, "mxfp4", profile="vllm")
-    with pytest.raises(NotImplementedError, match="profile"):
-        mxmoe.qdq(x, "mxfp4", profile="aiter")
+    with pytest.raises(ValueError, match="no 'even' scale mode"):
+        mxmoe.qdq(x, "mxfp4", "even", profile="microxcaling")
+    with pytest.raises(ValueError, match="has no mxfp8_e4m3"):
+        mxmoe.qdq(x, "mxfp8_e4m3", profile="ggml")
+    with pytest.raises(ValueError, match="CPU reference only"):
+        mxmoe.qdq(x, "mxfp4", profile="quark", backend="wgpu")
     p, s = mxmoe.quantize(x, "mxfp4")
-    with pytest.raises(NotImplementedError, match="profile"):
+    with pytest.raises(ValueError, match="unknown profile 'x'"):
         mxmoe.dequantize(p, s, "mxfp4", profile="x")
 
 

@@ -48,8 +48,9 @@ def batch(m, h, e, seed=1):
 
 
 def numpy_moe(parts, wfmt, afmt, x, logits, top_k, renormalize=True, scale_mode="even",
-              intermediate_qdq=True, scoring="softmax", activation="silu"):
-    """The reference MoE in NumPy (f64 GEMMs), vLLM's dataflow (docs/NUMERICS.md 10)."""
+              intermediate_qdq=True, scoring="softmax", activation="silu", stages=None):
+    """The reference MoE in NumPy (f64 GEMMs), vLLM's dataflow (docs/NUMERICS.md 10). With a
+    dict ``stages``, fills it with the intermediates under the names of NUMERICS.md 10.6."""
     w13 = np_dequantize(parts["w13p"], parts["s13"], wfmt)  # [E, 2I, H]
     w2 = np_dequantize(parts["w2p"], parts["s2"], wfmt)  # [E, H, I]
     b13, b2 = parts.get("b13"), parts.get("b2")
@@ -76,6 +77,7 @@ def numpy_moe(parts, wfmt, afmt, x, logits, top_k, renormalize=True, scale_mode=
 
     xq = act_qdq(x)  # input QDQ, per token, 32-blocks along H
     out = np.zeros((m, h), np.float64)
+    taps = {"gemm1_out": [], "act_out": [], "intermediate_qdq_out": [], "gemm2_out": []}
     for t in range(m):
         for j in range(top_k):
             e = ids[t, j]
@@ -91,6 +93,12 @@ def numpy_moe(parts, wfmt, afmt, x, logits, top_k, renormalize=True, scale_mode=
             aq = act_qdq(a[None])[0] if intermediate_qdq else a.astype(np.float64)
             y = w2[e] @ aq + (0.0 if b2 is None else b2[e].astype(np.float64))
             out[t] += y * np.float64(w[t, j])
+            for k_, v in (("gemm1_out", g1), ("act_out", a), ("intermediate_qdq_out", aq),
+                          ("gemm2_out", y * np.float64(w[t, j]))):
+                taps[k_].append(np.asarray(v, np.float32))
+    if stages is not None:
+        stages["input_qdq_out"] = xq.astype(np.float32)
+        stages.update({k_: np.stack(v) for k_, v in taps.items()})
     return out.astype(np.float32), ids.astype(np.int32), w
 
 
@@ -151,3 +159,29 @@ def test_gpt_oss_style_weight_only_swigluoai():
     assert np.array_equal(ids, ref_ids)
     np.testing.assert_allclose(w, ref_w, rtol=1e-5)
     assert rel_l2(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("scheme", OCP_MX)
+def test_verify_names_the_first_differing_stage(scheme):
+    # The NumPy MoE's own intermediates agree at every stage; with the intermediate QDQ left
+    # out (the vLLM bug class of PR 32120) verify names intermediate_qdq_out and the fault.
+    wfmt, afmt = formats_of(scheme)
+    e, h, i, m, k = 8, 128, 64, 9, 2
+    parts = random_layer(scheme, e, h, i, seed=OCP_MX.index(scheme))
+    layer = mxmoe.MoeLayer(parts["w13p"], parts["s13"], parts["w2p"], parts["s2"], scheme,
+                           top_k=k, renormalize=True)
+    x, logits = batch(m, h, e)
+    st = {}
+    ref, ids, w = numpy_moe(parts, wfmt, afmt, x, logits, k, stages=st)
+    res = mxmoe.verify(layer, x, logits, ref, ids, w, stages=st)
+    assert res["ok"] and res["first_differing_stage"] is None, res["stages"]
+    assert [s["stage"] for s in res["stages"]] == [
+        "input_qdq_out", "gemm1_out", "act_out", "intermediate_qdq_out", "gemm2_out"]
+    st = {}
+    bad, ids, w = numpy_moe(parts, wfmt, afmt, x, logits, k, intermediate_qdq=False, stages=st)
+    res = mxmoe.verify(layer, x, logits, bad, ids, w, stages=st)
+    assert not res["ok"]
+    assert res["first_differing_stage"] == "intermediate_qdq_out", res["stages"]
+    assert res["stage_diagnosis"][0]["fault"] == "intermediate_qdq_missing"
+    with pytest.raises(ValueError, match="unknown stage 'gemm3_out'"):
+        mxmoe.verify(layer, x, logits, bad, ids, w, stages={"gemm3_out": st["act_out"]})

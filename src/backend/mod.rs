@@ -354,6 +354,13 @@ impl Backend {
         let cfg = layer.config();
         ops::validate_moe(cfg, hidden, logits)?;
         self.require(Op::moe_of(cfg, layer.has_correction_bias(), opts.taps))?;
+        if opts.profile != crate::format::ProfileId::Contract && !matches!(self, Backend::Cpu(_)) {
+            return Err(BackendError::Unsupported {
+                backend: self.name().to_string(),
+                op: format!("moe with --profile {}", opts.profile),
+                reason: "compatibility profiles run on the CPU reference only".into(),
+            });
+        }
         match (self, layer) {
             (Backend::Cpu(b), Prepared::Cpu(l)) => Ok((b.moe(l, hidden, logits, opts)?, None)),
             (Backend::Wgpu(b), Prepared::Wgpu(g)) => b.moe(g, hidden, logits, opts, timed),

@@ -19,12 +19,14 @@ pub mod cases_format;
 pub mod cases_moe;
 pub mod catalog;
 pub mod faults;
+pub mod golden;
 pub mod inputs;
 pub mod models;
 pub mod report;
 pub mod run;
 pub mod verify;
 pub mod verify_report;
+pub mod verify_stages;
 
 pub use catalog::{cases, Case, Cost, Expect, Kind, Suite, Tier, Tol, Weights};
 pub use report::summary;

@@ -1,9 +1,9 @@
 //! `mxmoe moe`: run a MoE layer on a token batch and write the result.
 
-use super::{meta, BackendArgs, LayerSel};
+use super::{meta, profile_backend, BackendArgs, LayerSel};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use mxmoe::format::ScaleMode;
+use mxmoe::format::{ProfileId, ScaleMode};
 use mxmoe::io;
 use mxmoe::moe::{Accumulate, Activation, Intermediate, MoeConfig, MoeOptions, Scoring};
 use std::path::PathBuf;
@@ -34,6 +34,11 @@ pub struct MoeArgs {
     /// Activation QDQ scale mode (overrides the layer's `scale_mode`).
     #[arg(long)]
     scale_mode: Option<ScaleMode>,
+    /// Compatibility profile of the activation QDQs: contract (default), ocp, quark, torchao,
+    /// nvidia, microxcaling or ggml (docs/NUMERICS.md 17; CPU backend only). Without
+    /// --scale-mode, a layer mode the peer lacks becomes the profile's own.
+    #[arg(long, default_value = "contract")]
+    profile: ProfileId,
     /// GEMM accumulation: f64 (the oracle, CPU only; the CPU's default) or f32 (the GPU
     /// backends' only and default accumulation).
     #[arg(long)]
@@ -83,6 +88,7 @@ pub fn run(a: &MoeArgs) -> Result<()> {
         &[("--output", output)],
         &[("--layer", layer), ("--input", input)],
     )?;
+    profile_backend(a.profile, &a.backend)?;
     let t0 = Instant::now();
     let loaded = a.sel.load()?;
     for w in &loaded.warnings {
@@ -92,6 +98,17 @@ pub fn run(a: &MoeArgs) -> Result<()> {
     let mut l = loaded.layer;
     if let Some(m) = a.scale_mode {
         l.config.act_scale_mode = m;
+    }
+    let p = a.profile.spec();
+    if a.scale_mode.is_none() && !p.modes.contains(&l.config.act_scale_mode) {
+        eprintln!(
+            "profile {}: {} has no '{}' scale mode; using its '{}'",
+            p.name, p.peer, l.config.act_scale_mode, p.default_mode
+        );
+        l.config.act_scale_mode = p.default_mode;
+    }
+    if let Some(f) = l.config.scheme.activation {
+        p.check(f, l.config.act_scale_mode)?;
     }
     a.over.apply(&mut l.config);
     l.validate()
@@ -128,6 +145,7 @@ pub fn run(a: &MoeArgs) -> Result<()> {
     let opts = MoeOptions {
         accumulate,
         intermediate: a.intermediate,
+        profile: a.profile,
         ..MoeOptions::default()
     };
     let t1 = Instant::now();
@@ -138,6 +156,7 @@ pub fn run(a: &MoeArgs) -> Result<()> {
         ("scheme", c.scheme.name()),
         ("backend", b.name().to_string()),
         ("scale_mode", c.act_scale_mode.name().to_string()),
+        ("profile", a.profile.name().to_string()),
         ("accumulate", opts.accumulate.name().to_string()),
         ("intermediate", opts.intermediate.name().to_string()),
     ]);

@@ -24,8 +24,22 @@ pub fn save_mx(
     tensors: &[(String, MxTensor)],
     mode: ScaleMode,
 ) -> Result<(), IoError> {
+    save_mx_profile(path, tensors, mode, crate::format::ProfileId::Contract)
+}
+
+/// [`save_mx`] for tensors quantized under a compatibility profile: a non-default profile is
+/// recorded in the metadata (`profile`), so that `dequantize` reads the layout back.
+pub fn save_mx_profile(
+    path: &Path,
+    tensors: &[(String, MxTensor)],
+    mode: ScaleMode,
+    profile: crate::format::ProfileId,
+) -> Result<(), IoError> {
     let mut out = Vec::new();
     let mut meta = HashMap::new();
+    if profile != crate::format::ProfileId::Contract {
+        meta.insert("profile".into(), profile.name().into());
+    }
     if let Some((_, t)) = tensors.first() {
         meta.insert("format".into(), t.format.name().into());
     }

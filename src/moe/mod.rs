@@ -37,6 +37,8 @@ pub enum MoeError {
     TooLarge(String),
     #[error(transparent)]
     Format(#[from] crate::format::FormatError),
+    #[error(transparent)]
+    Profile(#[from] crate::format::ProfileError),
 }
 
 /// The expert activation between the two GEMMs.
