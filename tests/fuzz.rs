@@ -67,7 +67,8 @@ const TARGETS: &[Target] = &[
         let l = io::load_layer(p).map_err(err)?.layer;
         // What loaded must be usable: valid, and a forward on a tiny finite batch runs (the
         // file bounds the sizes; keep the work small).
-        l.validate().map_err(|e| format!("{AFTER_LOAD} validate: {e}"))?;
+        l.validate()
+            .map_err(|e| format!("{AFTER_LOAD} validate: {e}"))?;
         let c = &l.config;
         if l.weight_bytes() <= 1 << 18 && c.hidden <= 1024 && c.n_experts <= 256 {
             let (h, lg) = synth_batch(2, c.hidden, c.n_experts, 1);
@@ -120,12 +121,36 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let g = synth_layer(&spec).unwrap().layer;
     let pre = "model.layers.0.mlp.experts.";
     let ts = vec![
-        OutTensor::u8(format!("{pre}gate_up_proj_blocks"), vec![4, 64, 1, 16], &g.weights.w13.data),
-        OutTensor::u8(format!("{pre}gate_up_proj_scales"), vec![4, 64, 1], &g.weights.w13.scales),
-        OutTensor::f32(format!("{pre}gate_up_proj_bias"), vec![4, 64], g.weights.w13_bias.as_ref().unwrap()),
-        OutTensor::u8(format!("{pre}down_proj_blocks"), vec![4, 32, 1, 16], &g.weights.w2.data),
-        OutTensor::u8(format!("{pre}down_proj_scales"), vec![4, 32, 1], &g.weights.w2.scales),
-        OutTensor::f32(format!("{pre}down_proj_bias"), vec![4, 32], g.weights.w2_bias.as_ref().unwrap()),
+        OutTensor::u8(
+            format!("{pre}gate_up_proj_blocks"),
+            vec![4, 64, 1, 16],
+            &g.weights.w13.data,
+        ),
+        OutTensor::u8(
+            format!("{pre}gate_up_proj_scales"),
+            vec![4, 64, 1],
+            &g.weights.w13.scales,
+        ),
+        OutTensor::f32(
+            format!("{pre}gate_up_proj_bias"),
+            vec![4, 64],
+            g.weights.w13_bias.as_ref().unwrap(),
+        ),
+        OutTensor::u8(
+            format!("{pre}down_proj_blocks"),
+            vec![4, 32, 1, 16],
+            &g.weights.w2.data,
+        ),
+        OutTensor::u8(
+            format!("{pre}down_proj_scales"),
+            vec![4, 32, 1],
+            &g.weights.w2.scales,
+        ),
+        OutTensor::f32(
+            format!("{pre}down_proj_bias"),
+            vec![4, 32],
+            g.weights.w2_bias.as_ref().unwrap(),
+        ),
     ];
     io::save(&p("gptoss"), &ts, HashMap::new()).unwrap();
     out.push(("gptoss", bytes_of(&p("gptoss"))));
@@ -170,7 +195,11 @@ fn gguf_seed() -> Vec<u8> {
         b
     };
     let mx = |rows: u64| -> Vec<u8> { (0..rows).flat_map(block).collect() };
-    let f32s = |n: u64| -> Vec<u8> { (0..n).flat_map(|j| (j as f32 * 0.01).to_le_bytes()).collect() };
+    let f32s = |n: u64| -> Vec<u8> {
+        (0..n)
+            .flat_map(|j| (j as f32 * 0.01).to_le_bytes())
+            .collect()
+    };
     let ts: Vec<(&str, Vec<u64>, u32, Vec<u8>)> = vec![
         ("blk.0.ffn_gate_exps.weight", vec![h, i, e], 39, mx(i * e)),
         ("blk.0.ffn_up_exps.weight", vec![h, i, e], 39, mx(i * e)),
@@ -203,7 +232,7 @@ fn gguf_seed() -> Vec<u8> {
         offs.push(off);
         off += (data.len() as u64).div_ceil(32) * 32;
     }
-    while out.len() % 32 != 0 {
+    while !out.len().is_multiple_of(32) {
         out.push(0);
     }
     let start = out.len();
@@ -241,10 +270,38 @@ enum Mutation {
 fn interesting_number() -> impl Strategy<Value = String> {
     prop_oneof![
         prop::sample::select(vec![
-            "0", "1", "2", "3", "7", "31", "32", "33", "63", "64", "255", "256", "1024",
-            "65535", "2147483647", "2147483648", "4294967295", "4294967296", "4294967328",
-            "1099511627776", "9223372036854775807", "9223372036854775808", "18446744073709551615",
-            "18446744073709551616", "-1", "-32", "1.5", "1e3", "1e40", "0.0", "null", "true",
+            "0",
+            "1",
+            "2",
+            "3",
+            "7",
+            "31",
+            "32",
+            "33",
+            "63",
+            "64",
+            "255",
+            "256",
+            "1024",
+            "65535",
+            "2147483647",
+            "2147483648",
+            "4294967295",
+            "4294967296",
+            "4294967328",
+            "1099511627776",
+            "9223372036854775807",
+            "9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-1",
+            "-32",
+            "1.5",
+            "1e3",
+            "1e40",
+            "0.0",
+            "null",
+            "true",
         ])
         .prop_map(String::from),
         (0u64..100_000).prop_map(|v| v.to_string()),
@@ -253,13 +310,64 @@ fn interesting_number() -> impl Strategy<Value = String> {
 
 fn interesting_string() -> impl Strategy<Value = String> {
     prop::sample::select(vec![
-        "F32", "F16", "BF16", "U8", "I8", "I32", "I64", "F64", "BOOL", "F8_E4M3", "U64", "",
-        "NaN", "inf", "-inf", "-1", "0", "1e40", "-0", "1", "2", "4", "8", "257", "true",
-        "false", "yes", "mxfp4", "mxfp5", "w_mxfp4_a_mxfp4", "w_mxfp4", "w_mxfp6_e3m2",
-        "w_mxfp9", "even", "floor", "ceil", "rceil", "round", "silu", "swigluoai", "gelu",
-        "softmax", "sigmoid", "topk_softmax", "w13_weight", "w13_weight_scale", "w2_weight",
-        "w2_weight_scale", "expert_map", "e_score_correction_bias", "hidden_states",
-        "router_logits", "output", "topk_ids", "topk_weights", "__metadata__", "x\u{0}y", "é",
+        "F32",
+        "F16",
+        "BF16",
+        "U8",
+        "I8",
+        "I32",
+        "I64",
+        "F64",
+        "BOOL",
+        "F8_E4M3",
+        "U64",
+        "",
+        "NaN",
+        "inf",
+        "-inf",
+        "-1",
+        "0",
+        "1e40",
+        "-0",
+        "1",
+        "2",
+        "4",
+        "8",
+        "257",
+        "true",
+        "false",
+        "yes",
+        "mxfp4",
+        "mxfp5",
+        "w_mxfp4_a_mxfp4",
+        "w_mxfp4",
+        "w_mxfp6_e3m2",
+        "w_mxfp9",
+        "even",
+        "floor",
+        "ceil",
+        "rceil",
+        "round",
+        "silu",
+        "swigluoai",
+        "gelu",
+        "softmax",
+        "sigmoid",
+        "topk_softmax",
+        "w13_weight",
+        "w13_weight_scale",
+        "w2_weight",
+        "w2_weight_scale",
+        "expert_map",
+        "e_score_correction_bias",
+        "hidden_states",
+        "router_logits",
+        "output",
+        "topk_ids",
+        "topk_weights",
+        "__metadata__",
+        "x\u{0}y",
+        "é",
     ])
     .prop_map(String::from)
 }
@@ -267,10 +375,10 @@ fn interesting_string() -> impl Strategy<Value = String> {
 fn mutation() -> impl Strategy<Value = Mutation> {
     let pos = any::<usize>();
     prop_oneof![
-        3 => (pos.clone(), 0u8..8).prop_map(|(pos, bit)| Mutation::Flip { pos, bit }),
-        2 => (pos.clone(), any::<u8>()).prop_map(|(pos, val)| Mutation::Set { pos, val }),
-        1 => pos.clone().prop_map(|len| Mutation::Truncate { len }),
-        1 => (pos.clone(), prop::collection::vec(any::<u8>(), 1..16))
+        3 => (pos, 0u8..8).prop_map(|(pos, bit)| Mutation::Flip { pos, bit }),
+        2 => (pos, any::<u8>()).prop_map(|(pos, val)| Mutation::Set { pos, val }),
+        1 => pos.prop_map(|len| Mutation::Truncate { len }),
+        1 => (pos, prop::collection::vec(any::<u8>(), 1..16))
             .prop_map(|(pos, bytes)| Mutation::Insert { pos, bytes }),
         1 => prop_oneof![
             Just(0u64), Just(1), Just(7), Just(8), Just(u64::MAX), Just(1 << 32),
@@ -416,7 +524,9 @@ fn check_case(
                     .cloned()
                     .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                     .unwrap_or_default();
-                return Err(TestCaseError::fail(format!("loader '{name}' panicked: {msg}")));
+                return Err(TestCaseError::fail(format!(
+                    "loader '{name}' panicked: {msg}"
+                )));
             }
             Ok(Err(e)) if e.starts_with(AFTER_LOAD) => {
                 return Err(TestCaseError::fail(format!("loader '{name}': {e}")));
@@ -448,18 +558,27 @@ fn fuzz(cases: u32, rng_seed: u64) {
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let strat = (any::<usize>(), prop::collection::vec(mutation(), 1..6));
-    let r = runner.run(&strat, |(seed, muts)| check_case(&seeds, &path, seed, &muts));
+    let r = runner.run(&strat, |(seed, muts)| {
+        check_case(&seeds, &path, seed, &muts)
+    });
     std::panic::set_hook(prev);
     if let Err(e) = r {
         panic!("fuzz finding: {e}");
     }
 }
 
+/// An environment number, decimal or `0x` hex; `default` when unset. A value that does not
+/// parse is an error (a typo must not silently rerun the default).
 fn env_u64(key: &str, default: u64) -> u64 {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
+    let Ok(v) = std::env::var(key) else {
+        return default;
+    };
+    let v = v.trim().replace('_', "");
+    let r = match v.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => v.parse(),
+    };
+    r.unwrap_or_else(|e| panic!("{key}={v}: not a number ({e})"))
 }
 
 /// The bounded run of the test suite.
@@ -523,11 +642,30 @@ fn mutations_reach_the_header() {
     std::fs::write(&p, &dup).unwrap();
     let e = StFile::open(&p).err().expect("a duplicated key is refused");
     assert!(e.to_string().contains("duplicate key"), "{e}");
-    let num = apply(b.clone(), &Mutation::Number { k: 3, val: "4294967296".into() });
+    let num = apply(
+        b.clone(),
+        &Mutation::Number {
+            k: 3,
+            val: "4294967296".into(),
+        },
+    );
     assert_ne!(&num, b);
     assert!(split(&num).unwrap().0.contains("4294967296"));
-    let st = apply(b.clone(), &Mutation::Str { k: 1, val: "NaN".into() });
+    let st = apply(
+        b.clone(),
+        &Mutation::Str {
+            k: 1,
+            val: "NaN".into(),
+        },
+    );
     assert!(split(&st).unwrap().0.contains("\"NaN\""));
-    let nan = apply(b.clone(), &Mutation::Fill { pos: 0, len: 8, val: 0xFF });
+    let nan = apply(
+        b.clone(),
+        &Mutation::Fill {
+            pos: 0,
+            len: 8,
+            val: 0xFF,
+        },
+    );
     assert_eq!(split(&nan).unwrap().1[..8], [0xFF; 8]);
 }

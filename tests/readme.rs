@@ -38,8 +38,8 @@ fn sh_lines(readme: &str, title: &str) -> Vec<String> {
 
 #[test]
 fn readme_command_line_runs_as_written() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .unwrap();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     let install = sh_lines(&readme, "Install");
     assert_eq!(install, ["cargo install --path ."]);
     let cmds = sh_lines(&readme, "Command line");
@@ -67,7 +67,12 @@ fn readme_command_line_runs_as_written() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    for f in ["result.safetensors", "verify.json", "check.xml", "bench.json"] {
+    for f in [
+        "result.safetensors",
+        "verify.json",
+        "check.xml",
+        "bench.json",
+    ] {
         assert!(d.path().join(f).exists(), "{f} was not written");
     }
 }

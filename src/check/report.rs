@@ -197,10 +197,7 @@ pub fn junit(suite: &str, reports: &[super::BackendReport]) -> String {
                     match c.status {
                         Status::Ok => o += "/>\n",
                         Status::Fail => {
-                            o += &format!(
-                                "><failure message=\"{}\"/></testcase>\n",
-                                xml(&c.detail)
-                            )
+                            o += &format!("><failure message=\"{}\"/></testcase>\n", xml(&c.detail))
                         }
                         Status::Unsupported | Status::Skipped => {
                             o += &format!(
@@ -220,11 +217,7 @@ pub fn junit(suite: &str, reports: &[super::BackendReport]) -> String {
                 );
                 o += &format!("    <testcase classname=\"{name}\" name=\"open\" time=\"0\">");
                 if r.open_failed {
-                    o += &format!(
-                        "<failure message=\"{} ({})\"/>",
-                        xml(why),
-                        xml(&r.fail_why)
-                    );
+                    o += &format!("<failure message=\"{} ({})\"/>", xml(why), xml(&r.fail_why));
                 } else {
                     o += &format!("<skipped message=\"{}\"/>", xml(why));
                 }

@@ -99,7 +99,10 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     if !(a.hbm_gbps.is_finite() && a.hbm_gbps > 0.0) {
-        bail!("--hbm-gbps: {} is not a positive bandwidth in GB/s", a.hbm_gbps);
+        bail!(
+            "--hbm-gbps: {} is not a positive bandwidth in GB/s",
+            a.hbm_gbps
+        );
     }
     if tokens.contains(&0) || a.iters == 0 {
         bail!("--tokens values and --iters must be at least 1");

@@ -67,7 +67,12 @@ pub fn run(a: &CheckArgs) -> Result<()> {
         "full" => Suite::Full,
         s => bail!("unknown suite '{s}' (expected quick or full)"),
     };
-    let require = a.require.as_deref().map(required).transpose()?.unwrap_or_default();
+    let require = a
+        .require
+        .as_deref()
+        .map(required)
+        .transpose()?
+        .unwrap_or_default();
     // The case catalog on every backend that opens (outputs poisoned), each case's reference
     // computed once.
     if let (Some(j), Some(x)) = (&a.json, &a.junit) {
@@ -87,7 +92,10 @@ pub fn run(a: &CheckArgs) -> Result<()> {
     for o in &opened {
         match &o.backend {
             Ok(b) => println!("== {} [{}]", b.name(), b.adapter()),
-            Err(e) if o.fails => println!("== {}: NOT AVAILABLE, a failure ({}): {e}", o.name, o.fail_why),
+            Err(e) if o.fails => println!(
+                "== {}: NOT AVAILABLE, a failure ({}): {e}",
+                o.name, o.fail_why
+            ),
             Err(e) => println!("== {}: missing, skipped: {e}", o.name),
         }
     }
@@ -95,7 +103,10 @@ pub fn run(a: &CheckArgs) -> Result<()> {
     if let Some(f) = &a.filter {
         cases.retain(|c| c.id.contains(f.as_str()));
         if cases.is_empty() {
-            bail!("--filter '{f}': no case of the {} suite has an id containing it", a.suite);
+            bail!(
+                "--filter '{f}': no case of the {} suite has an id containing it",
+                a.suite
+            );
         }
     }
     let t0 = Instant::now();

@@ -43,6 +43,7 @@ fn is_input(out: &Path, input: &Path) -> bool {
 }
 
 pub fn run(a: &ExtractArgs) -> Result<()> {
+    io::check_outputs(&[("--output", &a.output)], &[("--layer", &a.sel.layer)])?;
     if is_input(&a.output, &a.sel.layer) {
         bail!(
             "--output {} is an input file of {}: refusing to overwrite it",
@@ -52,6 +53,9 @@ pub fn run(a: &ExtractArgs) -> Result<()> {
     }
     let t0 = Instant::now();
     let l = a.sel.load()?;
+    for w in &l.warnings {
+        eprintln!("warning: {}: {w}", a.sel.layer.display());
+    }
     let c = &l.layer.config;
     eprintln!(
         "loaded {} ({} experts, H {}, I {}, top-{}, {}) in {:.2} s; writing {} ...",

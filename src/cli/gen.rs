@@ -75,7 +75,10 @@ pub fn run(a: &GenArgs) -> Result<()> {
         a.packed || a.model.is_some(),
         tokens,
     )?;
-    io::check_outputs(&[("--layer-out", &a.layer_out), ("--batch-out", &a.batch_out)], &[])?;
+    io::check_outputs(
+        &[("--layer-out", &a.layer_out), ("--batch-out", &a.batch_out)],
+        &[],
+    )?;
     let t0 = Instant::now();
     eprintln!(
         "generating {} layer: {} experts, H {}, I {}, top-{} ...",

@@ -84,7 +84,10 @@ impl LayerOverrides {
 
 pub fn run(a: &MoeArgs) -> Result<()> {
     let (layer, input, output) = (&a.sel.layer, &a.input, &a.output);
-    io::check_outputs(&[("--output", output)], &[("--layer", layer), ("--input", input)])?;
+    io::check_outputs(
+        &[("--output", output)],
+        &[("--layer", layer), ("--input", input)],
+    )?;
     profile_backend(a.profile, &a.backend)?;
     let t0 = Instant::now();
     let loaded = a.sel.load()?;

@@ -113,7 +113,11 @@ fn report(a: &VerifyArgs) -> Result<VerifyReport> {
     if let Some(j) = &a.json {
         io::check_outputs(
             &[("--json", j)],
-            &[("--layer", &a.sel.layer), ("--input", &a.input), ("--result", &a.result)],
+            &[
+                ("--layer", &a.sel.layer),
+                ("--input", &a.input),
+                ("--result", &a.result),
+            ],
         )?;
     }
     let loaded = a.sel.load()?;

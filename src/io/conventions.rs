@@ -758,7 +758,9 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
                 n.w13_bias.clone(),
                 n.w2_bias.clone(),
                 n.expert_map.clone().unwrap_or_else(|| "expert_map".into()),
-                n.corr.clone().unwrap_or_else(|| "e_score_correction_bias".into()),
+                n.corr
+                    .clone()
+                    .unwrap_or_else(|| "e_score_correction_bias".into()),
             ];
             (weights, router, orig, (f13.path.clone(), names, meta_n))
         }

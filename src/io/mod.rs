@@ -32,9 +32,7 @@ pub use floats::{float_tensors, float_tensors_named, FloatTensor};
 pub use layer::{load_layer, save_layer, save_loaded, LoadedLayer};
 pub use model::{list_layers, load_layer_with, LayerQuery};
 pub use mx::{load_mx, save_mx, save_mx_profile, MxTensors};
-pub use output::{
-    all_or_nothing, check_input, check_outputs, write_atomic, write_atomic_with,
-};
+pub use output::{all_or_nothing, check_input, check_outputs, write_atomic, write_atomic_with};
 pub use stfile::{save, OutTensor, StFile};
 pub use validate::LayerWarning;
 

@@ -129,10 +129,7 @@ pub fn check_input(path: &Path) -> Result<std::fs::Metadata, IoError> {
     if !m.is_file() {
         return Err(IoError::Invalid {
             path: path.display().to_string(),
-            msg: format!(
-                "expected a regular safetensors file, found {}",
-                kind_of(&m)
-            ),
+            msg: format!("expected a regular safetensors file, found {}", kind_of(&m)),
         });
     }
     Ok(m)
@@ -164,6 +161,23 @@ fn file_id(p: &Path) -> Option<FileId> {
     Some(FileId::Path(dir.canonicalize().ok()?.join(name)))
 }
 
+/// Whether `out` is a checkpoint-like file (`.safetensors`, `.gguf`, `.json`) directly inside
+/// the directory `input` (a model directory: its shards, index and config are inputs).
+fn in_model_dir(out: &Path, input: &Path) -> bool {
+    if !input.is_dir() {
+        return false;
+    }
+    let ext = out.extension().and_then(|x| x.to_str()).unwrap_or("");
+    if !matches!(ext, "safetensors" | "gguf" | "json") {
+        return false;
+    }
+    let parent = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    matches!((parent.canonicalize(), input.canonicalize()), (Ok(a), Ok(b)) if a == b)
+}
+
 /// Refuse outputs that are one of the inputs (the same file by path, symlink or hard link) or
 /// that repeat another output: `(flag, path)` pairs so the message names them.
 pub fn check_outputs(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Result<(), IoError> {
@@ -174,6 +188,16 @@ pub fn check_outputs(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Res
             continue; // its folder does not exist: the write fails with that reason
         }
         for (iflag, ip, iid) in &ids {
+            if in_model_dir(o, ip) {
+                return Err(IoError::Invalid {
+                    path: o.display().to_string(),
+                    msg: format!(
+                        "{oflag} would be written into the model directory {iflag} {}, whose \
+                         shards, index and config are inputs: refusing (choose another folder)",
+                        ip.display()
+                    ),
+                });
+            }
             if *iid == oid {
                 return Err(IoError::Invalid {
                     path: o.display().to_string(),
@@ -248,7 +272,13 @@ mod tests {
             std::fs::hard_link(&a, &hard).unwrap();
             assert!(check_outputs(&[("--output", &hard)], &[("--input", &a)]).is_err());
         }
-        let e = check_outputs(&[("--layer-out", &other), ("--batch-out", &other)], &[]).unwrap_err();
+        // A file inside a model directory given as input.
+        let e = check_outputs(&[("--output", &other)], &[("--layer", d.path())]).unwrap_err();
+        assert!(e.to_string().contains("into the model directory"), "{e}");
+        let txt = d.path().join("notes.txt");
+        assert!(check_outputs(&[("--output", &txt)], &[("--layer", d.path())]).is_ok());
+        let e =
+            check_outputs(&[("--layer-out", &other), ("--batch-out", &other)], &[]).unwrap_err();
         assert!(e.to_string().contains("same file"), "{e}");
     }
 }

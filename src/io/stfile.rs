@@ -494,7 +494,12 @@ pub(crate) fn names_near(names: &[String], want: &str) -> String {
         .split('_')
         .next()
         .unwrap_or(want);
-    let prefix = |n: &str| n.bytes().zip(want.bytes()).take_while(|(a, b)| a == b).count();
+    let prefix = |n: &str| {
+        n.bytes()
+            .zip(want.bytes())
+            .take_while(|(a, b)| a == b)
+            .count()
+    };
     let mut ranked: Vec<&String> = names.iter().collect();
     ranked.sort_by_key(|n| (!n.contains(stem), std::cmp::Reverse(prefix(n))));
     let mut near: Vec<&str> = ranked[..20].iter().map(|s| s.as_str()).collect();

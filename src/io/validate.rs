@@ -284,8 +284,7 @@ pub fn check_layer(
                 msg: format!(
                     "tensor '{}': entry {p} is {} (expected finite values: the bias decides \
                      which experts are selected)",
-                    names.correction_bias,
-                    b[p]
+                    names.correction_bias, b[p]
                 ),
             });
         }

@@ -163,7 +163,10 @@ mod tests {
         // 1e9 experts of H = I = 2880: 2.5e16 elements.
         let e = check_synth(MxFormat::Fp4E2M1, 1_000_000_000, 2880, 2880, true, 1).unwrap_err();
         let s = e.to_string();
-        assert!(s.contains("1000000000 experts") && s.contains("bytes"), "{s}");
+        assert!(
+            s.contains("1000000000 experts") && s.contains("bytes"),
+            "{s}"
+        );
         // Hidden 2^40 with 2^40 intermediate: the element count overflows u64.
         let e = check_synth(MxFormat::Fp4E2M1, 8, 1 << 40, 1 << 40, true, 1).unwrap_err();
         assert!(e.to_string().contains("overflows"), "{e}");

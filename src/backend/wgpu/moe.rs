@@ -111,7 +111,11 @@ pub const MAX_U32_BYTES: u64 = u32::MAX as u64;
 /// Check a layer's sizes against what the shaders address (u32 parameters and offsets) and the
 /// adapter's binding limit `max_binding`, with overflow-checked arithmetic, before anything is
 /// allocated or uploaded; a refusal names the sizes and the limit.
-pub fn check_layer_sizes(c: &MoeConfig, max_binding: u64, adapter: &str) -> Result<(), BackendError> {
+pub fn check_layer_sizes(
+    c: &MoeConfig,
+    max_binding: u64,
+    adapter: &str,
+) -> Result<(), BackendError> {
     let too_large = |msg: String| BackendError::Moe(crate::moe::MoeError::TooLarge(msg));
     let u32_params = [
         ("hidden size H", c.hidden),
