@@ -1,7 +1,8 @@
 //! Where a [`Dataset`] comes from: a synthetic layer built from a few parameters, or a layer
 //! bundle / gpt-oss checkpoint plus a token batch on disk.
 
-use crate::analysis::Dataset;
+use crate::analysis::{BatchInfo, Dataset};
+use mxmoe::format::{MxTensor, ScaleMode};
 use mxmoe::moe::synth::{synth_batch, synth_layer, SynthLayer, SynthSpec};
 use mxmoe::moe::Scoring;
 use mxmoe::scheme::Scheme;
@@ -75,12 +76,27 @@ impl SynthParams {
 pub enum Source {
     Synthetic(SynthParams),
     /// A layer bundle (or gpt-oss checkpoint) and a token batch. Without a batch, a synthetic
-    /// batch of `tokens` tokens is generated to fit the layer.
+    /// batch of `tokens` tokens is generated to fit the layer. `requant`: re-quantize the
+    /// file's unquantized weights (`*_orig`) with this scheme instead of using the stored ones
+    /// (an error when the file has none).
     Files {
         layer: PathBuf,
         batch: Option<PathBuf>,
         tokens: usize,
+        requant: Option<Scheme>,
     },
+}
+
+impl Source {
+    /// A layer file with an optional token batch, as stored.
+    pub fn files(layer: impl Into<PathBuf>, batch: Option<PathBuf>, tokens: usize) -> Source {
+        Source::Files {
+            layer: layer.into(),
+            batch,
+            tokens,
+            requant: None,
+        }
+    }
 }
 
 /// What identifies a synthetic layer's weights: the router settings, the tokens and their
@@ -116,9 +132,34 @@ pub fn synth_dataset(p: &SynthParams, base: &SynthLayer) -> Result<Dataset, Stri
         hidden,
         logits,
         m: p.tokens,
+        batch: BatchInfo::SYNTHETIC,
     };
     d.validate()?;
     Ok(d)
+}
+
+/// Re-quantize the unquantized weights with `scheme` (weights with scale mode `even`, the
+/// library's default) in place of the stored ones.
+pub fn requantize(d: &mut Dataset, scheme: Scheme) -> Result<(), String> {
+    let (Some(w13), Some(w2)) = (&d.w13_orig, &d.w2_orig) else {
+        return Err(format!(
+            "cannot apply scheme {scheme}: the file has no unquantized weights \
+             (w13_weight_orig, w2_weight_orig); re-quantizing the stored {} values would add \
+             their error to the new one (see Weights > Re-quantization for that error)",
+            d.layer.config.scheme.weight
+        ));
+    };
+    let c = &d.layer.config;
+    let (el, h, i) = (d.layer.local_experts(), c.hidden, c.inter);
+    let f = scheme.weight;
+    let q13 =
+        MxTensor::quantize(f, ScaleMode::Even, w13, &[el, 2 * i, h]).map_err(|e| e.to_string())?;
+    let q2 = MxTensor::quantize(f, ScaleMode::Even, w2, &[el, h, i]).map_err(|e| e.to_string())?;
+    d.layer.weights.w13 = q13;
+    d.layer.weights.w2 = q2;
+    d.layer.config.scheme = scheme;
+    d.source = format!("{} re-quantized as {scheme}", d.source);
+    Ok(())
 }
 
 pub fn load(src: &Source) -> Result<Dataset, String> {
@@ -128,25 +169,38 @@ pub fn load(src: &Source) -> Result<Dataset, String> {
             layer,
             batch,
             tokens,
+            requant,
         } => {
             let l = mxmoe::io::load_layer(layer).map_err(|e| e.to_string())?;
-            let (hidden, logits, m, bname) = match batch {
+            let (hidden, logits, m, bname, info) = match batch {
                 Some(b) => {
                     let tb = mxmoe::io::load_batch(b).map_err(|e| e.to_string())?;
                     let name = b.file_name().map(|n| n.to_string_lossy().to_string());
-                    (tb.hidden, tb.logits, tb.m, name.unwrap_or_default())
+                    (
+                        tb.hidden,
+                        tb.logits,
+                        tb.m,
+                        name.unwrap_or_default(),
+                        BatchInfo::FILE,
+                    )
                 }
                 None => {
                     let (h, lg) =
                         synth_batch(*tokens, l.layer.config.hidden, l.layer.config.n_experts, 1);
-                    (h, lg, *tokens, format!("synthetic batch ({tokens} tokens)"))
+                    (
+                        h,
+                        lg,
+                        *tokens,
+                        format!("SYNTHETIC batch ({tokens} tokens)"),
+                        BatchInfo::SYNTHETIC,
+                    )
                 }
             };
             let lname = layer
                 .file_name()
                 .map(|n| n.to_string_lossy().to_string())
                 .unwrap_or_default();
-            Dataset {
+            let mut d = Dataset {
                 source: format!("{lname} + {bname}"),
                 layer: l.layer,
                 w13_orig: l.w13_orig,
@@ -154,7 +208,13 @@ pub fn load(src: &Source) -> Result<Dataset, String> {
                 hidden,
                 logits,
                 m,
+                batch: info,
+            };
+            if let Some(s) = requant {
+                d.validate()?;
+                requantize(&mut d, *s)?;
             }
+            d
         }
     };
     d.validate()?;

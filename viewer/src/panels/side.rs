@@ -86,6 +86,14 @@ pub fn dataset_info(ui: &mut Ui, d: &Dataset) {
             );
             kv("H x I", format!("{} x {}", l.config.hidden, l.config.inter));
             kv("tokens", d.m.to_string());
+            kv(
+                "batch",
+                if d.batch.is_synthetic() {
+                    "SYNTHETIC".into()
+                } else {
+                    "from files".into()
+                },
+            );
             let b = l.weight_bytes() as f64;
             let size = if b >= (1 << 20) as f64 {
                 format!("{:.1} MiB packed", b / (1 << 20) as f64)
