@@ -164,7 +164,7 @@ impl Materializer {
             Invalid::DequantizeTruncated => {
                 let mut t = MxTensor::quantize(MxFormat::Fp6E3M2, m, &[1.0; 64], &[2, 32])
                     .map_err(|e| e.to_string())?;
-                t.data.pop();
+                t.data.to_mut().pop();
                 Call::Dequantize { t }
             }
         })

@@ -3,6 +3,7 @@
 use anyhow::{bail, Result};
 use clap::Args;
 use mxmoe::io::{self, TokenBatch};
+use mxmoe::moe::presets::Preset;
 use mxmoe::moe::synth::{synth_batch, synth_layer, synth_layer_packed, SynthSpec};
 use mxmoe::moe::Activation;
 use mxmoe::scheme::Scheme;
@@ -12,9 +13,15 @@ use std::time::Instant;
 /// Generate a synthetic layer bundle and token batch (heavy-tailed weights, skewed router).
 #[derive(Args)]
 #[command(
-    after_help = "Example:\n  mxmoe gen --scheme w_mxfp4_a_mxfp4 --experts 8 --hidden 256 --inter 128 --top-k 2 --tokens 16 \\\n      --layer-out layer.safetensors --batch-out batch.safetensors"
+    after_help = "Example:\n  mxmoe gen --scheme w_mxfp4_a_mxfp4 --experts 8 --hidden 256 --inter 128 --top-k 2 --tokens 16 \\\n      --layer-out layer.safetensors --batch-out batch.safetensors\n  \
+mxmoe gen --model deepseek-r1 --tokens 4 --layer-out r1.safetensors --batch-out r1-batch.safetensors"
 )]
 pub struct GenArgs {
+    /// A real model's layer shape and routing (gpt-oss-20b, gpt-oss-120b, deepseek-r1,
+    /// qwen3-30b-a3b, llama4-maverick): sets scheme, experts, sizes, top-k, activation, biases
+    /// and router, and implies --packed.
+    #[arg(long)]
+    model: Option<Preset>,
     #[arg(long, default_value = "w_mxfp4_a_mxfp4")]
     scheme: Scheme,
     #[arg(long, default_value_t = 8)]
@@ -45,9 +52,15 @@ pub struct GenArgs {
 }
 
 pub fn run(a: &GenArgs) -> Result<()> {
-    let mut spec = SynthSpec::new(a.scheme, a.experts, a.hidden, a.inter, a.top_k);
-    spec.activation = a.activation;
-    spec.bias = a.bias;
+    let mut spec = match &a.model {
+        Some(p) => p.synth_spec(),
+        None => {
+            let mut s = SynthSpec::new(a.scheme, a.experts, a.hidden, a.inter, a.top_k);
+            s.activation = a.activation;
+            s.bias = a.bias;
+            s
+        }
+    };
     spec.seed = a.seed;
     let tokens = a.tokens;
     if tokens == 0 {
@@ -58,7 +71,7 @@ pub fn run(a: &GenArgs) -> Result<()> {
         "generating {} layer: {} experts, H {}, I {}, top-{} ...",
         spec.scheme, spec.n_experts, spec.hidden, spec.inter, spec.router.top_k
     );
-    if a.packed {
+    if a.packed || a.model.is_some() {
         let l = synth_layer_packed(&spec)?;
         io::save_layer(&a.layer_out, &l, None)?;
     } else {

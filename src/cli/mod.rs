@@ -5,8 +5,10 @@ mod bench;
 mod check;
 mod demo;
 mod dequantize;
+mod extract;
 mod gen;
 mod info;
+mod layers;
 mod moe;
 mod qdq;
 mod quantize;
@@ -15,7 +17,10 @@ mod verify;
 use anyhow::{anyhow, Result};
 use clap::{Args, Parser, Subcommand};
 use mxmoe::backend::{Backend, BackendKind};
+use mxmoe::io::{self, LayerQuery, LoadedLayer};
+use mxmoe::scheme::Scheme;
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(
@@ -41,6 +46,8 @@ enum Cmd {
     Qdq(qdq::QdqArgs),
     Moe(moe::MoeArgs),
     Gen(gen::GenArgs),
+    Layers(layers::LayersArgs),
+    Extract(extract::ExtractArgs),
     Check(check::CheckArgs),
     Verify(verify::VerifyArgs),
     Bench(bench::BenchArgs),
@@ -56,6 +63,8 @@ impl Cli {
             Cmd::Qdq(a) => qdq::run(&a),
             Cmd::Moe(a) => moe::run(&a),
             Cmd::Gen(a) => gen::run(&a),
+            Cmd::Layers(a) => layers::run(&a),
+            Cmd::Extract(a) => extract::run(&a),
             Cmd::Check(a) => check::run(&a),
             Cmd::Verify(a) => verify::run(&a),
             Cmd::Bench(a) => bench::run(&a),
@@ -86,6 +95,105 @@ impl BackendArgs {
             return Ok(b);
         }
         Backend::open(self.backend, self.adapter.as_deref()).map_err(|e| anyhow!("{e}"))
+    }
+}
+
+// `--layer` and its selector, for every subcommand that reads a layer. (No doc comment, as above.)
+#[derive(Args, Clone)]
+pub struct LayerSel {
+    /// A layer bundle, a checkpoint file (safetensors or GGUF) or a model directory
+    /// (model.safetensors.index.json + shards, or *.safetensors, with config.json).
+    #[arg(long, value_name = "PATH")]
+    pub layer: PathBuf,
+    /// Which MoE layer, by the index `mxmoe layers` lists (needed when there are several).
+    #[arg(long, value_name = "N")]
+    pub layer_index: Option<usize>,
+    /// Which MoE layer, by its name or a prefix matching one (e.g. model.layers.3.mlp).
+    #[arg(long, value_name = "PREFIX")]
+    pub layer_name: Option<String>,
+    /// The layer's scheme, when the checkpoint does not record it (overrides metadata and
+    /// config.json), e.g. w_mxfp4_a_mxfp4.
+    #[arg(long)]
+    pub scheme: Option<Scheme>,
+}
+
+impl LayerSel {
+    pub fn query(&self) -> LayerQuery {
+        LayerQuery {
+            index: self.layer_index,
+            name: self.layer_name.clone(),
+            scheme: self.scheme,
+        }
+    }
+    pub fn load(&self) -> Result<LoadedLayer> {
+        Ok(io::load_layer_with(&self.layer, &self.query())?)
+    }
+}
+
+// The layer selector of `quantize`, `dequantize` and `qdq`, whose input may be a layer file or a
+// checkpoint (their `--input`). (No doc comment, as above.)
+#[derive(Args, Clone, Default)]
+pub struct LayerPick {
+    /// With a checkpoint as input: which MoE layer (the index `mxmoe layers` lists).
+    #[arg(long, value_name = "N")]
+    pub layer_index: Option<usize>,
+    /// With a checkpoint as input: which MoE layer, by name or prefix.
+    #[arg(long, value_name = "PREFIX")]
+    pub layer_name: Option<String>,
+    /// With a checkpoint as input: its scheme, when it does not record one.
+    #[arg(long)]
+    pub scheme: Option<Scheme>,
+}
+
+impl LayerPick {
+    fn given(&self) -> bool {
+        self.layer_index.is_some() || self.layer_name.is_some() || self.scheme.is_some()
+    }
+    fn query(&self) -> LayerQuery {
+        LayerQuery {
+            index: self.layer_index,
+            name: self.layer_name.clone(),
+            scheme: self.scheme,
+        }
+    }
+
+    /// Whether `input` is read as a layer: a selector was given, or it is a directory, a GGUF
+    /// file, or a safetensors file in which an MoE layer is found.
+    pub fn is_layer_input(&self, input: &std::path::Path) -> bool {
+        self.given()
+            || input.is_dir()
+            || io::gguf::is_gguf(input)
+            || io::list_layers(input, None).is_ok()
+    }
+
+    /// The layer's experts dequantized on `b`: `w13_weight` `[E, 2I, H]` and `w2_weight`
+    /// `[E, H, I]` (f32), and the layer's scheme.
+    pub fn expert_floats(
+        &self,
+        b: &Backend,
+        input: &std::path::Path,
+    ) -> Result<(Vec<io::FloatTensor>, Scheme)> {
+        let l = io::load_layer_with(input, &self.query())?.layer;
+        let mut out = Vec::new();
+        for (name, t) in [("w13_weight", &l.weights.w13), ("w2_weight", &l.weights.w2)] {
+            let data = b
+                .dequantize(t)
+                .map_err(|e| anyhow!("dequantizing {name} of {}: {e}", input.display()))?;
+            out.push(io::FloatTensor {
+                name: name.into(),
+                data,
+                shape: t.shape.clone(),
+            });
+        }
+        eprintln!(
+            "note: {}: taking the MoE layer's experts ({}, {} experts, H {}, I {}) as w13_weight and w2_weight",
+            input.display(),
+            l.config.scheme,
+            l.config.local_experts,
+            l.config.hidden,
+            l.config.inter
+        );
+        Ok((out, l.config.scheme))
     }
 }
 

@@ -1,6 +1,6 @@
 //! `mxmoe moe`: run a MoE layer on a token batch and write the result.
 
-use super::{meta, BackendArgs};
+use super::{meta, BackendArgs, LayerSel};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use mxmoe::format::ScaleMode;
@@ -16,13 +16,15 @@ use std::time::Instant;
 Layer bundle: w13_weight u8 [E, 2I, packed(H)] + w13_weight_scale, w2_weight u8 [E, H, packed(I)] +\n\
 w2_weight_scale, optional w13_bias, w2_bias, e_score_correction_bias, expert_map; metadata scheme,\n\
 activation, top_k, renormalize, scale_mode, scoring, n_group, topk_group, routed_scaling_factor,\n\
-apply_router_weight_on_input. gpt-oss checkpoints (*_blocks/*_scales) load too.\n\
-Batch: hidden_states [M, H] (f32/bf16/f16), router_logits [M, E].\n\
+apply_router_weight_on_input. Checkpoints load too (`mxmoe layers PATH` lists their MoE layers; pick one\n\
+with --layer-index N or --layer-name PREFIX): model directories, gpt-oss, vLLM, Quark, DeepSeek, GGUF.\n\
+Batch: hidden_states [M, H] (f32/bf16/f16), router_logits [M, E] (optional when the layer has its\n\
+router weights: the logits are then computed from hidden_states in f32).\n\
 Result: output f32 [M, H], topk_ids i32 [M, k], topk_weights f32 [M, k]."
 )]
 pub struct MoeArgs {
-    #[arg(long)]
-    layer: PathBuf,
+    #[command(flatten)]
+    sel: LayerSel,
     #[arg(long)]
     input: PathBuf,
     #[arg(long)]
@@ -75,21 +77,22 @@ impl LayerOverrides {
 }
 
 pub fn run(a: &MoeArgs) -> Result<()> {
-    let (layer, input, output) = (&a.layer, &a.input, &a.output);
+    let (layer, input, output) = (&a.sel.layer, &a.input, &a.output);
     let opts = MoeOptions {
         accumulate: a.accumulate,
         intermediate: a.intermediate,
         ..MoeOptions::default()
     };
     let t0 = Instant::now();
-    let mut l = io::load_layer(layer)?.layer;
+    let loaded = a.sel.load()?;
+    let batch = io::load_batch_for(input, loaded.router.as_ref())?;
+    let mut l = loaded.layer;
     if let Some(m) = a.scale_mode {
         l.config.act_scale_mode = m;
     }
     a.over.apply(&mut l.config);
     l.validate()
         .with_context(|| format!("layer {}", layer.display()))?;
-    let batch = io::load_batch(input)?;
     if batch.hidden_size != l.config.hidden {
         bail!(
             "{}: hidden_states has H = {} but the layer {} has H = {}",

@@ -1,6 +1,6 @@
 //! `mxmoe qdq`: quantize-dequantize every float tensor along its last axis.
 
-use super::{meta, note, BackendArgs};
+use super::{meta, note, BackendArgs, LayerPick};
 use anyhow::{Context, Result};
 use clap::Args;
 use mxmoe::format::{MxFormat, ScaleMode};
@@ -10,7 +10,9 @@ use std::path::PathBuf;
 /// Quantize-dequantize (fake-quantize) every float tensor along its last axis.
 #[derive(Args)]
 #[command(
-    after_help = "Example:\n  mxmoe qdq --format mxfp6_e2m3 --scale-mode even --input acts.safetensors --output acts.qdq.safetensors"
+    after_help = "Example:\n  mxmoe qdq --format mxfp6_e2m3 --scale-mode even --input acts.safetensors --output acts.qdq.safetensors\n\n\
+Tensors of any rank (blocks along the last axis); --tensor NAME (repeatable) takes only those. A\n\
+layer file or checkpoint gives its experts, dequantized, as w13_weight and w2_weight."
 )]
 pub struct QdqArgs {
     #[arg(long)]
@@ -21,16 +23,26 @@ pub struct QdqArgs {
     input: PathBuf,
     #[arg(long)]
     output: PathBuf,
+    /// Only these tensors (repeatable).
+    #[arg(long = "tensor", value_name = "NAME")]
+    tensors: Vec<String>,
     #[command(flatten)]
     backend: BackendArgs,
+    #[command(flatten)]
+    pick: LayerPick,
 }
 
 pub fn run(a: &QdqArgs) -> Result<()> {
     let (format, mode) = (a.format, a.scale_mode);
     let b = a.backend.open()?;
-    let f = StFile::open(&a.input)?;
+    let inputs = if a.tensors.is_empty() && a.pick.is_layer_input(&a.input) {
+        a.pick.expert_floats(&b, &a.input)?.0
+    } else {
+        let f = StFile::open(&a.input)?;
+        io::float_tensors_named(&f, &a.tensors, note)?
+    };
     let mut out = Vec::new();
-    for FloatTensor { name, data, shape } in io::float_tensors(&f, false, note)? {
+    for FloatTensor { name, data, shape } in inputs {
         let k = *shape.last().unwrap();
         let q = b
             .qdq(format, mode, &data, k)

@@ -27,8 +27,8 @@ the faults are listed closest first. Fault ids:\n\
 Exit codes: 0 match, 1 mismatch, 2 an input could not be read or is invalid."
 )]
 pub struct VerifyArgs {
-    #[arg(long)]
-    layer: PathBuf,
+    #[command(flatten)]
+    sel: super::LayerSel,
     #[arg(long)]
     input: PathBuf,
     #[arg(long)]
@@ -81,8 +81,9 @@ fn load_theirs(path: &Path) -> Result<Theirs> {
 }
 
 fn report(a: &VerifyArgs) -> Result<VerifyReport> {
-    let l = io::load_layer(&a.layer)?.layer;
-    let batch = io::load_batch(&a.input)?;
+    let loaded = a.sel.load()?;
+    let batch = io::load_batch_for(&a.input, loaded.router.as_ref())?;
+    let l = loaded.layer;
     let (output, ids, weights) = load_theirs(&a.result)?;
     let opts = VerifyOptions {
         tolerance_cap: a.tolerance,

@@ -33,11 +33,13 @@
 //! A 32-element block is therefore 16 (FP4), 24 (FP6) or 32 (FP8/INT8) bytes: always whole u32
 //! words, which is what the GPU kernels rely on.
 
+mod bytes;
 mod codec;
 mod pack;
 mod scale;
 mod tensor;
 
+pub use bytes::Bytes;
 pub use codec::{decode_elem_f64, decode_parts, encode_elem};
 pub use pack::{pack_codes, unpack_codes, Packing};
 pub use scale::{e8m0_to_f32, scale_byte, ScaleMode};

@@ -5,6 +5,7 @@ use super::{
     MxFormat, Packing, ScaleMode, BLOCK, SCALE_NAN,
 };
 use crate::format::codec::Decoded;
+use crate::format::Bytes;
 use rayon::prelude::*;
 
 /// Quantize one 32-element block: returns the scale byte and writes 32 codes.
@@ -175,8 +176,8 @@ pub fn check_parts(
 pub struct MxTensor {
     pub format: MxFormat,
     pub shape: Vec<usize>,
-    pub data: Vec<u8>,
-    pub scales: Vec<u8>,
+    pub data: Bytes,
+    pub scales: Bytes,
 }
 
 impl MxTensor {
@@ -184,9 +185,10 @@ impl MxTensor {
     pub fn new(
         format: MxFormat,
         shape: Vec<usize>,
-        data: Vec<u8>,
-        scales: Vec<u8>,
+        data: impl Into<Bytes>,
+        scales: impl Into<Bytes>,
     ) -> Result<Self, FormatError> {
+        let (data, scales) = (data.into(), scales.into());
         check_parts(format, &shape, data.len(), scales.len())?;
         Ok(MxTensor {
             format,
@@ -219,8 +221,8 @@ impl MxTensor {
         Ok(MxTensor {
             format,
             shape: shape.to_vec(),
-            data,
-            scales,
+            data: data.into(),
+            scales: scales.into(),
         })
     }
 

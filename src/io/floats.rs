@@ -13,6 +13,25 @@ pub struct FloatTensor {
     pub shape: Vec<usize>,
 }
 
+/// The float tensors named in `names` (all of them when empty, any rank), sorted by name; a
+/// named tensor that is missing is an error.
+pub fn float_tensors_named(
+    f: &StFile,
+    names: &[String],
+    note: impl FnMut(&str),
+) -> Result<Vec<FloatTensor>, IoError> {
+    for n in names {
+        if !f.has(n) {
+            return Err(IoError::Missing {
+                path: f.path.clone(),
+                tensor: n.clone(),
+                hint: format!(" (--tensor; the file has: {})", f.names().join(", ")),
+            });
+        }
+    }
+    float_tensors_in(f, false, names, note)
+}
+
 /// The float tensors (f32, bf16, f16) of `f`, sorted by name; with `two_d_only`, the 2-D ones.
 /// Every other tensor is skipped with a `note` (e.g. `w.safetensors: skipping 'ids' (I32 is not
 /// a float tensor)`). Errors: a taken tensor whose last dimension is not a multiple of 32, or no
@@ -20,6 +39,15 @@ pub struct FloatTensor {
 pub fn float_tensors(
     f: &StFile,
     two_d_only: bool,
+    note: impl FnMut(&str),
+) -> Result<Vec<FloatTensor>, IoError> {
+    float_tensors_in(f, two_d_only, &[], note)
+}
+
+fn float_tensors_in(
+    f: &StFile,
+    two_d_only: bool,
+    only: &[String],
     mut note: impl FnMut(&str),
 ) -> Result<Vec<FloatTensor>, IoError> {
     let invalid = |msg: String| IoError::Invalid {
@@ -28,6 +56,9 @@ pub fn float_tensors(
     };
     let mut out = Vec::new();
     for n in f.names() {
+        if !only.is_empty() && !only.contains(&n) {
+            continue;
+        }
         let dt = f.dtype(&n)?;
         if !matches!(dt, Dtype::F32 | Dtype::BF16 | Dtype::F16) {
             note(&format!(

@@ -5,12 +5,14 @@
 //! -> GEMM2 (+bias) x router weight -> deterministic fp32 sum over the top-k slots.
 
 pub mod exact_math;
+pub mod gate;
 pub mod layer;
 pub mod presets;
 pub mod reference;
 pub mod route;
 pub mod synth;
 
+pub use gate::RouterWeights;
 pub use layer::{MoeConfig, MoeLayer, MoeWeights};
 pub use reference::{
     forward, forward_naive, forward_probe, MoeOptions, MoeOutput, Probe, StageTaps,

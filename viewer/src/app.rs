@@ -73,6 +73,8 @@ pub struct ViewerApp {
     pub export_dir: String,
     /// The scheme to re-quantize a loaded file's unquantized weights with (`None`: as stored).
     pub requant: Option<Scheme>,
+    /// The layer picked in a checkpoint with several MoE layers (`None`: the first).
+    pub pick: Option<usize>,
     /// Recently opened files and the settings kept between runs.
     pub settings: Settings,
     pub status: Option<(bool, String)>,
@@ -125,9 +127,11 @@ impl ViewerApp {
             layer,
             batch,
             requant,
+            pick,
             ..
         } = &src
         {
+            app.pick = *pick;
             app.layer_path = layer.display().to_string();
             app.batch_path = batch
                 .as_ref()
@@ -168,6 +172,7 @@ impl ViewerApp {
             file_tokens: 64,
             export_dir: ".".into(),
             requant: None,
+            pick: None,
             settings: Settings::default(),
             status: None,
             progress: None,
@@ -222,6 +227,7 @@ impl ViewerApp {
                         Tab::Activations => self.results.acts = Slot::Waiting,
                         Tab::Schemes => self.results.schemes = Slot::Waiting,
                         Tab::Backends => self.results.backends = Slot::Waiting,
+                        Tab::Model => self.results.model = Slot::Waiting,
                     }
                 }
             }
@@ -332,6 +338,7 @@ impl ViewerApp {
                 Slot::Ready(v) => Some(v.csv()),
                 _ => None,
             },
+            Tab::Model => r.model.ready().map(|v| v.csv()),
         }
     }
 
@@ -382,10 +389,12 @@ impl ViewerApp {
         ui.weak("or drop files on the window");
         ui.horizontal(|ui| {
             if ui.button("Load files").clicked() {
+                self.pick = None;
                 self.load_files();
             }
             self.requant_picker(ui);
         });
+        self.layer_picker(ui);
         if !self.settings.recent.is_empty() {
             ui.collapsing("Recent", |ui| {
                 let mut pick = None;
@@ -502,6 +511,44 @@ impl ViewerApp {
         });
     }
 
+    /// The MoE layers of a checkpoint with several (a model directory): pick one to load.
+    fn layer_picker(&mut self, ui: &mut Ui) {
+        let Some(m) = self.results.dataset.ready().and_then(|d| d.model.clone()) else {
+            return;
+        };
+        let cur = &m.layers[m.picked];
+        let mut pick = cur.index;
+        ui.horizontal(|ui| {
+            let l = ui.label("MoE layer");
+            egui::ComboBox::from_id_salt("layer-pick")
+                .selected_text(format!("{} ({})", cur.index, cur.name))
+                .width(170.0)
+                .height(400.0)
+                .show_ui(ui, |ui| {
+                    for x in &m.layers {
+                        let mib = x.bytes as f64 / (1 << 20) as f64;
+                        let router = if x.router { "" } else { ", no router" };
+                        ui.selectable_value(
+                            &mut pick,
+                            x.index,
+                            format!("{} {} ({mib:.0} MiB{router})", x.index, x.name),
+                        );
+                    }
+                })
+                .response
+                .labelled_by(l.id)
+                .on_hover_text(format!(
+                    "{} MoE layers in {}",
+                    m.layers.len(),
+                    m.path.display()
+                ));
+        });
+        if pick != cur.index {
+            self.pick = Some(pick);
+            self.load_files();
+        }
+    }
+
     fn load_files(&mut self) {
         if self.layer_path.trim().is_empty() {
             self.status = Some((true, "enter the path of a layer file".into()));
@@ -513,6 +560,7 @@ impl ViewerApp {
             batch: (!batch.is_empty()).then(|| PathBuf::from(batch)),
             tokens: self.file_tokens,
             requant: self.requant,
+            pick: self.pick,
         }));
     }
 
@@ -547,6 +595,7 @@ impl ViewerApp {
                 match target {
                     DialogTarget::Layer => {
                         self.layer_path = p;
+                        self.pick = None;
                         self.load_files();
                     }
                     DialogTarget::Batch => self.batch_path = p,
@@ -583,7 +632,9 @@ impl ViewerApp {
             if settings::is_token_batch(&p) {
                 self.batch_path = p.display().to_string();
             } else {
+                // A layer file, a checkpoint file or a model directory.
                 self.layer_path = p.display().to_string();
+                self.pick = None;
             }
         }
         self.load_files();
@@ -639,7 +690,8 @@ impl ViewerApp {
         egui::Panel::top("top").show(ui, |ui| self.top_bar(ui));
         egui::Panel::left("side")
             .resizable(true)
-            .default_size(260.0)
+            .default_size(300.0)
+            .max_size(480.0)
             .show(ui, |ui| {
                 egui::ScrollArea::vertical().show(ui, |ui| self.side_panel(ui));
             });
@@ -750,6 +802,7 @@ fn cancel_tab(r: &mut Results, t: Tab, why: &str) {
         Tab::Activations => c(&mut r.acts, why),
         Tab::Schemes => c(&mut r.schemes, why),
         Tab::Backends => c(&mut r.backends, why),
+        Tab::Model => c(&mut r.model, why),
     }
 }
 

@@ -15,7 +15,8 @@ use std::path::PathBuf;
     about = "See expert routing and MX quantization error of a MoE layer"
 )]
 struct Args {
-    /// A layer bundle (vLLM/Quark names) or a gpt-oss-style safetensors checkpoint.
+    /// A layer bundle, or a checkpoint file / model directory / GGUF holding one MoE layer
+    /// (`mxmoe extract` takes one layer out of a larger one).
     #[arg(long)]
     layer: Option<PathBuf>,
     /// A token batch (hidden_states [M, H], router_logits [M, E]); without it, a synthetic batch.
@@ -48,6 +49,11 @@ struct Args {
     /// Synthetic layer: seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// With --layer: which MoE layer of a checkpoint with several (a model directory), by the
+    /// model's layer number (`mxmoe layers DIR` lists them); default: the first. The side
+    /// panel picks others.
+    #[arg(long)]
+    layer_index: Option<usize>,
     /// With --layer: re-quantize the file's unquantized weights (`*_orig`) with this scheme
     /// instead of showing the stored ones.
     #[arg(long)]
@@ -55,7 +61,7 @@ struct Args {
     /// Do not read or write the kept settings (recent files, export folder, ...).
     #[arg(long)]
     no_persist: bool,
-    /// The view shown first: routing, weights, activations, schemes, backends.
+    /// The view shown first: routing, model, weights, activations, schemes, backends.
     #[arg(long, default_value = "routing")]
     tab: String,
     /// Once the shown view is computed, save a PNG of the window here and exit: 0 on success,
@@ -84,7 +90,7 @@ fn run() -> Result<(), String> {
     let a = Args::parse();
     let tab = Tab::from_slug(&a.tab).ok_or_else(|| {
         format!(
-            "unknown --tab '{}' (routing, weights, activations, schemes, backends)",
+            "unknown --tab '{}' (routing, model, weights, activations, schemes, backends)",
             a.tab
         )
     })?;
@@ -93,6 +99,7 @@ fn run() -> Result<(), String> {
             layer: l.clone(),
             batch: a.input.clone(),
             tokens: a.tokens,
+            pick: a.layer_index,
             requant: match &a.requant {
                 Some(s) => Some(s.parse::<Scheme>().map_err(|e| e.to_string())?),
                 None => None,

@@ -3,7 +3,7 @@
 //! `Results::compute` (every view, synchronously) lives with the worker that fills these.
 
 use crate::analysis::{
-    ActView, BackendView, Dataset, PackedView, RoutingView, SchemeView, WeightView,
+    ActView, BackendView, Dataset, ModelRouting, PackedView, RoutingView, SchemeView, WeightView,
 };
 use std::sync::Arc;
 
@@ -41,6 +41,8 @@ pub struct Results {
     pub weights: Slot<Option<WeightView>>,
     pub schemes: Slot<SchemeView>,
     pub backends: Slot<BackendView>,
+    /// Routing of every MoE layer of the checkpoint.
+    pub model: Slot<ModelRouting>,
 }
 
 impl Results {
@@ -64,6 +66,7 @@ impl Results {
             Tab::Activations => !self.acts.is_waiting(),
             Tab::Schemes => !self.schemes.is_waiting(),
             Tab::Backends => !self.backends.is_waiting(),
+            Tab::Model => !self.model.is_waiting(),
         }
     }
 }
@@ -76,11 +79,13 @@ pub enum Tab {
     Activations,
     Schemes,
     Backends,
+    Model,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 5] = [
+    pub const ALL: [Tab; 6] = [
         Tab::Routing,
+        Tab::Model,
         Tab::Weights,
         Tab::Activations,
         Tab::Schemes,
@@ -93,6 +98,7 @@ impl Tab {
             Tab::Activations => "Activation error",
             Tab::Schemes => "Schemes",
             Tab::Backends => "CPU vs GPU",
+            Tab::Model => "All layers",
         }
     }
     pub fn slug(self) -> &'static str {
@@ -102,6 +108,7 @@ impl Tab {
             Tab::Activations => "activations",
             Tab::Schemes => "schemes",
             Tab::Backends => "backends",
+            Tab::Model => "model",
         }
     }
     pub fn from_slug(s: &str) -> Option<Tab> {

@@ -15,8 +15,8 @@
 //! ([`analysis::prepare_gpu`], resident weights) and runs its forward on that handle.
 
 use crate::analysis::{
-    self, ActView, BackendView, Dataset, LayerRun, PackedView, RoutingView, SchemeCache,
-    SchemeView, WeightView,
+    self, ActView, BackendView, Dataset, LayerRun, ModelRouting, PackedView, RoutingView,
+    SchemeCache, SchemeView, WeightView,
 };
 use crate::data::{self, Source};
 use crate::state::{Results, Slot, Tab};
@@ -59,6 +59,7 @@ pub(crate) enum View {
     Weights(Slot<Option<WeightView>>),
     Schemes(Slot<SchemeView>),
     Backends(Slot<BackendView>),
+    Model(Slot<ModelRouting>),
 }
 
 /// What the worker sends back.
@@ -115,6 +116,7 @@ impl Results {
             View::Weights(s) => self.weights = s,
             View::Schemes(s) => self.schemes = s,
             View::Backends(s) => self.backends = s,
+            View::Model(s) => self.model = s,
         }
     }
 }
@@ -327,6 +329,22 @@ pub(crate) fn compute_tab(
             laps.mark("schemes");
             emit(View::Schemes(s));
         }
+        Tab::Model => {
+            const WHAT: &str = "routing every MoE layer";
+            progress(WHAT, 0.0);
+            let m = match guarded(|| {
+                analysis::model_routing(d, |f| {
+                    progress(WHAT, f);
+                    live()
+                })
+            }) {
+                Ok(None) => return None,
+                Ok(Some(x)) => slot(Ok(x)),
+                Err(e) => Slot::Failed(e),
+            };
+            laps.mark("all layers");
+            emit(View::Model(m));
+        }
         Tab::Backends => {
             progress("GPU backend: upload + forward", 0.3);
             // The layer goes to the GPU once for this dataset; its forward runs on the resident
@@ -490,6 +508,9 @@ fn worker(
             }
             Job::Want { tab, .. } => {
                 let Some(c) = cur.as_mut().filter(|c| c.gen == gen) else {
+                    // No such dataset (its load failed or was superseded): nothing to compute,
+                    // but the app waits for every job it sent to end.
+                    done(String::new(), false);
                     continue;
                 };
                 if c.done.contains(&tab) {

@@ -7,6 +7,8 @@
 //! Needs `Xvfb` (apt `xvfb`). Without it the test prints SKIPPED and passes locally, but fails
 //! when `CI` is set, so CI cannot go green without having run it.
 
+mod common;
+
 use mxmoe::io::{save_batch, save_layer, TokenBatch};
 use mxmoe::moe::synth::{synth_batch, synth_layer, SynthSpec};
 use mxmoe::scheme::Scheme;
@@ -204,10 +206,45 @@ fn binary_loads_files_under_xvfb_and_exits() {
         Duration::from_secs(300),
     );
     assert!(ok, "mxmoe-viewer failed on a packed-only layer:\n{log}");
-    for t in ["routing", "weights", "activations", "schemes", "backends"] {
+    let all = [
+        "routing",
+        "model",
+        "weights",
+        "activations",
+        "schemes",
+        "backends",
+    ];
+    for t in all {
         let p = tabs.join(format!("{t}.png"));
         let img = image::open(&p).unwrap_or_else(|e| panic!("{}: {e}\n{log}", p.display()));
         assert!(img.width() >= 600, "{t}: {}x{}", img.width(), img.height());
+    }
+
+    // A model directory (several MoE layers, router weights, no batch): layer 2 picked, one
+    // PNG per view; the routing comes from the layer's gate.
+    let model = dir.path().join("tiny-moe");
+    common::write_model_dir(&model, 3, 8);
+    let tabs = dir.path().join("model-tabs");
+    let (ok, log) = run_viewer(
+        &x.display,
+        &[
+            "--layer",
+            model.to_str().unwrap(),
+            "--layer-index",
+            "2",
+            "--tokens",
+            "10",
+            "--screenshot-tabs",
+            tabs.to_str().unwrap(),
+            "--size",
+            "1100x800",
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(ok, "mxmoe-viewer failed on a model directory:\n{log}");
+    for t in all {
+        let p = tabs.join(format!("{t}.png"));
+        assert!(p.exists(), "no {}:\n{log}", p.display());
     }
 
     // A file that is not safetensors: the window shows the error, nothing panics, the

@@ -5,6 +5,8 @@
 //! Update with `UPDATE_SNAPSHOTS=true cargo test -p mxmoe-viewer --test snapshots`, then LOOK at
 //! `viewer/tests/snapshots/*.png`: they are the views a user sees.
 
+mod common;
+
 use eframe::egui;
 use egui_kittest::kittest::Queryable as _;
 use egui_kittest::{Harness, SnapshotResults};
@@ -252,6 +254,45 @@ fn routing_tooltip() {
     h.hover_at(p);
     h.run();
     h.snapshot("routing_tooltip");
+}
+
+/// A model directory (6 MoE layers of 16 experts, vLLM names, router weights), no batch.
+fn model_dir() -> Results {
+    static R: OnceLock<Results> = OnceLock::new();
+    R.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("tiny-moe");
+        common::write_model_dir(&root, 6, 16);
+        let mut r = Results::compute(&Source::files(&root, None, 48));
+        r.backends = Slot::Ready(Arc::new(BackendView::Skipped("fixture".into())));
+        r
+    })
+    .clone()
+}
+
+/// The overview of every layer, and the whole window with the layer picker.
+#[test]
+fn model_directory() {
+    let mut res = SnapshotResults::new();
+    snap(
+        &mut res,
+        "model_overview",
+        [1100.0, 760.0],
+        Tab::Model,
+        model_dir(),
+        ViewUi::default(),
+    );
+    let mut h = Harness::builder()
+        .with_size([1440.0, 860.0])
+        .build_ui_state(|ui, app: &mut ViewerApp| app.draw(ui), {
+            let ctx = egui::Context::default();
+            let mut app = ViewerApp::idle(&ctx, Tab::Routing, AutoRun::default());
+            app.results = model_dir();
+            app.layer_path = "/models/tiny-moe".into();
+            app
+        });
+    h.run();
+    res.add(h.try_snapshot("window_model"));
 }
 
 /// The whole window on the packed-only layer: the SYNTHETIC batch banner, the scheme picker

@@ -12,6 +12,7 @@
 
 pub mod activations;
 pub mod backends;
+pub mod model;
 pub mod packed;
 pub mod routing;
 pub mod schemes;
@@ -19,6 +20,7 @@ pub mod weights;
 
 pub use activations::{act_view, ActView};
 pub use backends::{backend_view, cpu, gpu, prepare_gpu, BackendDiff, BackendView, ResidentLayer};
+pub use model::{model_routing, LayerRouting, LoadStats, ModelRouting};
 pub use packed::{packed_view, CodeClass, PackedTensor, PackedView, Requant};
 pub use routing::{routing_view, RoutingView};
 pub use schemes::{reference_forward, scheme_view, SchemeCache, SchemeRow, SchemeView};
@@ -48,6 +50,47 @@ pub struct Dataset {
     pub m: usize,
     /// Where the token batch came from (a synthetic batch is labelled as such in the UI).
     pub batch: BatchInfo,
+    /// The checkpoint's MoE layers when it holds several (a model directory), and which one
+    /// this is.
+    pub model: Option<ModelInfo>,
+    /// The layer's router weights, when the checkpoint has them.
+    pub router: Option<mxmoe::moe::gate::RouterWeights>,
+}
+
+/// One MoE layer of a checkpoint, as listed from its headers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerEntry {
+    /// The model's layer number.
+    pub index: usize,
+    /// Its name prefix (e.g. `model.layers.3.mlp`).
+    pub name: String,
+    /// Naming convention (vllm, hf-gpt-oss, deepseek, ...), for the picker.
+    pub convention: String,
+    /// Packed weight + scale bytes.
+    pub bytes: usize,
+    /// Whether the layer has the router's weights.
+    pub router: bool,
+}
+
+impl LayerEntry {
+    pub fn of(l: &mxmoe::io::LayerInfo) -> LayerEntry {
+        LayerEntry {
+            index: l.index,
+            name: l.name.clone(),
+            convention: format!("{:?}", l.convention),
+            bytes: l.bytes,
+            router: l.router,
+        }
+    }
+}
+
+/// A checkpoint with several MoE layers: its path, its layers, the one loaded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelInfo {
+    pub path: std::path::PathBuf,
+    pub layers: Vec<LayerEntry>,
+    /// Position of the loaded layer in `layers`.
+    pub picked: usize,
 }
 
 /// Where one part of the token batch came from.

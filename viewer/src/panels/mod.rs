@@ -4,6 +4,7 @@
 
 pub mod activations;
 pub mod backends;
+pub mod model;
 pub mod routing;
 pub mod schemes;
 pub mod side;
@@ -30,6 +31,13 @@ pub fn show_tab(ui: &mut Ui, tab: Tab, r: &Results, vu: &mut ViewUi) {
             schemes::show(ui, v)
         }),
         Tab::Backends => with_slot(ui, &r.backends, "CPU vs GPU", &mut retry, backends::show),
+        Tab::Model => with_slot(
+            ui,
+            &r.model,
+            "routing of every layer",
+            &mut retry,
+            model::show,
+        ),
     }
     if retry {
         vu.retry = Some(tab);

@@ -60,10 +60,14 @@ pub fn dataset_info(ui: &mut Ui, d: &Dataset) {
         .show(ui, |ui| {
             let mut kv = |k: &str, v: String| {
                 ui.label(k);
-                ui.monospace(v);
+                ui.add(egui::Label::new(egui::RichText::new(v).monospace()).wrap());
                 ui.end_row();
             };
-            kv("source", d.source.clone());
+            let (file, batch) = d.source.split_once(" + ").unwrap_or((&d.source, ""));
+            kv("source", file.to_string());
+            if !batch.is_empty() {
+                kv("tokens from", batch.to_string());
+            }
             kv("scheme", l.config.scheme.name());
             kv("activation", l.config.activation.name().into());
             kv(
