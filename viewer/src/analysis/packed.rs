@@ -209,6 +209,24 @@ pub fn packed_tensor(name: &'static str, t: &MxTensor, n_experts: usize) -> Pack
             }
         })
         .collect();
+    // Per byte (4- and 8-bit codes): the largest magnitude rank of the codes it holds, with bit
+    // 15 set when one of them is NaN/Inf.
+    let rank = |c: usize| -> u16 {
+        match mag_idx.get(c) {
+            Some(&i) if i != usize::MAX => i as u16,
+            _ => 0x8000,
+        }
+    };
+    let byte_rank: Vec<u16> = (0..256usize)
+        .map(|b| {
+            if spec.code_bits == 4 {
+                let (a, c) = (rank(b & 0xF), rank(b >> 4));
+                (a & 0x7FFF).max(c & 0x7FFF) | ((a | c) & 0x8000)
+            } else {
+                rank(b)
+            }
+        })
+        .collect();
     let rb = t.row_bytes();
     let sb = k / BLOCK;
     let bb = spec.block_bytes();
@@ -248,26 +266,28 @@ pub fn packed_tensor(name: &'static str, t: &MxTensor, n_experts: usize) -> Pack
                     }
                     let mut m = 0usize;
                     let mut bad = byte == SCALE_NAN;
-                    let mut see = |c: usize| {
-                        let i = mag_idx[c];
-                        if i == usize::MAX {
-                            bad = true;
-                        } else {
-                            m = m.max(i);
-                        }
-                    };
-                    if nibbles {
+                    if nibbles || spec.code_bits == 8 {
+                        // Whole codes per byte: one table look-up per byte gives the largest
+                        // magnitude rank it holds and whether it holds a NaN/Inf code.
+                        let mut r = 0u16;
+                        let mut flags = 0u16;
                         for &b in pb {
                             bytes[b as usize] += 1;
-                            see((b & 0xF) as usize);
-                            see((b >> 4) as usize);
+                            let x = byte_rank[b as usize];
+                            r = r.max(x & 0x7FFF);
+                            flags |= x;
                         }
-                    } else if spec.code_bits == 8 {
-                        for &b in pb {
-                            bytes[b as usize] += 1;
-                            see(b as usize);
-                        }
+                        m = r as usize;
+                        bad |= flags & 0x8000 != 0;
                     } else {
+                        let mut see = |c: usize| {
+                            let i = mag_idx[c];
+                            if i == usize::MAX {
+                                bad = true;
+                            } else {
+                                m = m.max(i);
+                            }
+                        };
                         unpack_codes(fmt, pb, &mut codes);
                         for &c in &codes {
                             p.codes[c as usize] += 1;
@@ -375,6 +395,11 @@ pub fn requant(name: &'static str, t: &MxTensor, max_elems: usize) -> Requant {
     let nm = ScaleMode::ALL.len();
     // Per (format, mode): err2, x2, saturated count.
     let zero = || vec![(0f64, 0f64, 0u64); nf * nm];
+    // Element values per code, per format (decoded once).
+    let luts: Vec<Vec<f64>> = MxFormat::ALL
+        .iter()
+        .map(|&f| (0..256).map(|c| decode_elem_f64(f, c as u8)).collect())
+        .collect();
     let sums = sampled
         .par_chunks(16)
         .map(|rs| {
@@ -385,6 +410,7 @@ pub fn requant(name: &'static str, t: &MxTensor, max_elems: usize) -> Requant {
                 t.dequantize_rows(r, &mut x);
                 for (fi, &f) in MxFormat::ALL.iter().enumerate() {
                     let max = f.spec().max_normal;
+                    let lut = &luts[fi];
                     for (mi, &m) in ScaleMode::ALL.iter().enumerate() {
                         let a = &mut acc[fi * nm + mi];
                         for xb in x.chunks_exact(BLOCK) {
@@ -394,7 +420,7 @@ pub fn requant(name: &'static str, t: &MxTensor, max_elems: usize) -> Requant {
                             }
                             let sc = e8m0_to_f32(byte) as f64;
                             for (&v, &c) in xb.iter().zip(&codes) {
-                                let q = decode_elem_f64(f, c) * sc;
+                                let q = lut[c as usize] * sc;
                                 let d = q - v as f64;
                                 a.0 += d * d;
                                 a.1 += v as f64 * v as f64;
@@ -466,7 +492,7 @@ pub struct PackedView {
 }
 
 /// Elements each tensor's re-quantization table reads at most (a sample of rows beyond that).
-pub const REQUANT_SAMPLE: usize = 1 << 21;
+pub const REQUANT_SAMPLE: usize = 1 << 20;
 
 /// Both tensors of a layer's weights.
 pub fn packed_view(w13: &MxTensor, w2: &MxTensor, n_experts: usize) -> PackedView {

@@ -153,7 +153,7 @@ fn packed(ui: &mut Ui, t: &PackedTensor) {
         Box::new(|ui, w| class_per_expert(ui, t, w)),
         Box::new(|ui, w| span_chart(ui, t, w)),
     ];
-    grid(ui, 420.0, items);
+    grid(ui, 360.0, items);
 }
 
 fn exp_per_expert(ui: &mut Ui, t: &PackedTensor, w: f32) {
