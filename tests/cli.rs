@@ -831,9 +831,10 @@ fn wgpu_backend_through_the_cli_matches_cpu() {
     assert!(rel <= mxmoe::check::MOE_REL_L2, "rel-L2 {rel}");
 }
 
-/// `mxmoe check --json`: one object per backend with `backend`, `adapter` and `cases` (each
-/// `name`, `status`, `detail`, `ms`, plus `flops` and `bytes`); a backend that cannot be opened
-/// has `backend`, `status` and `reason`. Not compiled in is SKIPPED, never a failure.
+/// `mxmoe check --json`: `suite`, `seconds`, `totals` and `backends`, one object per backend
+/// with `backend`, `adapter` and `cases` (each `name`, `status`, `detail`, `ms`, plus `flops`
+/// and `bytes`); a backend that cannot be opened has `backend`, `status` and `reason`. A
+/// backend named explicitly that is not available is a failure (tests/harden.rs has the rest).
 #[test]
 fn check_json_keeps_its_fields() {
     let d = tempfile::tempdir().unwrap();
@@ -842,7 +843,7 @@ fn check_json_keeps_its_fields() {
     assert!(r.ok, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("cpu: ") && r.stdout.contains(" 0 failed"));
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).unwrap()).unwrap();
-    let a = v.as_array().unwrap();
+    let a = v["backends"].as_array().unwrap();
     assert_eq!(a.len(), 1);
     assert_eq!(a[0]["backend"], "cpu");
     assert!(a[0]["adapter"].is_string());
@@ -854,12 +855,17 @@ fn check_json_keeps_its_fields() {
         assert!(c["flops"].is_number() && c["bytes"].is_number());
     }
     assert!(cases.iter().any(|c| c["name"] == "qdq/mxfp4/even/special"));
+    assert_eq!(v["totals"]["cases"].as_u64().unwrap() as usize, cases.len());
+    assert_eq!(v["totals"]["passed"], v["totals"]["cases"]);
     let r = run(&["check", "--backend", "hip", "--json", s(&j)]);
-    assert!(r.ok, "{}{}", r.stdout, r.stderr);
+    assert!(!r.ok, "{}{}", r.stdout, r.stderr);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).unwrap()).unwrap();
-    assert_eq!(v[0]["backend"], "hip");
-    assert_eq!(v[0]["status"], "SKIPPED");
-    assert!(v[0]["reason"].as_str().unwrap().contains("not compiled"));
+    assert_eq!(v["backends"][0]["backend"], "hip");
+    assert_eq!(v["backends"][0]["status"], "FAIL");
+    assert!(v["backends"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("not compiled"));
     let bad = run(&["check", "--suite", "huge"]);
     assert!(!bad.ok && bad.stderr.contains("unknown suite"));
 }

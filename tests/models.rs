@@ -528,7 +528,7 @@ fn write_gguf(path: &Path, srcs: &[Source]) {
     std::fs::write(path, out).unwrap();
 }
 
-/// Independent router logits: f64 dot products + bias, rounded once (NUMERICS.md 10.6).
+/// Independent router logits: f64 dot products + bias, rounded once (NUMERICS.md 10.7).
 fn logits_by_hand(hidden: &[f32], w: &[f32], b: Option<&[f32]>, e: usize) -> Vec<f32> {
     let mut out = Vec::new();
     for x in hidden.chunks(H) {

@@ -526,6 +526,7 @@ fn bf16_intermediates() {
         accumulate: Accumulate::F64,
         intermediate: Intermediate::Bf16,
         taps: false,
+        profile: mxmoe::format::ProfileId::Contract,
     };
     let o = forward(&c.layer, &c.hidden, &lg, opts).unwrap();
     let want = c.run(Variant {
@@ -1086,6 +1087,7 @@ fn stage_taps_off_changes_nothing() {
                 accumulate,
                 intermediate,
                 taps: false,
+                profile: mxmoe::format::ProfileId::Contract,
             };
             let on = MoeOptions { taps: true, ..off };
             let a = forward(&layer, &hs, &lg, off).unwrap();

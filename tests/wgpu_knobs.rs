@@ -303,6 +303,7 @@ fn moe_timed_forward() {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::F32,
         taps: false,
+        profile: mxmoe::format::ProfileId::Contract,
     };
     let plain = b
         .moe_path(&g, &hs, &logits, opts, MoePath::Gemv, false)
@@ -344,6 +345,7 @@ fn timing_report() {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::F32,
         taps: false,
+        profile: mxmoe::format::ProfileId::Contract,
     };
     // MXMOE_TIMING="E,H,I,k,M[;E,H,I,k,M...]" picks the shapes (e.g. gpt-oss-120b decode:
     // "128,2880,2880,4,1"); MXMOE_TIMING_M=M keeps the default layer with M tokens.

@@ -194,6 +194,16 @@ impl Backend {
         }
     }
 
+    /// The GEMM accumulation this backend actually uses for `requested`: the CPU honours it;
+    /// the GPU backends accumulate in f32 whatever is asked (WGSL has no f64), so a report
+    /// never claims f64 for them.
+    pub fn accumulation(&self, requested: crate::moe::Accumulate) -> crate::moe::Accumulate {
+        match self {
+            Backend::Cpu(_) => requested,
+            Backend::Wgpu(_) | Backend::Hip(_) => crate::moe::Accumulate::F32,
+        }
+    }
+
     /// The device this backend runs on, in words (adapter name, driver).
     pub fn adapter(&self) -> String {
         match self {
@@ -344,6 +354,13 @@ impl Backend {
         let cfg = layer.config();
         ops::validate_moe(cfg, hidden, logits)?;
         self.require(Op::moe_of(cfg, layer.has_correction_bias(), opts.taps))?;
+        if opts.profile != crate::format::ProfileId::Contract && !matches!(self, Backend::Cpu(_)) {
+            return Err(BackendError::Unsupported {
+                backend: self.name().to_string(),
+                op: format!("moe with --profile {}", opts.profile),
+                reason: "compatibility profiles run on the CPU reference only".into(),
+            });
+        }
         match (self, layer) {
             (Backend::Cpu(b), Prepared::Cpu(l)) => Ok((b.moe(l, hidden, logits, opts)?, None)),
             (Backend::Wgpu(b), Prepared::Wgpu(g)) => b.moe(g, hidden, logits, opts, timed),

@@ -66,8 +66,10 @@ pub struct BenchResult {
     /// One `prepare` (weight upload) of the whole layer (ms) and its bytes.
     pub prepare_ms: f64,
     pub prepare_bytes: u64,
-    /// Time floor: weight_bytes / hbm_gbps (ms).
+    /// Time floor: weight_bytes / floor_gbps (ms).
     pub floor_ms: f64,
+    /// The memory bandwidth the floor assumes (GB/s): `--hbm-gbps`, not measured.
+    pub floor_gbps: f64,
     /// Achieved weight-read bandwidth (GB/s) over GPU time (else wall time).
     pub gbps: f64,
     pub tflops: f64,
@@ -315,6 +317,7 @@ pub fn run(
             prepare_ms,
             prepare_bytes,
             floor_ms,
+            floor_gbps: p.hbm_gbps,
             gbps: bytes / (t * 1e-3) / 1e9,
             tflops: flops / (t * 1e-3) / 1e12,
             ratio_to_floor: t / floor_ms,

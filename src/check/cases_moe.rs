@@ -338,6 +338,7 @@ pub fn moe_cases() -> Vec<Case> {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::Bf16,
         taps: false,
+        profile: crate::format::ProfileId::Contract,
     };
     for (scheme, act) in [
         (Scheme::OCP_MX[0], Activation::Silu),

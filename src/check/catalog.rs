@@ -567,6 +567,7 @@ pub(super) fn moe_f32() -> MoeOptions {
         accumulate: Accumulate::F32,
         intermediate: Intermediate::F32,
         taps: false,
+        profile: crate::format::ProfileId::Contract,
     }
 }
 

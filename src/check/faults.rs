@@ -4,7 +4,7 @@
 //! packing and layout faults transform the layer's packed weights; the routing faults change
 //! the router configuration or the routing itself.
 
-use crate::format::{Packing, ScaleMode};
+use crate::format::{Packing, ProfileId, ScaleMode};
 use crate::io::TokenBatch;
 use crate::moe::{
     self, Activation, Intermediate, MoeError, MoeLayer, MoeOptions, MoeOutput, Probe, Routing,
@@ -124,13 +124,46 @@ impl Fault {
         batch: &TokenBatch,
         routing: Option<&Routing>,
     ) -> Result<MoeOutput, MoeError> {
+        self.inject_with(layer, batch, routing, ProfileId::Contract)
+    }
+
+    /// [`Fault::inject`] with the activation QDQs under a compatibility profile (the contract's
+    /// QDQ where the peer lacks the injected scale mode).
+    pub fn inject_with(
+        self,
+        layer: &MoeLayer,
+        batch: &TokenBatch,
+        routing: Option<&Routing>,
+        profile: ProfileId,
+    ) -> Result<MoeOutput, MoeError> {
+        let opts = MoeOptions {
+            profile,
+            ..MoeOptions::default()
+        };
+        self.inject_opts(layer, batch, routing, opts)
+    }
+
+    /// [`Fault::inject_with`] from given forward options (the profile, `taps` for the
+    /// per-stage comparison); the fault overrides what it injects.
+    pub fn inject_opts(
+        self,
+        layer: &MoeLayer,
+        batch: &TokenBatch,
+        routing: Option<&Routing>,
+        mut opts: MoeOptions,
+    ) -> Result<MoeOutput, MoeError> {
+        let profile = opts.profile;
         let mut l = layer.clone();
         let mut probe = Probe::default();
-        let mut opts = MoeOptions::default();
         match self {
             Fault::InputQdqMissing => probe.skip_input_qdq = true,
             Fault::IntermediateQdqMissing => probe.skip_intermediate_qdq = true,
-            Fault::ActivationScaleMode(m) => l.config.act_scale_mode = m,
+            Fault::ActivationScaleMode(m) => {
+                l.config.act_scale_mode = m;
+                if !profile.spec().modes.contains(&m) {
+                    opts.profile = ProfileId::Contract;
+                }
+            }
             Fault::Fp4NibblesSwapped => {
                 for t in [&mut l.weights.w13, &mut l.weights.w2] {
                     t.data.iter_mut().for_each(|b| *b = b.rotate_left(4));

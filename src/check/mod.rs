@@ -19,12 +19,14 @@ pub mod cases_format;
 pub mod cases_moe;
 pub mod catalog;
 pub mod faults;
+pub mod golden;
 pub mod inputs;
 pub mod models;
 pub mod report;
 pub mod run;
 pub mod verify;
 pub mod verify_report;
+pub mod verify_stages;
 
 pub use catalog::{cases, Case, Cost, Expect, Kind, Suite, Tier, Tol, Weights};
 pub use report::summary;
@@ -137,8 +139,10 @@ pub struct BackendReport {
     pub name: String,
     /// The adapter in words, or why the backend could not be opened.
     pub adapter: Result<String, String>,
-    /// Not opened and that is a failure (`MXMOE_REQUIRE_GPU=1`).
+    /// Not opened and that is a failure (named explicitly, `MXMOE_REQUIRE_GPU=1`, `--require`).
     pub open_failed: bool,
+    /// Why not opening is a failure.
+    pub fail_why: String,
     pub results: Vec<CaseResult>,
     /// Sum of the backend's run times (s).
     pub secs: f64,
@@ -150,7 +154,7 @@ impl BackendReport {
         match &self.adapter {
             Ok(_) => report::summary_line(&self.name, &self.results, self.secs),
             Err(e) if self.open_failed => {
-                format!("{}: FAIL ({e}; MXMOE_REQUIRE_GPU=1)", self.name)
+                format!("{}: FAIL ({e}; {})", self.name, self.fail_why)
             }
             Err(e) => format!("{}: SKIPPED ({e})", self.name),
         }
@@ -201,6 +205,7 @@ pub fn conformance(
                     .map(|b| b.adapter())
                     .map_err(Clone::clone),
                 open_failed: o.fails,
+                fail_why: o.fail_why.clone(),
                 secs: results.iter().map(|r| r.millis).sum::<f64>() / 1e3,
                 results,
             }

@@ -607,19 +607,34 @@ pub struct Opened {
     pub name: String,
     /// The backend, or why it could not be opened.
     pub backend: Result<Backend, String>,
-    /// When not opened: whether that is a failure (compiled in, `require` set) rather than a
-    /// skip.
+    /// When not opened: whether that is a failure rather than a skip (see [`open_backends`]).
     pub fails: bool,
+    /// Why not opening is a failure (`named explicitly`, `MXMOE_REQUIRE_GPU=1`, `--require`);
+    /// empty when it is not.
+    pub fail_why: String,
+}
+
+impl Opened {
+    /// Make a backend that did not open a failure, saying why (e.g. `--require wgpu`).
+    pub fn require(&mut self, why: &str) {
+        if self.backend.is_err() && !self.fails {
+            self.fails = true;
+            self.fail_why = why.to_string();
+        }
+    }
 }
 
 /// Open `which` (`all` = every [`BackendKind::ALL`], or one kind name) with outputs poisoned
-/// (GPU backends fill outputs with [`POISON`] before every run). With `require`, a backend that
-/// is compiled in but has no device is a failure; one not compiled in is always SKIPPED.
+/// (GPU backends fill outputs with [`POISON`] before every run). A backend named explicitly
+/// (`cpu`, `wgpu`, `hip`) that cannot be opened is a failure; with `all`, one that cannot be
+/// opened is SKIPPED with its reason, unless `require` is set and it is compiled in without a
+/// device (`MXMOE_REQUIRE_GPU=1`). `auto` falls back to the CPU and never fails to open.
 pub fn open_backends(
     which: &str,
     adapter: Option<&str>,
     require: bool,
 ) -> Result<Vec<Opened>, String> {
+    let explicit = which != "all";
     let kinds: Vec<BackendKind> = match which {
         "all" => BackendKind::ALL.to_vec(),
         w => vec![w.parse::<BackendKind>()?],
@@ -633,13 +648,25 @@ pub fn open_backends(
                     name: b.name().into(),
                     backend: Ok(b),
                     fails: false,
+                    fail_why: String::new(),
                 }
             }
-            Err(e) => Opened {
-                name: k.name().into(),
-                fails: require && !matches!(e, BackendError::NotCompiled(_)),
-                backend: Err(e.to_string()),
-            },
+            Err(e) => {
+                let gpu_required = require && !matches!(e, BackendError::NotCompiled(_));
+                let why = if explicit {
+                    format!("--backend {} named explicitly", k.name())
+                } else if gpu_required {
+                    "MXMOE_REQUIRE_GPU=1".to_string()
+                } else {
+                    String::new()
+                };
+                Opened {
+                    name: k.name().into(),
+                    fails: explicit || gpu_required,
+                    fail_why: why,
+                    backend: Err(e.to_string()),
+                }
+            }
         })
         .collect())
 }

@@ -18,7 +18,7 @@ pub use super::verify_report::{
     FaultDistance, Skipped, TensorError, Variant, Verdict, VerifyReport, WorstElement,
 };
 use super::{rel_l2, MOE_REL_L2};
-use crate::format::ScaleMode;
+use crate::format::{ProfileId, ScaleMode};
 use crate::io::{MoeResult, TokenBatch};
 use crate::moe::{
     self, Accumulate, Intermediate, MoeError, MoeLayer, MoeOptions, MoeOutput, Routing,
@@ -47,6 +47,9 @@ pub enum VerifyError {
     /// The routing ids or weights are not `[M, k]`, or an id is not an expert of the layer.
     #[error("{0}")]
     Routing(String),
+    /// A stage tensor of the result has the wrong size.
+    #[error("{0}")]
+    Stage(String),
     /// The reference could not run (an invalid layer or batch).
     #[error(transparent)]
     Moe(#[from] MoeError),
@@ -60,6 +63,9 @@ pub struct VerifyOptions {
     /// Accept `vllm_bf16` (bf16 intermediates). Without it, bf16 intermediates are the fault
     /// `bf16_intermediates`.
     pub accept_bf16: bool,
+    /// The compatibility profile the reference runs under (`--profile`, NUMERICS.md 17): the
+    /// activation QDQs of every variant and fault use it where the peer has the scale mode.
+    pub profile: ProfileId,
 }
 
 impl Default for VerifyOptions {
@@ -67,6 +73,7 @@ impl Default for VerifyOptions {
         VerifyOptions {
             tolerance_cap: 1e-2,
             accept_bf16: true,
+            profile: ProfileId::Contract,
         }
     }
 }
@@ -204,6 +211,17 @@ pub fn verify_with(
             h,
         });
     }
+    let own_mode = layer.config.act_scale_mode;
+    // Under a profile, the layer's own mode must be one the peer has; the other modes' variants
+    // (faults anyway) run under the contract where the peer lacks them.
+    let profile = opts.profile.spec();
+    if let Some(f) = layer.config.scheme.activation {
+        profile.check(f, own_mode).map_err(MoeError::from)?;
+    }
+    let profile_of = |mode: ScaleMode| match profile.modes.contains(&mode) {
+        true => opts.profile,
+        false => ProfileId::Contract,
+    };
     let run = |mode: ScaleMode, intermediate, accumulate| -> Result<MoeOutput, MoeError> {
         let mut lv = layer.clone();
         lv.config.act_scale_mode = mode;
@@ -211,10 +229,10 @@ pub fn verify_with(
             accumulate,
             intermediate,
             taps: false,
+            profile: profile_of(mode),
         };
         moe::forward(&lv, &batch.hidden, &batch.logits, o)
     };
-    let own_mode = layer.config.act_scale_mode;
     // A result written in bf16 (every value a bf16) is compared with bf16-rounded references.
     let bf16_output = output.iter().all(|v| v.to_bits() & 0xFFFF == 0);
     let as_written = |mut o: MoeOutput| {
@@ -325,11 +343,11 @@ pub fn verify_with(
                     topk_ids: topk_ids.unwrap_or_default().to_vec(),
                     topk_weights: topk_weights.unwrap_or(&want.topk_weights).to_vec(),
                 };
-                f.inject(layer, batch, Some(&theirs))?
+                f.inject_with(layer, batch, Some(&theirs), opts.profile)?
             }
             Fault::ActivationScaleMode(mode) => outs[slot(mode, Intermediate::F32)].clone(),
             Fault::Bf16Intermediates => outs[slot(own_mode, Intermediate::Bf16)].clone(),
-            _ => f.inject(layer, batch, None)?,
+            _ => f.inject_with(layer, batch, None, opts.profile)?,
         };
         probes.push((f, as_written(out)));
     }
@@ -449,6 +467,7 @@ pub fn verify_with(
     }
     let tolerance = variants[against].tolerance.unwrap_or(opts.tolerance_cap);
     Ok(VerifyReport {
+        profile: opts.profile.name(),
         verdict,
         grade: verdict.name(),
         variant,
@@ -472,6 +491,9 @@ pub fn verify_with(
         worst,
         output_bit_exact,
         tolerance,
+        stages: Vec::new(),
+        first_differing_stage: None,
+        stage_diagnosis: Vec::new(),
     })
 }
 

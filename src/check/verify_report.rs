@@ -125,6 +125,8 @@ pub struct WorstElement {
 /// Everything `mxmoe verify` reports.
 #[derive(Clone, Debug, Serialize)]
 pub struct VerifyReport {
+    /// The compatibility profile the reference ran under (`contract` by default).
+    pub profile: &'static str,
     /// `match` or `mismatch`.
     pub verdict: Verdict,
     /// `BIT-EXACT`, `WITHIN TOLERANCE` or `WRONG`.
@@ -166,6 +168,13 @@ pub struct VerifyReport {
     pub output_bit_exact: bool,
     /// The tolerance of the matched variant, else the contract's.
     pub tolerance: f64,
+    /// Per-stage comparison of the result's intermediates (empty when it has none), in
+    /// dataflow order (`check::verify_stages`).
+    pub stages: Vec<super::verify_stages::StageResult>,
+    /// The first stage that leaves the reference: `routing`, a stage tensor name, or `None`.
+    pub first_differing_stage: Option<&'static str>,
+    /// At the first differing stage: the known faults, closest first.
+    pub stage_diagnosis: Vec<FaultDistance>,
 }
 
 impl VerifyReport {

@@ -185,6 +185,7 @@ fn legit(tag: &str, layer: &MoeLayer, b: &TokenBatch, fails: &mut Vec<String>) {
             accumulate,
             intermediate,
             taps: false,
+            profile: crate::format::ProfileId::Contract,
         };
         result(moe::forward(layer, &b.hidden, &b.logits, o).unwrap())
     };

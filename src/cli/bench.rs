@@ -8,9 +8,13 @@ use mxmoe::bench::{BenchParams, BenchResult};
 use mxmoe::check;
 use mxmoe::check::MOE_REL_L2;
 use mxmoe::io;
+use mxmoe::moe::budget;
 use mxmoe::moe::presets::Preset;
 use mxmoe::scheme::Scheme;
 use std::path::PathBuf;
+
+/// The floor's default bandwidth (GB/s): the WGSL streaming read measured on an H200.
+const DEFAULT_HBM_GBPS: f64 = 4550.0;
 
 /// Time a MoE layer on a backend at several token counts; JSON with ratios to the floor.
 #[derive(Args)]
@@ -49,7 +53,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 8)]
     rotate: usize,
     /// Memory bandwidth used for the floor, GB/s.
-    #[arg(long, default_value_t = 4550.0)]
+    #[arg(long, default_value_t = DEFAULT_HBM_GBPS)]
     hbm_gbps: f64,
     /// Skip the correctness check against the CPU reference.
     #[arg(long)]
@@ -87,9 +91,16 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                 .map_err(|_| anyhow!("--tokens: '{t}' is not a number"))
         })
         .collect::<Result<_>>()?;
+    if !(a.hbm_gbps.is_finite() && a.hbm_gbps > 0.0) {
+        bail!("--hbm-gbps: {} is not a positive bandwidth in GB/s", a.hbm_gbps);
+    }
     if tokens.contains(&0) || a.iters == 0 {
         bail!("--tokens values and --iters must be at least 1");
     }
+    // Sizes checked before anything is allocated (the layer is built packed).
+    let s = &spec.synth;
+    let most = tokens.iter().copied().max().unwrap_or(1);
+    budget::check_synth(s.scheme.weight, s.n_experts, s.hidden, s.inter, true, most)?;
     let p = BenchParams {
         tokens,
         iters: a.iters,
@@ -110,6 +121,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         b.adapter()
     );
     let res = mxmoe::bench::run(&b, &spec, &p, |s| eprintln!("  {s}"))?;
+    println!("{}", floor_words(a.hbm_gbps));
     print_table(&res);
     if let Some(path) = &a.json {
         io::write_atomic(path, serde_json::to_string_pretty(&res)?.as_bytes())?;
@@ -131,6 +143,17 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The bandwidth the floor assumes, and where the figure comes from (it is not measured here).
+fn floor_words(gbps: f64) -> String {
+    let source = if gbps == DEFAULT_HBM_GBPS {
+        "the default: the WGSL streaming read measured on an NVIDIA H200, not this adapter; \
+         set --hbm-gbps to this device's bandwidth"
+    } else {
+        "from --hbm-gbps"
+    };
+    format!("floor: packed bytes of the touched experts / {gbps} GB/s ({source})")
 }
 
 fn print_table(res: &[BenchResult]) {

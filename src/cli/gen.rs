@@ -5,7 +5,7 @@ use clap::Args;
 use mxmoe::io::{self, TokenBatch};
 use mxmoe::moe::presets::Preset;
 use mxmoe::moe::synth::{synth_batch, synth_layer, synth_layer_packed, SynthSpec};
-use mxmoe::moe::Activation;
+use mxmoe::moe::{budget, Activation};
 use mxmoe::scheme::Scheme;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -66,29 +66,43 @@ pub fn run(a: &GenArgs) -> Result<()> {
     if tokens == 0 {
         bail!("--tokens must be at least 1");
     }
+    // Every size checked (overflow-safe, against the memory available) before allocating.
+    budget::check_synth(
+        spec.scheme.weight,
+        spec.n_experts,
+        spec.hidden,
+        spec.inter,
+        a.packed || a.model.is_some(),
+        tokens,
+    )?;
+    io::check_outputs(&[("--layer-out", &a.layer_out), ("--batch-out", &a.batch_out)], &[])?;
     let t0 = Instant::now();
     eprintln!(
         "generating {} layer: {} experts, H {}, I {}, top-{} ...",
         spec.scheme, spec.n_experts, spec.hidden, spec.inter, spec.router.top_k
     );
-    if a.packed || a.model.is_some() {
-        let l = synth_layer_packed(&spec)?;
-        io::save_layer(&a.layer_out, &l, None)?;
-    } else {
-        let s = synth_layer(&spec)?;
-        io::save_layer(&a.layer_out, &s.layer, Some((&s.w13_f32, &s.w2_f32)))?;
-    }
-    let (hidden, logits) = synth_batch(tokens, spec.hidden, spec.n_experts, spec.seed);
-    io::save_batch(
-        &a.batch_out,
-        &TokenBatch {
-            hidden,
-            logits,
-            m: tokens,
-            hidden_size: spec.hidden,
-            n_experts: spec.n_experts,
-        },
-    )?;
+    // Both files or neither: they are renamed into place only once both are written.
+    io::all_or_nothing(|| -> Result<()> {
+        if a.packed || a.model.is_some() {
+            let l = synth_layer_packed(&spec)?;
+            io::save_layer(&a.layer_out, &l, None)?;
+        } else {
+            let s = synth_layer(&spec)?;
+            io::save_layer(&a.layer_out, &s.layer, Some((&s.w13_f32, &s.w2_f32)))?;
+        }
+        let (hidden, logits) = synth_batch(tokens, spec.hidden, spec.n_experts, spec.seed);
+        io::save_batch(
+            &a.batch_out,
+            &TokenBatch {
+                hidden,
+                logits,
+                m: tokens,
+                hidden_size: spec.hidden,
+                n_experts: spec.n_experts,
+            },
+        )?;
+        Ok(())
+    })?;
     eprintln!(
         "wrote {} and {} in {:.1} s",
         a.layer_out.display(),

@@ -7,6 +7,7 @@ mod demo;
 mod dequantize;
 mod extract;
 mod gen;
+mod golden;
 mod info;
 mod layers;
 mod moe;
@@ -19,6 +20,7 @@ use clap::{Args, Parser, Subcommand};
 use mxmoe::backend::{Backend, BackendKind};
 use mxmoe::io::{self, LayerQuery, LoadedLayer};
 use mxmoe::scheme::Scheme;
+use mxmoe::format::ProfileId;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -50,6 +52,7 @@ enum Cmd {
     Extract(extract::ExtractArgs),
     Check(check::CheckArgs),
     Verify(verify::VerifyArgs),
+    Golden(golden::GoldenArgs),
     Bench(bench::BenchArgs),
     Info(info::InfoArgs),
     Demo(demo::DemoArgs),
@@ -67,6 +70,7 @@ impl Cli {
             Cmd::Extract(a) => extract::run(&a),
             Cmd::Check(a) => check::run(&a),
             Cmd::Verify(a) => verify::run(&a),
+            Cmd::Golden(a) => golden::run(&a),
             Cmd::Bench(a) => bench::run(&a),
             Cmd::Info(a) => info::run(&a),
             Cmd::Demo(a) => demo::run(&a),
@@ -218,6 +222,17 @@ pub fn open_backends(which: &str, adapter: Option<&str>) -> Result<Vec<Opened>> 
         .into_iter()
         .map(|(n, k)| (n, Backend::open(k, adapter).map_err(|e| e.to_string())))
         .collect())
+}
+
+/// `--profile` of the commands that quantize: a non-default profile runs on the CPU reference.
+pub fn profile_backend(profile: ProfileId, b: &BackendArgs) -> Result<()> {
+    if profile != ProfileId::Contract && b.backend != BackendKind::Cpu {
+        anyhow::bail!(
+            "--profile {profile} reproduces {} and runs on the CPU reference only (use --backend cpu)",
+            profile.spec().peer
+        );
+    }
+    Ok(())
 }
 
 /// safetensors metadata from key-value pairs.

@@ -1,9 +1,9 @@
 //! `mxmoe moe`: run a MoE layer on a token batch and write the result.
 
-use super::{meta, BackendArgs, LayerSel};
+use super::{meta, profile_backend, BackendArgs, LayerSel};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use mxmoe::format::ScaleMode;
+use mxmoe::format::{ProfileId, ScaleMode};
 use mxmoe::io;
 use mxmoe::moe::{Accumulate, Activation, Intermediate, MoeConfig, MoeOptions, Scoring};
 use std::path::PathBuf;
@@ -34,9 +34,15 @@ pub struct MoeArgs {
     /// Activation QDQ scale mode (overrides the layer's `scale_mode`).
     #[arg(long)]
     scale_mode: Option<ScaleMode>,
-    /// GEMM accumulation: f64 (the oracle, CPU only) or f32.
-    #[arg(long, default_value = "f64")]
-    accumulate: Accumulate,
+    /// Compatibility profile of the activation QDQs: contract (default), ocp, quark, torchao,
+    /// nvidia, microxcaling or ggml (docs/NUMERICS.md 17; CPU backend only). Without
+    /// --scale-mode, a layer mode the peer lacks becomes the profile's own.
+    #[arg(long, default_value = "contract")]
+    profile: ProfileId,
+    /// GEMM accumulation: f64 (the oracle, CPU only; the CPU's default) or f32 (the GPU
+    /// backends' only and default accumulation).
+    #[arg(long)]
+    accumulate: Option<Accumulate>,
     /// Intermediates: f32 (contract) or bf16 (vLLM parity).
     #[arg(long, default_value = "f32")]
     intermediate: Intermediate,
@@ -78,17 +84,28 @@ impl LayerOverrides {
 
 pub fn run(a: &MoeArgs) -> Result<()> {
     let (layer, input, output) = (&a.sel.layer, &a.input, &a.output);
-    let opts = MoeOptions {
-        accumulate: a.accumulate,
-        intermediate: a.intermediate,
-        ..MoeOptions::default()
-    };
+    io::check_outputs(&[("--output", output)], &[("--layer", layer), ("--input", input)])?;
+    profile_backend(a.profile, &a.backend)?;
     let t0 = Instant::now();
     let loaded = a.sel.load()?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {}: {w}", layer.display());
+    }
     let batch = io::load_batch_for(input, loaded.router.as_ref())?;
     let mut l = loaded.layer;
     if let Some(m) = a.scale_mode {
         l.config.act_scale_mode = m;
+    }
+    let p = a.profile.spec();
+    if a.scale_mode.is_none() && !p.modes.contains(&l.config.act_scale_mode) {
+        eprintln!(
+            "profile {}: {} has no '{}' scale mode; using its '{}'",
+            p.name, p.peer, l.config.act_scale_mode, p.default_mode
+        );
+        l.config.act_scale_mode = p.default_mode;
+    }
+    if let Some(f) = l.config.scheme.activation {
+        p.check(f, l.config.act_scale_mode)?;
     }
     a.over.apply(&mut l.config);
     l.validate()
@@ -113,21 +130,42 @@ pub fn run(a: &MoeArgs) -> Result<()> {
     }
     let t_load = t0.elapsed();
     let b = a.backend.open()?;
+    // What the backend really accumulates in (the label and the metadata say that).
+    let accumulate = match a.accumulate {
+        Some(Accumulate::F64) if b.accumulation(Accumulate::F64) != Accumulate::F64 => bail!(
+            "--accumulate f64: backend {} accumulates in f32 only (f64 is the CPU reference's)",
+            b.name()
+        ),
+        Some(x) => x,
+        None => b.accumulation(Accumulate::F64),
+    };
+    let opts = MoeOptions {
+        accumulate,
+        intermediate: a.intermediate,
+        profile: a.profile,
+        ..MoeOptions::default()
+    };
     let t1 = Instant::now();
     let res = b.moe_once(&l, &batch.hidden, &batch.logits, opts)?;
     let t_run = t1.elapsed();
     let c = &l.config;
-    let m = meta([
+    let mut m = meta([
         ("scheme", c.scheme.name()),
         ("backend", b.name().to_string()),
         ("scale_mode", c.act_scale_mode.name().to_string()),
+        ("profile", a.profile.name().to_string()),
         ("accumulate", opts.accumulate.name().to_string()),
         ("intermediate", opts.intermediate.name().to_string()),
     ]);
+    if !loaded.warnings.is_empty() {
+        // Recorded with the result: whoever reads it later sees the layer was suspect.
+        let w: Vec<String> = loaded.warnings.iter().map(|w| w.to_string()).collect();
+        m.insert("warnings".into(), w.join("; "));
+    }
     io::save_result(output, &res.output, c.hidden, &res.routing, m)?;
     eprintln!(
-        "moe {} ({} experts, H {}, I {}, top-{}) on {} tokens, backend {} [{}], {:?} accumulation, {} scales: load {:.2} s, run {:.3} s -> {}",
-        c.scheme, c.n_experts, c.hidden, c.inter, c.router.top_k, batch.m, b.name(), b.adapter(), opts.accumulate, c.act_scale_mode,
+        "moe {} ({} experts, H {}, I {}, top-{}) on {} tokens, backend {} [{}], {} accumulation, {} scales: load {:.2} s, run {:.3} s -> {}",
+        c.scheme, c.n_experts, c.hidden, c.inter, c.router.top_k, batch.m, b.name(), b.adapter(), opts.accumulate.name(), c.act_scale_mode,
         t_load.as_secs_f64(), t_run.as_secs_f64(), output.display()
     );
     Ok(())

@@ -6,6 +6,8 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use mxmoe::check::verify::{self, VerifyOptions, VerifyReport};
+use mxmoe::check::verify_stages::{verify_stages, Stage, StageDump};
+use mxmoe::format::ProfileId;
 use mxmoe::io::{self, StFile};
 use std::path::{Path, PathBuf};
 
@@ -24,6 +26,16 @@ the faults are listed closest first. Fault ids:\n\
   activation_scale_mode_rceil, activation_scale_mode_even, fp4_nibbles_swapped, fp6_bytes_swapped,\n\
   gate_up_swapped, renormalize_missing, bf16_accumulation, bf16_intermediates,\n\
   router_weight_on_input_missing, routing_differs\n\n\
+Per-stage verification (docs/NUMERICS.md 10.6): the result may also hold intermediates, any subset:\n\
+  input_qdq_out [M, H]          the input after the activation QDQ\n\
+  gemm1_out [M*k, 2I]           GEMM1 + bias (x router weight when applied on the input)\n\
+  act_out [M*k, I]              the activation output, before the intermediate QDQ\n\
+  intermediate_qdq_out [M*k, I] the intermediate after QDQ (GEMM2's input)\n\
+  gemm2_out [M*k, H]            GEMM2 + bias, x router weight\n\
+Per-slot rows are slot-major in the result's own top-k order (row t*k + j: token t's j-th topk_ids\n\
+entry); verify names the first stage that leaves the reference and the faults closest there.\n\n\
+--profile NAME runs the reference under a compatibility profile (contract, ocp, quark, torchao, nvidia,\n\
+microxcaling, ggml; docs/NUMERICS.md 17).\n\n\
 Exit codes: 0 match, 1 mismatch, 2 an input could not be read or is invalid."
 )]
 pub struct VerifyArgs {
@@ -39,6 +51,10 @@ pub struct VerifyArgs {
     /// Accept only the contract: bf16 intermediates become the fault `bf16_intermediates`.
     #[arg(long)]
     contract_only: bool,
+    /// Compatibility profile the reference runs under: contract (default), ocp, quark, torchao,
+    /// nvidia, microxcaling or ggml (docs/NUMERICS.md 17).
+    #[arg(long, default_value = "contract")]
+    profile: ProfileId,
     /// Write the whole report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -46,6 +62,19 @@ pub struct VerifyArgs {
 
 /// A result file: `output`, and `topk_ids` / `topk_weights` when present.
 type Theirs = (Vec<f32>, Option<Vec<i32>>, Option<Vec<f32>>);
+
+/// The stage tensors a result file holds (3-D `[M, k, w]` is read as `[M*k, w]`).
+fn load_stages(path: &Path) -> Result<StageDump> {
+    let f = StFile::open(path)?;
+    let mut d = StageDump::default();
+    for s in Stage::ALL {
+        if f.has(s.name()) {
+            let (v, _) = f.floats(s.name())?;
+            d.stages.push((s, v));
+        }
+    }
+    Ok(d)
+}
 
 fn load_theirs(path: &Path) -> Result<Theirs> {
     let f = StFile::open(path)?;
@@ -81,15 +110,35 @@ fn load_theirs(path: &Path) -> Result<Theirs> {
 }
 
 fn report(a: &VerifyArgs) -> Result<VerifyReport> {
+    if let Some(j) = &a.json {
+        io::check_outputs(
+            &[("--json", j)],
+            &[("--layer", &a.sel.layer), ("--input", &a.input), ("--result", &a.result)],
+        )?;
+    }
     let loaded = a.sel.load()?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {}: {w}", a.sel.layer.display());
+    }
     let batch = io::load_batch_for(&a.input, loaded.router.as_ref())?;
-    let l = loaded.layer;
+    let mut l = loaded.layer;
+    // As `moe --profile`: a layer mode the peer lacks becomes the profile's own.
+    let p = a.profile.spec();
+    if !p.modes.contains(&l.config.act_scale_mode) {
+        eprintln!(
+            "profile {}: {} has no '{}' scale mode; the reference uses its '{}'",
+            p.name, p.peer, l.config.act_scale_mode, p.default_mode
+        );
+        l.config.act_scale_mode = p.default_mode;
+    }
     let (output, ids, weights) = load_theirs(&a.result)?;
+    let dump = load_stages(&a.result)?;
     let opts = VerifyOptions {
         tolerance_cap: a.tolerance,
         accept_bf16: !a.contract_only,
+        profile: a.profile,
     };
-    verify::verify_with(
+    let mut rep = verify::verify_with(
         &l,
         &batch,
         &output,
@@ -97,7 +146,10 @@ fn report(a: &VerifyArgs) -> Result<VerifyReport> {
         weights.as_deref(),
         &opts,
     )
-    .with_context(|| a.result.display().to_string())
+    .with_context(|| a.result.display().to_string())?;
+    verify_stages(&l, &batch, &mut rep, &dump, ids.as_deref(), &opts)
+        .with_context(|| a.result.display().to_string())?;
+    Ok(rep)
 }
 
 pub fn run(a: &VerifyArgs) -> Result<()> {
@@ -111,7 +163,7 @@ pub fn run(a: &VerifyArgs) -> Result<()> {
     print(&rep);
     if let Some(p) = &a.json {
         let text = serde_json::to_string_pretty(&rep)?;
-        std::fs::write(p, text + "\n").with_context(|| format!("writing {}", p.display()))?;
+        io::write_atomic(p, (text + "\n").as_bytes())?;
     }
     if !rep.verdict.passed() {
         bail!("result does not match the reference")
@@ -131,6 +183,9 @@ fn print(r: &VerifyReport) {
         ),
         (None, _) => "ids not given".to_string(),
     };
+    if r.profile != "contract" {
+        println!("profile: {}", r.profile);
+    }
     println!("routing: {routing}");
     if let Some(w) = r.routing_weights_rel_l2 {
         println!(
@@ -178,6 +233,36 @@ fn print(r: &VerifyReport) {
     if !r.skipped_faults.is_empty() {
         let s: Vec<&str> = r.skipped_faults.iter().map(|s| s.fault).collect();
         println!("not probed: {}", s.join(", "));
+    }
+    if !r.stages.is_empty() {
+        println!(
+            "{:<22} {:>6} {:>11} {:>11} {:>11}  {:<10} nearest fault",
+            "stage", "rows", "rel-L2", "tolerance", "max abs", "agrees"
+        );
+        for s in &r.stages {
+            let near = s
+                .nearest_fault
+                .as_ref()
+                .map_or(String::new(), |n| format!("{} ({:.3e})", n.fault, n.rel_l2));
+            println!(
+                "{:<22} {:>6} {:>11.3e} {:>11.3e} {:>11.3e}  {:<10} {near}",
+                s.stage,
+                s.rows,
+                s.rel_l2,
+                s.tolerance,
+                s.max_abs,
+                if s.agrees { "yes" } else { "NO" }
+            );
+        }
+        match r.first_differing_stage {
+            Some(st) => {
+                println!("first differing stage: {st}");
+                for d in r.stage_diagnosis.iter().take(3) {
+                    println!("  {:<32} rel-L2 {:.3e} at {st}", d.fault, d.rel_l2);
+                }
+            }
+            None => println!("every dumped stage agrees with the reference"),
+        }
     }
     println!("variant: {}", r.variant.as_deref().unwrap_or("none"));
     println!("verdict: {}", r.summary());

@@ -16,8 +16,12 @@ pub struct Bytes(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    Owned(Vec<u8>),
-    Mapped { map: Arc<Mmap>, range: Range<usize> },
+    /// Shared so that cloning a tensor (a layer bundle writer borrowing it) does not copy.
+    Owned(Arc<Vec<u8>>),
+    Mapped {
+        map: Arc<Mmap>,
+        range: Range<usize>,
+    },
 }
 
 impl Bytes {
@@ -34,26 +38,26 @@ impl Bytes {
 
     pub fn as_slice(&self) -> &[u8] {
         match &self.0 {
-            Repr::Owned(v) => v,
+            Repr::Owned(v) => v.as_slice(),
             Repr::Mapped { map, range } => &map[range.clone()],
         }
     }
 
-    /// The bytes as an owned vector to modify (copies a mapped buffer once).
+    /// The bytes as an owned vector to modify (copies a mapped or shared buffer once).
     pub fn to_mut(&mut self) -> &mut Vec<u8> {
         if let Repr::Mapped { map, range } = &self.0 {
-            self.0 = Repr::Owned(map[range.clone()].to_vec());
+            self.0 = Repr::Owned(Arc::new(map[range.clone()].to_vec()));
         }
         match &mut self.0 {
-            Repr::Owned(v) => v,
+            Repr::Owned(v) => Arc::make_mut(v),
             Repr::Mapped { .. } => unreachable!("made owned above"),
         }
     }
 
-    /// The bytes as an owned vector (copies a mapped buffer).
+    /// The bytes as an owned vector (copies a mapped or shared buffer).
     pub fn into_vec(self) -> Vec<u8> {
         match self.0 {
-            Repr::Owned(v) => v,
+            Repr::Owned(v) => Arc::try_unwrap(v).unwrap_or_else(|v| v.as_ref().clone()),
             Repr::Mapped { map, range } => map[range].to_vec(),
         }
     }
@@ -61,19 +65,19 @@ impl Bytes {
 
 impl Default for Bytes {
     fn default() -> Self {
-        Bytes(Repr::Owned(Vec::new()))
+        Bytes(Repr::Owned(Arc::new(Vec::new())))
     }
 }
 
 impl From<Vec<u8>> for Bytes {
     fn from(v: Vec<u8>) -> Self {
-        Bytes(Repr::Owned(v))
+        Bytes(Repr::Owned(Arc::new(v)))
     }
 }
 
 impl From<&[u8]> for Bytes {
     fn from(v: &[u8]) -> Self {
-        Bytes(Repr::Owned(v.to_vec()))
+        Bytes(Repr::Owned(Arc::new(v.to_vec())))
     }
 }
 
@@ -146,5 +150,11 @@ mod tests {
         assert!(!b.is_mapped());
         assert_eq!(&*b, &[9, 3, 4]);
         assert_eq!(&map[..], &[1, 2, 3, 4, 5], "the mapping is never written");
+        // Owned clones share until one is written.
+        let a = Bytes::from(vec![7u8, 8]);
+        let mut c = a.clone();
+        assert_eq!(a.as_ptr(), c.as_ptr());
+        c[1] = 0;
+        assert_eq!((&*a, &*c), (&[7u8, 8][..], &[7u8, 0][..]));
     }
 }

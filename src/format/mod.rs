@@ -36,12 +36,17 @@
 mod bytes;
 mod codec;
 mod pack;
+mod peers;
+mod profile;
 mod scale;
 mod tensor;
 
 pub use bytes::Bytes;
 pub use codec::{decode_elem_f64, decode_parts, encode_elem};
 pub use pack::{pack_codes, unpack_codes, Packing};
+pub use profile::{
+    profile_names, Engine, Fp4Layout, MsmxRound, Profile, ProfileBlock, ProfileError, ProfileId,
+};
 pub use scale::{e8m0_to_f32, scale_byte, ScaleMode};
 pub use tensor::{
     check_parts, check_rows, check_values, dequant_elem, dequantize_block, qdq_block, qdq_slice,

@@ -22,7 +22,7 @@ pub fn load_batch(path: &Path) -> Result<TokenBatch, IoError> {
 
 /// A token batch for a layer with (or without) its router weights: when the file has no
 /// `router_logits` and `router` is given, the logits are computed from `hidden_states`
-/// ([`RouterWeights::logits`], f32, NUMERICS.md 10.6). A file's own `router_logits` win.
+/// ([`RouterWeights::logits`], f32, NUMERICS.md 10.7). A file's own `router_logits` win.
 pub fn load_batch_for(path: &Path, router: Option<&RouterWeights>) -> Result<TokenBatch, IoError> {
     let f = StFile::open(path)?;
     let (hidden, hs) = f.floats("hidden_states")?;

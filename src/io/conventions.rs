@@ -479,7 +479,6 @@ fn router_config(
     n_experts: usize,
 ) -> Result<RouterConfig, IoError> {
     let c = s.config.as_ref();
-    let c = c.filter(|_| true);
     let model_type = cfg(c, "model_type").and_then(Value::as_str).unwrap_or("");
     let top = cfg_usize(c, &["num_experts_per_tok", "experts_per_token"]);
     let norm = cfg(c, "norm_topk_prob").and_then(Value::as_bool);
@@ -556,7 +555,7 @@ fn describe(
                 return Err(shape_err(
                     sf,
                     &n.w13_scale,
-                    "[E, 2I, H/32] (3-D, even row count)".into(),
+                    "[E, 2I, H/32] (3-D, E >= 1, even row count)".into(),
                 ));
             }
             let (e, h, i) = (ss[0], ss[2] * BLOCK, ss[1] / 2);
@@ -597,7 +596,12 @@ fn describe(
                 router_w.is_some(),
             )
         }
-        Key::Gguf(_) => unreachable!("GGUF layers are described by io::gguf"),
+        Key::Gguf(_) => {
+            return Err(invalid(
+                &s.root,
+                "a GGUF layer key in a safetensors store".into(),
+            ))
+        }
     };
     let activation = match meta_file.map(|f| f.meta_parse::<Activation>("activation")) {
         Some(r) => r?,
@@ -686,7 +690,7 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
             s.file(d)?.mx_pair(d, sc, w)
         }
     };
-    let (weights, router, orig) = match &info.key {
+    let (weights, router, orig, (check_path, names, meta_n)) = match &info.key {
         Key::Stacked(n) => {
             let w13 = mx(&n.w13, &n.w13_scale, n.blocks4d)?;
             let w2 = mx(&n.w2, &n.w2_scale, n.blocks4d)?;
@@ -741,7 +745,22 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
                 )),
                 None => None,
             };
-            (weights, router, orig)
+            // What `validate::check_layer` needs: the file, the tensors' names, and a bundle's
+            // `n_experts` metadata (checked against the expert_map).
+            let f13 = s.file(&n.w13)?;
+            let meta_n = match info.convention {
+                Convention::Bundle => f13.meta_parse::<usize>("n_experts")?,
+                _ => None,
+            };
+            let names = [
+                n.w13_scale.clone(),
+                n.w2_scale.clone(),
+                n.w13_bias.clone(),
+                n.w2_bias.clone(),
+                n.expert_map.clone().unwrap_or_else(|| "expert_map".into()),
+                n.corr.clone().unwrap_or_else(|| "e_score_correction_bias".into()),
+            ];
+            (weights, router, orig, (f13.path.clone(), names, meta_n))
         }
         Key::PerExpert {
             prefix,
@@ -760,14 +779,45 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
                 expert_map: None,
             };
             let router = router_weights(s, router_w.as_deref(), router_b.as_deref(), e, h)?;
-            (weights, router, None)
+            let names = [
+                format!("{prefix}*.{{gate,up}}_proj.weight_scale"),
+                format!("{prefix}*.down_proj.weight_scale"),
+                String::new(),
+                String::new(),
+                String::new(),
+                corr.clone().unwrap_or_default(),
+            ];
+            (weights, router, None, (s.root.clone(), names, None))
         }
-        Key::Gguf(_) => unreachable!("GGUF layers load through io::gguf"),
+        Key::Gguf(_) => {
+            return Err(invalid(
+                &s.root,
+                format!(
+                    "layer '{}' is a GGUF layer: load it from its GGUF file",
+                    info.name
+                ),
+            ))
+        }
     };
     let layer = MoeLayer {
         config: info.config.clone(),
         weights,
     };
+    // The file-level checks first: their messages name the file's keys and tensors.
+    let [w13_scale, w2_scale, w13_bias, w2_bias, expert_map, correction_bias] = &names;
+    let warnings = super::validate::check_layer(
+        &check_path,
+        &layer,
+        &super::validate::LayerNames {
+            w13_scale,
+            w2_scale,
+            w13_bias,
+            w2_bias,
+            expert_map,
+            correction_bias,
+        },
+        meta_n,
+    )?;
     layer
         .validate()
         .map_err(|err| invalid(&s.root, format!("layer '{}': {err}", info.name)))?;
@@ -777,12 +827,13 @@ pub fn load(s: &Store, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
         w13_orig,
         w2_orig,
         router,
+        warnings,
     })
 }
 
 /// Stack Quark/DeepSeek per-expert tensors into `[E, 2I, H]` (rows: gate then up) and
-/// `[E, H, I]`. This copies (the experts are separate tensors); each expert's mapped pages are
-/// released after its copy, so the peak stays near one copy of the layer.
+/// `[E, H, I]`. This copies (the experts are separate tensors): the bytes are read from the
+/// files into the stacks (no mapped pages), so the peak is one copy of the layer.
 fn per_expert(
     s: &Store,
     p: &str,
@@ -816,10 +867,11 @@ fn per_expert(
                     got: t.shape.clone(),
                 });
             }
-            d.extend_from_slice(&t.data);
-            c.extend_from_slice(&t.scales);
-            f.release(&n);
-            s.file(&sn)?.release(&sn);
+            // `t` only checked the shapes (its mapped bytes were not touched): read the bytes
+            // from the file straight into the stacks.
+            drop(t);
+            f.append_to(&n, d)?;
+            s.file(&sn)?.append_to(&sn, c)?;
         }
     }
     let mk = |shape: Vec<usize>, d: Vec<u8>, c: Vec<u8>| {

@@ -55,7 +55,7 @@ fn float_tensors_in(
         msg,
     };
     let mut out = Vec::new();
-    for n in f.names() {
+    for n in f.names_ref().iter().cloned() {
         if !only.is_empty() && !only.contains(&n) {
             continue;
         }
@@ -90,7 +90,7 @@ fn float_tensors_in(
         return Err(invalid(format!(
             "no {}float tensors to process (tensors: {})",
             if two_d_only { "2-D " } else { "" },
-            f.names().join(", ")
+            super::stfile::list_names(f.names_ref())
         )));
     }
     Ok(out)

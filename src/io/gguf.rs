@@ -49,6 +49,11 @@ pub const MXFP4_BLOCK_BYTES: usize = 17;
 /// Whether a file starts with the GGUF magic.
 pub fn is_gguf(path: &Path) -> bool {
     use std::io::Read;
+    // Only regular files are opened (opening a FIFO would block; the safetensors reader then
+    // refuses it with what it is).
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let mut m = [0u8; 4];
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut m))
@@ -180,6 +185,7 @@ fn type_name(ty: u32) -> String {
 impl GgufFile {
     pub fn open(path: &Path) -> Result<GgufFile, IoError> {
         let p = path.display().to_string();
+        super::output::check_input(path)?;
         let file = std::fs::File::open(path).map_err(|e| os(path, e))?;
         // SAFETY: read-only mapping (see `StFile`).
         let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| os(path, e))?);
@@ -464,42 +470,49 @@ impl GgufFile {
             .collect()
     }
 
-    /// Repack one MXFP4 expert stack `[E, N, K]` into OCP rows: `rows(e, r)` gives where row r
-    /// of expert e goes in the output (`[E, rows_out, K]`).
+    /// Repack one MXFP4 expert stack `[E, N, K]` into OCP order in `data` / `scales`, which
+    /// hold `[E, N * stride, K]`: row r of expert e goes to row `r * stride + offset` (stride 2
+    /// interleaves gate and up). Experts run in parallel; the mapped pages are dropped after.
     fn repack(
         &self,
         name: &str,
         data: &mut [u8],
         scales: &mut [u8],
-        dst_row: impl Fn(usize, usize) -> usize,
+        stride: usize,
+        offset: usize,
     ) -> Result<(), IoError> {
+        use rayon::prelude::*;
         let t = self.info(name)?;
         let [k, n, e] = self.expert_dims(name)?;
         let src = self.bytes(name, t)?;
         let nb = k / BLOCK;
-        for x in 0..e {
-            for r in 0..n {
-                let row = &src[(x * n + r) * nb * MXFP4_BLOCK_BYTES..][..nb * MXFP4_BLOCK_BYTES];
-                let d = dst_row(x, r);
-                let out = &mut data[d * k / 2..(d + 1) * k / 2];
-                let sc = &mut scales[d * nb..(d + 1) * nb];
-                for (j, blk) in row.chunks_exact(MXFP4_BLOCK_BYTES).enumerate() {
-                    sc[j] = blk[0];
-                    let qs = &blk[1..];
-                    // ggml: element q (q < 16) = qs[q] & 15, element q + 16 = qs[q] >> 4.
-                    let code = |q: usize| {
-                        if q < 16 {
-                            qs[q] & 0x0F
-                        } else {
-                            qs[q - 16] >> 4
+        let row_in = nb * MXFP4_BLOCK_BYTES;
+        let rows_out = n * stride;
+        data.par_chunks_mut(rows_out * k / 2)
+            .zip(scales.par_chunks_mut(rows_out * nb))
+            .zip(src.par_chunks(n * row_in))
+            .take(e)
+            .for_each(|((dx, sx), ex)| {
+                for (r, row) in ex.chunks_exact(row_in).enumerate() {
+                    let d = r * stride + offset;
+                    let out = &mut dx[d * k / 2..(d + 1) * k / 2];
+                    let sc = &mut sx[d * nb..(d + 1) * nb];
+                    for ((blk, o), s) in row
+                        .chunks_exact(MXFP4_BLOCK_BYTES)
+                        .zip(out.chunks_exact_mut(16))
+                        .zip(sc.iter_mut())
+                    {
+                        *s = blk[0];
+                        let q = &blk[1..];
+                        // ggml: element j < 16 is the low nibble of q[j], element j + 16 its
+                        // high nibble; OCP: elements 2b (low) and 2b + 1 (high) in byte b.
+                        for b in 0..8 {
+                            o[b] = (q[2 * b] & 0x0F) | (q[2 * b + 1] << 4);
+                            o[b + 8] = (q[2 * b] >> 4) | (q[2 * b + 1] & 0xF0);
                         }
-                    };
-                    for (b, o) in out[j * 16..(j + 1) * 16].iter_mut().enumerate() {
-                        *o = code(2 * b) | (code(2 * b + 1) << 4);
                     }
                 }
-            }
-        }
+            });
         release_range(&self.map, t.start..t.start + src.len());
         Ok(())
     }
@@ -507,10 +520,23 @@ impl GgufFile {
     /// Load a layer [`GgufFile::layers`] described.
     pub fn load(&self, info: &LayerInfo) -> Result<LoadedLayer, IoError> {
         let Key::Gguf(b) = info.key else {
-            unreachable!("a GGUF layer")
+            return Err(IoError::Invalid {
+                path: self.path.clone(),
+                msg: format!("layer '{}' is not a GGUF layer", info.name),
+            });
         };
         let c = &info.config;
         let (e, h, i) = (c.local_experts, c.hidden, c.inter);
+        // The description must be this file's (the repacking below indexes by it).
+        for (t, want) in [("gate", [h, i, e]), ("up", [h, i, e]), ("down", [i, h, e])] {
+            let n = format!("blk.{b}.ffn_{t}_exps.weight");
+            if self.expert_dims(&n)? != want {
+                return Err(IoError::Invalid {
+                    path: self.path.clone(),
+                    msg: format!("tensor '{n}' does not match the layer description {want:?}"),
+                });
+            }
+        }
         let mut d13 = vec![0u8; e * 2 * i * h / 2];
         let mut s13 = vec![0u8; e * 2 * i * h / BLOCK];
         // gate rows to the even rows, up rows to the odd rows (swigluoai interleave).
@@ -518,13 +544,15 @@ impl GgufFile {
             &format!("blk.{b}.ffn_gate_exps.weight"),
             &mut d13,
             &mut s13,
-            |x, r| x * 2 * i + 2 * r,
+            2,
+            0,
         )?;
         self.repack(
             &format!("blk.{b}.ffn_up_exps.weight"),
             &mut d13,
             &mut s13,
-            |x, r| x * 2 * i + 2 * r + 1,
+            2,
+            1,
         )?;
         let mut d2 = vec![0u8; e * h * i / 2];
         let mut s2 = vec![0u8; e * h * i / BLOCK];
@@ -532,7 +560,8 @@ impl GgufFile {
             &format!("blk.{b}.ffn_down_exps.weight"),
             &mut d2,
             &mut s2,
-            |x, r| x * h + r,
+            1,
+            0,
         )?;
         let inv = |m: String| IoError::Invalid {
             path: self.path.clone(),
@@ -606,6 +635,27 @@ impl GgufFile {
                 expert_map: None,
             },
         };
+        let (s13, s2) = (
+            format!("blk.{b}.ffn_{{gate,up}}_exps.weight (scales)"),
+            format!("blk.{b}.ffn_down_exps.weight (scales)"),
+        );
+        let (b13, b2) = (
+            format!("blk.{b}.ffn_{{gate,up}}_exps.bias"),
+            format!("blk.{b}.ffn_down_exps.bias"),
+        );
+        let warnings = super::validate::check_layer(
+            &self.path,
+            &layer,
+            &super::validate::LayerNames {
+                w13_scale: &s13,
+                w2_scale: &s2,
+                w13_bias: &b13,
+                w2_bias: &b2,
+                expert_map: "",
+                correction_bias: "",
+            },
+            None,
+        )?;
         layer
             .validate()
             .map_err(|x| inv(format!("layer blk.{b}: {x}")))?;
@@ -614,6 +664,7 @@ impl GgufFile {
             w13_orig: None,
             w2_orig: None,
             router,
+            warnings,
         })
     }
 }

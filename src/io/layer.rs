@@ -19,6 +19,9 @@ pub struct LoadedLayer {
     /// The model's router weights, when the checkpoint has them (a batch may then hold only
     /// `hidden_states`: [`super::batch::load_batch_for`]).
     pub router: Option<RouterWeights>,
+    /// Legal but almost certainly broken data (NaN weight blocks, non-finite biases): commands
+    /// print these and record them in their results (`super::validate`).
+    pub warnings: Vec<super::LayerWarning>,
 }
 
 /// Save a layer bundle with the vLLM/Quark names and the routing keys as metadata.

@@ -5,8 +5,9 @@
 //! to a temporary file in the target's folder, which is renamed over the target only once
 //! complete, so a failed run leaves no partial output.
 //!
-//! Modules: `stfile` (reading and writing safetensors files, memory-mapped: `StFile`, `save`,
-//! `write_atomic`), `mx` (MX tensor files), `batch` (token batches and MoE results), `layer`
+//! Modules: `stfile` (reading and writing safetensors files, memory-mapped: `StFile`, `save`),
+//! `output` (the one writer, `write_atomic`, `all_or_nothing`, and the input/output path
+//! checks), `validate` (duplicate header keys, layer keys and tables, warnings), `mx` (MX tensor files), `batch` (token batches and MoE results), `layer`
 //! (layer bundles), `model` (model directories and files, layer listing and selection),
 //! `conventions` (naming conventions: finding and loading layers), `gptoss` (gpt-oss expert
 //! tensors), `gguf` (llama.cpp GGUF), `floats` (float tensors for quantize/qdq).
@@ -19,7 +20,9 @@ mod gptoss;
 mod layer;
 pub mod model;
 mod mx;
+mod output;
 mod stfile;
+mod validate;
 
 pub use batch::{
     load_batch, load_batch_for, load_result, save_batch, save_result, MoeResult, TokenBatch,
@@ -28,8 +31,12 @@ pub use conventions::{Convention, LayerInfo};
 pub use floats::{float_tensors, float_tensors_named, FloatTensor};
 pub use layer::{load_layer, save_layer, save_loaded, LoadedLayer};
 pub use model::{list_layers, load_layer_with, LayerQuery};
-pub use mx::{load_mx, save_mx, MxTensors};
-pub use stfile::{save, write_atomic, write_atomic_with, OutTensor, StFile};
+pub use mx::{load_mx, save_mx, save_mx_profile, MxTensors};
+pub use output::{
+    all_or_nothing, check_input, check_outputs, write_atomic, write_atomic_with,
+};
+pub use stfile::{save, OutTensor, StFile};
+pub use validate::LayerWarning;
 
 use std::path::Path;
 

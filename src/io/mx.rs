@@ -24,8 +24,22 @@ pub fn save_mx(
     tensors: &[(String, MxTensor)],
     mode: ScaleMode,
 ) -> Result<(), IoError> {
+    save_mx_profile(path, tensors, mode, crate::format::ProfileId::Contract)
+}
+
+/// [`save_mx`] for tensors quantized under a compatibility profile: a non-default profile is
+/// recorded in the metadata (`profile`), so that `dequantize` reads the layout back.
+pub fn save_mx_profile(
+    path: &Path,
+    tensors: &[(String, MxTensor)],
+    mode: ScaleMode,
+    profile: crate::format::ProfileId,
+) -> Result<(), IoError> {
     let mut out = Vec::new();
     let mut meta = HashMap::new();
+    if profile != crate::format::ProfileId::Contract {
+        meta.insert("profile".into(), profile.name().into());
+    }
     if let Some((_, t)) = tensors.first() {
         meta.insert("format".into(), t.format.name().into());
     }
@@ -53,10 +67,12 @@ pub fn load_mx(path: &Path) -> Result<MxTensors, IoError> {
         }
     };
     let mode = f.meta_parse::<ScaleMode>("scale_mode")?;
-    let names = f.names();
     let mut out = Vec::new();
-    for n in &names {
-        if n.ends_with("_scale") || !names.contains(&format!("{n}_scale")) {
+    for n in f.names_ref() {
+        // T is quantized when T_scale exists, unless T is itself the scales of another tensor
+        // (O(1) lookups: files with 100,000 tensors load in linear time).
+        let is_scales = n.strip_suffix("_scale").is_some_and(|t| f.has(t));
+        if is_scales || !f.has(&format!("{n}_scale")) {
             continue;
         }
         out.push((n.clone(), f.mx(n, format)?));

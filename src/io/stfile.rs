@@ -1,14 +1,15 @@
 //! Reading and writing safetensors files: `StFile` (a file with typed accessors whose errors
-//! name file, tensor and expectation), `save` (canonical header, atomic write), `write_atomic`.
+//! name file, tensor and expectation), `save` (canonical header, written by
+//! `output::write_atomic_with`).
 
+use super::output::write_atomic_with;
 use super::{os, IoError};
 use crate::format::{Bytes, MxFormat, MxTensor, BLOCK};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, TensorInfo, TensorView};
 use safetensors::SafeTensors;
 use std::collections::HashMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Drop the pages of `r` from this process's mapping (unix; no-op elsewhere).
@@ -37,45 +38,6 @@ pub(crate) fn list_names(names: &[String]) -> String {
         names.len() - MAX,
         names.len()
     )
-}
-
-/// Write `bytes` to `path` atomically (temp file in the same folder + rename).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
-    write_atomic_with(path, |w| w.write_all(bytes))
-}
-
-/// Write `path` atomically with `body` writing the contents (buffered): the bytes go to a
-/// temporary file in the same folder, which replaces `path` only once complete and synced, so a
-/// failure leaves neither a partial file nor a changed `path`.
-pub fn write_atomic_with(
-    path: &Path,
-    body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> Result<(), IoError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".mxmoe-")
-        .suffix(".tmp")
-        .tempfile_in(&dir)
-        .map_err(|e| os(path, e))?;
-    {
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
-        body(&mut w).map_err(|e| os(path, e))?;
-        w.flush().map_err(|e| os(path, e))?;
-    }
-    tmp.as_file().sync_all().map_err(|e| os(path, e))?;
-    // tempfile creates 0600; an output file should get the usual 0644.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = tmp
-            .as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644));
-    }
-    tmp.persist(path).map_err(|e| os(path, e.error))?;
-    Ok(())
 }
 
 /// A tensor to write: name, dtype, shape, little-endian bytes (owned, or borrowed from a mapped
@@ -186,6 +148,8 @@ pub fn save(
 /// while it is open (our own writes replace files by rename, which is safe).
 pub struct StFile {
     pub path: String,
+    /// The open file, for loaders that copy a tensor ([`StFile::append_to`]).
+    file: std::fs::File,
     map: Arc<Mmap>,
     /// Offset of the data section (8 + header length).
     data_start: usize,
@@ -198,6 +162,8 @@ pub struct StFile {
 impl StFile {
     pub fn open(path: &Path) -> Result<StFile, IoError> {
         let p = path.display().to_string();
+        // Stat first: opening a FIFO for reading blocks until a writer appears.
+        super::output::check_input(path)?;
         let file = std::fs::File::open(path).map_err(|e| os(path, e))?;
         let md = file.metadata().map_err(|e| os(path, e))?;
         if !md.is_file() {
@@ -210,10 +176,12 @@ impl StFile {
         // memory-mapped readers (another process truncating the file while it is open) is
         // stated on `StFile`.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| os(path, e))?;
-        Self::from_map(p, Arc::new(map))
+        Self::from_map(p, file, Arc::new(map))
     }
 
-    fn from_map(p: String, map: Arc<Mmap>) -> Result<StFile, IoError> {
+    fn from_map(p: String, file: std::fs::File, map: Arc<Mmap>) -> Result<StFile, IoError> {
+        // Duplicate keys first: the crate's parser keeps the last one silently.
+        super::validate::check_header(&p, &map)?;
         // read_metadata checks the header and that the offsets tile the data section exactly.
         let (n, md) = SafeTensors::read_metadata(&map).map_err(|e| IoError::Corrupt {
             path: p.clone(),
@@ -229,6 +197,7 @@ impl StFile {
         let meta = md.metadata().clone().unwrap_or_default();
         Ok(StFile {
             path: p,
+            file,
             map,
             data_start: 8 + n,
             tensors,
@@ -282,7 +251,7 @@ impl StFile {
         self.tensors.get(name).ok_or_else(|| IoError::Missing {
             path: self.path.clone(),
             tensor: name.into(),
-            hint: format!(" (the file has: {})", list_names(&self.names)),
+            hint: format!(" (the file has: {})", names_near(&self.names, name)),
         })
     }
 
@@ -305,6 +274,30 @@ impl StFile {
         let info = self.info(name)?;
         let b = Bytes::mapped(self.map.clone(), self.range(info)).expect("validated offsets");
         Ok((info.dtype, info.shape.clone(), b))
+    }
+
+    /// Append a tensor's bytes to `out`, read from the file (not through the mapping): for
+    /// loaders that must copy (per-expert stacking), the bytes go straight from the page cache
+    /// into `out`, with no mapped pages left in this process.
+    pub fn append_to(&self, name: &str, out: &mut Vec<u8>) -> Result<(), IoError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let info = self.info(name)?;
+        let r = self.range(info);
+        let want = out.len() + r.len();
+        let mut f = &self.file;
+        f.seek(SeekFrom::Start(r.start as u64))
+            .and_then(|_| f.take(r.len() as u64).read_to_end(out))
+            .map_err(|e| IoError::Os {
+                path: format!("{} (tensor '{name}')", self.path),
+                source: e,
+            })?;
+        if out.len() != want {
+            return Err(IoError::Corrupt {
+                path: self.path.clone(),
+                msg: format!("tensor '{name}': the file ended early (was it changed while open?)"),
+            });
+        }
+        Ok(())
     }
 
     /// Drop a tensor's mapped pages from this process's memory once it has been copied (the
@@ -486,4 +479,25 @@ impl StFile {
             msg: format!("tensor '{name}': {e}"),
         })
     }
+}
+
+/// Tensor names for a "missing tensor" message: all when few, else the 20 closest to `want`
+/// (those sharing its stem first, then the longest common prefix) and the count.
+pub(crate) fn names_near(names: &[String], want: &str) -> String {
+    if names.len() <= 20 {
+        return names.join(", ");
+    }
+    let stem = want
+        .rsplit('.')
+        .next()
+        .unwrap_or(want)
+        .split('_')
+        .next()
+        .unwrap_or(want);
+    let prefix = |n: &str| n.bytes().zip(want.bytes()).take_while(|(a, b)| a == b).count();
+    let mut ranked: Vec<&String> = names.iter().collect();
+    ranked.sort_by_key(|n| (!n.contains(stem), std::cmp::Reverse(prefix(n))));
+    let mut near: Vec<&str> = ranked[..20].iter().map(|s| s.as_str()).collect();
+    near.sort();
+    format!("{}, ... ({} tensors in all)", near.join(", "), names.len())
 }

@@ -1,4 +1,4 @@
-//! The model's router (gate) weights: router logits from hidden states (NUMERICS.md 10.6).
+//! The model's router (gate) weights: router logits from hidden states (NUMERICS.md 10.7).
 //!
 //! `logits[m, e] = f32( sum_k W[e, k] * x[m, k] + b[e] )`: the products and the sum are exact
 //! in f64 up to the sum's rounding (a product of two f32 values is exact in f64; the sum over

@@ -138,8 +138,21 @@ impl MoeLayer {
         if e == 0 {
             return Err(MoeError::Config("the layer has no experts".into()));
         }
+        // Every product below is of these sizes; refuse sizes whose products overflow.
+        if super::budget::product(&[c.local_experts.max(e), 3, h, i]).is_none() {
+            return Err(MoeError::TooLarge(format!(
+                "{} experts x 3 x H {h} x I {i} elements overflows 64-bit arithmetic",
+                c.local_experts.max(e)
+            )));
+        }
         let el = c.local_experts;
-        if el == 0 || w.w13.shape.first() != Some(&el) {
+        if w.w13.shape.first() == Some(&0) || el == 0 {
+            return Err(MoeError::Shape(format!(
+                "w13_weight has shape {:?}: no experts (expected [E, 2I, H] with E >= 1)",
+                w.w13.shape
+            )));
+        }
+        if w.w13.shape.first() != Some(&el) {
             return Err(MoeError::Shape(format!(
                 "w13_weight holds {} experts, the configuration says {el}",
                 w.w13.shape.first().copied().unwrap_or(0)
@@ -202,6 +215,18 @@ impl MoeLayer {
                         "expert_map entry {bad} is outside [-1, {el}) (local experts: {el})"
                     )));
                 }
+                let mut owner = vec![usize::MAX; el];
+                for (g, &v) in m.iter().enumerate().filter(|(_, &v)| v >= 0) {
+                    let o = &mut owner[v as usize];
+                    if *o != usize::MAX {
+                        return Err(MoeError::Config(format!(
+                            "expert_map maps global experts {} and {g} both to local expert {v} \
+                             (each local expert belongs to one global id)",
+                            *o
+                        )));
+                    }
+                    *o = g;
+                }
             }
         }
         if let Some(b) = &w.e_score_correction_bias {
@@ -258,10 +283,12 @@ impl MoeLayer {
                 r.top_k
             )));
         }
-        if !r.routed_scaling_factor.is_finite() {
-            return Err(MoeError::Config(
-                "routed_scaling_factor must be finite".into(),
-            ));
+        let f = r.routed_scaling_factor;
+        if !(f.is_finite() && f > 0.0) {
+            return Err(MoeError::Config(format!(
+                "routed_scaling_factor must be finite and > 0 (it multiplies the routing \
+                 weights), got {f}"
+            )));
         }
         Ok(())
     }

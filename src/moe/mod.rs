@@ -4,6 +4,7 @@
 //! route -> QDQ(input) -> GEMM1 (+bias, fp32 accumulate) -> activation -> **QDQ(intermediate)**
 //! -> GEMM2 (+bias) x router weight -> deterministic fp32 sum over the top-k slots.
 
+pub mod budget;
 pub mod exact_math;
 pub mod gate;
 pub mod layer;
@@ -31,8 +32,13 @@ pub enum MoeError {
     Shape(String),
     #[error("invalid input: {0}")]
     Input(String),
+    /// A size that overflows or exceeds the memory available (checked before allocating).
+    #[error("too large: {0}")]
+    TooLarge(String),
     #[error(transparent)]
     Format(#[from] crate::format::FormatError),
+    #[error(transparent)]
+    Profile(#[from] crate::format::ProfileError),
 }
 
 /// The expert activation between the two GEMMs.

@@ -6,7 +6,7 @@
 //! returns the intermediates of every step ([`StageTaps`]), for the viewer and for tests.
 
 use super::{route, Accumulate, Activation, Intermediate, MoeError, MoeLayer, Routing};
-use crate::format::{qdq_slice, MxTensor};
+use crate::format::{MxFormat, MxTensor, ProfileId, ScaleMode};
 use rayon::prelude::*;
 
 /// Options of a forward run.
@@ -18,6 +18,20 @@ pub struct MoeOptions {
     /// default: without taps a forward allocates and computes nothing extra. Only the CPU
     /// reference has them; GPU backends answer UNSUPPORTED.
     pub taps: bool,
+    /// The compatibility profile of the activation QDQs (`--profile`, NUMERICS.md 17): the
+    /// contract by default. Only the CPU reference runs other profiles.
+    pub profile: ProfileId,
+}
+
+/// The activation QDQ of a forward under `profile` (the contract's `qdq_slice` by default).
+fn act_qdq(
+    profile: ProfileId,
+    f: MxFormat,
+    mode: ScaleMode,
+    x: &[f32],
+    k: usize,
+) -> Result<Vec<f32>, MoeError> {
+    Ok(profile.spec().qdq_slice(f, mode, x, k)?)
 }
 
 /// Fault-injection hooks of the reference (`check::faults`): each switch leaves out or
@@ -281,7 +295,7 @@ fn run<R: Real>(
     let mode = layer.config.act_scale_mode;
     // 1. Input QDQ, once per token (skipped for weight-only schemes).
     let xq = match act_fmt {
-        Some(f) if !probe.skip_input_qdq => qdq_slice(f, mode, hidden, h)?,
+        Some(f) if !probe.skip_input_qdq => act_qdq(opts.profile, f, mode, hidden, h)?,
         _ => hidden.to_vec(),
     };
     let lists = assignments_by_expert(layer, routing);
@@ -329,7 +343,9 @@ fn run<R: Real>(
             // Taps only: the GEMM1 rows and the activation output (QDQ may consume it).
             let tapped = taps.then(|| (g1.iter().map(|v| v.f32()).collect(), act32.clone()));
             let aq = match act_fmt {
-                Some(f) if !probe.skip_intermediate_qdq => qdq_slice(f, mode, &act32, i)?,
+                Some(f) if !probe.skip_intermediate_qdq => {
+                    act_qdq(opts.profile, f, mode, &act32, i)?
+                }
                 _ => act32,
             };
             // GEMM2: y[t][r], r in 0..H, + bias, x router weight.
@@ -427,7 +443,13 @@ pub fn forward_naive(
     let w13 = deq(&layer.weights.w13);
     let w2 = deq(&layer.weights.w2);
     let xq = match layer.config.scheme.activation {
-        Some(f) => qdq_slice(f, layer.config.act_scale_mode, hidden, h)?,
+        Some(f) => act_qdq(
+            ProfileId::Contract,
+            f,
+            layer.config.act_scale_mode,
+            hidden,
+            h,
+        )?,
         None => hidden.to_vec(),
     };
     let mut out = vec![0f32; m * h];
@@ -460,7 +482,13 @@ pub fn forward_naive(
             activate(layer.config.activation, &g1, &mut act);
             let act32: Vec<f32> = act.iter().map(|&v| v as f32).collect();
             let aq = match layer.config.scheme.activation {
-                Some(f) => qdq_slice(f, layer.config.act_scale_mode, &act32, i)?,
+                Some(f) => act_qdq(
+                    ProfileId::Contract,
+                    f,
+                    layer.config.act_scale_mode,
+                    &act32,
+                    i,
+                )?,
                 None => act32,
             };
             for (r, o) in acc.iter_mut().enumerate() {

@@ -111,6 +111,7 @@ fn heavy_matrix(seed: u64, n: usize, k: usize, std: f64) -> Vec<f32> {
 /// Build a layer by quantizing heavy-tailed f32 weights (keeps them for error views).
 pub fn synth_layer(spec: &SynthSpec) -> Result<SynthLayer, MoeError> {
     let (e, h, i) = (spec.n_experts, spec.hidden, spec.inter);
+    super::budget::check_synth(spec.scheme.weight, e, h, i, false, 0)?;
     let w13_f32 = heavy_matrix(spec.seed, e * 2 * i, h, 1.0 / (h as f64).sqrt());
     let w2_f32 = heavy_matrix(spec.seed ^ 0xABCD, e * h, i, 1.0 / (i as f64).sqrt());
     let wf = spec.scheme.weight;
@@ -178,6 +179,7 @@ fn random_code(fmt: MxFormat, r: u64) -> u8 {
 /// timing real model shapes (a DeepSeek-R1 layer is 11 G weights).
 pub fn synth_layer_packed(spec: &SynthSpec) -> Result<MoeLayer, MoeError> {
     let (e, h, i) = (spec.n_experts, spec.hidden, spec.inter);
+    super::budget::check_synth(spec.scheme.weight, e, h, i, true, 0)?;
     let wf = spec.scheme.weight;
     let make = |rows: usize, k: usize, seed: u64| -> Result<MxTensor, MoeError> {
         let bb = wf.spec().block_bytes();

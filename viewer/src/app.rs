@@ -356,9 +356,10 @@ impl ViewerApp {
             return;
         };
         let p = self.export_path("csv");
-        self.status = Some(match std::fs::write(&p, csv) {
+        // The library's one writer: a temporary file renamed into place, never a partial file.
+        self.status = Some(match mxmoe::io::write_atomic(&p, csv.as_bytes()) {
             Ok(()) => (false, format!("wrote {}", p.display())),
-            Err(e) => (true, format!("{}: {e}", p.display())),
+            Err(e) => (true, e.to_string()),
         });
     }
 
@@ -869,14 +870,17 @@ pub fn save_png(
             buf.extend_from_slice(&c.to_srgba_unmultiplied());
         }
     }
-    image::save_buffer(
-        path,
+    // Encoded in memory, then written by the library's one writer (temporary file + rename).
+    let mut png = Vec::new();
+    image::ImageEncoder::write_image(
+        image::codecs::png::PngEncoder::new(&mut png),
         &buf,
         cw as u32,
         ch as u32,
         image::ExtendedColorType::Rgba8,
     )
-    .map_err(|e| format!("{}: {e}", path.display()))
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    mxmoe::io::write_atomic(path, &png).map_err(|e| e.to_string())
 }
 
 impl eframe::App for ViewerApp {

@@ -98,11 +98,69 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
 }
 
+/// The largest buffer this backend binds: the adapter's binding limit, and never more than
+/// u32 bytes (the shaders index words and scale bytes with u32).
+pub const MAX_U32_BYTES: u64 = u32::MAX as u64;
+
+/// Check a layer's sizes against what the shaders address (u32 parameters and offsets) and the
+/// adapter's binding limit `max_binding`, with overflow-checked arithmetic, before anything is
+/// allocated or uploaded; a refusal names the sizes and the limit.
+pub fn check_layer_sizes(c: &MoeConfig, max_binding: u64, adapter: &str) -> Result<(), BackendError> {
+    let too_large = |msg: String| BackendError::Moe(crate::moe::MoeError::TooLarge(msg));
+    let u32_params = [
+        ("hidden size H", c.hidden),
+        ("intermediate size I", c.inter),
+        ("n_experts", c.n_experts),
+        ("local experts", c.local_experts),
+        ("top_k", c.router.top_k),
+    ];
+    for (what, v) in u32_params {
+        if u64::try_from(v).map_or(true, |v| v > u32::MAX as u64) {
+            return Err(too_large(format!(
+                "{what} = {v} does not fit the shaders' u32 parameters (at most {})",
+                u32::MAX
+            )));
+        }
+    }
+    let fmt = c.scheme.weight;
+    let per = |rows: usize, k: usize| -> Option<u64> {
+        crate::moe::budget::product(&[rows, k / crate::format::BLOCK])?
+            .checked_mul(fmt.spec().block_bytes() as u64)
+    };
+    let w13 = c.inter.checked_mul(2).and_then(|r| per(r, c.hidden));
+    let w2 = per(c.hidden, c.inter);
+    let limit = max_binding.min(MAX_U32_BYTES);
+    for (name, b) in [("w13", w13), ("w2", w2)] {
+        match b {
+            None => {
+                return Err(too_large(format!(
+                    "one expert's {name} (H {}, I {}) overflows 64-bit arithmetic",
+                    c.hidden, c.inter
+                )))
+            }
+            Some(b) if b > limit => {
+                return Err(BackendError::OutOfMemory(format!(
+                    "one expert's packed {name} weights (H {}, I {}) need {} but one storage \
+                     binding holds at most {} on {adapter} (the shaders address a binding with \
+                     u32 offsets)",
+                    c.hidden,
+                    c.inter,
+                    crate::moe::budget::bytes_words(b),
+                    crate::moe::budget::bytes_words(limit)
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Upload a layer's weights, split into chunks of whole experts that fit one binding.
 pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError> {
+    let max = ctx.max_binding().min(MAX_U32_BYTES);
+    check_layer_sizes(&layer.config, max, &ctx.info.adapter.name)?;
     layer.validate()?;
     let el = layer.local_experts();
-    let max = ctx.max_binding();
     let per13 = (layer.weights.w13.data.len() / el) as u64;
     let per2 = (layer.weights.w2.data.len() / el) as u64;
     let per_expert = per13.max(per2);
@@ -229,15 +287,22 @@ pub fn forward(
     // Batches whose activations exceed one binding (or the workgroup grid) run as several
     // submits over consecutive tokens; routing is per token, so this changes no result.
     let k = l.router.top_k;
-    let per_token = (4 * h.max(k * inter).max(k * h)) as u64;
+    let max_binding = ctx.max_binding().min(MAX_U32_BYTES);
+    // Overflow-checked: the largest per-token row of f32 activations (hidden, k intermediate
+    // rows, k expert outputs).
+    let per_token = h
+        .checked_mul(k)
+        .zip(inter.checked_mul(k))
+        .and_then(|(a, b)| u64::try_from(a.max(b).max(h)).ok()?.checked_mul(4));
     let wg_max = ctx.limits.max_compute_workgroups_per_dimension as usize;
-    let by_grid = (wg_max.saturating_sub(l.local_experts) * TG / k).max(1);
-    let max_tokens = ((ctx.max_binding() / per_token) as usize).min(by_grid);
+    let by_grid = (wg_max.saturating_sub(l.local_experts).saturating_mul(TG) / k).max(1);
+    let max_tokens = per_token.map_or(0, |p| ((max_binding / p) as usize).min(by_grid));
     if max_tokens == 0 {
         return Err(BackendError::OutOfMemory(format!(
-            "one token's activations need {} but one storage binding holds at most {} on {}",
-            mib(per_token),
-            mib(ctx.max_binding()),
+            "one token's activations (H {h}, I {inter}, top-{k}) need {} but one storage binding \
+             holds at most {} on {}",
+            per_token.map_or("more than 2^64 bytes".into(), mib),
+            mib(max_binding),
             ctx.info.adapter.name
         )));
     }
@@ -293,12 +358,12 @@ pub fn forward(
         ("expert outputs [M*k, H]", (na * h * 4) as u64),
     ];
     for (what, b) in big {
-        if b > ctx.max_binding() {
+        if b > max_binding {
             return Err(BackendError::OutOfMemory(format!(
                 "{what} needs {} but one storage binding holds at most {} on {} (run fewer \
                  tokens per call)",
                 mib(b),
-                mib(ctx.max_binding()),
+                mib(max_binding),
                 ctx.info.adapter.name
             )));
         }

@@ -63,6 +63,7 @@ pub const COMPARE: MoeOptions = MoeOptions {
     accumulate: Accumulate::F32,
     intermediate: Intermediate::F32,
     taps: false,
+    profile: mxmoe::format::ProfileId::Contract,
 };
 
 #[derive(Clone, Debug)]

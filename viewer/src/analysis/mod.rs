@@ -227,6 +227,7 @@ pub const LAYER_RUN: MoeOptions = MoeOptions {
     accumulate: Accumulate::F64,
     intermediate: Intermediate::F32,
     taps: true,
+    profile: mxmoe::format::ProfileId::Contract,
 };
 
 /// Run the dataset's layer once on the CPU backend (opened once per process) with stage taps.
