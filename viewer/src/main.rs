@@ -153,6 +153,22 @@ fn run() -> Result<(), String> {
         ..Default::default()
     };
     let tab_given = a.tab != "routing";
+    // Started with no layer and no synthetic-layer choice: the synthetic layer of last time.
+    let synth_given = a.synthetic
+        || std::env::args().any(|x| {
+            [
+                "--scheme",
+                "--experts",
+                "--hidden",
+                "--inter",
+                "--top-k",
+                "--tokens",
+                "--scoring",
+                "--seed",
+            ]
+            .iter()
+            .any(|f| x == *f || x.starts_with(&format!("{f}=")))
+        });
     eframe::run_native(
         "mxmoe-viewer",
         options,
@@ -166,6 +182,10 @@ fn run() -> Result<(), String> {
             if tab_given {
                 st.tab = tab.slug().into();
             }
+            let src = match src {
+                Source::Synthetic(p) if !synth_given => Source::Synthetic(st.synth_params(p)),
+                s => s,
+            };
             Ok(Box::new(ViewerApp::with_settings(
                 &cc.egui_ctx,
                 src,

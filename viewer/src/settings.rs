@@ -3,6 +3,7 @@
 //! file's header that tells a token batch from a layer.
 
 use crate::app::ViewerApp;
+use crate::data::SynthParams;
 use crate::state::Tab;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -82,7 +83,18 @@ impl Settings {
         if let Some(t) = Tab::from_slug(&self.tab) {
             app.tab = t;
         }
-        let p = &mut app.synth;
+        app.synth = self.synth_params(app.synth.clone());
+        // The last files opened fill the path fields (not loaded until asked).
+        if let Some(r) = self.recent.first() {
+            if app.layer_path.is_empty() {
+                app.layer_path = r.layer.clone();
+                app.batch_path = r.batch.clone();
+            }
+        }
+    }
+
+    /// The kept synthetic-layer parameters over `p` (what does not parse or check is left).
+    pub fn synth_params(&self, mut p: SynthParams) -> SynthParams {
         if let Ok(s) = self.synth_scheme.parse() {
             p.scheme = s;
         }
@@ -93,12 +105,13 @@ impl Settings {
             let mut q = p.clone();
             (q.n_experts, q.hidden, q.inter, q.top_k, q.tokens) = (e, h, i, k, m);
             if q.check().is_ok() {
-                *p = q;
+                p = q;
             }
         }
         if self.synth_seed != 0 {
             p.seed = self.synth_seed;
         }
+        p
     }
 }
 

@@ -54,6 +54,9 @@ fn settings_round_trip_into_a_new_app() {
     assert_eq!(app2.export_dir, "/tmp/exports");
     assert_eq!((app2.synth.n_experts, app2.synth.seed), (16, 9));
     assert_eq!(app2.settings.recent, st.recent);
+    // The last file fills the path field (loaded only when asked).
+    assert_eq!(app2.layer_path, "/m/a.safetensors");
+    assert_eq!(app2.results.generation, 0);
     // An older or damaged file: unknown scheme and sizes that fail the checks are skipped.
     let old: Settings =
         serde_json::from_str(r#"{"synth_scheme":"nope","synth_sizes":[4,48,64,2,8]}"#).unwrap();
