@@ -1,6 +1,10 @@
 //! The application: the frame layout, deferred commands, exports and unattended screenshots.
 //! Everything heavy runs on the worker thread ([`crate::worker`]); the app sends it jobs and
 //! stores the views it sends back in [`Results`].
+//!
+//! Over 600 lines: the side panel's file handling (paths, dialog, drops, recent files, layer
+//! and scheme pickers) lives here beside the frame it draws into; the next split is a
+//! `panels/files.rs` taking `&mut ViewerApp`'s file fields as one struct.
 
 use crate::data::{Source, SynthParams};
 use crate::panels;
