@@ -40,7 +40,7 @@ fn main() {
     lap(&mut t, "dataset (batch)");
     let run = analysis::layer_run(&d).unwrap();
     lap(&mut t, "forward with stage taps (once)");
-    let _ = analysis::routing_view(&d, &run);
+    let _ = analysis::routing_view(&d).unwrap();
     lap(&mut t, "routing (from the forward)");
     let _ = analysis::act_view(&d, &run);
     lap(&mut t, "activations (from the taps)");
@@ -72,7 +72,7 @@ fn main() {
     p.top_k = 2;
     let d = data::synth_dataset(&p, &base).unwrap();
     let run = analysis::layer_run(&d).unwrap();
-    let _ = analysis::routing_view(&d, &run);
+    let _ = analysis::routing_view(&d).unwrap();
     let _ = analysis::act_view(&d, &run);
     lap(&mut t, "dataset + forward + routing + acts");
     let _ = analysis::scheme_view(&d, &run, &mut cache, |_| true)

@@ -9,12 +9,14 @@
 //! * [`state`]: each view's data slot ([`state::Results`]), the tabs, per-view UI choices.
 //! * [`worker`]: the worker thread and the pipeline that fills [`state::Results`].
 //! * [`panels`]: one module per view, functions over `&mut Ui` plus data.
-//! * [`app`]: the eframe app: layout, commands, exports, screenshots.
+//! * [`app`]: the eframe app: layout, commands, exports, screenshots, file dialog, drops.
+//! * [`settings`]: what is kept between runs (recent files, settings).
 
 pub mod analysis;
 pub mod app;
 pub mod data;
 pub mod panels;
+pub mod settings;
 pub mod state;
 pub mod widgets;
 pub mod worker;

@@ -5,6 +5,7 @@ use mxmoe::moe::Scoring;
 use mxmoe::scheme::Scheme;
 use mxmoe_viewer::app::{AutoRun, Tab, ViewerApp};
 use mxmoe_viewer::data::{Source, SynthParams};
+use mxmoe_viewer::settings::Settings;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -48,10 +49,23 @@ struct Args {
     /// Synthetic layer: seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// The view shown first: routing, weights, activations, schemes, backends.
+    /// With --layer: which MoE layer of a checkpoint with several (a model directory), by the
+    /// model's layer number (`mxmoe layers DIR` lists them); default: the first. The side
+    /// panel picks others.
+    #[arg(long)]
+    layer_index: Option<usize>,
+    /// With --layer: re-quantize the file's unquantized weights (`*_orig`) with this scheme
+    /// instead of showing the stored ones.
+    #[arg(long)]
+    requant: Option<String>,
+    /// Do not read or write the kept settings (recent files, export folder, ...).
+    #[arg(long)]
+    no_persist: bool,
+    /// The view shown first: routing, model, weights, activations, schemes, backends.
     #[arg(long, default_value = "routing")]
     tab: String,
-    /// Once every view is computed, save a PNG of the window here and exit (0 on success).
+    /// Once the shown view is computed, save a PNG of the window here and exit: 0 on success,
+    /// 1 when the layer or batch failed to load (the PNG then shows the error).
     #[arg(long)]
     screenshot: Option<PathBuf>,
     /// Once every view is computed, save one PNG per view into this folder and exit.
@@ -76,7 +90,7 @@ fn run() -> Result<(), String> {
     let a = Args::parse();
     let tab = Tab::from_slug(&a.tab).ok_or_else(|| {
         format!(
-            "unknown --tab '{}' (routing, weights, activations, schemes, backends)",
+            "unknown --tab '{}' (routing, model, weights, activations, schemes, backends)",
             a.tab
         )
     })?;
@@ -85,6 +99,11 @@ fn run() -> Result<(), String> {
             layer: l.clone(),
             batch: a.input.clone(),
             tokens: a.tokens,
+            pick: a.layer_index,
+            requant: match &a.requant {
+                Some(s) => Some(s.parse::<Scheme>().map_err(|e| e.to_string())?),
+                None => None,
+            },
         },
         (Some(_), true) => return Err("--layer and --synthetic exclude each other".into()),
         (None, _) => {
@@ -120,16 +139,61 @@ fn run() -> Result<(), String> {
     if let Some(d) = &a.screenshot_tabs {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
+    // Unattended runs neither read nor write the kept settings: their pictures must not
+    // depend on what a person did before.
+    let unattended =
+        a.screenshot.is_some() || a.screenshot_tabs.is_some() || a.exit_after_frames.is_some();
+    let persist = !(unattended || a.no_persist);
     let options = eframe::NativeOptions {
         viewport: eframe::egui::ViewportBuilder::default()
             .with_title("mxmoe viewer")
-            .with_inner_size([w, h]),
+            .with_inner_size([w, h])
+            .with_drag_and_drop(true),
+        persist_window: persist,
         ..Default::default()
     };
+    let tab_given = a.tab != "routing";
+    // Started with no layer and no synthetic-layer choice: the synthetic layer of last time.
+    let synth_given = a.synthetic
+        || std::env::args().any(|x| {
+            [
+                "--scheme",
+                "--experts",
+                "--hidden",
+                "--inter",
+                "--top-k",
+                "--tokens",
+                "--scoring",
+                "--seed",
+            ]
+            .iter()
+            .any(|f| x == *f || x.starts_with(&format!("{f}=")))
+        });
     eframe::run_native(
         "mxmoe-viewer",
         options,
-        Box::new(move |cc| Ok(Box::new(ViewerApp::new(&cc.egui_ctx, src, tab, auto)))),
+        Box::new(move |cc| {
+            let mut st = match (persist, cc.storage) {
+                (true, Some(s)) => {
+                    eframe::get_value::<Settings>(s, eframe::APP_KEY).unwrap_or_default()
+                }
+                _ => Settings::default(),
+            };
+            if tab_given {
+                st.tab = tab.slug().into();
+            }
+            let src = match src {
+                Source::Synthetic(p) if !synth_given => Source::Synthetic(st.synth_params(p)),
+                s => s,
+            };
+            Ok(Box::new(ViewerApp::with_settings(
+                &cc.egui_ctx,
+                src,
+                tab,
+                auto,
+                st,
+            )))
+        }),
     )
     .map_err(|e| format!("could not start the window: {e}"))?;
     if a.screenshot.is_some() || a.screenshot_tabs.is_some() {
@@ -140,8 +204,12 @@ fn run() -> Result<(), String> {
         if let Some(e) = err {
             return Err(e);
         }
-        let want =
-            a.screenshot.is_some() as usize + if a.screenshot_tabs.is_some() { 5 } else { 0 };
+        let want = a.screenshot.is_some() as usize
+            + if a.screenshot_tabs.is_some() {
+                Tab::ALL.len()
+            } else {
+                0
+            };
         if written.len() < want {
             return Err("the window closed before every screenshot was taken".into());
         }

@@ -23,8 +23,8 @@ fn small_run() -> (
 /// Catches a load histogram that forgets slots or double counts: it must sum to M * k.
 #[test]
 fn routing_load_sums_to_slots() {
-    let (d, run) = small_run();
-    let r = analysis::routing_view(&d, &run);
+    let d = small();
+    let r = analysis::routing_view(&d).unwrap();
     assert_eq!(r.load.iter().sum::<usize>(), d.m * r.top_k);
     assert!(r.max_over_mean >= 1.0);
     for t in 0..d.m {
@@ -76,7 +76,7 @@ fn weight_stats_follow_the_scale_rules() {
 #[test]
 fn activation_stats_cover_both_points() {
     let (d, run) = small_run();
-    let r = analysis::routing_view(&d, &run);
+    let r = analysis::routing_view(&d).unwrap();
     let a = analysis::act_view(&d, &run);
     let input = a.input.unwrap();
     let inter = a.intermediate.unwrap();
@@ -146,7 +146,7 @@ fn views_come_from_one_forward() {
         run.routing,
         mxmoe::moe::route(&l.config.router, &d.logits, l.config.n_experts, None).unwrap()
     );
-    assert_eq!(analysis::routing_view(&d, &run).routing, run.routing);
+    assert_eq!(analysis::routing_view(&d).unwrap().routing, run.routing);
     let a = analysis::act_view(&d, &run);
     let inter = a.intermediate.unwrap();
     let own = inter
@@ -200,11 +200,7 @@ fn bad_files_are_messages() {
     let junk = dir.path().join("junk.safetensors");
     std::fs::write(&junk, b"not safetensors").unwrap();
     for layer in [PathBuf::from("/nonexistent/layer.safetensors"), junk] {
-        let r = Results::compute(&Source::Files {
-            layer: layer.clone(),
-            batch: None,
-            tokens: 4,
-        });
+        let r = Results::compute(&Source::files(&layer, None, 4));
         match r.dataset {
             Slot::Failed(e) => assert!(e.contains(&*layer.to_string_lossy()), "{e}"),
             _ => panic!("{} loaded", layer.display()),

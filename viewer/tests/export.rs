@@ -27,7 +27,11 @@ fn csv_button_writes_each_views_data() {
             "routing",
             "token,expert,score,selected_slot,router_weight",
         ),
-        ("Weight error", "weights", "tensor,format,rule,rel_l2"),
+        (
+            "Weights",
+            "weights",
+            "# packed weights: codes and scales as stored",
+        ),
         (
             "Activation error",
             "activations",

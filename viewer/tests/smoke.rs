@@ -1,9 +1,13 @@
 //! Smoke test of the real binary: start `mxmoe-viewer` under Xvfb, load a layer bundle and a
 //! token batch from disk, wait until every view is computed, save a screenshot and exit 0.
-//! A bad file must not crash it either: the error is shown in the window and it still exits 0.
+//! A bad file must not crash it either: the error is shown in the window (the screenshot is
+//! written) and the exit code is non-zero, so a script notices. A packed-only layer (no
+//! unquantized weights, no batch) exports one PNG per view.
 //!
 //! Needs `Xvfb` (apt `xvfb`). Without it the test prints SKIPPED and passes locally, but fails
 //! when `CI` is set, so CI cannot go green without having run it.
+
+mod common;
 
 use mxmoe::io::{save_batch, save_layer, TokenBatch};
 use mxmoe::moe::synth::{synth_batch, synth_layer, SynthSpec};
@@ -183,7 +187,68 @@ fn binary_loads_files_under_xvfb_and_exits() {
     assert!(ok, "mxmoe-viewer failed with --layer only:\n{log}");
     assert!(png1.exists());
 
-    // A file that is not safetensors: the window shows the error, nothing panics, exit 0.
+    // A packed-only layer (what MXFP4 checkpoints are) without a batch: one PNG per view.
+    let packed = dir.path().join("packed.safetensors");
+    save_layer(&packed, &s.layer, None).unwrap();
+    let tabs = dir.path().join("tabs");
+    let (ok, log) = run_viewer(
+        &x.display,
+        &[
+            "--layer",
+            packed.to_str().unwrap(),
+            "--tokens",
+            "8",
+            "--screenshot-tabs",
+            tabs.to_str().unwrap(),
+            "--size",
+            "1100x800",
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(ok, "mxmoe-viewer failed on a packed-only layer:\n{log}");
+    let all = [
+        "routing",
+        "model",
+        "weights",
+        "activations",
+        "schemes",
+        "backends",
+    ];
+    for t in all {
+        let p = tabs.join(format!("{t}.png"));
+        let img = image::open(&p).unwrap_or_else(|e| panic!("{}: {e}\n{log}", p.display()));
+        assert!(img.width() >= 600, "{t}: {}x{}", img.width(), img.height());
+    }
+
+    // A model directory (several MoE layers, router weights, no batch): layer 2 picked, one
+    // PNG per view; the routing comes from the layer's gate.
+    let model = dir.path().join("tiny-moe");
+    common::write_model_dir(&model, 3, 8);
+    let tabs = dir.path().join("model-tabs");
+    let (ok, log) = run_viewer(
+        &x.display,
+        &[
+            "--layer",
+            model.to_str().unwrap(),
+            "--layer-index",
+            "2",
+            "--tokens",
+            "10",
+            "--screenshot-tabs",
+            tabs.to_str().unwrap(),
+            "--size",
+            "1100x800",
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(ok, "mxmoe-viewer failed on a model directory:\n{log}");
+    for t in all {
+        let p = tabs.join(format!("{t}.png"));
+        assert!(p.exists(), "no {}:\n{log}", p.display());
+    }
+
+    // A file that is not safetensors: the window shows the error, nothing panics, the
+    // screenshot is written and the exit code says it failed.
     let bad = dir.path().join("bad.safetensors");
     std::fs::write(&bad, b"this is not a safetensors file").unwrap();
     let png2 = dir.path().join("bad.png");
@@ -199,7 +264,11 @@ fn binary_loads_files_under_xvfb_and_exits() {
         ],
         Duration::from_secs(120),
     );
-    assert!(ok, "mxmoe-viewer failed on a bad file:\n{log}");
+    assert!(!ok, "mxmoe-viewer exited 0 on a bad file:\n{log}");
+    assert!(
+        log.contains("bad.safetensors"),
+        "the error does not name the file:\n{log}"
+    );
     assert!(!log.contains("panicked"), "panic on a bad file:\n{log}");
-    assert!(png2.exists());
+    assert!(png2.exists(), "no screenshot of the error:\n{log}");
 }

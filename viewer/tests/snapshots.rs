@@ -1,8 +1,11 @@
 //! Snapshot tests of every view on a small fixed synthetic layer (8 experts, H = I = 64, top-2,
-//! 24 tokens, seed 1), rendered with egui_kittest's wgpu renderer (lavapipe in CI).
+//! 24 tokens, seed 1) and on a packed-only layer file (no unquantized weights, no token batch:
+//! what an MXFP4 checkpoint gives), rendered with egui_kittest's wgpu renderer (lavapipe in CI).
 //!
 //! Update with `UPDATE_SNAPSHOTS=true cargo test -p mxmoe-viewer --test snapshots`, then LOOK at
 //! `viewer/tests/snapshots/*.png`: they are the views a user sees.
+
+mod common;
 
 use eframe::egui;
 use egui_kittest::kittest::Queryable as _;
@@ -11,7 +14,28 @@ use mxmoe_viewer::analysis::{BackendDiff, BackendView};
 use mxmoe_viewer::app::{AutoRun, Results, Slot, Tab, ViewUi, ViewerApp};
 use mxmoe_viewer::data::{Source, SynthParams};
 use mxmoe_viewer::panels;
+use mxmoe_viewer::state::WeightSection;
 use std::sync::{Arc, OnceLock};
+
+/// A packed-only layer file (16 experts, H = 128, I = 64, top-4, MXFP4 weights quantized with
+/// `even`, seed 5) with no token batch, computed once.
+fn packed_only() -> Results {
+    static R: OnceLock<Results> = OnceLock::new();
+    R.get_or_init(|| {
+        use mxmoe::moe::synth::{synth_layer, SynthSpec};
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = SynthSpec::new(mxmoe::scheme::Scheme::OCP_MX[0], 16, 128, 64, 4);
+        spec.seed = 5;
+        let s = synth_layer(&spec).unwrap();
+        let path = dir.path().join("mxfp4-layer.safetensors");
+        mxmoe::io::save_layer(&path, &s.layer, None).unwrap();
+        let mut r = Results::compute(&Source::files(&path, None, 32));
+        r.backends = Slot::Ready(Arc::new(BackendView::Skipped("fixture".into())));
+        r.schemes = Slot::Waiting;
+        r
+    })
+    .clone()
+}
 
 /// The fixed results, computed once; timings zeroed so the pictures are deterministic.
 fn results() -> Results {
@@ -73,8 +97,18 @@ fn views() {
         r.clone(),
         ViewUi::default(),
     );
+    // A narrow window: the load chart goes below the heatmap and must still fit.
+    snap(
+        &mut res,
+        "routing_narrow",
+        [640.0, 760.0],
+        Tab::Routing,
+        r.clone(),
+        ViewUi::default(),
+    );
     let mut vu = ViewUi::default();
     vu.weights.expert = 3;
+    vu.weights.section = WeightSection::Error;
     snap(
         &mut res,
         "weights_w13",
@@ -91,6 +125,44 @@ fn views() {
         Tab::Weights,
         r.clone(),
         vu,
+    );
+    // The packed-only layer: codes and scales of both tensors, the re-quantization table.
+    let p = packed_only();
+    let mut vu = ViewUi::default();
+    snap(
+        &mut res,
+        "packed_codes_w13",
+        [1100.0, 1000.0],
+        Tab::Weights,
+        p.clone(),
+        vu.clone(),
+    );
+    vu.weights.tensor = 1;
+    snap(
+        &mut res,
+        "packed_codes_w2",
+        [1100.0, 1000.0],
+        Tab::Weights,
+        p.clone(),
+        vu.clone(),
+    );
+    vu.weights.tensor = 0;
+    vu.weights.section = WeightSection::Requant;
+    snap(
+        &mut res,
+        "packed_requant",
+        [900.0, 420.0],
+        Tab::Weights,
+        p.clone(),
+        vu,
+    );
+    snap(
+        &mut res,
+        "packed_activations",
+        [1100.0, 760.0],
+        Tab::Activations,
+        p.clone(),
+        ViewUi::default(),
     );
     snap(
         &mut res,
@@ -182,6 +254,62 @@ fn routing_tooltip() {
     h.hover_at(p);
     h.run();
     h.snapshot("routing_tooltip");
+}
+
+/// A model directory (6 MoE layers of 16 experts, vLLM names, router weights), no batch.
+fn model_dir() -> Results {
+    static R: OnceLock<Results> = OnceLock::new();
+    R.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("tiny-moe");
+        common::write_model_dir(&root, 6, 16);
+        let mut r = Results::compute(&Source::files(&root, None, 48));
+        r.backends = Slot::Ready(Arc::new(BackendView::Skipped("fixture".into())));
+        r
+    })
+    .clone()
+}
+
+/// The overview of every layer, and the whole window with the layer picker.
+#[test]
+fn model_directory() {
+    let mut res = SnapshotResults::new();
+    snap(
+        &mut res,
+        "model_overview",
+        [1100.0, 760.0],
+        Tab::Model,
+        model_dir(),
+        ViewUi::default(),
+    );
+    let mut h = Harness::builder()
+        .with_size([1440.0, 860.0])
+        .build_ui_state(|ui, app: &mut ViewerApp| app.draw(ui), {
+            let ctx = egui::Context::default();
+            let mut app = ViewerApp::idle(&ctx, Tab::Routing, AutoRun::default());
+            app.results = model_dir();
+            app.layer_path = "/models/tiny-moe".into();
+            app
+        });
+    h.run();
+    res.add(h.try_snapshot("window_model"));
+}
+
+/// The whole window on the packed-only layer: the SYNTHETIC batch banner, the scheme picker
+/// disabled (no originals), the weights tab.
+#[test]
+fn whole_window_packed_only() {
+    let mut h = Harness::builder()
+        .with_size([1440.0, 900.0])
+        .build_ui_state(|ui, app: &mut ViewerApp| app.draw(ui), {
+            let ctx = egui::Context::default();
+            let mut app = ViewerApp::idle(&ctx, Tab::Weights, AutoRun::default());
+            app.results = packed_only();
+            app.layer_path = "/models/mxfp4-layer.safetensors".into();
+            app
+        });
+    h.run();
+    h.snapshot("window_packed_only");
 }
 
 /// The whole window: side panel, tab bar and the routing view, with results injected.

@@ -31,7 +31,7 @@ fn router_change_reuses_the_layer_a_layer_change_does_not() {
     let app = ViewerApp::new(
         &egui::Context::default(),
         Source::Synthetic(p.clone()),
-        Tab::Routing,
+        Tab::Weights,
         AutoRun::default(),
     );
     let mut h = Harness::builder()
@@ -54,12 +54,16 @@ fn router_change_reuses_the_layer_a_layer_change_does_not() {
         Arc::ptr_eq(&w1, &w2),
         "top-k change recomputed the weight view"
     );
+    h.state_mut().tab = Tab::Routing;
+    h.step();
+    settle(&mut h);
     match &h.state().results.routing {
         Slot::Ready(r) => assert_eq!((r.top_k, r.m), (3, 10)),
         other => panic!("routing not ready: {other:?}"),
     }
     let mut p3 = p.clone();
     p3.seed = 2;
+    h.state_mut().tab = Tab::Weights;
     h.state_mut().load(Source::Synthetic(p3));
     h.step();
     settle(&mut h);
@@ -67,4 +71,67 @@ fn router_change_reuses_the_layer_a_layer_change_does_not() {
         !Arc::ptr_eq(&w1, &weights(&h)),
         "a new seed kept the old weights"
     );
+}
+
+/// Views are computed when their tab is shown, not before: opening a big layer does not wait
+/// for the scheme comparison nobody looked at.
+#[test]
+fn views_are_computed_when_their_tab_is_shown() {
+    let app = ViewerApp::new(
+        &egui::Context::default(),
+        Source::Synthetic(SynthParams::small()),
+        Tab::Routing,
+        AutoRun::default(),
+    );
+    let mut h = Harness::builder()
+        .with_size([1200.0, 800.0])
+        .build_ui_state(|ui, app: &mut ViewerApp| app.draw(ui), app);
+    settle(&mut h);
+    let r = &h.state().results;
+    assert!(matches!(r.routing, Slot::Ready(_)));
+    assert!(r.schemes.is_waiting() && r.acts.is_waiting() && r.packed.is_waiting());
+    h.state_mut().tab = Tab::Activations;
+    h.step();
+    settle(&mut h);
+    let r = &h.state().results;
+    assert!(matches!(r.acts, Slot::Ready(_)));
+    assert!(
+        r.schemes.is_waiting(),
+        "the scheme view ran without its tab"
+    );
+}
+
+/// Cancel stops a running view: it is marked cancelled (with a way to compute it again) and
+/// the worker is free again at once, not after the computation.
+#[test]
+fn cancel_stops_a_running_view() {
+    let p = SynthParams {
+        n_experts: 64,
+        hidden: 512,
+        inter: 512,
+        ..SynthParams::small()
+    };
+    let app = ViewerApp::new(
+        &egui::Context::default(),
+        Source::Synthetic(p),
+        Tab::Routing,
+        AutoRun::default(),
+    );
+    let mut h = Harness::builder()
+        .with_size([1200.0, 800.0])
+        .build_ui_state(|ui, app: &mut ViewerApp| app.draw(ui), app);
+    settle(&mut h);
+    h.state_mut().tab = Tab::Schemes;
+    h.step();
+    h.state_mut().cancel();
+    h.step();
+    let t0 = Instant::now();
+    settle(&mut h);
+    match &h.state().results.schemes {
+        Slot::Failed(e) => assert_eq!(e, "cancelled"),
+        other => panic!("the scheme view was not cancelled: {other:?}"),
+    }
+    eprintln!("cancelled in {:.2} s", t0.elapsed().as_secs_f64());
+    // Routing, computed before, stays.
+    assert!(matches!(h.state().results.routing, Slot::Ready(_)));
 }

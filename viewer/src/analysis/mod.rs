@@ -12,12 +12,16 @@
 
 pub mod activations;
 pub mod backends;
+pub mod model;
+pub mod packed;
 pub mod routing;
 pub mod schemes;
 pub mod weights;
 
 pub use activations::{act_view, ActView};
 pub use backends::{backend_view, cpu, gpu, prepare_gpu, BackendDiff, BackendView, ResidentLayer};
+pub use model::{model_routing, LayerRouting, LoadStats, ModelRouting};
+pub use packed::{packed_view, CodeClass, PackedTensor, PackedView, Requant};
 pub use routing::{routing_view, RoutingView};
 pub use schemes::{reference_forward, scheme_view, SchemeCache, SchemeRow, SchemeView};
 pub use weights::{weight_view, WeightView};
@@ -44,6 +48,98 @@ pub struct Dataset {
     /// `[M, n_experts]`.
     pub logits: Vec<f32>,
     pub m: usize,
+    /// Where the token batch came from (a synthetic batch is labelled as such in the UI).
+    pub batch: BatchInfo,
+    /// The checkpoint's MoE layers when it holds several (a model directory), and which one
+    /// this is.
+    pub model: Option<ModelInfo>,
+    /// The layer's router weights, when the checkpoint has them.
+    pub router: Option<mxmoe::moe::gate::RouterWeights>,
+}
+
+/// One MoE layer of a checkpoint, as listed from its headers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerEntry {
+    /// The model's layer number.
+    pub index: usize,
+    /// Its name prefix (e.g. `model.layers.3.mlp`).
+    pub name: String,
+    /// Naming convention (vllm, hf-gpt-oss, deepseek, ...), for the picker.
+    pub convention: String,
+    /// Packed weight + scale bytes.
+    pub bytes: usize,
+    /// Whether the layer has the router's weights.
+    pub router: bool,
+}
+
+impl LayerEntry {
+    pub fn of(l: &mxmoe::io::LayerInfo) -> LayerEntry {
+        LayerEntry {
+            index: l.index,
+            name: l.name.clone(),
+            convention: format!("{:?}", l.convention),
+            bytes: l.bytes,
+            router: l.router,
+        }
+    }
+}
+
+/// A checkpoint with several MoE layers: its path, its layers, the one loaded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelInfo {
+    pub path: std::path::PathBuf,
+    pub layers: Vec<LayerEntry>,
+    /// Position of the loaded layer in `layers`.
+    pub picked: usize,
+}
+
+/// Where one part of the token batch came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Read from the token batch file.
+    File,
+    /// Generated (seeded, heavy-tailed hidden states; Zipf-skewed router logits): not a real
+    /// model's data.
+    Synthetic,
+    /// Router logits computed from the hidden states with the checkpoint's router weights.
+    Router,
+}
+
+/// Where the hidden states and the router logits came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchInfo {
+    pub hidden: Origin,
+    pub logits: Origin,
+}
+
+impl BatchInfo {
+    pub const FILE: BatchInfo = BatchInfo {
+        hidden: Origin::File,
+        logits: Origin::File,
+    };
+    pub const SYNTHETIC: BatchInfo = BatchInfo {
+        hidden: Origin::Synthetic,
+        logits: Origin::Synthetic,
+    };
+    /// Any part generated rather than read or computed from the file.
+    pub fn is_synthetic(&self) -> bool {
+        self.hidden == Origin::Synthetic || self.logits == Origin::Synthetic
+    }
+    /// A short label for the UI, e.g. "SYNTHETIC batch: hidden states and router logits generated".
+    pub fn label(&self) -> String {
+        let part = |o: Origin| match o {
+            Origin::File => "from the file",
+            Origin::Synthetic => "SYNTHETIC",
+            Origin::Router => "from the layer's router",
+        };
+        match (self.hidden, self.logits) {
+            (Origin::Synthetic, Origin::Synthetic) => {
+                "SYNTHETIC batch: hidden states and router logits are generated, not a model's"
+                    .into()
+            }
+            (h, l) => format!("hidden states {}, router logits {}", part(h), part(l)),
+        }
+    }
 }
 
 impl Dataset {
@@ -209,6 +305,9 @@ pub struct QuantStats {
     pub group_rel: Vec<f32>,
     /// Relative error per 32-block, `[groups * rows_per_group, k / 32]` row-major.
     pub block_rel: Vec<f32>,
+    /// 101 quantiles (0, 1, ..., 100 %) of the finite `block_rel`: the distribution the views
+    /// draw instead of a raw scatter of every block.
+    pub block_q: Vec<f32>,
 }
 
 impl QuantStats {
@@ -368,6 +467,7 @@ pub fn quant_stats(
         nonfinite_blocks: nonfinite,
         scale_hist: hist,
         group_rel,
+        block_q: packed::quantiles(&block_rel, 101),
         block_rel,
     }
 }

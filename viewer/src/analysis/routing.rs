@@ -1,6 +1,6 @@
 //! The routing view's data: router scores, the chosen top-k and the expert load.
 
-use super::{Dataset, LayerRun};
+use super::Dataset;
 use mxmoe::moe::route::scores;
 use mxmoe::moe::{Routing, Scoring};
 use rayon::prelude::*;
@@ -65,12 +65,20 @@ impl RoutingView {
     }
 }
 
-/// The routing view of the shared forward's routing (no routing of its own): scores for
-/// display, the load per expert and its balance.
-pub fn routing_view(d: &Dataset, run: &LayerRun) -> RoutingView {
+/// The routing view: the library's router on the batch's logits (the same call the layer's
+/// forward makes, so it equals the shared forward's routing, without running the forward:
+/// routing stays instant on real-sized layers), scores for display, the load per expert and
+/// its balance.
+pub fn routing_view(d: &Dataset) -> Result<RoutingView, String> {
     let l = &d.layer;
     let e = l.config.n_experts;
-    let routing = run.routing.clone();
+    let routing = mxmoe::moe::route(
+        &l.config.router,
+        &d.logits,
+        e,
+        l.weights.e_score_correction_bias.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
     let scores: Vec<f32> = d
         .logits
         .par_chunks(e)
@@ -83,7 +91,7 @@ pub fn routing_view(d: &Dataset, run: &LayerRun) -> RoutingView {
     let mean = load.iter().sum::<usize>() as f64 / e as f64;
     let max = *load.iter().max().unwrap_or(&0) as f64;
     let var = load.iter().map(|&n| (n as f64 - mean).powi(2)).sum::<f64>() / e as f64;
-    RoutingView {
+    Ok(RoutingView {
         m: d.m,
         n_experts: e,
         top_k: l.config.router.top_k,
@@ -94,5 +102,5 @@ pub fn routing_view(d: &Dataset, run: &LayerRun) -> RoutingView {
         cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
         empty: (0..e).filter(|&x| load[x] == 0).collect(),
         routing,
-    }
+    })
 }

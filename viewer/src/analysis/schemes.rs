@@ -129,6 +129,9 @@ fn weight_err(t: &MxTensor, orig: &[f32]) -> (f64, f64) {
         .reduce(|| (0.0, 0.0), |x, y| (x.0 + y.0, x.1 + y.1))
 }
 
+/// The most f32 weight bytes the scheme comparison materializes (2 GiB).
+pub const SCHEME_F32_LIMIT: usize = 2 << 30;
+
 /// What the scheme comparison can reuse across token batches of the same layer: the weights
 /// quantized per weight format, and their errors. Keep one per layer; start a new one when the
 /// layer changes.
@@ -152,6 +155,18 @@ pub fn scheme_view(
 ) -> Option<Result<SchemeView, String>> {
     let l = &d.layer;
     let routing = &run.routing;
+    // The comparison holds the layer's weights in f32 (and one re-quantized copy per weight
+    // format): refuse layers where that would not fit, instead of exhausting memory.
+    let f32_bytes = (l.weights.w13.numel() + l.weights.w2.numel()) * 4;
+    if f32_bytes > SCHEME_F32_LIMIT {
+        return Some(Err(format!(
+            "not computed for this layer: the scheme comparison holds the weights in f32, \
+             {:.1} GiB here, over the viewer's limit of {:.0} GiB (the other views work on \
+             the packed weights; `mxmoe bench` compares schemes on real shapes)",
+            f32_bytes as f64 / (1u64 << 30) as f64,
+            SCHEME_F32_LIMIT as f64 / (1u64 << 30) as f64
+        )));
+    }
     let (w13, w2, reference) = match (&d.w13_orig, &d.w2_orig) {
         (Some(a), Some(b)) => (
             std::borrow::Cow::Borrowed(a.as_slice()),

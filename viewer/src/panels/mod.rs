@@ -4,35 +4,55 @@
 
 pub mod activations;
 pub mod backends;
+pub mod model;
 pub mod routing;
 pub mod schemes;
 pub mod side;
 pub mod weights;
 
-use crate::analysis::{QuantStats, Rule};
+use crate::analysis::{Dataset, QuantStats, Rule};
 use crate::state::{Results, Slot, Tab, ViewUi};
 use crate::widgets::{num, pct};
-use eframe::egui::{self, Color32, Ui};
-use egui_plot::{Bar, BarChart, Plot};
+use eframe::egui::{self, Color32, RichText, Ui};
+use egui_plot::{Bar, BarChart, Legend, Line, Plot, PlotPoints};
 
 /// Draw the selected tab's view.
 pub fn show_tab(ui: &mut Ui, tab: Tab, r: &Results, vu: &mut ViewUi) {
+    let mut retry = false;
     match tab {
-        Tab::Routing => with_slot(ui, &r.routing, "routing", routing::show),
-        Tab::Weights => with_slot(ui, &r.weights, "weight error", |ui, v| {
-            weights::show(ui, v.as_ref(), &mut vu.weights)
+        Tab::Routing => with_slot(ui, &r.routing, "routing", &mut retry, routing::show),
+        Tab::Weights => with_slot(ui, &r.packed, "packed weights", &mut retry, |ui, p| {
+            weights::show(ui, p, &r.weights, &mut vu.weights)
         }),
-        Tab::Activations => with_slot(ui, &r.acts, "activation error", |ui, v| {
+        Tab::Activations => with_slot(ui, &r.acts, "activation error", &mut retry, |ui, v| {
             activations::show(ui, v, &mut vu.acts)
         }),
-        Tab::Schemes => with_slot(ui, &r.schemes, "scheme comparison", |ui, v| {
+        Tab::Schemes => with_slot(ui, &r.schemes, "scheme comparison", &mut retry, |ui, v| {
             schemes::show(ui, v)
         }),
-        Tab::Backends => with_slot(ui, &r.backends, "CPU vs GPU", backends::show),
+        Tab::Backends => with_slot(ui, &r.backends, "CPU vs GPU", &mut retry, backends::show),
+        Tab::Model => with_slot(
+            ui,
+            &r.model,
+            "routing of every layer",
+            &mut retry,
+            model::show,
+        ),
+    }
+    if retry {
+        vu.retry = Some(tab);
     }
 }
 
-fn with_slot<T>(ui: &mut Ui, s: &Slot<T>, what: &str, f: impl FnOnce(&mut Ui, &T)) {
+/// A view's slot: a spinner while computing, the error (with Retry after a cancel), or the
+/// view.
+pub fn with_slot<T>(
+    ui: &mut Ui,
+    s: &Slot<T>,
+    what: &str,
+    retry: &mut bool,
+    f: impl FnOnce(&mut Ui, &T),
+) {
     match s {
         Slot::Waiting => {
             ui.horizontal(|ui| {
@@ -40,11 +60,108 @@ fn with_slot<T>(ui: &mut Ui, s: &Slot<T>, what: &str, f: impl FnOnce(&mut Ui, &T
                 ui.label(format!("computing {what}…"));
             });
         }
+        Slot::Failed(e) if e == "cancelled" => {
+            ui.horizontal(|ui| {
+                ui.label(format!("{what}: cancelled."));
+                if ui.button("Compute again").clicked() {
+                    *retry = true;
+                }
+            });
+        }
         Slot::Failed(e) => {
             ui.colored_label(ui.visuals().error_fg_color, format!("{what} failed: {e}"));
         }
         Slot::Ready(v) => f(ui, v),
     }
+}
+
+/// The color that marks synthetic data.
+pub const SYNTHETIC: Color32 = Color32::from_rgb(230, 140, 30);
+
+/// Above every view: where the token batch came from; a synthetic one in orange.
+pub fn batch_banner(ui: &mut Ui, d: &Dataset) {
+    let b = d.batch;
+    if b.is_synthetic() {
+        ui.label(RichText::new(b.label()).color(SYNTHETIC).strong())
+            .on_hover_text(
+                "No token batch was given (or it lacks a part): the routing and activation \
+                 views show generated tokens. Give a batch with hidden_states [M, H] and \
+                 router_logits [M, E] to see the model's own.",
+            );
+    } else {
+        ui.weak(b.label());
+    }
+}
+
+/// The overlay while files are dragged over the window.
+pub fn drop_overlay(ui: &Ui, rect: egui::Rect) {
+    let p = ui.ctx().layer_painter(egui::LayerId::new(
+        egui::Order::Foreground,
+        egui::Id::unique("drop"),
+    ));
+    p.rect_filled(rect, 0.0, Color32::from_black_alpha(170));
+    p.text(
+        rect.center(),
+        egui::Align2::CENTER_CENTER,
+        "Drop a layer file (and a token batch) to open it",
+        egui::FontId::proportional(22.0),
+        Color32::WHITE,
+    );
+}
+
+/// A row of color swatches with their meaning: the legend of a chart's colors.
+pub fn swatches(ui: &mut Ui, items: &[(Color32, &str)]) {
+    ui.horizontal_wrapped(|ui| {
+        for (c, label) in items {
+            let (r, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
+            ui.painter().rect_filled(r, 2.0, *c);
+            ui.label(RichText::new(*label).small());
+            ui.add_space(6.0);
+        }
+    });
+}
+
+/// Sorted values as lines (a quantile plot): x = share of the values at or below, y = value.
+/// One line per series, each with its color and name in the legend; readable where a raw
+/// scatter of 10^5 blocks is noise.
+pub fn quantile_plot(
+    ui: &mut Ui,
+    id: &str,
+    series: &[(String, Color32, Vec<f32>)],
+    y_label: &str,
+    size: egui::Vec2,
+) {
+    Plot::new(id.to_string())
+        .width(size.x)
+        .height(size.y)
+        .legend(Legend::default().position(egui_plot::Corner::LeftTop))
+        .allow_zoom(false)
+        .allow_drag(false)
+        .allow_scroll(false)
+        .allow_boxed_zoom(false)
+        .include_x(0.0)
+        .include_x(1.0)
+        .include_y(0.0)
+        .x_axis_label("share of blocks (sorted by error)")
+        .y_axis_label(y_label.to_string())
+        .show(ui, |p| {
+            for (name, color, q) in series {
+                let n = q.len().max(2) - 1;
+                let pts: PlotPoints = q
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| [i as f64 / n as f64, v as f64])
+                    .collect();
+                p.line(Line::new(name.clone(), pts).color(*color).width(2.0));
+            }
+        });
+}
+
+/// How many plots of `min_w` fit side by side in the width left (at least 1), and their width.
+pub fn columns(ui: &Ui, n: usize, min_w: f32) -> (usize, f32) {
+    let avail = ui.available_width().max(min_w);
+    let cols = ((avail / (min_w + 12.0)) as usize).clamp(1, n.max(1));
+    (cols, (avail - 12.0 * cols as f32) / cols as f32)
 }
 
 /// One color per scale rule, the same in every view.

@@ -4,7 +4,13 @@
 use crate::analysis::RoutingView;
 use crate::widgets::{exact, legend, num, pct, Colormap, Heatmap};
 use eframe::egui::{Color32, RichText, Ui, Vec2};
-use egui_plot::{Bar, BarChart, HLine, Plot};
+use egui_plot::{Bar, BarChart, HLine, LineStyle, Plot};
+
+/// Load bar colors: no tokens, within twice the mean, above twice the mean; the mean line.
+pub const EMPTY: Color32 = Color32::from_rgb(230, 120, 40);
+pub const NORMAL: Color32 = Color32::from_rgb(70, 140, 220);
+pub const HOT: Color32 = Color32::from_rgb(220, 70, 70);
+pub const MEAN: Color32 = Color32::from_rgb(40, 170, 90);
 
 pub fn show(ui: &mut Ui, v: &RoutingView) {
     let total_slots = (v.m * v.top_k).max(1);
@@ -32,18 +38,28 @@ pub fn show(ui: &mut Ui, v: &RoutingView) {
         let c = if v.empty.is_empty() {
             ui.visuals().text_color()
         } else {
-            Color32::from_rgb(230, 120, 40)
+            EMPTY
         };
         ui.colored_label(c, format!("experts with no tokens: {empty}"));
     });
     ui.add_space(4.0);
+    // Side by side when both fit (heatmap >= 420, load chart >= 300 points); stacked
+    // otherwise, with the height split between them so the load chart is never pushed out of
+    // the window.
     let avail = ui.available_width();
-    let side_by_side = avail > 900.0;
-    let hm_w = if side_by_side { avail * 0.55 } else { avail };
-    // Tall enough for ~8 points per token, up to the room left in the window.
+    let side_by_side = avail >= 740.0;
+    let hm_w = if side_by_side { avail * 0.58 } else { avail };
     let room = ui.available_height();
-    let room = if room.is_finite() { room - 70.0 } else { 460.0 };
-    let hm_h = (v.m as f32 * 8.0).clamp(180.0, room.clamp(180.0, 900.0)) + 42.0;
+    let room = if room.is_finite() { room - 80.0 } else { 460.0 };
+    let (hm_h, load_h) = if side_by_side {
+        let h = (v.m as f32 * 8.0).clamp(180.0, room.clamp(180.0, 900.0)) + 42.0;
+        (h, h)
+    } else {
+        // Stacked: the two titles and legends take about 60 points.
+        let room = (room - 60.0).max(360.0);
+        let load = (room * 0.38).clamp(150.0, 320.0);
+        ((v.m as f32 * 8.0).clamp(140.0, room - load) + 42.0, load)
+    };
     let smax = crate::widgets::finite_range(&v.scores).1;
     let draw_heatmap = |ui: &mut Ui| {
         ui.vertical(|ui| {
@@ -81,18 +97,27 @@ pub fn show(ui: &mut Ui, v: &RoutingView) {
     };
     let draw_load = |ui: &mut Ui, w: f32| {
         ui.vertical(|ui| {
-            ui.label(RichText::new("Expert load (tokens per expert; line = mean)").strong());
+            ui.label(RichText::new("Expert load (token slots per expert)").strong());
+            super::swatches(
+                ui,
+                &[
+                    (NORMAL, "≤ 2× mean"),
+                    (HOT, "> 2× mean (hot expert)"),
+                    (EMPTY, "no tokens"),
+                    (MEAN, &format!("mean = {}", num(mean))),
+                ],
+            );
             let bars: Vec<Bar> = v
                 .load
                 .iter()
                 .enumerate()
                 .map(|(e, &n)| {
                     let fill = if n == 0 {
-                        Color32::from_rgb(230, 120, 40)
+                        EMPTY
                     } else if n as f64 > 2.0 * mean {
-                        Color32::from_rgb(220, 70, 70)
+                        HOT
                     } else {
-                        Color32::from_rgb(70, 140, 220)
+                        NORMAL
                     };
                     Bar::new(e as f64, n as f64)
                         .width(0.85)
@@ -108,7 +133,7 @@ pub fn show(ui: &mut Ui, v: &RoutingView) {
                 .element_formatter(Box::new(|b: &Bar, _| b.name.clone()));
             Plot::new("routing-load")
                 .width(w)
-                .height(hm_h)
+                .height(load_h)
                 .allow_zoom(false)
                 .allow_drag(false)
                 .allow_scroll(false)
@@ -119,7 +144,31 @@ pub fn show(ui: &mut Ui, v: &RoutingView) {
                 .y_axis_label("tokens")
                 .show(ui, |p| {
                     p.bar_chart(chart);
-                    p.hline(HLine::new("mean", mean).color(Color32::GRAY));
+                    p.hline(
+                        HLine::new("mean", mean)
+                            .color(MEAN)
+                            .width(2.5)
+                            .style(LineStyle::dashed_loose()),
+                    );
+                    // Bars 0 high for empty experts would be invisible: a tick marks them.
+                    let empty: Vec<Bar> = v
+                        .load
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, &n)| n == 0)
+                        .map(|(e, _)| {
+                            Bar::new(e as f64, mean.max(1.0) * 0.04)
+                                .width(0.85)
+                                .fill(EMPTY)
+                                .name(format!("expert {e}: no tokens"))
+                        })
+                        .collect();
+                    if !empty.is_empty() {
+                        p.bar_chart(
+                            BarChart::new("no tokens", empty)
+                                .element_formatter(Box::new(|b: &Bar, _| b.name.clone())),
+                        );
+                    }
                 });
         });
     };

@@ -60,10 +60,14 @@ pub fn dataset_info(ui: &mut Ui, d: &Dataset) {
         .show(ui, |ui| {
             let mut kv = |k: &str, v: String| {
                 ui.label(k);
-                ui.monospace(v);
+                ui.add(egui::Label::new(egui::RichText::new(v).monospace()).wrap());
                 ui.end_row();
             };
-            kv("source", d.source.clone());
+            let (file, batch) = d.source.split_once(" + ").unwrap_or((&d.source, ""));
+            kv("source", file.to_string());
+            if !batch.is_empty() {
+                kv("tokens from", batch.to_string());
+            }
             kv("scheme", l.config.scheme.name());
             kv("activation", l.config.activation.name().into());
             kv(
@@ -86,6 +90,14 @@ pub fn dataset_info(ui: &mut Ui, d: &Dataset) {
             );
             kv("H x I", format!("{} x {}", l.config.hidden, l.config.inter));
             kv("tokens", d.m.to_string());
+            kv(
+                "batch",
+                if d.batch.is_synthetic() {
+                    "SYNTHETIC".into()
+                } else {
+                    "from files".into()
+                },
+            );
             let b = l.weight_bytes() as f64;
             let size = if b >= (1 << 20) as f64 {
                 format!("{:.1} MiB packed", b / (1 << 20) as f64)
