@@ -860,14 +860,26 @@ fn check_json_keeps_its_fields() {
     // The HIP backend named explicitly: not compiled in, or built (`--features hip`) on a
     // machine without a HIP-capable GPU, is a failure naming the reason; on a machine with a
     // GPU it runs the catalog, which must pass.
-    let r = run(&["check", "--backend", "hip", "--suite", "quick", "--json", s(&j)]);
+    let r = run(&[
+        "check",
+        "--backend",
+        "hip",
+        "--suite",
+        "quick",
+        "--json",
+        s(&j),
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&j).unwrap()).unwrap();
     let h = &v["backends"][0];
     assert_eq!(h["backend"], "hip");
     if let Some(reason) = h["reason"].as_str() {
         assert!(!r.ok, "{}{}", r.stdout, r.stderr);
         assert_eq!(h["status"], "FAIL");
-        let want = if cfg!(feature = "hip") { "unavailable" } else { "not compiled" };
+        let want = if cfg!(feature = "hip") {
+            "unavailable"
+        } else {
+            "not compiled"
+        };
         assert!(reason.contains(want), "{reason}");
     } else {
         assert!(cfg!(feature = "hip"), "hip ran without the feature: {h}");

@@ -955,7 +955,10 @@ fn check_require_junit_and_json_totals() {
         "backend &apos;hip&apos; is not compiled in"
     };
     assert!(
-        r.stdout.contains(&format!("== hip: missing, skipped: {}", hip_why.replace("&apos;", "'"))),
+        r.stdout.contains(&format!(
+            "== hip: missing, skipped: {}",
+            hip_why.replace("&apos;", "'")
+        )),
         "{}",
         r.stdout
     );
@@ -969,10 +972,22 @@ fn check_require_junit_and_json_totals() {
     assert_eq!(t["backends_missing"].as_u64().unwrap(), 3 - run_backends);
     assert_eq!(v["suite"], "quick");
     let xml = std::fs::read_to_string(&x).unwrap();
-    assert!(xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites"), "{xml}");
-    assert!(xml.contains(&format!("<testcase classname=\"cpu\" name=\"{filter}\"")), "{xml}");
-    assert!(xml.contains("<testsuite name=\"hip\" tests=\"1\" failures=\"0\" skipped=\"1\""), "{xml}");
-    assert!(xml.contains(&format!("<skipped message=\"{hip_why}")), "{xml}");
+    assert!(
+        xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites"),
+        "{xml}"
+    );
+    assert!(
+        xml.contains(&format!("<testcase classname=\"cpu\" name=\"{filter}\"")),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("<testsuite name=\"hip\" tests=\"1\" failures=\"0\" skipped=\"1\""),
+        "{xml}"
+    );
+    assert!(
+        xml.contains(&format!("<skipped message=\"{hip_why}")),
+        "{xml}"
+    );
     assert_eq!(xml.matches("<testsuite ").count(), 3);
     assert_eq!(xml.matches("</testsuite>").count(), 3);
 

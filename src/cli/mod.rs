@@ -18,9 +18,9 @@ mod verify;
 use anyhow::{anyhow, Result};
 use clap::{Args, Parser, Subcommand};
 use mxmoe::backend::{Backend, BackendKind};
+use mxmoe::format::ProfileId;
 use mxmoe::io::{self, LayerQuery, LoadedLayer};
 use mxmoe::scheme::Scheme;
-use mxmoe::format::ProfileId;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
