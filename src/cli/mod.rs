@@ -18,7 +18,7 @@ mod verify;
 use anyhow::{anyhow, Result};
 use clap::{Args, Parser, Subcommand};
 use mxmoe::backend::{Backend, BackendKind};
-use mxmoe::format::ProfileId;
+use mxmoe::format::{MxFormat, Profile, ProfileId, ScaleMode};
 use mxmoe::io::{self, LayerQuery, LoadedLayer};
 use mxmoe::scheme::Scheme;
 use std::collections::HashMap;
@@ -198,6 +198,68 @@ impl LayerPick {
             l.config.inter
         );
         Ok((out, l.config.scheme))
+    }
+}
+
+// The arguments `quantize` and `qdq` share: the format, the scale mode and profile, the input
+// (float tensors, or a layer's experts) and the output. (No doc comment, as above.)
+#[derive(Args)]
+pub struct FloatToolArgs {
+    /// mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, mxfp8_e5m2 or mxint8.
+    #[arg(long)]
+    pub format: MxFormat,
+    /// floor, even, ceil or rceil (default: even, or the profile's own mode).
+    #[arg(long)]
+    pub scale_mode: Option<ScaleMode>,
+    /// Compatibility profile: contract, ocp, quark, torchao, nvidia, microxcaling or ggml.
+    #[arg(long, default_value = "contract")]
+    pub profile: ProfileId,
+    #[arg(long)]
+    pub input: PathBuf,
+    #[arg(long)]
+    pub output: PathBuf,
+    /// Only these tensors (repeatable).
+    #[arg(long = "tensor", value_name = "NAME")]
+    pub tensors: Vec<String>,
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    #[command(flatten)]
+    pub pick: LayerPick,
+}
+
+/// What [`FloatToolArgs::prepare`] gives a command: the profile, the format and scale mode it
+/// resolved, the opened backend and the float tensors to work on.
+pub struct FloatToolRun {
+    pub profile: Profile,
+    pub format: MxFormat,
+    pub mode: ScaleMode,
+    pub backend: Backend,
+    pub inputs: Vec<io::FloatTensor>,
+}
+
+impl FloatToolArgs {
+    /// Check the paths and the profile, open the backend, read the input: the `--tensor`s of a
+    /// float file, or (a layer file or checkpoint) the layer's experts dequantized.
+    pub fn prepare(&self) -> Result<FloatToolRun> {
+        let profile = self.profile.spec();
+        let (format, mode) = (self.format, profile.mode(self.scale_mode));
+        io::check_outputs(&[("--output", &self.output)], &[("--input", &self.input)])?;
+        profile_backend(self.profile, &self.backend)?;
+        profile.check(format, mode)?;
+        let backend = self.backend.open()?;
+        let inputs = if self.tensors.is_empty() && self.pick.is_layer_input(&self.input) {
+            self.pick.expert_floats(&backend, &self.input)?.0
+        } else {
+            let f = io::StFile::open(&self.input)?;
+            io::float_tensors_named(&f, &self.tensors, note)?
+        };
+        Ok(FloatToolRun {
+            profile,
+            format,
+            mode,
+            backend,
+            inputs,
+        })
     }
 }
 

@@ -1,11 +1,10 @@
 //! `mxmoe qdq`: quantize-dequantize every float tensor along its last axis.
 
-use super::{meta, note, profile_backend, BackendArgs, LayerPick};
+use super::{meta, FloatToolArgs, FloatToolRun};
 use anyhow::{Context, Result};
 use clap::Args;
-use mxmoe::format::{MxFormat, ProfileId, ScaleMode};
-use mxmoe::io::{self, FloatTensor, OutTensor, StFile};
-use std::path::PathBuf;
+use mxmoe::format::ProfileId;
+use mxmoe::io::{self, FloatTensor, OutTensor};
 
 /// Quantize-dequantize (fake-quantize) every float tensor along its last axis.
 #[derive(Args)]
@@ -18,40 +17,19 @@ Profiles (docs/NUMERICS.md 17) reproduce another implementation bit for bit: con
 quark (amd-quark 0.13), torchao (0.18), nvidia (nvidia-modelopt 0.47), microxcaling, ggml (gguf-py)."
 )]
 pub struct QdqArgs {
-    #[arg(long)]
-    format: MxFormat,
-    /// floor, even, ceil or rceil (default: even, or the profile's own mode).
-    #[arg(long)]
-    scale_mode: Option<ScaleMode>,
-    /// Compatibility profile: contract, ocp, quark, torchao, nvidia, microxcaling or ggml.
-    #[arg(long, default_value = "contract")]
-    profile: ProfileId,
-    #[arg(long)]
-    input: PathBuf,
-    #[arg(long)]
-    output: PathBuf,
-    /// Only these tensors (repeatable).
-    #[arg(long = "tensor", value_name = "NAME")]
-    tensors: Vec<String>,
     #[command(flatten)]
-    backend: BackendArgs,
-    #[command(flatten)]
-    pick: LayerPick,
+    t: FloatToolArgs,
 }
 
-pub fn run(a: &QdqArgs) -> Result<()> {
-    let p = a.profile.spec();
-    let (format, mode) = (a.format, p.mode(a.scale_mode));
-    io::check_outputs(&[("--output", &a.output)], &[("--input", &a.input)])?;
-    profile_backend(a.profile, &a.backend)?;
-    p.check(format, mode)?;
-    let b = a.backend.open()?;
-    let inputs = if a.tensors.is_empty() && a.pick.is_layer_input(&a.input) {
-        a.pick.expert_floats(&b, &a.input)?.0
-    } else {
-        let f = StFile::open(&a.input)?;
-        io::float_tensors_named(&f, &a.tensors, note)?
-    };
+pub fn run(args: &QdqArgs) -> Result<()> {
+    let a = &args.t;
+    let FloatToolRun {
+        profile: p,
+        format,
+        mode,
+        backend: b,
+        inputs,
+    } = a.prepare()?;
     let mut out = Vec::new();
     for FloatTensor { name, data, shape } in inputs {
         let k = *shape.last().unwrap();

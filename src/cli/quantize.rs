@@ -1,12 +1,11 @@
 //! `mxmoe quantize`: the float tensors of a file (any rank, blocks along the last axis), or a
 //! layer's experts, to an MX format.
 
-use super::{note, profile_backend, BackendArgs, LayerPick};
+use super::{FloatToolArgs, FloatToolRun};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use mxmoe::format::{MxFormat, ProfileId, ScaleMode};
-use mxmoe::io::{self, FloatTensor, StFile};
-use std::path::PathBuf;
+use mxmoe::format::ProfileId;
+use mxmoe::io::{self, FloatTensor};
 
 /// Quantize the float tensors of a safetensors file (any rank; blocks along the last axis), or
 /// the experts of a layer file / checkpoint, to an MX format.
@@ -25,41 +24,19 @@ microxcaling, ggml. A peer that only fake-quantizes a block (Quark's scales belo
 microxcaling's NaN exponent) makes quantize fail for that block; use qdq."
 )]
 pub struct QuantizeArgs {
-    /// mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, mxfp8_e5m2 or mxint8.
-    #[arg(long)]
-    format: MxFormat,
-    /// floor, even, ceil or rceil (default: even, or the profile's own mode).
-    #[arg(long)]
-    scale_mode: Option<ScaleMode>,
-    /// Compatibility profile: contract, ocp, quark, torchao, nvidia, microxcaling or ggml.
-    #[arg(long, default_value = "contract")]
-    profile: ProfileId,
-    #[arg(long)]
-    input: PathBuf,
-    #[arg(long)]
-    output: PathBuf,
-    /// Only these tensors (repeatable).
-    #[arg(long = "tensor", value_name = "NAME")]
-    tensors: Vec<String>,
     #[command(flatten)]
-    backend: BackendArgs,
-    #[command(flatten)]
-    pick: LayerPick,
+    t: FloatToolArgs,
 }
 
-pub fn run(a: &QuantizeArgs) -> Result<()> {
-    let p = a.profile.spec();
-    let (format, mode) = (a.format, p.mode(a.scale_mode));
-    profile_backend(a.profile, &a.backend)?;
-    p.check(format, mode)?;
-    let b = a.backend.open()?;
-    io::check_outputs(&[("--output", &a.output)], &[("--input", &a.input)])?;
-    let inputs = if a.tensors.is_empty() && a.pick.is_layer_input(&a.input) {
-        a.pick.expert_floats(&b, &a.input)?.0
-    } else {
-        let f = StFile::open(&a.input)?;
-        io::float_tensors_named(&f, &a.tensors, note)?
-    };
+pub fn run(args: &QuantizeArgs) -> Result<()> {
+    let a = &args.t;
+    let FloatToolRun {
+        profile: p,
+        format,
+        mode,
+        backend: b,
+        inputs,
+    } = a.prepare()?;
     // Each T becomes T and T_scale: refuse inputs where that writes one name twice.
     let taken: std::collections::HashSet<&str> = inputs.iter().map(|t| t.name.as_str()).collect();
     if let Some(t) = inputs
