@@ -280,6 +280,34 @@ pub struct Device {
     pub arch: String,
     pub total_mem: usize,
     pub driver_version: i32,
+    /// Freed allocations kept for reuse (see [`Device::alloc`]).
+    pool: std::sync::Mutex<Pool>,
+}
+
+/// Device allocations kept after their [`DevBuf`] drops, by capacity, so that a forward's
+/// scratch and output buffers cost no malloc/free after the first forward of a shape (the
+/// driver's free synchronizes the device, its malloc is slow). Only allocations up to
+/// [`Pool::MAX_BUF`] are kept (weights are freed for real), at most [`Pool::MAX_KEPT`] bytes in
+/// all. Safe to reuse at once: every launch and copy goes to the one (null) stream, in order.
+#[derive(Default)]
+struct Pool {
+    free: std::collections::HashMap<usize, Vec<u64>>,
+    kept: usize,
+}
+
+impl Pool {
+    const MAX_BUF: usize = 256 << 20;
+    const MAX_KEPT: usize = 2 << 30;
+
+    /// The capacity an allocation of `n` bytes gets: `n` up to 64 KiB, else rounded up to an
+    /// eighth of its power of two (less than 25 % waste; 8 capacities per power of two).
+    fn capacity(n: usize) -> usize {
+        if n <= 64 << 10 {
+            return n.next_multiple_of(256);
+        }
+        let q = n.next_power_of_two() / 8;
+        n.next_multiple_of(q)
+    }
 }
 
 // SAFETY: the context handle is only used under the backend's op lock, after `make_current`.
@@ -359,6 +387,7 @@ impl Device {
                 arch,
                 total_mem,
                 driver_version,
+                pool: Default::default(),
             })
         }
     }
@@ -446,21 +475,57 @@ impl Device {
         }
     }
 
-    /// A device allocation of `bytes` (at least 4), freed on drop.
+    /// A device allocation of `bytes` (at least 4), returned on drop: to the device's pool of
+    /// reusable buffers when small enough, else freed.
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DevBuf, BackendError> {
-        let mut p = 0u64;
         let n = bytes.max(4).next_multiple_of(4);
-        unsafe {
-            self.driver.check(
-                &format!("alloc of {n} bytes"),
-                (self.driver.fns.malloc)(&mut p, n),
-            )?;
-        }
+        let cap = if n <= Pool::MAX_BUF {
+            Pool::capacity(n)
+        } else {
+            n
+        };
+        let reused = {
+            let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            let p = pool.free.get_mut(&cap).and_then(Vec::pop);
+            if p.is_some() {
+                pool.kept -= cap;
+            }
+            p
+        };
+        let p = match reused {
+            Some(p) => p,
+            None => {
+                let mut p = 0u64;
+                unsafe {
+                    self.driver.check(
+                        &format!("alloc of {cap} bytes"),
+                        (self.driver.fns.malloc)(&mut p, cap),
+                    )?;
+                }
+                p
+            }
+        };
         Ok(DevBuf {
             dev: self.clone(),
             ptr: p,
             bytes: n,
+            cap,
         })
+    }
+
+    /// Take back an allocation of capacity `cap`: keep it for reuse, or free it.
+    fn release(&self, ptr: u64, cap: usize) {
+        if cap <= Pool::MAX_BUF {
+            let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.kept + cap <= Pool::MAX_KEPT {
+                pool.kept += cap;
+                pool.free.entry(cap).or_default().push(ptr);
+                return;
+            }
+        }
+        unsafe {
+            (self.driver.fns.free)(ptr);
+        }
     }
 
     /// An allocation holding `data`.
@@ -510,7 +575,10 @@ fn hip_arch(d: &Driver, ordinal: i32) -> Option<String> {
 pub struct DevBuf {
     dev: Arc<Device>,
     pub ptr: u64,
+    /// The bytes asked for (rounded up to 4).
     pub bytes: usize,
+    /// The bytes allocated (see `Pool::capacity`).
+    cap: usize,
 }
 
 // SAFETY: a device address; used under the op lock.
@@ -543,11 +611,22 @@ impl DevBuf {
     }
 }
 
+impl Drop for Device {
+    /// Free the pooled allocations (every `DevBuf` holds the device, so none is in use).
+    fn drop(&mut self) {
+        let _ = self.make_current();
+        let pool = self.pool.get_mut().unwrap_or_else(|e| e.into_inner());
+        for p in pool.free.drain().flat_map(|(_, v)| v) {
+            unsafe {
+                (self.driver.fns.free)(p);
+            }
+        }
+    }
+}
+
 impl Drop for DevBuf {
     fn drop(&mut self) {
-        unsafe {
-            (self.dev.driver.fns.free)(self.ptr);
-        }
+        self.dev.release(self.ptr, self.cap);
     }
 }
 
@@ -588,5 +667,32 @@ impl Drop for Event {
         unsafe {
             (self.dev.driver.fns.event_destroy)(self.e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pool;
+
+    /// Capacities hold the request, waste at most a quarter, stay 4-byte aligned, and repeat
+    /// across nearby sizes (so buffers of a forward of one shape find each other again).
+    #[test]
+    fn pool_capacities() {
+        for n in (4..=(64usize << 20))
+            .step_by(4093 * 4)
+            .chain([4, 256, 65536, 65540, 1 << 28])
+        {
+            let c = Pool::capacity(n);
+            assert!(c >= n && c % 4 == 0, "{n} -> {c}");
+            assert!(
+                n <= 64 << 10 || c - n <= n / 4 + 4,
+                "{n} -> {c}: more than 25 % waste"
+            );
+        }
+        assert_eq!(Pool::capacity(100), 256);
+        assert_eq!(Pool::capacity(3 << 20), 3 << 20);
+        assert_eq!(Pool::capacity((3 << 20) + 4), 7 << 19);
+        assert_eq!(Pool::capacity(5 << 20), 5 << 20);
+        assert_eq!(Pool::capacity((5 << 20) + 4), 6 << 20);
     }
 }
