@@ -100,29 +100,26 @@ fn gemm_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: boo
     return c;
 }
 
-// Grid: x = tile slot, y = ceil(I / 64). A tile covers 64 intermediate columns: weight-tile
-// columns 0..63 hold their gate rows and 64..127 their up rows (for either row layout), so the
-// epilogue has gate and up of a column in one thread, and each row's two 32-blocks in the tile.
-// Output out_bits = intermediate [rows, I] (f32 bits).
-@compute @workgroup_size(256)
-fn gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let tile = load_tile(lid, wid.x);
-    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
-        return;
-    }
-    let e = tile.x;
-    let start = tile.y;
-    let cnt = tile.z - tile.y;
+// What one gemm thread loads: the offset of its x row (0xFFFFFFFF = no row) and its weight
+// row (chunk row, tile column, whether the row exists). Shared with moe_gemm_coop.wgsl.
+struct GemmLoad {
+    xoff: u32,
+    wrow: u32,
+    wcol: u32,
+    wv: bool,
+}
+
+// gemm1's loads for tile (e, start, cnt), intermediate columns jb..jb+63: x row lid / 4; weight
+// tile row lid / 2 in the expert's natural order, mapped to its tile column (gate rows in tile
+// columns 0..63, up rows in 64..127, for either row layout).
+fn gemm1_load(lid: u32, e: u32, start: u32, cnt: u32, jb: u32) -> GemmLoad {
     let h = params.hidden;
     let inter = params.inter;
-    let jb = wid.y * 64u;
-    // x loader row.
     let xm = lid / 4u;
     var xoff = 0xFFFFFFFFu;
     if xm < cnt {
         xoff = (pair_of_row[start + xm] / params.top_k) * h;
     }
-    // Weight loader: tile row wr = lid / 2 in the expert's natural order, mapped to its column.
     let wr = lid / 2u;
     var c: u32;    // intermediate column within the tile
     var isup: u32;
@@ -136,10 +133,41 @@ fn gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
         isup = wr % 2u;
         row = 2u * jb + wr;
     }
-    let wv = jb + c < inter;
-    let acc = gemm_k_loop(lid, h, xoff, (e - params.e0) * 2u * inter + row, isup * 64u + c, wv);
-    // Epilogue: thread (ty, tx) has rows ty*4+i, columns tx*4+0..3 (gate in the low half of
-    // the tile, up in the high half).
+    return GemmLoad(xoff, (e - params.e0) * 2u * inter + row, isup * 64u + c, jb + c < inter);
+}
+
+// gemm2's loads for tile (e, start, cnt), output columns nb..nb+127.
+fn gemm2_load(lid: u32, e: u32, start: u32, cnt: u32, nb: u32) -> GemmLoad {
+    let h = params.hidden;
+    let xm = lid / 4u;
+    var xoff = 0xFFFFFFFFu;
+    if xm < cnt {
+        xoff = (start + xm) * params.inter;
+    }
+    let wr = lid / 2u;
+    return GemmLoad(xoff, (e - params.e0) * h + nb + wr, wr, nb + wr < h);
+}
+
+// Grid: x = tile slot, y = ceil(I / 64). A tile covers 64 intermediate columns: weight-tile
+// columns 0..63 hold their gate rows and 64..127 their up rows (for either row layout), so the
+// epilogue has gate and up of a column in one thread, and each row's two 32-blocks in the tile.
+// Output out_bits = intermediate [rows, I] (f32 bits).
+@compute @workgroup_size(256)
+fn gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    let jb = wid.y * 64u;
+    let ld = gemm1_load(lid, tile.x, tile.y, tile.z - tile.y, jb);
+    let acc = gemm_k_loop(lid, params.hidden, ld.xoff, ld.wrow, ld.wcol, ld.wv);
+    gemm1_finish(lid, tile.x, tile.y, tile.z - tile.y, jb, acc);
+}
+
+// gemm1's epilogue: thread (ty, tx) has rows ty*4+i, columns tx*4+0..3 (gate in the low half
+// of the tile, up in the high half): bias, router weight on input, activation, intermediate QDQ
+// and the store. Shared with moe_gemm_coop.wgsl.
+fn gemm1_finish(lid: u32, e: u32, start: u32, cnt: u32, jb: u32, acc: GemmAcc) {
     let ty = lid / 16u;
     let tx = lid % 16u;
     let half = tx / 8u; // which 32-block of the tile's 64 columns
@@ -235,20 +263,15 @@ fn gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
         return;
     }
-    let e = tile.x;
-    let start = tile.y;
-    let cnt = tile.z - tile.y;
-    let h = params.hidden;
-    let inter = params.inter;
     let nb = wid.y * 128u;
-    let xm = lid / 4u;
-    var xoff = 0xFFFFFFFFu;
-    if xm < cnt {
-        xoff = (start + xm) * inter;
-    }
-    let wr = lid / 2u;
-    let wv = nb + wr < h;
-    let acc = gemm_k_loop(lid, inter, xoff, (e - params.e0) * h + nb + wr, wr, wv);
+    let ld = gemm2_load(lid, tile.x, tile.y, tile.z - tile.y, nb);
+    let acc = gemm_k_loop(lid, params.inter, ld.xoff, ld.wrow, ld.wcol, ld.wv);
+    gemm2_finish(lid, tile.x, tile.y, tile.z - tile.y, nb, acc);
+}
+
+// gemm2's epilogue (bias, router weight, store) of thread (ty, tx). Shared with
+// moe_gemm_coop.wgsl.
+fn gemm2_finish(lid: u32, e: u32, start: u32, cnt: u32, nb: u32, acc: GemmAcc) {
     let ty = lid / 16u;
     let tx = lid % 16u;
     gemm2_store(e, start, cnt, ty * 4u + 0u, nb + tx * 4u, acc.row0_lo, acc.row0_hi);

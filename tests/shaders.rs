@@ -32,6 +32,10 @@ fn validate(name: &str, src: &str) -> (naga::Module, naga::valid::ModuleInfo) {
     if sh.is_some_and(|s| s.needs_subgroup()) {
         caps |= Capabilities::SUBGROUP;
     }
+    // Only the cooperative-matrix GEMM may use f16 and cooperative matrices (Shader::needs_coop).
+    if sh.is_some_and(|s| s.needs_coop()) {
+        caps |= Capabilities::SHADER_FLOAT16 | Capabilities::COOPERATIVE_MATRIX;
+    }
     let info = Validator::new(ValidationFlags::all(), caps)
         .subgroup_stages(naga::valid::ShaderStages::COMPUTE)
         .subgroup_operations(naga::valid::SubgroupOperationSet::all())
@@ -233,6 +237,7 @@ fn moe_all_variants() {
     afmts.push(source::FMT_NONE);
     for (sh, entries) in [
         (Shader::MoeGemm, ["gemm1", "gemm2"]),
+        (Shader::MoeGemmCoop, ["coop_gemm1", "coop_gemm2"]),
         (
             Shader::MoeGemv {
                 registers: false,
@@ -299,7 +304,7 @@ fn moe_all_variants() {
             );
         }
         // The subgroup GEMV layouts the backend may choose (rows per group x subgroup size).
-        if sh.needs_subgroup() {
+        if matches!(sh, Shader::MoeGemv { subgroup: true, .. }) {
             for (prefetch, words, lanes) in [
                 (0u32, 0u32, 32u32),
                 (1, 0, 32),

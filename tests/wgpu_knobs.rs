@@ -133,6 +133,40 @@ fn moe_gemm_and_gemv_paths_on_catalog_cases() {
     }
 }
 
+/// The prefill GEMM's kernels: the tiled f32 GEMM runs everywhere (the test above); where the
+/// adapter offers cooperative matrices (f16 16x16x16, f32 accumulation) and passed
+/// `coop_check`, the cooperative GEMM must satisfy every quick MoE case on the GEMM path too,
+/// and so must the tiled GEMM when switched back. An adapter without them (lavapipe) must
+/// refuse the cooperative GEMM with a reason: never a silent pass. Own backend instance: the
+/// choice is per device context.
+#[test]
+fn gemm_tiled_and_coop_on_catalog_cases() {
+    gpu!("gemm_tiled_and_coop_on_catalog_cases");
+    let b = WgpuBackend::new(None).expect("second context on the same adapter");
+    b.set_poison(true);
+    if !b.coop_gemm() {
+        let why = b
+            .set_coop_gemm(true)
+            .expect_err("set_coop_gemm(true) accepted on an adapter that did not enable it");
+        assert!(why.starts_with("tiled"), "{why}");
+        assert!(!b.coop_gemm());
+        println!("cooperative GEMM not available ({why}); the tiled GEMM is covered above");
+        return;
+    }
+    let mut mat = Materializer::default();
+    let cases: Vec<Case> = check::cases(Suite::Quick)
+        .into_iter()
+        .filter(Case::is_moe)
+        .collect();
+    assert!(cases.len() > 50);
+    for c in &cases {
+        b.set_coop_gemm(true).unwrap();
+        check_on(&b, &mut mat, c, &[MoePath::Gemm]);
+        b.set_coop_gemm(false).unwrap();
+        check_on(&b, &mut mat, c, &[MoePath::Gemm]);
+    }
+}
+
 /// The decode GEMV's layouts: the workgroup-memory reduction every adapter can run, and where
 /// the adapter has fixed-size subgroups (lavapipe: 8 lanes; NVIDIA: 32) the subgroupAdd
 /// layout, each with and without prefetching the next block and with blocks or words per

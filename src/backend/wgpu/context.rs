@@ -49,6 +49,9 @@ pub struct AdapterSummary {
     pub max_compute_workgroups_per_dimension: u32,
     /// Whether this adapter can run compute shaders at all (GL adapters may not).
     pub compute: bool,
+    /// The cooperative-matrix configurations the adapter reports (M x N x K, A/B type ->
+    /// accumulator type), when it offers `EXPERIMENTAL_COOPERATIVE_MATRIX`.
+    pub coop_matrix: Vec<String>,
 }
 
 impl std::fmt::Display for AdapterSummary {
@@ -56,7 +59,7 @@ impl std::fmt::Display for AdapterSummary {
         write!(
             f,
             "{} ({}, {}, driver {} {}); features [{}]; max storage binding {} MiB, max buffer {} MiB, \
-             {} storage buffers/stage, {} B workgroup memory, {} invocations/workgroup{}",
+             {} storage buffers/stage, {} B workgroup memory, {} invocations/workgroup{}{}",
             self.name,
             self.backend,
             self.device_type,
@@ -68,6 +71,11 @@ impl std::fmt::Display for AdapterSummary {
             self.max_storage_buffers_per_shader_stage,
             self.max_compute_workgroup_storage_size,
             self.max_compute_invocations_per_workgroup,
+            if self.coop_matrix.is_empty() {
+                String::new()
+            } else {
+                format!("; cooperative matrices [{}]", self.coop_matrix.join(", "))
+            },
             if self.compute { "" } else { "; NO COMPUTE" }
         )
     }
@@ -104,8 +112,40 @@ fn summarize(a: &wgpu::Adapter) -> AdapterSummary {
             .get_downlevel_capabilities()
             .flags
             .contains(wgpu::DownlevelFlags::COMPUTE_SHADERS),
+        coop_matrix: if feats.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            a.cooperative_matrix_properties()
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}x{}x{} {:?}->{:?}{}",
+                        p.m_size,
+                        p.n_size,
+                        p.k_size,
+                        p.ab_type,
+                        p.cr_type,
+                        if p.saturating_accumulation { " sat" } else { "" }
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
     }
 }
+
+/// Whether `p` is the configuration shaders/moe_gemm_coop.wgsl uses: 16x16x16, f16 operands,
+/// f32 accumulator.
+fn coop_config_ok(p: &wgpu::CooperativeMatrixProperties) -> bool {
+    (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+        && p.ab_type == wgpu::CooperativeScalarType::F16
+        && p.cr_type == wgpu::CooperativeScalarType::F32
+}
+
+/// The adapter features the cooperative-matrix GEMM needs (with a [`coop_config_ok`]
+/// configuration and subgroups of 32 consecutive invocations).
+const COOP_FEATURES: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+    .union(wgpu::Features::SHADER_F16)
+    .union(wgpu::Features::SUBGROUP);
 
 /// An instance over `backends` (`WGPU_BACKEND`, e.g. "vulkan" or "gl", overrides them; the other
 /// WGPU_* variables are honoured too).
@@ -281,6 +321,15 @@ pub struct Context {
     /// Whether gemv1 builds the row lists itself at decode sizes (no `lists` pass);
     /// `MXMOE_GEMV_OWN_LISTS=0` turns it off.
     pub own_lists: AtomicBool,
+    /// Whether the prefill GEMM runs on cooperative matrices (shaders/moe_gemm_coop.wgsl): set
+    /// when the adapter offers them (f16 16x16x16, f32 accumulation), the subgroups are 32
+    /// consecutive invocations and `check_coop` passed; `MXMOE_GEMM=tiled` keeps the tiled
+    /// GEMM (the feature is then not even requested).
+    coop_gemm: AtomicBool,
+    /// Whether the cooperative GEMM passed its checks (so it may be switched back on).
+    coop_ok: bool,
+    /// Which GEMM runs and why, in words (`mxmoe info`, bench notes).
+    coop_note: Mutex<String>,
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -346,6 +395,39 @@ impl Context {
                 enabled.push(n);
             }
         }
+        // The cooperative-matrix GEMM: request the experimental feature only where it would be
+        // used (MXMOE_GEMM=tiled: never).
+        let gemm_env = std::env::var("MXMOE_GEMM").ok().filter(|s| !s.is_empty());
+        let offered: Vec<String> = summary.coop_matrix.clone();
+        let mut coop_why: Option<String> = match gemm_env.as_deref() {
+            Some("tiled") => Some("MXMOE_GEMM=tiled".into()),
+            Some(v) if v != "coop" && v != "auto" => {
+                return Err(BackendError::Device(format!(
+                    "MXMOE_GEMM={v}: expected tiled, coop or auto"
+                )))
+            }
+            _ if !feats.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) => {
+                Some("the adapter does not offer EXPERIMENTAL_COOPERATIVE_MATRIX".into())
+            }
+            _ if !adapter
+                .cooperative_matrix_properties()
+                .iter()
+                .any(coop_config_ok) =>
+            {
+                Some(format!(
+                    "no f16 16x16x16 configuration with f32 accumulation (offered: [{}])",
+                    offered.join(", ")
+                ))
+            }
+            _ if !feats.contains(COOP_FEATURES) => {
+                Some("the adapter lacks SHADER_F16 or SUBGROUP".into())
+            }
+            _ => None,
+        };
+        let request_coop = coop_why.is_none();
+        if request_coop {
+            required |= COOP_FEATURES;
+        }
         let limits = adapter.limits();
         let ainfo = adapter.get_info();
         let subgroup_size = (feats.contains(wgpu::Features::SUBGROUP)
@@ -357,7 +439,15 @@ impl Context {
             label: Some("mxmoe"),
             required_features: required,
             required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            experimental_features: if request_coop {
+                // SAFETY: wgpu's experimental features may have bugs that lead to undefined
+                // behaviour; we use cooperative matrices only after `check_coop` multiplied a
+                // known product on this device through the GEMM's own layouts, and the tiled
+                // GEMM stays one environment variable away (MXMOE_GEMM=tiled).
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         }))
@@ -370,7 +460,7 @@ impl Context {
                 *g = Some(e.to_string());
             }
         }));
-        let ctx = Context {
+        let mut ctx = Context {
             device,
             queue,
             info: ContextInfo {
@@ -387,6 +477,9 @@ impl Context {
             gemv: Mutex::new(GemvConfig::SHARED),
             own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
             subgroup_size,
+            coop_gemm: AtomicBool::new(false),
+            coop_ok: false,
+            coop_note: Mutex::new(String::new()),
             op_lock: Mutex::new(()),
             uncaptured,
         };
@@ -420,7 +513,103 @@ impl Context {
             prefetch,
             words,
         });
+        if coop_why.is_none() {
+            let layout = GemvConfig {
+                subgroup: true,
+                lanes: 32,
+                prefetch: false,
+                words: false,
+            };
+            coop_why = if ctx.subgroup_size != Some(32) || !ctx.check_subgroup_layout(layout) {
+                Some(format!(
+                    "subgroups are not 32 consecutive invocations (subgroup size {:?})",
+                    ctx.subgroup_size
+                ))
+            } else {
+                ctx.check_coop().err().map(|e| format!("coop_check failed: {e}"))
+            };
+        }
+        ctx.coop_ok = coop_why.is_none();
+        ctx.coop_gemm.store(ctx.coop_ok, Ordering::Relaxed);
+        *ctx.coop_note.lock().unwrap() = match coop_why {
+            None => "cooperative matrices (moe_gemm_coop.wgsl: f16 16x16x16, f32 accumulation; \
+                     coop_check passed; MXMOE_GEMM=tiled for the tiled GEMM)"
+                .into(),
+            Some(why) => format!("tiled f32 (moe_gemm.wgsl): {why}"),
+        };
+        if gemm_env.as_deref() == Some("coop") && !ctx.coop_ok {
+            return Err(BackendError::Device(format!(
+                "MXMOE_GEMM=coop on {}: {}",
+                ctx.info.adapter.name,
+                ctx.coop_note.lock().unwrap()
+            )));
+        }
         Ok(ctx)
+    }
+
+    /// Whether the prefill GEMM runs on cooperative matrices now.
+    pub fn coop_gemm(&self) -> bool {
+        self.coop_gemm.load(Ordering::Relaxed)
+    }
+
+    /// Which GEMM the device chose at start-up and why, in words.
+    pub fn gemm_note(&self) -> String {
+        self.coop_note.lock().unwrap().clone()
+    }
+
+    /// Use the cooperative-matrix GEMM (`true`, only where it passed its checks) or the tiled
+    /// one. Err when `true` is asked on a device that cannot run it.
+    pub fn set_coop_gemm(&self, on: bool) -> Result<(), String> {
+        if on && !self.coop_ok {
+            return Err(self.gemm_note());
+        }
+        self.coop_gemm.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Multiply the known 16x32 by 32x16 product of `coop_check` (shaders/moe_gemm_coop.wgsl)
+    /// on the device and compare every element exactly; then build the two GEMM pipelines
+    /// (default overrides) so a driver that rejects them (workgroup memory, compilation) is
+    /// found here, not in a forward.
+    fn check_coop(&self) -> Result<(), String> {
+        let pipe = self
+            .pipeline(Shader::MoeGemmCoop, "coop_check", &[])
+            .map_err(|e| e.to_string())?;
+        let out = self.storage(1024);
+        let bg = self.bind(&pipe, &[(9, &out)]);
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("coop_check"),
+            });
+        {
+            let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            p.set_pipeline(&pipe);
+            p.set_bind_group(0, &bg, &[]);
+            p.dispatch_workgroups(1, 1, 1);
+        }
+        let r = self
+            .submit_and_read(enc, &[(&out, 1024)])
+            .map_err(|e| e.to_string())?;
+        self.give([out]);
+        let got: Vec<f32> = bytemuck::pod_collect_to_vec(&r[0]);
+        for i in 0..16i64 {
+            for n in 0..16i64 {
+                let want: i64 = (0..32i64)
+                    .map(|k| ((3 * i + k) % 7 - 3) * ((5 * k + n) % 11 - 5))
+                    .sum::<i64>()
+                    * 2;
+                let g = got[(i * 16 + n) as usize];
+                if g != want as f32 {
+                    return Err(format!("C[{i}][{n}] = {g}, expected {want}"));
+                }
+            }
+        }
+        for entry in ["coop_gemm1", "coop_gemm2"] {
+            self.pipeline(Shader::MoeGemmCoop, entry, &[])
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// Whether gemv1 builds the row lists itself at decode sizes.

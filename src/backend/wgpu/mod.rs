@@ -83,6 +83,16 @@ impl WgpuBackend {
         let g = self.ctx.gemv_config();
         vec![
             format!(
+                "prefill GEMM: {}",
+                if self.ctx.coop_gemm() {
+                    self.ctx.gemm_note()
+                } else if self.ctx.gemm_note().starts_with("tiled") {
+                    self.ctx.gemm_note()
+                } else {
+                    "tiled f32 (moe_gemm.wgsl): switched by set_coop_gemm".into()
+                }
+            ),
+            format!(
                 "fp4 decode in the GEMV: {}",
                 if self.ctx.fp4_register_decode.load(Ordering::Relaxed) {
                     "registers (f16 bit trick; the adapter passed the check)"
@@ -107,6 +117,17 @@ impl WgpuBackend {
                 }
             ),
         ]
+    }
+
+    /// Use the cooperative-matrix GEMM (`true`; Err where the device did not pass its checks)
+    /// or the tiled GEMM (`false`) for prefill batches.
+    pub fn set_coop_gemm(&self, on: bool) -> Result<(), String> {
+        self.ctx.set_coop_gemm(on)
+    }
+
+    /// Whether prefill batches run the cooperative-matrix GEMM now.
+    pub fn coop_gemm(&self) -> bool {
+        self.ctx.coop_gemm()
     }
 
     /// Test hook: the decode GEMV's layout (subgroup or workgroup-memory reductions, with or

@@ -437,6 +437,9 @@ pub fn forward(
             subgroup: gcfg.subgroup,
         };
         (shader, "gemv1", "gemv2")
+    } else if ctx.coop_gemm() {
+        // Cooperative matrices where the device passed coop_check (Context::new).
+        (Shader::MoeGemmCoop, "coop_gemm1", "coop_gemm2")
     } else {
         (Shader::MoeGemm, "gemm1", "gemm2")
     };

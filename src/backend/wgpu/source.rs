@@ -43,6 +43,9 @@ pub const MOE_COMMON: File = shader_file!("moe_common.wgsl");
 pub const MOE_LISTS: File = shader_file!("moe_lists.wgsl");
 /// The prefill expert passes `gemm1`, `gemm2` (grouped GEMM).
 pub const MOE_GEMM: File = shader_file!("moe_gemm.wgsl");
+/// The prefill expert passes on cooperative matrices `coop_gemm1`, `coop_gemm2` (and the
+/// device check `coop_check`).
+pub const MOE_GEMM_COOP: File = shader_file!("moe_gemm_coop.wgsl");
 /// The decode expert passes `gemv1`, `gemv2` (grouped GEMV).
 pub const MOE_GEMV: File = shader_file!("moe_gemv.wgsl");
 /// The GEMV's FP4 word decode through a workgroup-memory table (every adapter).
@@ -59,7 +62,7 @@ pub const MOE_COMBINE: File = shader_file!("moe_combine.wgsl");
 pub const BANDWIDTH_PROBE: File = shader_file!("bandwidth_probe.wgsl");
 
 /// Every file of `shaders/`.
-pub const FILES: [File; 14] = [
+pub const FILES: [File; 15] = [
     MX_COMMON,
     EXACT_MATH,
     QUANT,
@@ -67,6 +70,7 @@ pub const FILES: [File; 14] = [
     MOE_COMMON,
     MOE_LISTS,
     MOE_GEMM,
+    MOE_GEMM_COOP,
     MOE_GEMV,
     MOE_GEMV_FP4_TABLE,
     MOE_GEMV_FP4_REGISTERS,
@@ -91,6 +95,10 @@ pub enum Shader {
     /// `gemm1`, `gemm2` (overrides `WEIGHT_FMT`, `ACT_FMT`, `ACT_SCALE_MODE`, `ACTIVATION`,
     /// `ROUND_BF16`).
     MoeGemm,
+    /// `coop_gemm1`, `coop_gemm2` (the overrides of [`Shader::MoeGemm`]) and `coop_check`:
+    /// the GEMM on cooperative matrices (f16, f32 accumulation; needs SHADER_F16, SUBGROUP and
+    /// EXPERIMENTAL_COOPERATIVE_MATRIX).
+    MoeGemmCoop,
     /// `gemv1`, `gemv2` (the overrides of [`Shader::MoeGemm`] and `GEMV_R`, `GEMV_LANES`,
     /// `GEMV_THREADS`): FP4 decoded from bits in registers (`registers`; also
     /// `fp4_decode_check`) or through a table, lane sums reduced with subgroup operations
@@ -103,11 +111,12 @@ pub enum Shader {
 }
 
 impl Shader {
-    pub const ALL: [Shader; 10] = [
+    pub const ALL: [Shader; 11] = [
         Shader::Quant,
         Shader::Route,
         Shader::MoeLists,
         Shader::MoeGemm,
+        Shader::MoeGemmCoop,
         Shader::MoeGemv {
             registers: false,
             subgroup: false,
@@ -135,6 +144,7 @@ impl Shader {
             Shader::Route => "route",
             Shader::MoeLists => "moe_lists",
             Shader::MoeGemm => "moe_gemm",
+            Shader::MoeGemmCoop => "moe_gemm_coop",
             Shader::MoeGemv {
                 registers: false,
                 subgroup: false,
@@ -164,6 +174,7 @@ impl Shader {
             Shader::Route => &[EXACT_MATH, ROUTE],
             Shader::MoeLists => &[MX_COMMON, MOE_COMMON, MOE_LISTS],
             Shader::MoeGemm => &[MX_COMMON, MOE_COMMON, MOE_GEMM],
+            Shader::MoeGemmCoop => &[MX_COMMON, MOE_COMMON, MOE_GEMM, MOE_GEMM_COOP],
             Shader::MoeGemv {
                 registers: false,
                 subgroup: false,
@@ -228,16 +239,34 @@ impl Shader {
 
     /// Whether the shader uses subgroup operations (wgpu's `Features::SUBGROUP`).
     pub const fn needs_subgroup(self) -> bool {
-        matches!(self, Shader::MoeGemv { subgroup: true, .. })
+        matches!(
+            self,
+            Shader::MoeGemv { subgroup: true, .. } | Shader::MoeGemmCoop
+        )
+    }
+
+    /// Whether the shader uses f16 values (`enable f16`; wgpu's `Features::SHADER_F16`, naga's
+    /// `SHADER_FLOAT16`) and cooperative matrices (`enable wgpu_cooperative_matrix`; wgpu's
+    /// `Features::EXPERIMENTAL_COOPERATIVE_MATRIX`, naga's `COOPERATIVE_MATRIX`).
+    pub const fn needs_coop(self) -> bool {
+        matches!(self, Shader::MoeGemmCoop)
+    }
+
+    /// The enable directives that must open the source (before the preamble).
+    pub const fn directives(self) -> &'static str {
+        if self.needs_coop() {
+            "enable f16;\nenable wgpu_cooperative_matrix;\n"
+        } else {
+            ""
+        }
     }
 
     /// The full source, ready to compile.
     pub fn compose(self) -> String {
-        let mut s = if self.has_preamble() {
-            preamble()
-        } else {
-            String::new()
-        };
+        let mut s = self.directives().to_string();
+        if self.has_preamble() {
+            s += &preamble();
+        }
         for f in self.files() {
             s += &format!("// ---- {} ----\n", f.name);
             s += f.src;

@@ -1,0 +1,273 @@
+// moe_gemm_coop.wgsl: the prefill expert passes on cooperative matrices (tensor cores), for
+// adapters with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX offering f16 16x16x16 with f32
+// accumulation. Composed after moe_gemm.wgsl (same tiles, loads and epilogues: gemm1_load,
+// gemm2_load, gemm1_finish, gemm2_finish); only the k-loop differs. The host composes it with
+// `enable f16; enable wgpu_cooperative_matrix;` (src/backend/wgpu/source.rs) and runs it only
+// after `coop_check` (below) passed on the device; elsewhere moe_gemm.wgsl runs.
+//
+// Tile: 64 rows x 128 weight columns, K steps of one MX block (32). Eight subgroups of 32
+// consecutive invocations (the host verified the layout with `subgroup_check`): subgroup s owns
+// rows (s % 4) * 16..+15 and, in each 64-column half of the tile, columns (s / 4) * 32..+31, as
+// four 16x16 f32 accumulators (c0, c1 in the low half, c2, c3 in the high half).
+//
+// Numerics (docs/NUMERICS.md 10.3; design after llama.cpp's Vulkan mul_mm with cooperative
+// matrices: dequantize to f16 in workgroup memory; the scaling here is our own):
+//   * The workgroup keeps one running power-of-two exponent for the activations (ex: the
+//     largest finite |x| seen so far, floor(log2)) and one for the weights (ew: the largest
+//     E8M0 byte seen so far). The accumulators hold C / 2^(ex + ew - 127); when a K step raises
+//     either maximum, they are multiplied by the power of two of the change first (exact).
+//   * Weights are staged as f16 code_value x 2^(byte - ew): every code value of the six
+//     formats has at most 8 significant bits and |code| <= 57344, so this is exact unless the
+//     block's scale lies more than ~15-23 binades (format-dependent) below the largest scale
+//     seen in the tile (f16 subnormal range): such values are rounded, at < 2^-14 of the
+//     tile's largest weights.
+//   * Activations are staged as x / 2^ex (|.| < 2). Weight-only schemes (f32 activations)
+//     split them into hi = f16(v) and lo = f16(v - hi), both multiplied (about 22 significant
+//     bits; what is lost is below 2^-22 of the value, or below 2^-25 of the tile's largest
+//     activation). QDQ'd activations (MX codes, at most 8 significant bits) are exact in hi
+//     alone, down to 2^-14 of the tile's largest activation (then subnormal-rounded).
+//   * f16 x f16 products are exact in f32; the tensor cores accumulate in f32. The epilogue
+//     multiplies by 2^(ex + ew - 127) with ldexp (exact but for f32 over/underflow).
+//   * NaN scale bytes stage NaN weights, NaN activations stage NaN: both propagate. An infinite
+//     activation stages hi = inf, lo = 0.
+
+const COOP_SA: u32 = 40u; // f16 per row of the activation tiles: 32 + 8 padding (80 bytes)
+const COOP_SB: u32 = 40u; // f16 per weight-tile column (k contiguous): 32 + 8 padding
+const COOP_SC: u32 = 68u; // f32 per row of the accumulator staging: 64 + 4 padding
+
+var<workgroup> coop_a_hi: array<f16, 2560>; // [64 rows][COOP_SA]
+var<workgroup> coop_a_lo: array<f16, 2560>; // [64 rows][COOP_SA] (weight-only schemes)
+var<workgroup> coop_b: array<f16, 5120>; // [128 weight columns][COOP_SB]: B (k x n) column-major
+var<workgroup> coop_c: array<f32, 4352>; // [64 rows][COOP_SC]: zeros, then the epilogue's staging
+var<workgroup> coop_xmax: array<atomic<u32>, 2>; // per K step (two slots): largest finite |x| bits
+var<workgroup> coop_wmax: array<atomic<u32>, 2>; // per K step: largest non-NaN E8M0 byte
+
+// Stage four activations x / 2^ex as f16 hi (and lo for weight-only schemes) at index i.
+fn coop_stage_x(i: u32, x: vec4<f32>, ex: i32) {
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        let v = ldexp(x[j], -ex);
+        let hi = f16(v);
+        coop_a_hi[i + j] = hi;
+        if ACT_FMT == FMT_NONE {
+            var lo = f16(0.0);
+            if (bitcast<u32>(x[j]) & 0x7FFFFFFFu) < 0x7F800000u {
+                lo = f16(v - f32(hi));
+            }
+            coop_a_lo[i + j] = lo;
+        }
+    }
+}
+
+// Stage eight unscaled weights o times 2^(byte - ew) (NaN for a NaN block) at index i.
+fn coop_stage_w(i: u32, o: Octet, byte: u32, ew: i32) {
+    var lo = o.lo * ldexp(1.0, i32(byte) - ew);
+    var hi = o.hi * ldexp(1.0, i32(byte) - ew);
+    if byte == 255u {
+        lo = vec4<f32>(bitcast<f32>(MX_NAN));
+        hi = lo;
+    }
+    coop_b[i] = f16(lo.x);
+    coop_b[i + 1u] = f16(lo.y);
+    coop_b[i + 2u] = f16(lo.z);
+    coop_b[i + 3u] = f16(lo.w);
+    coop_b[i + 4u] = f16(hi.x);
+    coop_b[i + 5u] = f16(hi.y);
+    coop_b[i + 6u] = f16(hi.z);
+    coop_b[i + 7u] = f16(hi.w);
+}
+
+// Largest finite |x| of eight activations, as f32 bits (0 when none).
+fn coop_finite_max(a: vec4<f32>, b: vec4<f32>) -> u32 {
+    var m = 0u;
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        let u = bitcast<u32>(a[j]) & 0x7FFFFFFFu;
+        let v = bitcast<u32>(b[j]) & 0x7FFFFFFFu;
+        if u < 0x7F800000u {
+            m = max(m, u);
+        }
+        if v < 0x7F800000u {
+            m = max(m, v);
+        }
+    }
+    return m;
+}
+
+// The accumulator values of thread (ty, tx) for one 64-column half, read from coop_c and scaled
+// by 2^e: rows ty*4+i, columns tx*4..+3.
+fn coop_read_half(lid: u32, e: i32) -> array<vec4<f32>, 4> {
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    var r: array<vec4<f32>, 4>;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let b = (ty * 4u + i) * COOP_SC + tx * 4u;
+        r[i] = ldexp(vec4<f32>(coop_c[b], coop_c[b + 1u], coop_c[b + 2u], coop_c[b + 3u]),
+                     vec4<i32>(e));
+    }
+    return r;
+}
+
+// The k-loop of coop_gemm1 / coop_gemm2 (the arguments of moe_gemm.wgsl's gemm_k_loop), ending
+// with the accumulators scaled back and handed out in the tiled path's per-thread layout.
+fn coop_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: bool) -> GemmAcc {
+    let kblocks = kk_total / 32u;
+    let cb = mx_spec(WEIGHT_FMT).code_bits;
+    let xr = lid / 4u;          // x loader: row xr, k offset xk..xk+7
+    let xk = (lid % 4u) * 8u;
+    let wk = (lid % 2u) * 16u;  // weight loader: tile column wcol, k offset wk..wk+15
+    let sg = lid / 32u;
+    let ra = (sg % 4u) * 16u * COOP_SA; // this subgroup's rows in the activation tiles
+    let n0 = (sg / 4u) * 32u;           // and its first column in each half
+    var c0 = coopLoadT<coop_mat16x16<f32, C>>(&coop_c[0], 16u); // zeros (set in the entry)
+    var c1 = c0;
+    var c2 = c0;
+    var c3 = c0;
+    var ex = -127;
+    var ew = 0;
+    for (var k0 = 0u; k0 < kk_total; k0 = k0 + 32u) {
+        let slot = (k0 / 32u) & 1u;
+        var xa = vec4<f32>(0.0);
+        var xb = vec4<f32>(0.0);
+        if xoff != 0xFFFFFFFFu {
+            let o = xoff + k0 + xk;
+            xa = vec4<f32>(x_in[o], x_in[o + 1u], x_in[o + 2u], x_in[o + 3u]);
+            xb = vec4<f32>(x_in[o + 4u], x_in[o + 5u], x_in[o + 6u], x_in[o + 7u]);
+        }
+        var byte = 0u;
+        var w0 = Octet(vec4<f32>(0.0), vec4<f32>(0.0));
+        var w1 = w0;
+        if wv {
+            let sidx = wrow * kblocks + k0 / 32u;
+            byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+            w0 = decode_weight_octet(sidx * cb, wk);
+            w1 = decode_weight_octet(sidx * cb, wk + 8u);
+        }
+        let gx = subgroupMax(coop_finite_max(xa, xb));
+        let gw = subgroupMax(select(byte, 0u, byte == 255u));
+        if lid % 32u == 0u {
+            atomicMax(&coop_xmax[slot], gx);
+            atomicMax(&coop_wmax[slot], gw);
+        }
+        workgroupBarrier();
+        // The other slot was last read before the previous step's second barrier; it is next
+        // written after this step's.
+        if lid == 0u {
+            atomicStore(&coop_xmax[slot ^ 1u], 0u);
+            atomicStore(&coop_wmax[slot ^ 1u], 0u);
+        }
+        let ex_new = max(ex, i32(atomicLoad(&coop_xmax[slot]) >> 23u) - 127);
+        let ew_new = max(ew, i32(atomicLoad(&coop_wmax[slot])));
+        let f = ldexp(1.0, (ex - ex_new) + (ew - ew_new));
+        c0 = c0 * f;
+        c1 = c1 * f;
+        c2 = c2 * f;
+        c3 = c3 * f;
+        ex = ex_new;
+        ew = ew_new;
+        coop_stage_x(xr * COOP_SA + xk, xa, ex);
+        coop_stage_x(xr * COOP_SA + xk + 4u, xb, ex);
+        coop_stage_w(wcol * COOP_SB + wk, w0, byte, ew);
+        coop_stage_w(wcol * COOP_SB + wk + 8u, w1, byte, ew);
+        workgroupBarrier();
+        for (var ks = 0u; ks < 32u; ks = ks + 16u) {
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&coop_b[n0 * COOP_SB + ks], COOP_SB);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&coop_b[(n0 + 16u) * COOP_SB + ks], COOP_SB);
+            let b2 = coopLoad<coop_mat16x16<f16, B>>(&coop_b[(n0 + 64u) * COOP_SB + ks], COOP_SB);
+            let b3 = coopLoad<coop_mat16x16<f16, B>>(&coop_b[(n0 + 80u) * COOP_SB + ks], COOP_SB);
+            let ah = coopLoadT<coop_mat16x16<f16, A>>(&coop_a_hi[ra + ks], COOP_SA);
+            c0 = coopMultiplyAdd(ah, b0, c0);
+            c1 = coopMultiplyAdd(ah, b1, c1);
+            c2 = coopMultiplyAdd(ah, b2, c2);
+            c3 = coopMultiplyAdd(ah, b3, c3);
+            if ACT_FMT == FMT_NONE {
+                let al = coopLoadT<coop_mat16x16<f16, A>>(&coop_a_lo[ra + ks], COOP_SA);
+                c0 = coopMultiplyAdd(al, b0, c0);
+                c1 = coopMultiplyAdd(al, b1, c1);
+                c2 = coopMultiplyAdd(al, b2, c2);
+                c3 = coopMultiplyAdd(al, b3, c3);
+            }
+        }
+    }
+    // Hand the accumulators out through coop_c, one 64-column half at a time.
+    let e = ex + ew - 127;
+    let rc = (sg % 4u) * 16u * COOP_SC;
+    workgroupBarrier();
+    coopStoreT(c0, &coop_c[rc + n0], COOP_SC);
+    coopStoreT(c1, &coop_c[rc + n0 + 16u], COOP_SC);
+    workgroupBarrier();
+    let lo = coop_read_half(lid, e);
+    workgroupBarrier();
+    coopStoreT(c2, &coop_c[rc + n0], COOP_SC);
+    coopStoreT(c3, &coop_c[rc + n0 + 16u], COOP_SC);
+    workgroupBarrier();
+    let hi = coop_read_half(lid, e);
+    return GemmAcc(lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]);
+}
+
+// Zero what the k-loop expects zeroed (before load_tile, whose barrier publishes it).
+fn coop_init(lid: u32) {
+    coop_c[lid] = 0.0;
+    if lid < 2u {
+        atomicStore(&coop_xmax[lid], 0u);
+        atomicStore(&coop_wmax[lid], 0u);
+    }
+}
+
+// gemm1 on cooperative matrices (grid and output as moe_gemm.wgsl's gemm1).
+@compute @workgroup_size(256)
+fn coop_gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    coop_init(lid);
+    let tile = load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    let jb = wid.y * 64u;
+    let ld = gemm1_load(lid, tile.x, tile.y, tile.z - tile.y, jb);
+    let acc = coop_k_loop(lid, params.hidden, ld.xoff, ld.wrow, ld.wcol, ld.wv);
+    gemm1_finish(lid, tile.x, tile.y, tile.z - tile.y, jb, acc);
+}
+
+// gemm2 on cooperative matrices (grid and output as moe_gemm.wgsl's gemm2).
+@compute @workgroup_size(256)
+fn coop_gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    coop_init(lid);
+    let tile = load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    let nb = wid.y * 128u;
+    let ld = gemm2_load(lid, tile.x, tile.y, tile.z - tile.y, nb);
+    let acc = coop_k_loop(lid, params.inter, ld.xoff, ld.wrow, ld.wcol, ld.wv);
+    gemm2_finish(lid, tile.x, tile.y, tile.z - tile.y, nb, acc);
+}
+
+// The device check the host runs before choosing this path: one subgroup multiplies a 16x32
+// activation tile by a 32x16 weight tile through exactly the loads, layouts and strides of the
+// k-loop (row-major A, column-major B, row-major C store, the zero load, the scalar multiply)
+// and writes C x 2 (16x16 f32, row-major) to out_bits. A[i][k] = (3i + k) % 7 - 3,
+// B[k][n] = (5k + n) % 11 - 5: small integers, so the host knows C exactly
+// (`Context::check_coop`).
+@compute @workgroup_size(32)
+fn coop_check(@builtin(local_invocation_index) lid: u32) {
+    for (var i = lid; i < 512u; i = i + 32u) {
+        let r = i / 32u; // A row / B column
+        let k = i % 32u;
+        coop_a_hi[r * COOP_SA + k] = f16(f32((3u * r + k) % 7u) - 3.0);
+        coop_b[r * COOP_SB + k] = f16(f32((5u * k + r) % 11u) - 5.0);
+    }
+    for (var i = lid; i < 256u; i = i + 32u) {
+        coop_c[i] = 0.0;
+    }
+    workgroupBarrier();
+    var c = coopLoadT<coop_mat16x16<f32, C>>(&coop_c[0], 16u);
+    for (var ks = 0u; ks < 32u; ks = ks + 16u) {
+        let a = coopLoadT<coop_mat16x16<f16, A>>(&coop_a_hi[ks], COOP_SA);
+        let b = coopLoad<coop_mat16x16<f16, B>>(&coop_b[ks], COOP_SB);
+        c = coopMultiplyAdd(a, b, c);
+    }
+    c = c * 2.0;
+    coopStoreT(c, &coop_c[256], COOP_SC);
+    workgroupBarrier();
+    for (var i = lid; i < 256u; i = i + 32u) {
+        out_bits[i] = bitcast<u32>(coop_c[256u + (i / 16u) * COOP_SC + i % 16u]);
+    }
+}
