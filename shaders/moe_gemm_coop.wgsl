@@ -16,23 +16,60 @@
 //     largest finite |x| seen so far, floor(log2)) and one for the weights (ew: the largest
 //     E8M0 byte seen so far). The accumulators hold C / 2^(ex + ew - 127); when a K step raises
 //     either maximum, they are multiplied by the power of two of the change first (exact).
-//   * Weights are staged as f16 code_value x 2^(byte - ew): every code value of the six
-//     formats has at most 8 significant bits and |code| <= 57344, so this is exact unless the
-//     block's scale lies more than ~15-23 binades (format-dependent) below the largest scale
-//     seen in the tile (f16 subnormal range): such values are rounded, at < 2^-14 of the
-//     tile's largest weights.
-//   * Activations are staged as x / 2^ex (|.| < 2). Weight-only schemes (f32 activations)
-//     split them into hi = f16(v) and lo = f16(v - hi), both multiplied (about 22 significant
-//     bits; what is lost is below 2^-22 of the value, or below 2^-25 of the tile's largest
-//     activation). QDQ'd activations (MX codes, at most 8 significant bits) are exact in hi
-//     alone, down to 2^-14 of the tile's largest activation (then subnormal-rounded).
+//   * Weights are staged as f16 code_value x 2^(byte - ew + COOP_WSH), COOP_WSH = 14 - emax of
+//     the format, so |staged| < 2^15 (f16 max 65504): every code value of the six formats has
+//     at most 8 significant bits, so this is exact while the value stays an f16 normal, i.e.
+//     unless the block's scale lies more than ~18-28 binades (format-dependent) below the
+//     largest scale seen in the tile; such values are rounded or flushed (f16 subnormals may
+//     be flushed by the driver), at < 2^-28 of the tile's largest weight magnitude.
+//   * Activations are staged as v = x x 2^(14 - ex) (|v| < 2^15). Weight-only schemes (f32
+//     activations) split them into hi = f16(v) and lo = f16(v - hi), both multiplied (about 22
+//     significant bits: lo is an f16 normal for |x| >= 2^-17 of the tile's largest activation;
+//     below that the error is < 2^-28 of it). QDQ'd activations (MX codes, at most 8
+//     significant bits) are exact in hi alone down to 2^-28 of the tile's largest activation.
+//     (The first version scaled to |v| < 2: lo then fell into f16 subnormals, which the H200
+//     flushes, and gpt-oss outputs drifted to rel-L2 3.5e-4.)
 //   * f16 x f16 products are exact in f32; the tensor cores accumulate in f32. The epilogue
-//     multiplies by 2^(ex + ew - 127) with ldexp (exact but for f32 over/underflow).
+//     multiplies by 2^(ex - 14 + ew - 127 - COOP_WSH) with ldexp (exact but for f32
+//     over/underflow).
 //   * NaN scale bytes stage NaN weights, NaN activations stage NaN: both propagate. An infinite
 //     activation stages hi = inf, lo = 0.
 
 const COOP_SA: u32 = 40u; // f16 per row of the activation tiles: 32 + 8 padding (80 bytes)
 const COOP_SB: u32 = 40u; // f16 per weight-tile column (k contiguous): 32 + 8 padding
+const COOP_SBT: u32 = 136u; // COOP_B_ROW: f16 per weight-tile k row (n contiguous): 128 + 8
+const COOP_ASH: i32 = 14; // activations are staged as x x 2^(COOP_ASH - ex): |v| < 2^15
+
+// B's layout in workgroup memory: 0 = column-major ([n][k], k contiguous, coopLoad),
+// 1 = row-major ([k][n], coopLoadT). The host passes the same value to coop_check.
+override COOP_B_ROW: u32 = 0u;
+// 1: each K step's global loads are issued before the previous step's MMAs (register double
+// buffering); 0: at the top of the step. MXMOE_COOP_PREFETCH=0|1.
+override COOP_PREFETCH: u32 = 1u;
+// Diagnostics only (MXMOE_COOP_DIAG; results are then wrong): bit 1 skips the MMAs, bit 2 the
+// global loads and the staging, bit 3 the lo MMAs.
+override COOP_DIAG: u32 = 0u;
+
+// Weights are staged as code x 2^(byte - ew + COOP_WSH): |staged| < 2^15.
+fn coop_wsh() -> i32 {
+    return 14 - mx_spec(WEIGHT_FMT).emax;
+}
+
+// Index of B[k][n] (k along K, n the weight-tile column) in coop_b.
+fn coop_b_at(k: u32, n: u32) -> u32 {
+    if COOP_B_ROW != 0u {
+        return k * COOP_SBT + n;
+    }
+    return n * COOP_SB + k;
+}
+
+// The 16x16 B fragment at (k, n).
+fn coop_load_b(k: u32, n: u32) -> coop_mat16x16<f16, B> {
+    if COOP_B_ROW != 0u {
+        return coopLoadT<coop_mat16x16<f16, B>>(&coop_b[k * COOP_SBT + n], COOP_SBT);
+    }
+    return coopLoad<coop_mat16x16<f16, B>>(&coop_b[n * COOP_SB + k], COOP_SB);
+}
 const COOP_SC: u32 = 68u; // f32 per row of the accumulator staging: 64 + 4 padding
 
 var<workgroup> coop_a_hi: array<f16, 2560>; // [64 rows][COOP_SA]
@@ -42,10 +79,11 @@ var<workgroup> coop_c: array<f32, 4352>; // [64 rows][COOP_SC]: zeros, then the 
 var<workgroup> coop_xmax: array<atomic<u32>, 2>; // per K step (two slots): largest finite |x| bits
 var<workgroup> coop_wmax: array<atomic<u32>, 2>; // per K step: largest non-NaN E8M0 byte
 
-// Stage four activations x / 2^ex as f16 hi (and lo for weight-only schemes) at index i.
+// Stage four activations x x 2^(COOP_ASH - ex) as f16 hi (and lo for weight-only schemes) at
+// index i.
 fn coop_stage_x(i: u32, x: vec4<f32>, ex: i32) {
     for (var j = 0u; j < 4u; j = j + 1u) {
-        let v = ldexp(x[j], -ex);
+        let v = ldexp(x[j], COOP_ASH - ex);
         let hi = f16(v);
         coop_a_hi[i + j] = hi;
         if ACT_FMT == FMT_NONE {
@@ -58,22 +96,58 @@ fn coop_stage_x(i: u32, x: vec4<f32>, ex: i32) {
     }
 }
 
-// Stage eight unscaled weights o times 2^(byte - ew) (NaN for a NaN block) at index i.
-fn coop_stage_w(i: u32, o: Octet, byte: u32, ew: i32) {
-    var lo = o.lo * ldexp(1.0, i32(byte) - ew);
-    var hi = o.hi * ldexp(1.0, i32(byte) - ew);
-    if byte == 255u {
-        lo = vec4<f32>(bitcast<f32>(MX_NAN));
-        hi = lo;
+// One thread's global data of one K step: 8 activations, the 16 codes of its weight row
+// (k = wk..wk+15 of the block: 16 x code_bits bits, at most 4 words) and the block's scale byte.
+struct CoopRaw {
+    xa: vec4<f32>,
+    xb: vec4<f32>,
+    win: vec4<u32>,
+    byte: u32,
+}
+
+fn coop_load(k0: u32, kblocks: u32, xoff: u32, xk: u32, wrow: u32, wk: u32, wv: bool) -> CoopRaw {
+    var r = CoopRaw(vec4<f32>(0.0), vec4<f32>(0.0), vec4<u32>(0u), 0u);
+    if (COOP_DIAG & 4u) != 0u {
+        return r;
     }
-    coop_b[i] = f16(lo.x);
-    coop_b[i + 1u] = f16(lo.y);
-    coop_b[i + 2u] = f16(lo.z);
-    coop_b[i + 3u] = f16(lo.w);
-    coop_b[i + 4u] = f16(hi.x);
-    coop_b[i + 5u] = f16(hi.y);
-    coop_b[i + 6u] = f16(hi.z);
-    coop_b[i + 7u] = f16(hi.w);
+    if xoff != 0xFFFFFFFFu {
+        let o = xoff + k0 + xk;
+        r.xa = vec4<f32>(x_in[o], x_in[o + 1u], x_in[o + 2u], x_in[o + 3u]);
+        r.xb = vec4<f32>(x_in[o + 4u], x_in[o + 5u], x_in[o + 6u], x_in[o + 7u]);
+    }
+    if wv {
+        let cb = mx_spec(WEIGHT_FMT).code_bits;
+        let sidx = wrow * kblocks + k0 / 32u;
+        r.byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+        let w = sidx * cb + wk * cb / 32u; // 16 codes = cb / 2 words, inside the block
+        r.win.x = w_codes[w];
+        r.win.y = w_codes[w + 1u];
+        if cb >= 6u {
+            r.win.z = w_codes[w + 2u];
+        }
+        if cb >= 8u {
+            r.win.w = w_codes[w + 3u];
+        }
+    }
+    return r;
+}
+
+// Stage the 16 weights of raw (k = wk..wk+15 of tile column n) times 2^(byte - ew + COOP_WSH)
+// (NaN for a NaN block).
+fn coop_stage_w(wk: u32, n: u32, raw: CoopRaw, ew: i32) {
+    let cb = mx_spec(WEIGHT_FMT).code_bits;
+    let f = ldexp(1.0, i32(raw.byte) - ew + coop_wsh());
+    let nan = raw.byte == 255u;
+    for (var j = 0u; j < 16u; j = j + 1u) {
+        let bit = j * cb;
+        let wi = bit / 32u;
+        let code = mx_code_at(raw.win[wi], raw.win[min(wi + 1u, 3u)], bit % 32u, cb);
+        var v = code_value[code] * f;
+        if nan {
+            v = bitcast<f32>(MX_NAN);
+        }
+        coop_b[coop_b_at(wk + j, n)] = f16(v);
+    }
 }
 
 // Largest finite |x| of eight activations, as f32 bits (0 when none).
@@ -110,7 +184,6 @@ fn coop_read_half(lid: u32, e: i32) -> array<vec4<f32>, 4> {
 // with the accumulators scaled back and handed out in the tiled path's per-thread layout.
 fn coop_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: bool) -> GemmAcc {
     let kblocks = kk_total / 32u;
-    let cb = mx_spec(WEIGHT_FMT).code_bits;
     let xr = lid / 4u;          // x loader: row xr, k offset xk..xk+7
     let xk = (lid % 4u) * 8u;
     let wk = (lid % 2u) * 16u;  // weight loader: tile column wcol, k offset wk..wk+15
@@ -123,26 +196,18 @@ fn coop_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: boo
     var c3 = c0;
     var ex = -127;
     var ew = 0;
+    let stage = (COOP_DIAG & 4u) == 0u;
+    var raw = CoopRaw(vec4<f32>(0.0), vec4<f32>(0.0), vec4<u32>(0u), 0u);
+    if COOP_PREFETCH != 0u {
+        raw = coop_load(0u, kblocks, xoff, xk, wrow, wk, wv);
+    }
     for (var k0 = 0u; k0 < kk_total; k0 = k0 + 32u) {
         let slot = (k0 / 32u) & 1u;
-        var xa = vec4<f32>(0.0);
-        var xb = vec4<f32>(0.0);
-        if xoff != 0xFFFFFFFFu {
-            let o = xoff + k0 + xk;
-            xa = vec4<f32>(x_in[o], x_in[o + 1u], x_in[o + 2u], x_in[o + 3u]);
-            xb = vec4<f32>(x_in[o + 4u], x_in[o + 5u], x_in[o + 6u], x_in[o + 7u]);
+        if COOP_PREFETCH == 0u {
+            raw = coop_load(k0, kblocks, xoff, xk, wrow, wk, wv);
         }
-        var byte = 0u;
-        var w0 = Octet(vec4<f32>(0.0), vec4<f32>(0.0));
-        var w1 = w0;
-        if wv {
-            let sidx = wrow * kblocks + k0 / 32u;
-            byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
-            w0 = decode_weight_octet(sidx * cb, wk);
-            w1 = decode_weight_octet(sidx * cb, wk + 8u);
-        }
-        let gx = subgroupMax(coop_finite_max(xa, xb));
-        let gw = subgroupMax(select(byte, 0u, byte == 255u));
+        let gx = subgroupMax(coop_finite_max(raw.xa, raw.xb));
+        let gw = subgroupMax(select(raw.byte, 0u, raw.byte == 255u));
         if lid % 32u == 0u {
             atomicMax(&coop_xmax[slot], gx);
             atomicMax(&coop_wmax[slot], gw);
@@ -156,29 +221,38 @@ fn coop_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: boo
         }
         let ex_new = max(ex, i32(atomicLoad(&coop_xmax[slot]) >> 23u) - 127);
         let ew_new = max(ew, i32(atomicLoad(&coop_wmax[slot])));
-        let f = ldexp(1.0, (ex - ex_new) + (ew - ew_new));
-        c0 = c0 * f;
-        c1 = c1 * f;
-        c2 = c2 * f;
-        c3 = c3 * f;
+        // The same value in every invocation (the maxima after the barrier): the accumulators
+        // are rescaled only in the steps that raise a maximum.
+        if ex_new != ex || ew_new != ew {
+            let f = ldexp(1.0, (ex - ex_new) + (ew - ew_new));
+            c0 = c0 * f;
+            c1 = c1 * f;
+            c2 = c2 * f;
+            c3 = c3 * f;
+        }
         ex = ex_new;
         ew = ew_new;
-        coop_stage_x(xr * COOP_SA + xk, xa, ex);
-        coop_stage_x(xr * COOP_SA + xk + 4u, xb, ex);
-        coop_stage_w(wcol * COOP_SB + wk, w0, byte, ew);
-        coop_stage_w(wcol * COOP_SB + wk + 8u, w1, byte, ew);
+        if stage {
+            coop_stage_x(xr * COOP_SA + xk, raw.xa, ex);
+            coop_stage_x(xr * COOP_SA + xk + 4u, raw.xb, ex);
+            coop_stage_w(wk, wcol, raw, ew);
+        }
         workgroupBarrier();
-        for (var ks = 0u; ks < 32u; ks = ks + 16u) {
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&coop_b[n0 * COOP_SB + ks], COOP_SB);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&coop_b[(n0 + 16u) * COOP_SB + ks], COOP_SB);
-            let b2 = coopLoad<coop_mat16x16<f16, B>>(&coop_b[(n0 + 64u) * COOP_SB + ks], COOP_SB);
-            let b3 = coopLoad<coop_mat16x16<f16, B>>(&coop_b[(n0 + 80u) * COOP_SB + ks], COOP_SB);
+        // The next step's loads fly while this step multiplies.
+        if COOP_PREFETCH != 0u && k0 + 32u < kk_total {
+            raw = coop_load(k0 + 32u, kblocks, xoff, xk, wrow, wk, wv);
+        }
+        for (var ks = 0u; (ks < 32u) & ((COOP_DIAG & 2u) == 0u); ks = ks + 16u) {
+            let b0 = coop_load_b(ks, n0);
+            let b1 = coop_load_b(ks, n0 + 16u);
+            let b2 = coop_load_b(ks, n0 + 64u);
+            let b3 = coop_load_b(ks, n0 + 80u);
             let ah = coopLoadT<coop_mat16x16<f16, A>>(&coop_a_hi[ra + ks], COOP_SA);
             c0 = coopMultiplyAdd(ah, b0, c0);
             c1 = coopMultiplyAdd(ah, b1, c1);
             c2 = coopMultiplyAdd(ah, b2, c2);
             c3 = coopMultiplyAdd(ah, b3, c3);
-            if ACT_FMT == FMT_NONE {
+            if (ACT_FMT == FMT_NONE) & ((COOP_DIAG & 8u) == 0u) {
                 let al = coopLoadT<coop_mat16x16<f16, A>>(&coop_a_lo[ra + ks], COOP_SA);
                 c0 = coopMultiplyAdd(al, b0, c0);
                 c1 = coopMultiplyAdd(al, b1, c1);
@@ -188,7 +262,7 @@ fn coop_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: boo
         }
     }
     // Hand the accumulators out through coop_c, one 64-column half at a time.
-    let e = ex + ew - 127;
+    let e = ex - COOP_ASH + ew - 127 - coop_wsh();
     let rc = (sg % 4u) * 16u * COOP_SC;
     workgroupBarrier();
     coopStoreT(c0, &coop_c[rc + n0], COOP_SC);
@@ -252,7 +326,7 @@ fn coop_check(@builtin(local_invocation_index) lid: u32) {
         let r = i / 32u; // A row / B column
         let k = i % 32u;
         coop_a_hi[r * COOP_SA + k] = f16(f32((3u * r + k) % 7u) - 3.0);
-        coop_b[r * COOP_SB + k] = f16(f32((5u * k + r) % 11u) - 5.0);
+        coop_b[coop_b_at(k, r)] = f16(f32((5u * k + r) % 11u) - 5.0);
     }
     for (var i = lid; i < 256u; i = i + 32u) {
         coop_c[i] = 0.0;
@@ -261,7 +335,7 @@ fn coop_check(@builtin(local_invocation_index) lid: u32) {
     var c = coopLoadT<coop_mat16x16<f32, C>>(&coop_c[0], 16u);
     for (var ks = 0u; ks < 32u; ks = ks + 16u) {
         let a = coopLoadT<coop_mat16x16<f16, A>>(&coop_a_hi[ks], COOP_SA);
-        let b = coopLoad<coop_mat16x16<f16, B>>(&coop_b[ks], COOP_SB);
+        let b = coop_load_b(ks, 0u);
         c = coopMultiplyAdd(a, b, c);
     }
     c = c * 2.0;

@@ -303,6 +303,14 @@ fn moe_all_variants() {
                 ],
             );
         }
+        // The cooperative GEMM's B layouts (and coop_check with each).
+        if sh == Shader::MoeGemmCoop {
+            for brow in [0u32, 1] {
+                for entry in ["coop_gemm1", "coop_gemm2", "coop_check"] {
+                    specialise(sh.name(), &m, &i, entry, &[("COOP_B_ROW", brow)]);
+                }
+            }
+        }
         // The subgroup GEMV layouts the backend may choose (rows per group x subgroup size).
         if matches!(sh, Shader::MoeGemv { subgroup: true, .. }) {
             for (prefetch, words, lanes) in [

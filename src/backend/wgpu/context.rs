@@ -330,6 +330,11 @@ pub struct Context {
     coop_ok: bool,
     /// Which GEMM runs and why, in words (`mxmoe info`, bench notes).
     coop_note: Mutex<String>,
+    /// The cooperative GEMM's layout and diagnostic overrides (`COOP_B_ROW` from
+    /// `MXMOE_COOP_B_ROW=0|1`, `COOP_PREFETCH` from `MXMOE_COOP_PREFETCH=0|1` (default 1),
+    /// `COOP_DIAG` from `MXMOE_COOP_DIAG`, a bit mask that breaks
+    /// results on purpose to time parts of the kernel: see shaders/moe_gemm_coop.wgsl).
+    coop_overrides: [(&'static str, u32); 3],
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -480,6 +485,23 @@ impl Context {
             coop_gemm: AtomicBool::new(false),
             coop_ok: false,
             coop_note: Mutex::new(String::new()),
+            coop_overrides: [
+                (
+                    "COOP_B_ROW",
+                    (std::env::var("MXMOE_COOP_B_ROW").as_deref() == Ok("1")) as u32,
+                ),
+                (
+                    "COOP_PREFETCH",
+                    (std::env::var("MXMOE_COOP_PREFETCH").as_deref() != Ok("0")) as u32,
+                ),
+                (
+                    "COOP_DIAG",
+                    std::env::var("MXMOE_COOP_DIAG")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0),
+                ),
+            ],
             op_lock: Mutex::new(()),
             uncaptured,
         };
@@ -532,9 +554,20 @@ impl Context {
         ctx.coop_ok = coop_why.is_none();
         ctx.coop_gemm.store(ctx.coop_ok, Ordering::Relaxed);
         *ctx.coop_note.lock().unwrap() = match coop_why {
-            None => "cooperative matrices (moe_gemm_coop.wgsl: f16 16x16x16, f32 accumulation; \
-                     coop_check passed; MXMOE_GEMM=tiled for the tiled GEMM)"
-                .into(),
+            None => format!(
+                "cooperative matrices (moe_gemm_coop.wgsl: f16 16x16x16, f32 accumulation, B \
+                 {}, prefetch {}{}; coop_check passed; MXMOE_GEMM=tiled for the tiled GEMM)",
+                if ctx.coop_overrides[0].1 == 1 {
+                    "row-major"
+                } else {
+                    "column-major"
+                },
+                if ctx.coop_overrides[1].1 == 1 { "on" } else { "off" },
+                match ctx.coop_overrides[2].1 {
+                    0 => String::new(),
+                    d => format!(", DIAGNOSTIC COOP_DIAG={d}: results are wrong"),
+                }
+            ),
             Some(why) => format!("tiled f32 (moe_gemm.wgsl): {why}"),
         };
         if gemm_env.as_deref() == Some("coop") && !ctx.coop_ok {
@@ -550,6 +583,11 @@ impl Context {
     /// Whether the prefill GEMM runs on cooperative matrices now.
     pub fn coop_gemm(&self) -> bool {
         self.coop_gemm.load(Ordering::Relaxed)
+    }
+
+    /// The pipeline overrides the cooperative GEMM's entry points take beyond the GEMM's own.
+    pub fn coop_overrides(&self) -> [(&'static str, u32); 3] {
+        self.coop_overrides
     }
 
     /// Which GEMM the device chose at start-up and why, in words.
@@ -573,7 +611,7 @@ impl Context {
     /// found here, not in a forward.
     fn check_coop(&self) -> Result<(), String> {
         let pipe = self
-            .pipeline(Shader::MoeGemmCoop, "coop_check", &[])
+            .pipeline(Shader::MoeGemmCoop, "coop_check", &self.coop_overrides[..1])
             .map_err(|e| e.to_string())?;
         let out = self.storage(1024);
         let bg = self.bind(&pipe, &[(9, &out)]);
@@ -606,7 +644,7 @@ impl Context {
             }
         }
         for entry in ["coop_gemm1", "coop_gemm2"] {
-            self.pipeline(Shader::MoeGemmCoop, entry, &[])
+            self.pipeline(Shader::MoeGemmCoop, entry, &self.coop_overrides)
                 .map_err(|e| e.to_string())?;
         }
         Ok(())

@@ -449,6 +449,8 @@ pub fn forward(
     if gemv {
         ov.extend(gcfg.overrides());
         ov.push(("GEMV_OWN_LISTS", own_lists as u32));
+    } else if experts == Shader::MoeGemmCoop {
+        ov.extend(ctx.coop_overrides());
     }
     let p_g1 = ctx.pipeline(experts, e1, &ov)?;
     let p_g2 = ctx.pipeline(experts, e2, &ov)?;
