@@ -43,9 +43,6 @@ const COOP_ASH: i32 = 14; // activations are staged as x x 2^(COOP_ASH - ex): |v
 // B's layout in workgroup memory: 0 = column-major ([n][k], k contiguous, coopLoad),
 // 1 = row-major ([k][n], coopLoadT). The host passes the same value to coop_check.
 override COOP_B_ROW: u32 = 0u;
-// 1: each K step's global loads are issued before the previous step's MMAs (register double
-// buffering); 0: at the top of the step. MXMOE_COOP_PREFETCH=0|1.
-override COOP_PREFETCH: u32 = 1u;
 // Diagnostics only (MXMOE_COOP_DIAG; results are then wrong): bit 1 skips the MMAs, bit 2 the
 // global loads and the staging, bit 3 the lo MMAs.
 override COOP_DIAG: u32 = 0u;
@@ -79,105 +76,64 @@ var<workgroup> coop_c: array<f32, 4352>; // [64 rows][COOP_SC]: zeros, then the 
 var<workgroup> coop_xmax: array<atomic<u32>, 2>; // per K step (two slots): largest finite |x| bits
 var<workgroup> coop_wmax: array<atomic<u32>, 2>; // per K step: largest non-NaN E8M0 byte
 
-// Stage four activations x x 2^(COOP_ASH - ex) as f16 hi (and lo for weight-only schemes) at
-// index i.
+// Stage four activations v = x x 2^(COOP_ASH - ex) as f16 hi (and lo for weight-only schemes)
+// at index i. hi is v with its low 13 significand bits cleared (integer ops: an f32 -> f16 ->
+// f32 round trip may be folded away by a driver compiler, which lost lo on the H200), so hi is
+// exact in f16 where v is an f16 normal and lo = v - hi (exact in f32, <= 13 bits) loses at
+// most 2 bits in f16. Non-finite x: hi = x, lo = 0. No dynamic indexing (private vectors
+// indexed at run time may be placed in memory).
 fn coop_stage_x(i: u32, x: vec4<f32>, ex: i32) {
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        let v = ldexp(x[j], COOP_ASH - ex);
-        let hi = f16(v);
-        coop_a_hi[i + j] = hi;
-        if ACT_FMT == FMT_NONE {
-            var lo = f16(0.0);
-            if (bitcast<u32>(x[j]) & 0x7FFFFFFFu) < 0x7F800000u {
-                lo = f16(v - f32(hi));
-            }
-            coop_a_lo[i + j] = lo;
-        }
+    let v = ldexp(x, vec4<i32>(COOP_ASH - ex));
+    let finite = (bitcast<vec4<u32>>(x) & vec4<u32>(0x7FFFFFFFu)) < vec4<u32>(0x7F800000u);
+    let hv = select(v, bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) & vec4<u32>(0xFFFFE000u)), finite);
+    let hi = vec4<f16>(hv);
+    coop_a_hi[i] = hi.x;
+    coop_a_hi[i + 1u] = hi.y;
+    coop_a_hi[i + 2u] = hi.z;
+    coop_a_hi[i + 3u] = hi.w;
+    if ACT_FMT == FMT_NONE {
+        let lo = vec4<f16>(select(vec4<f32>(0.0), v - hv, finite));
+        coop_a_lo[i] = lo.x;
+        coop_a_lo[i + 1u] = lo.y;
+        coop_a_lo[i + 2u] = lo.z;
+        coop_a_lo[i + 3u] = lo.w;
     }
 }
 
-// One thread's global data of one K step: 8 activations, the 16 codes of its weight row
-// (k = wk..wk+15 of the block: 16 x code_bits bits, at most 4 words) and the block's scale byte.
-struct CoopRaw {
-    xa: vec4<f32>,
-    xb: vec4<f32>,
-    win: vec4<u32>,
-    byte: u32,
-}
-
-fn coop_load(k0: u32, kblocks: u32, xoff: u32, xk: u32, wrow: u32, wk: u32, wv: bool) -> CoopRaw {
-    var r = CoopRaw(vec4<f32>(0.0), vec4<f32>(0.0), vec4<u32>(0u), 0u);
-    if (COOP_DIAG & 4u) != 0u {
-        return r;
+// Stage eight unscaled weights o (k = k0..k0+7 of tile column n) times
+// 2^(byte - ew + COOP_WSH) (NaN for a NaN block).
+fn coop_stage_w(k0: u32, n: u32, o: Octet, byte: u32, ew: i32) {
+    let f = ldexp(1.0, i32(byte) - ew + coop_wsh());
+    var lo = vec4<f16>(o.lo * f);
+    var hi = vec4<f16>(o.hi * f);
+    if byte == 255u {
+        lo = vec4<f16>(vec4<f32>(bitcast<f32>(MX_NAN)));
+        hi = lo;
     }
-    if xoff != 0xFFFFFFFFu {
-        let o = xoff + k0 + xk;
-        r.xa = vec4<f32>(x_in[o], x_in[o + 1u], x_in[o + 2u], x_in[o + 3u]);
-        r.xb = vec4<f32>(x_in[o + 4u], x_in[o + 5u], x_in[o + 6u], x_in[o + 7u]);
-    }
-    if wv {
-        let cb = mx_spec(WEIGHT_FMT).code_bits;
-        let sidx = wrow * kblocks + k0 / 32u;
-        r.byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
-        let w = sidx * cb + wk * cb / 32u; // 16 codes = cb / 2 words, inside the block
-        r.win.x = w_codes[w];
-        r.win.y = w_codes[w + 1u];
-        if cb >= 6u {
-            r.win.z = w_codes[w + 2u];
-        }
-        if cb >= 8u {
-            r.win.w = w_codes[w + 3u];
-        }
-    }
-    return r;
-}
-
-// Stage the 16 weights of raw (k = wk..wk+15 of tile column n) times 2^(byte - ew + COOP_WSH)
-// (NaN for a NaN block).
-fn coop_stage_w(wk: u32, n: u32, raw: CoopRaw, ew: i32) {
-    let cb = mx_spec(WEIGHT_FMT).code_bits;
-    let f = ldexp(1.0, i32(raw.byte) - ew + coop_wsh());
-    let nan = raw.byte == 255u;
-    for (var j = 0u; j < 16u; j = j + 1u) {
-        let bit = j * cb;
-        let wi = bit / 32u;
-        let code = mx_code_at(raw.win[wi], raw.win[min(wi + 1u, 3u)], bit % 32u, cb);
-        var v = code_value[code] * f;
-        if nan {
-            v = bitcast<f32>(MX_NAN);
-        }
-        coop_b[coop_b_at(wk + j, n)] = f16(v);
-    }
+    coop_b[coop_b_at(k0, n)] = lo.x;
+    coop_b[coop_b_at(k0 + 1u, n)] = lo.y;
+    coop_b[coop_b_at(k0 + 2u, n)] = lo.z;
+    coop_b[coop_b_at(k0 + 3u, n)] = lo.w;
+    coop_b[coop_b_at(k0 + 4u, n)] = hi.x;
+    coop_b[coop_b_at(k0 + 5u, n)] = hi.y;
+    coop_b[coop_b_at(k0 + 6u, n)] = hi.z;
+    coop_b[coop_b_at(k0 + 7u, n)] = hi.w;
 }
 
 // Largest finite |x| of eight activations, as f32 bits (0 when none).
 fn coop_finite_max(a: vec4<f32>, b: vec4<f32>) -> u32 {
-    var m = 0u;
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        let u = bitcast<u32>(a[j]) & 0x7FFFFFFFu;
-        let v = bitcast<u32>(b[j]) & 0x7FFFFFFFu;
-        if u < 0x7F800000u {
-            m = max(m, u);
-        }
-        if v < 0x7F800000u {
-            m = max(m, v);
-        }
-    }
-    return m;
+    let inf = vec4<u32>(0x7F800000u);
+    let ua = bitcast<vec4<u32>>(a) & vec4<u32>(0x7FFFFFFFu);
+    let ub = bitcast<vec4<u32>>(b) & vec4<u32>(0x7FFFFFFFu);
+    let m = max(select(vec4<u32>(0u), ua, ua < inf), select(vec4<u32>(0u), ub, ub < inf));
+    return max(max(m.x, m.y), max(m.z, m.w));
 }
 
-// The accumulator values of thread (ty, tx) for one 64-column half, read from coop_c and scaled
-// by 2^e: rows ty*4+i, columns tx*4..+3.
-fn coop_read_half(lid: u32, e: i32) -> array<vec4<f32>, 4> {
-    let ty = lid / 16u;
-    let tx = lid % 16u;
-    var r: array<vec4<f32>, 4>;
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let b = (ty * 4u + i) * COOP_SC + tx * 4u;
-        r[i] = ldexp(vec4<f32>(coop_c[b], coop_c[b + 1u], coop_c[b + 2u], coop_c[b + 3u]),
-                     vec4<i32>(e));
-    }
-    return r;
+// Row r of the accumulator staging at columns c..c+3, times 2^e.
+fn coop_read4(r: u32, c: u32, e: i32) -> vec4<f32> {
+    let b = r * COOP_SC + c;
+    return ldexp(vec4<f32>(coop_c[b], coop_c[b + 1u], coop_c[b + 2u], coop_c[b + 3u]),
+                 vec4<i32>(e));
 }
 
 // The k-loop of coop_gemm1 / coop_gemm2 (the arguments of moe_gemm.wgsl's gemm_k_loop), ending
@@ -194,20 +150,30 @@ fn coop_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: boo
     var c1 = c0;
     var c2 = c0;
     var c3 = c0;
+    let cb = mx_spec(WEIGHT_FMT).code_bits;
     var ex = -127;
     var ew = 0;
     let stage = (COOP_DIAG & 4u) == 0u;
-    var raw = CoopRaw(vec4<f32>(0.0), vec4<f32>(0.0), vec4<u32>(0u), 0u);
-    if COOP_PREFETCH != 0u {
-        raw = coop_load(0u, kblocks, xoff, xk, wrow, wk, wv);
-    }
     for (var k0 = 0u; k0 < kk_total; k0 = k0 + 32u) {
         let slot = (k0 / 32u) & 1u;
-        if COOP_PREFETCH == 0u {
-            raw = coop_load(k0, kblocks, xoff, xk, wrow, wk, wv);
+        var xa = vec4<f32>(0.0);
+        var xb = vec4<f32>(0.0);
+        if stage && xoff != 0xFFFFFFFFu {
+            let o = xoff + k0 + xk;
+            xa = vec4<f32>(x_in[o], x_in[o + 1u], x_in[o + 2u], x_in[o + 3u]);
+            xb = vec4<f32>(x_in[o + 4u], x_in[o + 5u], x_in[o + 6u], x_in[o + 7u]);
         }
-        let gx = subgroupMax(coop_finite_max(raw.xa, raw.xb));
-        let gw = subgroupMax(select(raw.byte, 0u, raw.byte == 255u));
+        var byte = 0u;
+        var w0 = Octet(vec4<f32>(0.0), vec4<f32>(0.0));
+        var w1 = w0;
+        if stage && wv {
+            let sidx = wrow * kblocks + k0 / 32u;
+            byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+            w0 = decode_weight_octet(sidx * cb, wk);
+            w1 = decode_weight_octet(sidx * cb, wk + 8u);
+        }
+        let gx = subgroupMax(coop_finite_max(xa, xb));
+        let gw = subgroupMax(select(byte, 0u, byte == 255u));
         if lid % 32u == 0u {
             atomicMax(&coop_xmax[slot], gx);
             atomicMax(&coop_wmax[slot], gw);
@@ -233,15 +199,12 @@ fn coop_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: boo
         ex = ex_new;
         ew = ew_new;
         if stage {
-            coop_stage_x(xr * COOP_SA + xk, raw.xa, ex);
-            coop_stage_x(xr * COOP_SA + xk + 4u, raw.xb, ex);
-            coop_stage_w(wk, wcol, raw, ew);
+            coop_stage_x(xr * COOP_SA + xk, xa, ex);
+            coop_stage_x(xr * COOP_SA + xk + 4u, xb, ex);
+            coop_stage_w(wk, wcol, w0, byte, ew);
+            coop_stage_w(wk + 8u, wcol, w1, byte, ew);
         }
         workgroupBarrier();
-        // The next step's loads fly while this step multiplies.
-        if COOP_PREFETCH != 0u && k0 + 32u < kk_total {
-            raw = coop_load(k0 + 32u, kblocks, xoff, xk, wrow, wk, wv);
-        }
         for (var ks = 0u; (ks < 32u) & ((COOP_DIAG & 2u) == 0u); ks = ks + 16u) {
             let b0 = coop_load_b(ks, n0);
             let b1 = coop_load_b(ks, n0 + 16u);
@@ -268,13 +231,22 @@ fn coop_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: boo
     coopStoreT(c0, &coop_c[rc + n0], COOP_SC);
     coopStoreT(c1, &coop_c[rc + n0 + 16u], COOP_SC);
     workgroupBarrier();
-    let lo = coop_read_half(lid, e);
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    let lo0 = coop_read4(ty * 4u, tx * 4u, e);
+    let lo1 = coop_read4(ty * 4u + 1u, tx * 4u, e);
+    let lo2 = coop_read4(ty * 4u + 2u, tx * 4u, e);
+    let lo3 = coop_read4(ty * 4u + 3u, tx * 4u, e);
     workgroupBarrier();
     coopStoreT(c2, &coop_c[rc + n0], COOP_SC);
     coopStoreT(c3, &coop_c[rc + n0 + 16u], COOP_SC);
     workgroupBarrier();
-    let hi = coop_read_half(lid, e);
-    return GemmAcc(lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]);
+    return GemmAcc(
+        lo0, coop_read4(ty * 4u, tx * 4u, e),
+        lo1, coop_read4(ty * 4u + 1u, tx * 4u, e),
+        lo2, coop_read4(ty * 4u + 2u, tx * 4u, e),
+        lo3, coop_read4(ty * 4u + 3u, tx * 4u, e),
+    );
 }
 
 // Zero what the k-loop expects zeroed (before load_tile, whose barrier publishes it).

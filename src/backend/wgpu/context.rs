@@ -331,10 +331,9 @@ pub struct Context {
     /// Which GEMM runs and why, in words (`mxmoe info`, bench notes).
     coop_note: Mutex<String>,
     /// The cooperative GEMM's layout and diagnostic overrides (`COOP_B_ROW` from
-    /// `MXMOE_COOP_B_ROW=0|1`, `COOP_PREFETCH` from `MXMOE_COOP_PREFETCH=0|1` (default 1),
-    /// `COOP_DIAG` from `MXMOE_COOP_DIAG`, a bit mask that breaks
+    /// `MXMOE_COOP_B_ROW=0|1`, `COOP_DIAG` from `MXMOE_COOP_DIAG`, a bit mask that breaks
     /// results on purpose to time parts of the kernel: see shaders/moe_gemm_coop.wgsl).
-    coop_overrides: [(&'static str, u32); 3],
+    coop_overrides: [(&'static str, u32); 2],
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -491,10 +490,6 @@ impl Context {
                     (std::env::var("MXMOE_COOP_B_ROW").as_deref() == Ok("1")) as u32,
                 ),
                 (
-                    "COOP_PREFETCH",
-                    (std::env::var("MXMOE_COOP_PREFETCH").as_deref() != Ok("0")) as u32,
-                ),
-                (
                     "COOP_DIAG",
                     std::env::var("MXMOE_COOP_DIAG")
                         .ok()
@@ -556,14 +551,13 @@ impl Context {
         *ctx.coop_note.lock().unwrap() = match coop_why {
             None => format!(
                 "cooperative matrices (moe_gemm_coop.wgsl: f16 16x16x16, f32 accumulation, B \
-                 {}, prefetch {}{}; coop_check passed; MXMOE_GEMM=tiled for the tiled GEMM)",
+                 {}{}; coop_check passed; MXMOE_GEMM=tiled for the tiled GEMM)",
                 if ctx.coop_overrides[0].1 == 1 {
                     "row-major"
                 } else {
                     "column-major"
                 },
-                if ctx.coop_overrides[1].1 == 1 { "on" } else { "off" },
-                match ctx.coop_overrides[2].1 {
+                match ctx.coop_overrides[1].1 {
                     0 => String::new(),
                     d => format!(", DIAGNOSTIC COOP_DIAG={d}: results are wrong"),
                 }
@@ -586,7 +580,7 @@ impl Context {
     }
 
     /// The pipeline overrides the cooperative GEMM's entry points take beyond the GEMM's own.
-    pub fn coop_overrides(&self) -> [(&'static str, u32); 3] {
+    pub fn coop_overrides(&self) -> [(&'static str, u32); 2] {
         self.coop_overrides
     }
 
