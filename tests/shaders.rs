@@ -1,7 +1,9 @@
 //! Every shader ([`Shader::ALL`]: a new variant is covered automatically) is composed, parsed
 //! and validated by naga 30 with the capabilities we target (none beyond core WGSL: no f16, no
 //! subgroups, no 64-bit integers, except f16 conversions and subgroup operations in the shaders
-//! that declare them: `Shader::needs_f16_in_f32`, `Shader::needs_subgroup`); every entry point is specialised with the default overrides
+//! that declare them: `Shader::needs_f16_in_f32`, `Shader::needs_subgroup`, and f16 with
+//! cooperative matrices in `Shader::needs_coop`, the cooperative-matrix GEMM: validated here
+//! although no CI adapter runs it); every entry point is specialised with the default overrides
 //! and translated to SPIR-V (what wgpu does on Vulkan), and so is every override combination the
 //! backend uses. A missing `shaders/` directory, a file not listed in `source.rs`, a listed file
 //! that is not on disk or that no shader uses FAILS (never a silent pass). The generated id

@@ -123,7 +123,11 @@ fn summarize(a: &wgpu::Adapter) -> AdapterSummary {
                         p.k_size,
                         p.ab_type,
                         p.cr_type,
-                        if p.saturating_accumulation { " sat" } else { "" }
+                        if p.saturating_accumulation {
+                            " sat"
+                        } else {
+                            ""
+                        }
                     )
                 })
                 .collect()
@@ -543,7 +547,9 @@ impl Context {
                     ctx.subgroup_size
                 ))
             } else {
-                ctx.check_coop().err().map(|e| format!("coop_check failed: {e}"))
+                ctx.check_coop()
+                    .err()
+                    .map(|e| format!("coop_check failed: {e}"))
             };
         }
         ctx.coop_ok = coop_why.is_none();

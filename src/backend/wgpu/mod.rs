@@ -12,7 +12,11 @@
 //! * [`moe`]: the whole layer in one submit: route, expert histogram + prefix sum + row lists,
 //!   input QDQ, grouped GEMM (prefill) or grouped GEMV (decode) with weights dequantized in the
 //!   prologue and bias + activation + intermediate QDQ in the GEMM1 epilogue, GEMM2 with bias and
-//!   router weight, a deterministic combine. Weights larger than a binding are split into
+//!   router weight, a deterministic combine. The prefill GEMM runs on cooperative matrices
+//!   (`shaders/moe_gemm_coop.wgsl`, f16 16x16x16 with f32 accumulation) where the adapter offers
+//!   `EXPERIMENTAL_COOPERATIVE_MATRIX` and the start-up `coop_check` passes, the tiled f32 GEMM
+//!   elsewhere; `MXMOE_GEMM=tiled|coop|auto` chooses (`coop` fails where it cannot run) and
+//!   `mxmoe info` says which runs and why. Weights larger than a binding are split into
 //!   chunks of whole experts; batches whose activations exceed a binding run as several submits.
 //! * [`source`]: every WGSL file (`include_str!`) and the [`source::Shader`]s composed from them
 //!   (a preamble generated from the Rust format table and enum ids + the shader's files).
