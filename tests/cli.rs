@@ -752,6 +752,37 @@ fn bench_writes_json_with_floor_ratios() {
     assert!(!bad.ok && bad.stderr.contains("not a number"));
 }
 
+/// `MXMOE_GEMM` chooses the wgpu prefill GEMM and `mxmoe info` says which runs and why:
+/// `tiled` names itself as the reason, an unknown value is refused with the accepted ones.
+/// Needs an adapter (MXMOE_REQUIRE_GPU=1: a missing one fails; otherwise SKIPPED).
+#[test]
+fn gemm_knob_shows_in_info() {
+    if mxmoe::backend::Backend::open(mxmoe::backend::BackendKind::Wgpu, None).is_err() {
+        assert!(
+            std::env::var("MXMOE_REQUIRE_GPU").as_deref() != Ok("1"),
+            "no GPU adapter but MXMOE_REQUIRE_GPU=1"
+        );
+        eprintln!("SKIPPED: no GPU adapter");
+        return;
+    }
+    let info = |v: &str| {
+        let o = bin().env("MXMOE_GEMM", v).arg("info").output().unwrap();
+        assert!(o.status.success(), "MXMOE_GEMM={v} mxmoe info failed");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let t = info("tiled");
+    assert!(
+        t.contains("prefill GEMM: tiled f32 (moe_gemm.wgsl): MXMOE_GEMM=tiled"),
+        "{t}"
+    );
+    let f = info("fast");
+    assert!(
+        f.contains("MXMOE_GEMM=fast: expected tiled, coop or auto"),
+        "{f}"
+    );
+    assert!(info("auto").contains("prefill GEMM: "));
+}
+
 /// `--backend wgpu` on the CLI: QDQ/quantize bit-identical to the CPU's files, MoE within the
 /// conformance bound with identical routing. Needs an adapter: with MXMOE_REQUIRE_GPU=1 (CI) a
 /// missing one fails, otherwise the test reports SKIPPED.
