@@ -88,9 +88,7 @@ impl WgpuBackend {
         vec![
             format!(
                 "prefill GEMM: {}",
-                if self.ctx.coop_gemm() {
-                    self.ctx.gemm_note()
-                } else if self.ctx.gemm_note().starts_with("tiled") {
+                if self.ctx.coop_gemm() || self.ctx.gemm_note().starts_with("tiled") {
                     self.ctx.gemm_note()
                 } else {
                     "tiled f32 (moe_gemm.wgsl): switched by set_coop_gemm".into()
