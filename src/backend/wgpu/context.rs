@@ -24,6 +24,113 @@ pub const DEFAULT_GEMV_PREFETCH: bool = true;
 /// See [`DEFAULT_GEMV_PREFETCH`].
 pub const DEFAULT_GEMV_WORDS: bool = true;
 
+/// Subgroups per GEMV lane group unless `MXMOE_GEMV_SPLIT` says (see [`GemvConfig::split`]).
+pub const DEFAULT_GEMV_SPLIT: u32 = 1;
+
+/// gemv1 builds its own row lists up to this many token-expert pairs (see
+/// [`Context::own_lists_max`]).
+pub const DEFAULT_OWN_LISTS_MAX: u64 = 16;
+/// Auto takes the GEMV up to this many token-expert pairs per local expert (see
+/// [`Context::gemv_pairs_per_expert`]).
+pub const DEFAULT_GEMV_PAIRS_PER_EXPERT: u64 = 4;
+
+/// A non-negative integer from the environment variable `name`, else `default` (also when it
+/// does not parse: a knob for measurements, not a user setting).
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// Host-time profile of the forward path: with `MXMOE_HOST_PROFILE=N` (N > 0) the forward marks
+/// the end of each host step (`host_mark`), and every N forwards stderr gets the mean
+/// microseconds of each step (the time since the previous mark), so the wall time outside the
+/// GPU passes can be attributed. Off (one relaxed load per mark) otherwise.
+pub mod host_profile {
+    use std::cell::RefCell;
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Instant;
+
+    fn every() -> u64 {
+        static N: OnceLock<u64> = OnceLock::new();
+        *N.get_or_init(|| {
+            std::env::var("MXMOE_HOST_PROFILE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        })
+    }
+
+    thread_local! {
+        static MARKS: RefCell<Vec<(&'static str, Instant)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    struct Sums {
+        forwards: u64,
+        steps: Vec<(&'static str, f64)>,
+    }
+    static SUMS: Mutex<Sums> = Mutex::new(Sums {
+        forwards: 0,
+        steps: Vec::new(),
+    });
+
+    /// Start a forward's profile (clears this thread's marks).
+    pub fn start() {
+        if every() > 0 {
+            MARKS.with(|m| {
+                let mut m = m.borrow_mut();
+                m.clear();
+                m.push(("start", Instant::now()));
+            });
+        }
+    }
+
+    /// The host step `name` ends now.
+    pub fn mark(name: &'static str) {
+        if every() > 0 {
+            MARKS.with(|m| m.borrow_mut().push((name, Instant::now())));
+        }
+    }
+
+    /// End a forward: add its steps to the sums; print the means every N forwards.
+    pub fn finish(label: &str) {
+        let n = every();
+        if n == 0 {
+            return;
+        }
+        let marks = MARKS.with(|m| std::mem::take(&mut *m.borrow_mut()));
+        if marks.len() < 2 {
+            return;
+        }
+        let mut s = SUMS.lock().unwrap_or_else(|p| p.into_inner());
+        s.forwards += 1;
+        for w in marks.windows(2) {
+            let us = (w[1].1 - w[0].1).as_secs_f64() * 1e6;
+            match s.steps.iter_mut().find(|(k, _)| *k == w[1].0) {
+                Some(e) => e.1 += us,
+                None => s.steps.push((w[1].0, us)),
+            }
+        }
+        if s.forwards >= n {
+            let f = s.forwards as f64;
+            let total: f64 = s.steps.iter().map(|(_, v)| v).sum::<f64>() / f;
+            let parts: Vec<String> = s
+                .steps
+                .iter()
+                .map(|(k, v)| format!("{k} {:.1}", v / f))
+                .collect();
+            eprintln!(
+                "host profile ({label}, mean us over {} forwards): total {total:.1} = {}",
+                s.forwards,
+                parts.join(", ")
+            );
+            s.forwards = 0;
+            s.steps.clear();
+        }
+    }
+}
+
 /// How long `submit_and_map` polls the fence before it blocks (a forward of a few milliseconds
 /// or less finishes while spinning; longer ones block, costing one wake-up).
 const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
@@ -214,6 +321,10 @@ pub struct GemvConfig {
     pub lanes: u32,
     pub prefetch: bool,
     pub words: bool,
+    /// Subgroups per lane group (subgroup layout only; 1, 2 or 4): `lanes` is then `split`
+    /// times the subgroup size, so a row's K is spread over more lanes (fewer steps per lane,
+    /// more invocations per workgroup) and the subgroups' sums are added in workgroup memory.
+    pub split: u32,
 }
 
 impl GemvConfig {
@@ -223,6 +334,7 @@ impl GemvConfig {
         lanes: 32,
         prefetch: false,
         words: false,
+        split: 1,
     };
 
     /// Invocations per workgroup (8 lane groups).
@@ -231,13 +343,18 @@ impl GemvConfig {
     }
 
     /// The pipeline overrides of this layout.
-    pub fn overrides(&self) -> [(&'static str, u32); 4] {
-        [
+    pub fn overrides(&self) -> Vec<(&'static str, u32)> {
+        let mut v = vec![
             ("GEMV_LANES", self.lanes),
             ("GEMV_THREADS", self.threads()),
             ("GEMV_PREFETCH", self.prefetch as u32),
             ("GEMV_WORDS", self.words as u32),
-        ]
+        ];
+        // Only the subgroup reduction declares GEMV_SPLIT.
+        if self.subgroup {
+            v.push(("GEMV_SPLIT", self.split));
+        }
+        v
     }
 }
 
@@ -281,6 +398,13 @@ pub struct Context {
     /// Whether gemv1 builds the row lists itself at decode sizes (no `lists` pass);
     /// `MXMOE_GEMV_OWN_LISTS=0` turns it off.
     pub own_lists: AtomicBool,
+    /// gemv1 builds the lists itself only up to this many token-expert pairs (its list builder
+    /// costs O(pairs) per invocation in every workgroup; past this the one-workgroup `lists`
+    /// pass is cheaper); `MXMOE_GEMV_OWN_LISTS_MAX` sets it.
+    pub own_lists_max: AtomicU64,
+    /// Auto picks the GEMV while the token-expert pairs are at most this many per local expert
+    /// (on average); `MXMOE_GEMV_PAIRS` sets it.
+    pub gemv_pairs_per_expert: AtomicU64,
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -386,6 +510,11 @@ impl Context {
             fp4_register_decode: AtomicBool::new(false),
             gemv: Mutex::new(GemvConfig::SHARED),
             own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
+            own_lists_max: AtomicU64::new(env_u64("MXMOE_GEMV_OWN_LISTS_MAX", DEFAULT_OWN_LISTS_MAX)),
+            gemv_pairs_per_expert: AtomicU64::new(env_u64(
+                "MXMOE_GEMV_PAIRS",
+                DEFAULT_GEMV_PAIRS_PER_EXPERT,
+            )),
             subgroup_size,
             op_lock: Mutex::new(()),
             uncaptured,
@@ -413,19 +542,22 @@ impl Context {
             _ => DEFAULT_GEMV_WORDS,
         };
         let subgroup = std::env::var("MXMOE_GEMV_REDUCE").as_deref() != Ok("shared");
+        let split = env_u64("MXMOE_GEMV_SPLIT", DEFAULT_GEMV_SPLIT as u64) as u32;
         // Falls back to the shared layout when the subgroup check fails.
         let _ = ctx.set_gemv(GemvConfig {
             subgroup,
             lanes: 32,
+            split,
             prefetch,
             words,
         });
         Ok(ctx)
     }
 
-    /// Whether gemv1 builds the row lists itself at decode sizes.
-    pub fn gemv_own_lists(&self) -> bool {
+    /// Whether gemv1 builds the row lists itself for `pairs` token-expert pairs.
+    pub fn gemv_own_lists(&self, pairs: usize) -> bool {
         self.own_lists.load(Ordering::Relaxed)
+            && pairs as u64 <= self.own_lists_max.load(Ordering::Relaxed)
     }
 
     /// The decode GEMV's layout now.
@@ -457,12 +589,15 @@ impl Context {
                     ));
                     shared
                 }
-                Some(lanes) => {
+                Some(size) => {
+                    let split = want.split.clamp(1, 4).next_power_of_two();
+                    let lanes = size * split;
                     let c = GemvConfig {
                         subgroup: true,
                         lanes,
                         prefetch,
                         words,
+                        split,
                     };
                     let max = self.limits.max_compute_invocations_per_workgroup;
                     if c.threads() > max {
@@ -825,7 +960,10 @@ impl Context {
                 enc.copy_buffer_to_buffer(b, 0, &staging, *o, *n);
             }
         }
-        self.queue.submit([enc.finish()]);
+        let cmd = enc.finish();
+        host_profile::mark("finish_encoder");
+        self.queue.submit([cmd]);
+        host_profile::mark("submit");
         let done = Arc::new(Mutex::new(None));
         let d2 = done.clone();
         staging
@@ -848,6 +986,7 @@ impl Context {
                 .poll(wgpu::PollType::Poll)
                 .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
         }
+        host_profile::mark("wait");
         let status = done.lock().unwrap().take();
         match status {
             Some(Ok(())) => {}
@@ -870,8 +1009,10 @@ impl Context {
                 .collect();
             read(&parts)
         };
+        host_profile::mark("copy_out");
         staging.unmap();
         self.give([staging]);
+        host_profile::mark("unmap");
         if let Some(e) = self.uncaptured.lock().unwrap().take() {
             return Err(BackendError::Device(e));
         }

@@ -95,10 +95,15 @@ impl WgpuBackend {
                 g.lanes,
                 if g.words { "words" } else { "32-blocks" },
                 g.threads(),
-                if g.subgroup {
-                    "by subgroupAdd (subgroup_check passed)"
+                if !g.subgroup {
+                    "in workgroup memory".to_string()
+                } else if g.split > 1 {
+                    format!(
+                        "by subgroupAdd over {} subgroups per group (subgroup_check passed)",
+                        g.split
+                    )
                 } else {
-                    "in workgroup memory"
+                    "by subgroupAdd (subgroup_check passed)".to_string()
                 },
                 if g.prefetch {
                     ", next block prefetched"
@@ -120,6 +125,11 @@ impl WgpuBackend {
     /// `lists` pass runs first.
     pub fn set_gemv_own_lists(&self, on: bool) {
         self.ctx.own_lists.store(on, Ordering::Relaxed);
+    }
+
+    /// Test hook: gemv1 builds its own lists up to `pairs` token-expert pairs (when on).
+    pub fn set_gemv_own_lists_max(&self, pairs: u64) {
+        self.ctx.own_lists_max.store(pairs, Ordering::Relaxed);
     }
 
     /// The decode GEMV's layout in force.

@@ -12,7 +12,7 @@
 //! Weights larger than one storage binding are split into chunks of whole experts, each its own
 //! buffer; the GEMMs run once per chunk and skip the other chunks' tiles.
 
-use super::context::{pod_vec, Context, Timer};
+use super::context::{host_profile, pod_vec, Context, Timer};
 use super::route;
 use super::source::{Shader, FMT_NONE};
 use crate::backend::{ops, BackendError, PassTimes};
@@ -37,9 +37,6 @@ pub enum MoePath {
     Gemv,
 }
 
-/// Auto picks the GEMV while the pairs are at most this many per local expert on average
-/// (tiles of 4 rows then read each expert's weights about once).
-const GEMV_PAIRS_PER_EXPERT: usize = 4;
 /// Intermediate columns per gemm1 workgroup, output columns per gemm2 workgroup, and the same
 /// for the GEMV kernels.
 const TN1: usize = 64;
@@ -351,14 +348,19 @@ pub fn forward(
             times,
         ));
     }
+    host_profile::start();
     // The router's input checks (finite logits; the bias was checked at upload).
     ops::validate_route(&l.router, logits, l.n_experts, None)?;
+    host_profile::mark("validate");
     let na = m * k;
     let el = l.local_experts;
     let gemv = match path {
         MoePath::Gemv => true,
         MoePath::Gemm => false,
-        MoePath::Auto => na <= GEMV_PAIRS_PER_EXPERT * el.max(1) || m <= 4,
+        MoePath::Auto => {
+            let per = ctx.gemv_pairs_per_expert.load(Ordering::Relaxed) as usize;
+            na <= per.saturating_mul(el.max(1)) || m <= 4
+        }
     };
     let tile_m = if gemv { TG } else { TM };
     let max_tiles = na.div_ceil(tile_m) + el.min(na);
@@ -420,6 +422,7 @@ pub fn forward(
     let (ids, topw, rows, slot, tiles, a2, y2, out, xq) = (
         &bufs[0], &bufs[1], &bufs[2], &bufs[3], &bufs[4], &bufs[5], &bufs[6], &bufs[7], &bufs[8],
     );
+    host_profile::mark("buffers_uploads");
     let map = g.map.as_ref().unwrap_or(&g.dummy);
     let bf16 = (opts.intermediate == Intermediate::Bf16) as u32;
     let ov: [(&'static str, u32); 5] = [
@@ -441,7 +444,7 @@ pub fn forward(
         (Shader::MoeGemm, "gemm1", "gemm2")
     };
     // Decode sizes: gemv1 builds the row lists itself (no `lists` pass).
-    let own_lists = gemv && na <= GEMV_LIST_MAX && ctx.gemv_own_lists();
+    let own_lists = gemv && na <= GEMV_LIST_MAX && ctx.gemv_own_lists(na);
     let mut ov = ov.to_vec();
     if gemv {
         ov.extend(gcfg.overrides());
@@ -451,6 +454,7 @@ pub fn forward(
     let p_g2 = ctx.pipeline(experts, e2, &ov)?;
     let p_comb = ctx.pipeline(Shader::MoeCombine, "combine", &[("ROUND_BF16", bf16)])?;
 
+    host_profile::mark("pipelines");
     let mut timer = if timed {
         ctx.timer(4 + 2 * g.chunks.len() as u32)
     } else {
@@ -582,6 +586,7 @@ pub fn forward(
     if let (Some(t), Some(b)) = (&timer, &resolve) {
         reads.push((b, t.bytes()));
     }
+    host_profile::mark("record");
     // One readback of everything (output, ids, weights, timestamps), one copy each.
     let period = ctx.queue.get_timestamp_period();
     let r = ctx.submit_and_map(enc, &reads, |parts| {
@@ -602,6 +607,8 @@ pub fn forward(
     ctx.give(owned);
     ctx.give(chunk_params);
     ctx.give([rparams, base_params, logits_b, hidden_b]);
+    host_profile::mark("give");
+    host_profile::finish(if gemv { "moe gemv" } else { "moe gemm" });
     let (output, topk_ids, topk_weights, times) = r?;
     Ok((
         MoeOutput {
