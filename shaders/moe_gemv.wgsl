@@ -68,9 +68,13 @@ fn gemv_row_block(is1: bool, wr: u32, jb: u32, inter: u32, nrows: u32, rowbase: 
     return (rowbase + min(row, nrows - 1u)) * kblocks;
 }
 
-// The E8M0 scale of 32-block `sidx` as f32.
+// The E8M0 scale of 32-block `sidx` as f32, as e8m0_value gives it but without branches: the
+// byte in the exponent field, and bit 22 set for the two special bytes (0 -> 0x00400000 =
+// 2^-127, 255 -> 0x7FC00000 = MX_NAN), which (byte + 1) & 0xFF < 2 picks out.
 fn block_scale_at(sidx: u32) -> f32 {
-    return e8m0_value((w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
+    let byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+    let special = ((byte + 1u) & 0xFFu) < 2u;
+    return bitcast<f32>((byte << 23u) | select(0u, 0x00400000u, special));
 }
 
 // Unscaled dot product of 8 weights and 8 x values.

@@ -28,11 +28,16 @@ pub const DEFAULT_GEMV_WORDS: bool = true;
 pub const DEFAULT_GEMV_SPLIT: u32 = 1;
 
 /// gemv1 builds its own row lists up to this many token-expert pairs (see
-/// [`Context::own_lists_max`]).
+/// [`Context::own_lists_max`]). Its builder costs O(pairs) per invocation in every workgroup:
+/// on the H200 at 64 pairs (gpt-oss, 16 tokens) gemv1 took 0.492 ms with it and 0.296 with the
+/// `lists` pass (7 us) instead; at 4 pairs it saves that pass.
 pub const DEFAULT_OWN_LISTS_MAX: u64 = 16;
 /// Auto takes the GEMV up to this many token-expert pairs per local expert (see
-/// [`Context::gemv_pairs_per_expert`]).
-pub const DEFAULT_GEMV_PAIRS_PER_EXPERT: u64 = 4;
+/// [`Context::gemv_pairs_per_expert`]). Measured on the H200 (gpt-oss-120b,
+/// docs/h200-2026-12-01-wgpudecode): the GEMV took 4.57 ms at 256 tokens (8 pairs per expert)
+/// where the scalar tiled GEMM took 10.75, and 33.8 ms at 2048 (64 per expert) where the GEMM
+/// took 29.3; both grow about linearly, so they cross near 40 pairs per expert.
+pub const DEFAULT_GEMV_PAIRS_PER_EXPERT: u64 = 32;
 
 /// A non-negative integer from the environment variable `name`, else `default` (also when it
 /// does not parse: a knob for measurements, not a user setting).
@@ -67,13 +72,36 @@ pub mod host_profile {
     }
 
     struct Sums {
+        label: String,
         forwards: u64,
         steps: Vec<(&'static str, f64)>,
     }
     static SUMS: Mutex<Sums> = Mutex::new(Sums {
+        label: String::new(),
         forwards: 0,
         steps: Vec::new(),
     });
+
+    fn print(s: &mut Sums) {
+        if s.forwards == 0 {
+            return;
+        }
+        let f = s.forwards as f64;
+        let total: f64 = s.steps.iter().map(|(_, v)| v).sum::<f64>() / f;
+        let parts: Vec<String> = s
+            .steps
+            .iter()
+            .map(|(k, v)| format!("{k} {:.1}", v / f))
+            .collect();
+        eprintln!(
+            "host profile ({}, mean us over {} forwards): total {total:.1} = {}",
+            s.label,
+            s.forwards,
+            parts.join(", ")
+        );
+        s.forwards = 0;
+        s.steps.clear();
+    }
 
     /// Start a forward's profile (clears this thread's marks).
     pub fn start() {
@@ -93,8 +121,9 @@ pub mod host_profile {
         }
     }
 
-    /// End a forward: add its steps to the sums; print the means every N forwards.
-    pub fn finish(label: &str) {
+    /// End a forward: add its steps to the sums of `label` (the sums of another label are
+    /// printed and cleared first); print the means every N forwards.
+    pub fn finish(label: impl FnOnce() -> String) {
         let n = every();
         if n == 0 {
             return;
@@ -103,7 +132,12 @@ pub mod host_profile {
         if marks.len() < 2 {
             return;
         }
+        let label = label();
         let mut s = SUMS.lock().unwrap_or_else(|p| p.into_inner());
+        if s.label != label {
+            print(&mut s);
+            s.label = label;
+        }
         s.forwards += 1;
         for w in marks.windows(2) {
             let us = (w[1].1 - w[0].1).as_secs_f64() * 1e6;
@@ -113,20 +147,7 @@ pub mod host_profile {
             }
         }
         if s.forwards >= n {
-            let f = s.forwards as f64;
-            let total: f64 = s.steps.iter().map(|(_, v)| v).sum::<f64>() / f;
-            let parts: Vec<String> = s
-                .steps
-                .iter()
-                .map(|(k, v)| format!("{k} {:.1}", v / f))
-                .collect();
-            eprintln!(
-                "host profile ({label}, mean us over {} forwards): total {total:.1} = {}",
-                s.forwards,
-                parts.join(", ")
-            );
-            s.forwards = 0;
-            s.steps.clear();
+            print(&mut s);
         }
     }
 }

@@ -720,7 +720,13 @@ pub fn forward(
         ctx.give(c.into_buffers());
     }
     host_profile::mark("give");
-    host_profile::finish(if gemv { "moe gemv" } else { "moe gemm" });
+    host_profile::finish(|| {
+        format!(
+            "moe {} m={m}{}",
+            if gemv { "gemv" } else { "gemm" },
+            if timed { " timed" } else { "" }
+        )
+    });
     let (output, topk_ids, topk_weights, times) = r?;
     Ok((
         MoeOutput {
