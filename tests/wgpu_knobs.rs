@@ -396,6 +396,48 @@ fn forward_cache_reuse_matches_fresh() {
     b.set_gemv_layout(base).unwrap();
 }
 
+/// A batch whose activations reach `WRITE_PAR_MIN` bytes is uploaded in pieces from several
+/// threads: its output rows must equal those of the same tokens run in small batches (one
+/// write each), bit for bit (GEMM path for both; a row's result does not depend on the batch).
+#[test]
+fn large_upload_in_pieces_matches_small_batches() {
+    let b = gpu!("large_upload_in_pieces_matches_small_batches");
+    let h = 64;
+    let layer = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, h, 64, 2))
+        .build()
+        .unwrap();
+    // 20000 tokens x 64 x 4 bytes = 5.1 MB of hidden states (above WRITE_PAR_MIN = 4 MiB).
+    let m = 20000;
+    assert!(m * h * 4 >= mxmoe::backend::wgpu::WRITE_PAR_MIN);
+    let (hs, logits) = synth_batch(m, h, 8, 21);
+    let g = b.prepare(&layer).unwrap();
+    let opts = MoeOptions::default();
+    let big = b
+        .moe_path(&g, &hs, &logits, opts, MoePath::Gemm, false)
+        .unwrap()
+        .0;
+    for t0 in [0, 7777, m - 50] {
+        let t1 = t0 + 50;
+        let small = b
+            .moe_path(
+                &g,
+                &hs[t0 * h..t1 * h],
+                &logits[t0 * 8..t1 * 8],
+                opts,
+                MoePath::Gemm,
+                false,
+            )
+            .unwrap()
+            .0;
+        assert_eq!(
+            first_bit_mismatch(&small.output, &big.output[t0 * h..t1 * h]),
+            None,
+            "tokens {t0}..{t1}"
+        );
+        assert_eq!(small.routing.topk_ids, big.routing.topk_ids[t0 * 2..t1 * 2]);
+    }
+}
+
 /// Poisoning fills outputs before a run; it must never leak into a result: the same forward
 /// (split across submits) and QDQ with and without it give the same bits.
 #[test]

@@ -32,7 +32,9 @@ pub mod quant;
 pub mod route;
 pub mod source;
 
-pub use context::{enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, POISON};
+pub use context::{
+    enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, POISON, WRITE_PAR_MIN,
+};
 pub use moe::{GpuLayer, MoePath};
 
 use super::{BackendError, Op, PassTimes, Support};

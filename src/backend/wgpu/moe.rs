@@ -620,12 +620,8 @@ pub fn forward(
             }
         }
     };
-    if m > 0 {
-        ctx.queue
-            .write_buffer(&c.logits_b, 0, bytemuck::cast_slice(logits));
-        ctx.queue
-            .write_buffer(&c.hidden_b, 0, bytemuck::cast_slice(hidden));
-    }
+    ctx.write_large(&c.logits_b, bytemuck::cast_slice(logits));
+    ctx.write_large(&c.hidden_b, bytemuck::cast_slice(hidden));
     for (b, &n) in c.bufs.iter().zip(&c.out_sizes) {
         ctx.maybe_poison(b, n);
     }
