@@ -3,7 +3,8 @@
 #   PHASE=explore  gpt-oss-120b at 1-64 tokens over GEMV layouts (subgroups per lane group), the
 #                  GEMV forced at 256 and 2048 tokens (MXMOE_GEMV_PAIRS), host-time profile on
 #   PHASE=final    mxmoe info; the full catalog on wgpu; mxmoe bench on wgpu, both model shapes,
-#                  the whole token matrix, host-time profile on
+#                  the whole token matrix, host-time profile on; then a diagnostic bench of the
+#                  GEMV's loads alone (MXMOE_DIAG_GEMV_LOADS_ONLY=1, --no-check)
 # Expects the release binary at $MXMOE_BIN (default .dev-wgpudecode/mxmoe) and .gl/ (Vulkan
 # loaders, unpacked by the caller).
 set -uo pipefail
@@ -35,6 +36,10 @@ else
     --json "$OUT/bench_wgpu_gptoss.json" > "$OUT/bench_wgpu.log" 2>&1; echo "bench wgpu gpt-oss rc=$?"
   timeout 170 $B bench --backend wgpu --shape deepseek-r1 --tokens 1,8,64,512,2048 --iters 30 \
     --json "$OUT/bench_wgpu_dsr1.json" >> "$OUT/bench_wgpu.log" 2>&1; echo "bench wgpu dsr1 rc=$?"
+  # Diagnostic (results wrong, so --no-check): the GEMV's loads without its decode and math.
+  MXMOE_DIAG_GEMV_LOADS_ONLY=1 timeout 40 $B bench --backend wgpu --shape gpt-oss-120b --tokens 1,64 \
+    --iters 20 --no-check > "$OUT/diag_loads_only.log" 2>&1; echo "diag rc=$?"
+  grep -E "DIAG|passes" "$OUT/diag_loads_only.log" | cut -c1-200
   clocks >> "$OUT/bench_wgpu.log"
   grep -E "^ +[0-9]+ +[0-9.]+ |passes" "$OUT/bench_wgpu.log" | cut -c1-200
   grep "host profile" "$OUT/bench_wgpu.log" | awk 'NR % 5 == 1' | cut -c1-230 | head -40

@@ -428,6 +428,10 @@ pub struct Context {
     /// costs O(pairs) per invocation in every workgroup; past this the one-workgroup `lists`
     /// pass is cheaper); `MXMOE_GEMV_OWN_LISTS_MAX` sets it.
     pub own_lists_max: AtomicU64,
+    /// Diagnostic (`MXMOE_DIAG_GEMV_LOADS_ONLY=1`): the FP4 GEMV keeps its loads but drops the
+    /// decode and the dot products (GEMV_DIAG_LOADS in moe_gemv.wgsl). Results are WRONG; for
+    /// `bench --no-check` timings only.
+    pub diag_gemv_loads_only: bool,
     /// Auto picks the GEMV while the token-expert pairs are at most this many per local expert
     /// (on average); `MXMOE_GEMV_PAIRS` sets it.
     pub gemv_pairs_per_expert: AtomicU64,
@@ -537,6 +541,7 @@ impl Context {
             gemv: Mutex::new(GemvConfig::SHARED),
             own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
             own_lists_max: AtomicU64::new(env_u64("MXMOE_GEMV_OWN_LISTS_MAX", DEFAULT_OWN_LISTS_MAX)),
+            diag_gemv_loads_only: std::env::var("MXMOE_DIAG_GEMV_LOADS_ONLY").as_deref() == Ok("1"),
             gemv_pairs_per_expert: AtomicU64::new(env_u64(
                 "MXMOE_GEMV_PAIRS",
                 DEFAULT_GEMV_PAIRS_PER_EXPERT,

@@ -83,7 +83,15 @@ impl WgpuBackend {
     /// Kernel choices this device made at start-up, in words (for `info` and bench results).
     pub fn notes(&self) -> Vec<String> {
         let g = self.ctx.gemv_config();
-        vec![
+        let mut v = Vec::new();
+        if self.ctx.diag_gemv_loads_only {
+            v.push(
+                "DIAGNOSTIC MXMOE_DIAG_GEMV_LOADS_ONLY=1: the FP4 GEMV skips its decode and dot \
+                 products; results are wrong (timings only)"
+                    .to_string(),
+            );
+        }
+        v.extend([
             format!(
                 "fp4 decode in the GEMV: {}",
                 if self.ctx.fp4_register_decode.load(Ordering::Relaxed) {
@@ -113,7 +121,8 @@ impl WgpuBackend {
                     ""
                 }
             ),
-        ]
+        ]);
+        v
     }
 
     /// Test hook: the decode GEMV's layout (subgroup or workgroup-memory reductions, with or

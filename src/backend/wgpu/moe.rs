@@ -475,6 +475,9 @@ pub fn forward(
     if gemv {
         ov.extend(gcfg.overrides());
         ov.push(("GEMV_OWN_LISTS", own_lists as u32));
+        if ctx.diag_gemv_loads_only {
+            ov.push(("GEMV_DIAG_LOADS", 1));
+        }
     }
     let p_g1 = ctx.pipeline(experts, e1, &ov)?;
     let p_g2 = ctx.pipeline(experts, e2, &ov)?;
