@@ -149,7 +149,10 @@ fn gemv_layouts_on_catalog_cases() {
     let b = WgpuBackend::new(None).unwrap();
     b.set_poison(true);
     // (subgroup, prefetch, words, gemv1 builds the lists itself, subgroups per lane group)
-    let mut layouts = vec![(false, false, false, true, 1), (false, true, true, false, 1)];
+    let mut layouts = vec![
+        (false, false, false, true, 1),
+        (false, true, true, false, 1),
+    ];
     match b.subgroup_size() {
         Some(n) => {
             println!("subgroup size {n}");

@@ -540,7 +540,10 @@ impl Context {
             fp4_register_decode: AtomicBool::new(false),
             gemv: Mutex::new(GemvConfig::SHARED),
             own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
-            own_lists_max: AtomicU64::new(env_u64("MXMOE_GEMV_OWN_LISTS_MAX", DEFAULT_OWN_LISTS_MAX)),
+            own_lists_max: AtomicU64::new(env_u64(
+                "MXMOE_GEMV_OWN_LISTS_MAX",
+                DEFAULT_OWN_LISTS_MAX,
+            )),
             diag_gemv_loads_only: std::env::var("MXMOE_DIAG_GEMV_LOADS_ONLY").as_deref() == Ok("1"),
             gemv_pairs_per_expert: AtomicU64::new(env_u64(
                 "MXMOE_GEMV_PAIRS",

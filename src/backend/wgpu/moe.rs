@@ -117,11 +117,16 @@ impl FwdCache {
         self.buffers().map(|b| b.size()).sum()
     }
     fn buffers(&self) -> impl Iterator<Item = &wgpu::Buffer> {
-        [&self.rparams, &self.base_params, &self.logits_b, &self.hidden_b]
-            .into_iter()
-            .chain(&self.bufs)
-            .chain(&self.qp)
-            .chain(&self.chunk_params)
+        [
+            &self.rparams,
+            &self.base_params,
+            &self.logits_b,
+            &self.hidden_b,
+        ]
+        .into_iter()
+        .chain(&self.bufs)
+        .chain(&self.qp)
+        .chain(&self.chunk_params)
     }
     /// The buffers, for the pool (the bind groups are dropped).
     fn into_buffers(self) -> Vec<wgpu::Buffer> {
