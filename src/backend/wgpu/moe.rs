@@ -4,10 +4,13 @@
 //!
 //! Passes: route -> lists (histogram, prefix sum, row lists, tile list) -> input QDQ
 //! (quant.wgsl) -> gemm1 per weight chunk (bias, activation, intermediate QDQ fused) -> gemm2 per
-//! weight chunk (bias, router weight) -> combine (slot order, no float atomics). At decode sizes
-//! (the GEMV path, at most `GEMV_LIST_MAX` token-expert pairs) gemv1 builds the lists itself and
-//! the `lists` pass is not recorded. Everything the caller gets back (output, ids, weights,
-//! timestamps) comes back in one readback.
+//! weight chunk (bias, router weight) -> combine (slot order, no float atomics). The GEMV path
+//! (tiles of 4 rows) replaces the GEMMs up to `Context::gemv_pairs_per_expert` token-expert pairs
+//! per expert; at decode sizes (up to `Context::own_lists_max` pairs) gemv1 builds the lists
+//! itself and the `lists` pass is not recorded. Everything the caller gets back (output, ids,
+//! weights, timestamps) comes back in one readback. A layer keeps its last forward's buffers and
+//! bind groups ([`FwdCache`]), so a forward of the same batch size only uploads its inputs and
+//! records the passes.
 //!
 //! Weights larger than one storage binding are split into chunks of whole experts, each its own
 //! buffer; the GEMMs run once per chunk and skip the other chunks' tiles.
