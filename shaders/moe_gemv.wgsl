@@ -40,6 +40,10 @@ override GEMV_WORDS: u32 = 0u;
 //    (expert, pair) order).
 override GEMV_OWN_LISTS: u32 = 0u;
 const GEMV_LIST_MAX: u32 = 256u;
+// Diagnostic, never for results (`MXMOE_DIAG_GEMV_LOADS_ONLY=1`, bench --no-check): the FP4 words
+// paths load codes, scales and x as usual but replace the decode and the dot products by one
+// multiply-add per 4 rows, so a timing shows what the loads alone cost in this kernel's shape.
+override GEMV_DIAG_LOADS: u32 = 0u;
 
 var<workgroup> fl_expert: array<i32, 256>; // own lists: local expert of pair a (-1: none)
 var<workgroup> fl_pair: array<u32, 256>;   // own lists: pair of row p
@@ -68,9 +72,13 @@ fn gemv_row_block(is1: bool, wr: u32, jb: u32, inter: u32, nrows: u32, rowbase: 
     return (rowbase + min(row, nrows - 1u)) * kblocks;
 }
 
-// The E8M0 scale of 32-block `sidx` as f32.
+// The E8M0 scale of 32-block `sidx` as f32, as e8m0_value gives it but without branches: the
+// byte in the exponent field, and bit 22 set for the two special bytes (0 -> 0x00400000 =
+// 2^-127, 255 -> 0x7FC00000 = MX_NAN), which (byte + 1) & 0xFF < 2 picks out.
 fn block_scale_at(sidx: u32) -> f32 {
-    return e8m0_value((w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
+    let byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+    let special = ((byte + 1u) & 0xFFu) < 2u;
+    return bitcast<f32>((byte << 23u) | select(0u, 0x00400000u, special));
 }
 
 // Unscaled dot product of 8 weights and 8 x values.
@@ -293,6 +301,17 @@ fn gemv_fp4_1token_words(lane: u32, kwords: u32, xo: u32, w: Rows8) -> array<vec
         }
         let xi = xo / 4u + 2u * k;
         let x = Octet(x_in_vec4[xi], x_in_vec4[xi + 1u]);
+        if GEMV_DIAG_LOADS != 0u {
+            let mk = vec4<u32>(0x3F7FFFFFu);
+            s0 = s0 + bitcast<vec4<f32>>(d.u_lo & mk) * x.lo * d.s_lo;
+            s1 = s1 + bitcast<vec4<f32>>(d.u_hi & mk) * x.hi * d.s_hi;
+            if GEMV_PREFETCH != 0u {
+                d = dn;
+            } else if k + GEMV_LANES < kwords {
+                d = load_wrd8(w, k + GEMV_LANES);
+            }
+            continue;
+        }
         let p0 = vec4<f32>(dot_octet(decode_fp4_word(d.u_lo.x), x),
                            dot_octet(decode_fp4_word(d.u_lo.y), x),
                            dot_octet(decode_fp4_word(d.u_lo.z), x),
@@ -323,6 +342,22 @@ fn gemv_fp4_4tokens_words(lane: u32, kwords: u32, xo: vec4<u32>,
             var dn = d;
             if GEMV_PREFETCH != 0u {
                 dn = load_wrd8(w, min(k + GEMV_LANES, kwords - 1u));
+            }
+            if GEMV_DIAG_LOADS != 0u {
+                let mk = vec4<u32>(0x3F7FFFFFu);
+                let x0 = load_x_octet_vec4(xo.x, k);
+                let x1 = load_x_octet_vec4(xo.y, k);
+                let x2 = load_x_octet_vec4(xo.z, k);
+                let x3 = load_x_octet_vec4(xo.w, k);
+                let xs = x0.lo + x0.hi + x1.lo + x1.hi + x2.lo + x2.hi + x3.lo + x3.hi;
+                a.row0 = a.row0 + bitcast<vec4<f32>>(d.u_lo & mk) * xs * d.s_lo;
+                a.row1 = a.row1 + bitcast<vec4<f32>>(d.u_hi & mk) * xs * d.s_hi;
+                if GEMV_PREFETCH != 0u {
+                    d = dn;
+                } else if k + GEMV_LANES < kwords {
+                    d = load_wrd8(w, k + GEMV_LANES);
+                }
+                continue;
             }
             let z4 = FourTokenSums(z, z, z, z, z, z, z, z);
             let p = fp4_word_4tokens(z4, d.u_lo.x, d.u_lo.y, d.u_lo.z, d.u_lo.w, d.u_hi.x,

@@ -182,16 +182,21 @@ fn gemv_layouts_on_catalog_cases() {
     }
     let b = WgpuBackend::new(None).unwrap();
     b.set_poison(true);
-    // (subgroup, prefetch, words, gemv1 builds the lists itself)
-    let mut layouts = vec![(false, false, false, true), (false, true, true, false)];
+    // (subgroup, prefetch, words, gemv1 builds the lists itself, subgroups per lane group)
+    let mut layouts = vec![
+        (false, false, false, true, 1),
+        (false, true, true, false, 1),
+    ];
     match b.subgroup_size() {
         Some(n) => {
             println!("subgroup size {n}");
             layouts.extend([
-                (true, false, false, true),
-                (true, true, false, true),
-                (true, false, true, false),
-                (true, true, true, true),
+                (true, false, false, true, 1),
+                (true, true, false, true, 1),
+                (true, false, true, false, 1),
+                (true, true, true, true, 1),
+                (true, true, true, true, 2),
+                (true, false, false, false, 4),
             ]);
         }
         None => println!(
@@ -208,22 +213,28 @@ fn gemv_layouts_on_catalog_cases() {
     // layout, round robin (the default layout also runs every case in
     // moe_gemm_and_gemv_paths_on_catalog_cases), so the test costs one GEMV pass of the catalog.
     let step = layouts.len();
-    for (li, &(subgroup, prefetch, words, own)) in layouts.iter().enumerate() {
+    for (li, &(subgroup, prefetch, words, own, split)) in layouts.iter().enumerate() {
         let want = GemvConfig {
             subgroup,
             prefetch,
             words,
+            split,
             ..GemvConfig::SHARED
         };
         let cfg = b
             .set_gemv_layout(want)
             .unwrap_or_else(|e| panic!("layout {want:?}: {e}"));
         assert_eq!(
-            (cfg.subgroup, cfg.prefetch, cfg.words),
-            (subgroup, prefetch, words),
+            (cfg.subgroup, cfg.prefetch, cfg.words, cfg.split),
+            (subgroup, prefetch, words, split),
             "{cfg:?}"
         );
+        if let Some(n) = b.subgroup_size().filter(|_| subgroup) {
+            assert_eq!(cfg.lanes, n * split, "{cfg:?}");
+        }
         b.set_gemv_own_lists(own);
+        // Up to gemv1's workgroup arrays, so every quick case runs the builder when `own`.
+        b.set_gemv_own_lists_max(256);
         println!("layout {cfg:?}, gemv1 builds the lists: {own}");
         for c in cases.iter().skip(li % step).step_by(step) {
             check_on(&b, &mut mat, c, &[MoePath::Gemv]);
@@ -360,6 +371,107 @@ fn fp4_decode_register_and_table_agree() {
                 "{scheme}/{act} M = {m}: table and register decode differ"
             );
         }
+    }
+}
+
+/// The forward cache (a layer keeps its last forward's buffers and bind groups): forwards that
+/// alternate batch sizes, paths and GEMV layouts on one layer give the same bits as each first
+/// forward of its kind on a fresh layer.
+#[test]
+fn forward_cache_reuse_matches_fresh() {
+    if backend().is_none() {
+        println!("SKIPPED forward_cache_reuse_matches_fresh: no wgpu adapter");
+        return;
+    }
+    let b = WgpuBackend::new(None).unwrap();
+    b.set_poison(true);
+    let layer = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 64, 2))
+        .build()
+        .unwrap();
+    let batches: Vec<_> = [(3, 11), (5, 12), (1, 13)]
+        .iter()
+        .map(|&(m, seed)| synth_batch(m, 64, 8, seed))
+        .collect();
+    let opts = MoeOptions::default();
+    let run = |g: &mxmoe::backend::wgpu::GpuLayer, i: usize, path: MoePath| {
+        let (hs, lg) = &batches[i];
+        b.moe_path(g, hs, lg, opts, path, false).unwrap().0
+    };
+    // Each (batch, path) once on its own fresh layer: the expected bits. Batches inner, so that
+    // successive forwards below differ in the batch size alone (same path and pipelines).
+    let mut fresh = Vec::new();
+    for path in [MoePath::Gemv, MoePath::Gemm] {
+        for i in 0..batches.len() {
+            let g = b.prepare(&layer).unwrap();
+            fresh.push(((i, path), run(&g, i, path)));
+        }
+    }
+    // Then all of them on one layer, each twice in a row (the second reuses the cache), in an
+    // order that changes the key every time, with a GEMV layout change in the middle.
+    let g = b.prepare(&layer).unwrap();
+    let base = b.gemv_layout();
+    for round in 0..2 {
+        if round == 1 {
+            let other = GemvConfig {
+                prefetch: !base.prefetch,
+                ..base
+            };
+            b.set_gemv_layout(other).unwrap();
+        }
+        for ((i, path), want) in &fresh {
+            for _ in 0..2 {
+                let got = run(&g, *i, *path);
+                assert_eq!(
+                    first_bit_mismatch(&got.output, &want.output),
+                    None,
+                    "batch {i} {path:?} round {round}"
+                );
+                assert_eq!(got.routing.topk_ids, want.routing.topk_ids);
+            }
+        }
+    }
+    b.set_gemv_layout(base).unwrap();
+}
+
+/// A batch whose activations reach `WRITE_PAR_MIN` bytes is uploaded in pieces from several
+/// threads: its output rows must equal those of the same tokens run in small batches (one
+/// write each), bit for bit (GEMM path for both; a row's result does not depend on the batch).
+#[test]
+fn large_upload_in_pieces_matches_small_batches() {
+    let b = gpu!("large_upload_in_pieces_matches_small_batches");
+    let h = 64;
+    let layer = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, h, 64, 2))
+        .build()
+        .unwrap();
+    // 20000 tokens x 64 x 4 bytes = 5.1 MB of hidden states (above WRITE_PAR_MIN = 4 MiB).
+    let m = 20000;
+    assert!(m * h * 4 >= mxmoe::backend::wgpu::WRITE_PAR_MIN);
+    let (hs, logits) = synth_batch(m, h, 8, 21);
+    let g = b.prepare(&layer).unwrap();
+    let opts = MoeOptions::default();
+    let big = b
+        .moe_path(&g, &hs, &logits, opts, MoePath::Gemm, false)
+        .unwrap()
+        .0;
+    for t0 in [0, 7777, m - 50] {
+        let t1 = t0 + 50;
+        let small = b
+            .moe_path(
+                &g,
+                &hs[t0 * h..t1 * h],
+                &logits[t0 * 8..t1 * 8],
+                opts,
+                MoePath::Gemm,
+                false,
+            )
+            .unwrap()
+            .0;
+        assert_eq!(
+            first_bit_mismatch(&small.output, &big.output[t0 * h..t1 * h]),
+            None,
+            "tokens {t0}..{t1}"
+        );
+        assert_eq!(small.routing.topk_ids, big.routing.topk_ids[t0 * 2..t1 * 2]);
     }
 }
 

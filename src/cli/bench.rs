@@ -64,7 +64,8 @@ pub struct BenchArgs {
     /// wgpu: compare decode GEMV layouts on the same layer, e.g.
     /// `shared,subgroup,subgroup+words+prefetch` (lane sums in workgroup memory or by
     /// subgroupAdd; `+prefetch`: each lane loads its next block before the current block's math;
-    /// `+words`: lanes take 8-code words, not 32-blocks). Default: the backend's choice.
+    /// `+words`: lanes take 8-code words, not 32-blocks; `+split2`, `+split4`: 2 or 4
+    /// subgroups per lane group along K). Default: the backend's choice.
     #[arg(long)]
     gemv_layouts: Option<String>,
 }
@@ -123,9 +124,11 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                         (0, "subgroup") => c.subgroup = true,
                         (i, "prefetch") if i > 0 => c.prefetch = true,
                         (i, "words") if i > 0 => c.words = true,
+                        (i, "split2") if i > 0 => c.split = 2,
+                        (i, "split4") if i > 0 => c.split = 4,
                         _ => bail!(
                             "--gemv-layouts: '{t}': expected shared or subgroup, optionally \
-                             followed by +prefetch and/or +words"
+                             followed by +prefetch, +words and (subgroup) +split2 or +split4"
                         ),
                     }
                 }

@@ -24,9 +24,142 @@ pub const DEFAULT_GEMV_PREFETCH: bool = true;
 /// See [`DEFAULT_GEMV_PREFETCH`].
 pub const DEFAULT_GEMV_WORDS: bool = true;
 
+/// Subgroups per GEMV lane group unless `MXMOE_GEMV_SPLIT` says (see [`GemvConfig::split`]).
+pub const DEFAULT_GEMV_SPLIT: u32 = 1;
+
+/// gemv1 builds its own row lists up to this many token-expert pairs (see
+/// [`Context::own_lists_max`]). Its builder costs O(pairs) per invocation in every workgroup:
+/// on the H200 at 64 pairs (gpt-oss, 16 tokens) gemv1 took 0.492 ms with it and 0.296 with the
+/// `lists` pass (7 us) instead; at 4 pairs it saves that pass.
+pub const DEFAULT_OWN_LISTS_MAX: u64 = 16;
+/// Auto takes the GEMV up to this many token-expert pairs per local expert (see
+/// [`Context::gemv_pairs_per_expert`]). Measured on the H200 (gpt-oss-120b,
+/// docs/h200-2026-12-01-wgpudecode): the GEMV took 4.57 ms at 256 tokens (8 pairs per expert)
+/// where the scalar tiled GEMM took 10.75, and 33.8 ms at 2048 (64 per expert) where the GEMM
+/// took 29.3; both grow about linearly, so they cross near 40 pairs per expert.
+pub const DEFAULT_GEMV_PAIRS_PER_EXPERT: u64 = 32;
+
+/// A non-negative integer from the environment variable `name`, else `default` (also when it
+/// does not parse: a knob for measurements, not a user setting).
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// Host-time profile of the forward path: with `MXMOE_HOST_PROFILE=N` (N > 0) the forward marks
+/// the end of each host step (`host_mark`), and every N forwards stderr gets the mean
+/// microseconds of each step (the time since the previous mark), so the wall time outside the
+/// GPU passes can be attributed. Off (one relaxed load per mark) otherwise.
+pub mod host_profile {
+    use std::cell::RefCell;
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Instant;
+
+    fn every() -> u64 {
+        static N: OnceLock<u64> = OnceLock::new();
+        *N.get_or_init(|| {
+            std::env::var("MXMOE_HOST_PROFILE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        })
+    }
+
+    thread_local! {
+        static MARKS: RefCell<Vec<(&'static str, Instant)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    struct Sums {
+        label: String,
+        forwards: u64,
+        steps: Vec<(&'static str, f64)>,
+    }
+    static SUMS: Mutex<Sums> = Mutex::new(Sums {
+        label: String::new(),
+        forwards: 0,
+        steps: Vec::new(),
+    });
+
+    fn print(s: &mut Sums) {
+        if s.forwards == 0 {
+            return;
+        }
+        let f = s.forwards as f64;
+        let total: f64 = s.steps.iter().map(|(_, v)| v).sum::<f64>() / f;
+        let parts: Vec<String> = s
+            .steps
+            .iter()
+            .map(|(k, v)| format!("{k} {:.1}", v / f))
+            .collect();
+        eprintln!(
+            "host profile ({}, mean us over {} forwards): total {total:.1} = {}",
+            s.label,
+            s.forwards,
+            parts.join(", ")
+        );
+        s.forwards = 0;
+        s.steps.clear();
+    }
+
+    /// Start a forward's profile (clears this thread's marks).
+    pub fn start() {
+        if every() > 0 {
+            MARKS.with(|m| {
+                let mut m = m.borrow_mut();
+                m.clear();
+                m.push(("start", Instant::now()));
+            });
+        }
+    }
+
+    /// The host step `name` ends now.
+    pub fn mark(name: &'static str) {
+        if every() > 0 {
+            MARKS.with(|m| m.borrow_mut().push((name, Instant::now())));
+        }
+    }
+
+    /// End a forward: add its steps to the sums of `label` (the sums of another label are
+    /// printed and cleared first); print the means every N forwards.
+    pub fn finish(label: impl FnOnce() -> String) {
+        let n = every();
+        if n == 0 {
+            return;
+        }
+        let marks = MARKS.with(|m| std::mem::take(&mut *m.borrow_mut()));
+        if marks.len() < 2 {
+            return;
+        }
+        let label = label();
+        let mut s = SUMS.lock().unwrap_or_else(|p| p.into_inner());
+        if s.label != label {
+            print(&mut s);
+            s.label = label;
+        }
+        s.forwards += 1;
+        for w in marks.windows(2) {
+            let us = (w[1].1 - w[0].1).as_secs_f64() * 1e6;
+            match s.steps.iter_mut().find(|(k, _)| *k == w[1].0) {
+                Some(e) => e.1 += us,
+                None => s.steps.push((w[1].0, us)),
+            }
+        }
+        if s.forwards >= n {
+            print(&mut s);
+        }
+    }
+}
+
 /// How long `submit_and_map` polls the fence before it blocks (a forward of a few milliseconds
 /// or less finishes while spinning; longer ones block, costing one wake-up).
 const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// [`Context::write_large`] splits writes of at least this many bytes over threads, in pieces
+/// of `WRITE_PIECE` bytes (a multiple of wgpu's 4-byte copy alignment).
+pub const WRITE_PAR_MIN: usize = 4 << 20;
+const WRITE_PIECE: usize = 1 << 20;
 
 /// Pooled buffers kept per (usage, power-of-two size) class.
 const POOL_PER_CLASS: usize = 12;
@@ -258,6 +391,10 @@ pub struct GemvConfig {
     pub lanes: u32,
     pub prefetch: bool,
     pub words: bool,
+    /// Subgroups per lane group (subgroup layout only; 1, 2 or 4): `lanes` is then `split`
+    /// times the subgroup size, so a row's K is spread over more lanes (fewer steps per lane,
+    /// more invocations per workgroup) and the subgroups' sums are added in workgroup memory.
+    pub split: u32,
 }
 
 impl GemvConfig {
@@ -267,6 +404,7 @@ impl GemvConfig {
         lanes: 32,
         prefetch: false,
         words: false,
+        split: 1,
     };
 
     /// Invocations per workgroup (8 lane groups).
@@ -275,13 +413,18 @@ impl GemvConfig {
     }
 
     /// The pipeline overrides of this layout.
-    pub fn overrides(&self) -> [(&'static str, u32); 4] {
-        [
+    pub fn overrides(&self) -> Vec<(&'static str, u32)> {
+        let mut v = vec![
             ("GEMV_LANES", self.lanes),
             ("GEMV_THREADS", self.threads()),
             ("GEMV_PREFETCH", self.prefetch as u32),
             ("GEMV_WORDS", self.words as u32),
-        ]
+        ];
+        // Only the subgroup reduction declares GEMV_SPLIT.
+        if self.subgroup {
+            v.push(("GEMV_SPLIT", self.split));
+        }
+        v
     }
 }
 
@@ -338,6 +481,17 @@ pub struct Context {
     /// `MXMOE_COOP_B_ROW=0|1`, `COOP_DIAG` from `MXMOE_COOP_DIAG`, a bit mask that breaks
     /// results on purpose to time parts of the kernel: see shaders/moe_gemm_coop.wgsl).
     coop_overrides: [(&'static str, u32); 2],
+    /// gemv1 builds the lists itself only up to this many token-expert pairs (its list builder
+    /// costs O(pairs) per invocation in every workgroup; past this the one-workgroup `lists`
+    /// pass is cheaper); `MXMOE_GEMV_OWN_LISTS_MAX` sets it.
+    pub own_lists_max: AtomicU64,
+    /// Diagnostic (`MXMOE_DIAG_GEMV_LOADS_ONLY=1`): the FP4 GEMV keeps its loads but drops the
+    /// decode and the dot products (GEMV_DIAG_LOADS in moe_gemv.wgsl). Results are WRONG; for
+    /// `bench --no-check` timings only.
+    pub diag_gemv_loads_only: bool,
+    /// Auto picks the GEMV while the token-expert pairs are at most this many per local expert
+    /// (on average); `MXMOE_GEMV_PAIRS` sets it.
+    pub gemv_pairs_per_expert: AtomicU64,
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -484,6 +638,15 @@ impl Context {
             fp4_register_decode: AtomicBool::new(false),
             gemv: Mutex::new(GemvConfig::SHARED),
             own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
+            own_lists_max: AtomicU64::new(env_u64(
+                "MXMOE_GEMV_OWN_LISTS_MAX",
+                DEFAULT_OWN_LISTS_MAX,
+            )),
+            diag_gemv_loads_only: std::env::var("MXMOE_DIAG_GEMV_LOADS_ONLY").as_deref() == Ok("1"),
+            gemv_pairs_per_expert: AtomicU64::new(env_u64(
+                "MXMOE_GEMV_PAIRS",
+                DEFAULT_GEMV_PAIRS_PER_EXPERT,
+            )),
             subgroup_size,
             coop_gemm: AtomicBool::new(false),
             coop_ok: false,
@@ -527,10 +690,12 @@ impl Context {
             _ => DEFAULT_GEMV_WORDS,
         };
         let subgroup = std::env::var("MXMOE_GEMV_REDUCE").as_deref() != Ok("shared");
+        let split = env_u64("MXMOE_GEMV_SPLIT", DEFAULT_GEMV_SPLIT as u64) as u32;
         // Falls back to the shared layout when the subgroup check fails.
         let _ = ctx.set_gemv(GemvConfig {
             subgroup,
             lanes: 32,
+            split,
             prefetch,
             words,
         });
@@ -538,6 +703,7 @@ impl Context {
             let layout = GemvConfig {
                 subgroup: true,
                 lanes: 32,
+                split: 1,
                 prefetch: false,
                 words: false,
             };
@@ -650,9 +816,10 @@ impl Context {
         Ok(())
     }
 
-    /// Whether gemv1 builds the row lists itself at decode sizes.
-    pub fn gemv_own_lists(&self) -> bool {
+    /// Whether gemv1 builds the row lists itself for `pairs` token-expert pairs.
+    pub fn gemv_own_lists(&self, pairs: usize) -> bool {
         self.own_lists.load(Ordering::Relaxed)
+            && pairs as u64 <= self.own_lists_max.load(Ordering::Relaxed)
     }
 
     /// The decode GEMV's layout now.
@@ -684,12 +851,15 @@ impl Context {
                     ));
                     shared
                 }
-                Some(lanes) => {
+                Some(size) => {
+                    let split = want.split.clamp(1, 4).next_power_of_two();
+                    let lanes = size * split;
                     let c = GemvConfig {
                         subgroup: true,
                         lanes,
                         prefetch,
                         words,
+                        split,
                     };
                     let max = self.limits.max_compute_invocations_per_workgroup;
                     if c.threads() > max {
@@ -967,6 +1137,27 @@ impl Context {
         b
     }
 
+    /// Write `data` (length a multiple of 4) into `buf` from offset 0, as `queue.write_buffer`
+    /// does; writes of [`WRITE_PAR_MIN`] bytes or more are cut into pieces written from rayon's
+    /// threads: wgpu copies each piece into its own staging buffer before it takes the queue's
+    /// lock (wgpu-core `Queue::write_buffer`), so the copies of a large activation upload run in
+    /// parallel instead of on the calling thread alone.
+    pub fn write_large(&self, buf: &wgpu::Buffer, data: &[u8]) {
+        use rayon::prelude::*;
+        if data.len() < WRITE_PAR_MIN {
+            if !data.is_empty() {
+                self.queue.write_buffer(buf, 0, data);
+            }
+            return;
+        }
+        data.par_chunks(WRITE_PIECE)
+            .enumerate()
+            .for_each(|(i, piece)| {
+                self.queue
+                    .write_buffer(buf, (i * WRITE_PIECE) as u64, piece)
+            });
+    }
+
     /// An unpooled storage buffer holding `data` exactly (weights that live with a layer).
     pub fn upload_owned(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
         let mut v;
@@ -1052,7 +1243,10 @@ impl Context {
                 enc.copy_buffer_to_buffer(b, 0, &staging, *o, *n);
             }
         }
-        self.queue.submit([enc.finish()]);
+        let cmd = enc.finish();
+        host_profile::mark("finish_encoder");
+        self.queue.submit([cmd]);
+        host_profile::mark("submit");
         let done = Arc::new(Mutex::new(None));
         let d2 = done.clone();
         staging
@@ -1075,6 +1269,7 @@ impl Context {
                 .poll(wgpu::PollType::Poll)
                 .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
         }
+        host_profile::mark("wait");
         let status = done.lock().unwrap().take();
         match status {
             Some(Ok(())) => {}
@@ -1097,8 +1292,10 @@ impl Context {
                 .collect();
             read(&parts)
         };
+        host_profile::mark("copy_out");
         staging.unmap();
         self.give([staging]);
+        host_profile::mark("unmap");
         if let Some(e) = self.uncaptured.lock().unwrap().take() {
             return Err(BackendError::Device(e));
         }

@@ -36,7 +36,9 @@ pub mod quant;
 pub mod route;
 pub mod source;
 
-pub use context::{enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, POISON};
+pub use context::{
+    enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, POISON, WRITE_PAR_MIN,
+};
 pub use moe::{GpuLayer, MoePath};
 
 use super::{BackendError, Op, PassTimes, Support};
@@ -85,7 +87,15 @@ impl WgpuBackend {
     /// Kernel choices this device made at start-up, in words (for `info` and bench results).
     pub fn notes(&self) -> Vec<String> {
         let g = self.ctx.gemv_config();
-        vec![
+        let mut v = Vec::new();
+        if self.ctx.diag_gemv_loads_only {
+            v.push(
+                "DIAGNOSTIC MXMOE_DIAG_GEMV_LOADS_ONLY=1: the FP4 GEMV skips its decode and dot \
+                 products; results are wrong (timings only)"
+                    .to_string(),
+            );
+        }
+        v.extend([
             format!(
                 "prefill GEMM: {}",
                 if self.ctx.coop_gemm() || self.ctx.gemm_note().starts_with("tiled") {
@@ -107,10 +117,15 @@ impl WgpuBackend {
                 g.lanes,
                 if g.words { "words" } else { "32-blocks" },
                 g.threads(),
-                if g.subgroup {
-                    "by subgroupAdd (subgroup_check passed)"
+                if !g.subgroup {
+                    "in workgroup memory".to_string()
+                } else if g.split > 1 {
+                    format!(
+                        "by subgroupAdd over {} subgroups per group (subgroup_check passed)",
+                        g.split
+                    )
                 } else {
-                    "in workgroup memory"
+                    "by subgroupAdd (subgroup_check passed)".to_string()
                 },
                 if g.prefetch {
                     ", next block prefetched"
@@ -118,7 +133,8 @@ impl WgpuBackend {
                     ""
                 }
             ),
-        ]
+        ]);
+        v
     }
 
     /// Use the cooperative-matrix GEMM (`true`; Err where the device did not pass its checks)
@@ -143,6 +159,11 @@ impl WgpuBackend {
     /// `lists` pass runs first.
     pub fn set_gemv_own_lists(&self, on: bool) {
         self.ctx.own_lists.store(on, Ordering::Relaxed);
+    }
+
+    /// Test hook: gemv1 builds its own lists up to `pairs` token-expert pairs (when on).
+    pub fn set_gemv_own_lists_max(&self, pairs: u64) {
+        self.ctx.own_lists_max.store(pairs, Ordering::Relaxed);
     }
 
     /// The decode GEMV's layout in force.

@@ -4,15 +4,18 @@
 //!
 //! Passes: route -> lists (histogram, prefix sum, row lists, tile list) -> input QDQ
 //! (quant.wgsl) -> gemm1 per weight chunk (bias, activation, intermediate QDQ fused) -> gemm2 per
-//! weight chunk (bias, router weight) -> combine (slot order, no float atomics). At decode sizes
-//! (the GEMV path, at most `GEMV_LIST_MAX` token-expert pairs) gemv1 builds the lists itself and
-//! the `lists` pass is not recorded. Everything the caller gets back (output, ids, weights,
-//! timestamps) comes back in one readback.
+//! weight chunk (bias, router weight) -> combine (slot order, no float atomics). The GEMV path
+//! (tiles of 4 rows) replaces the GEMMs up to `Context::gemv_pairs_per_expert` token-expert pairs
+//! per expert; at decode sizes (up to `Context::own_lists_max` pairs) gemv1 builds the lists
+//! itself and the `lists` pass is not recorded. Everything the caller gets back (output, ids,
+//! weights, timestamps) comes back in one readback. A layer keeps its last forward's buffers and
+//! bind groups ([`FwdCache`]), so a forward of the same batch size only uploads its inputs and
+//! records the passes.
 //!
 //! Weights larger than one storage binding are split into chunks of whole experts, each its own
 //! buffer; the GEMMs run once per chunk and skip the other chunks' tiles.
 
-use super::context::{pod_vec, Context, Timer};
+use super::context::{host_profile, pod_vec, Context, Timer};
 use super::route;
 use super::source::{Shader, FMT_NONE};
 use crate::backend::{ops, BackendError, PassTimes};
@@ -37,9 +40,6 @@ pub enum MoePath {
     Gemv,
 }
 
-/// Auto picks the GEMV while the pairs are at most this many per local expert on average
-/// (tiles of 4 rows then read each expert's weights about once).
-const GEMV_PAIRS_PER_EXPERT: usize = 4;
 /// Intermediate columns per gemm1 workgroup, output columns per gemm2 workgroup, and the same
 /// for the GEMV kernels.
 const TN1: usize = 64;
@@ -75,6 +75,70 @@ pub struct GpuLayer {
     dummy: wgpu::Buffer,
     /// Bytes of packed weights + scales on the device.
     pub bytes: u64,
+    /// The last forward's buffers and bind groups (see [`FwdCache`]).
+    fwd: std::sync::Mutex<Option<FwdCache>>,
+}
+
+/// A forward's cache key: a forward with the same batch size, path and pipelines (layouts,
+/// decode, GEMV layout) on the same layer can reuse the last one's buffers and bind groups.
+#[derive(PartialEq)]
+struct FwdKey {
+    m: usize,
+    gemv: bool,
+    own_lists: bool,
+    pipes: Vec<wgpu::ComputePipeline>,
+}
+
+/// A forward's buffers (parameter blocks, inputs, scratch, outputs) and bind groups, kept by the
+/// layer after a forward so that the next one of the same [`FwdKey`] only writes its inputs and
+/// records the passes: no pool look-ups, no parameter writes, no bind-group creation. Kept up to
+/// [`FWD_CACHE_MAX_BYTES`]; a different key gives the buffers back to the context's pool.
+struct FwdCache {
+    key: FwdKey,
+    rparams: wgpu::Buffer,
+    base_params: wgpu::Buffer,
+    logits_b: wgpu::Buffer,
+    hidden_b: wgpu::Buffer,
+    /// ids, weights, rows, slot, tiles, intermediate, y, out, xq (sizes in `out_sizes`).
+    bufs: Vec<wgpu::Buffer>,
+    out_sizes: Vec<u64>,
+    qp: Option<wgpu::Buffer>,
+    chunk_params: Vec<wgpu::Buffer>,
+    bg_lists: Option<wgpu::BindGroup>,
+    bg_qdq: Option<wgpu::BindGroup>,
+    /// gemv1/gemm1 per chunk, then gemv2/gemm2 per chunk.
+    bg_stages: Vec<wgpu::BindGroup>,
+    bg_comb: wgpu::BindGroup,
+}
+
+/// The largest buffer set a layer keeps between forwards (64 MiB: gpt-oss-120b up to 256 tokens,
+/// DeepSeek-R1 up to 64).
+const FWD_CACHE_MAX_BYTES: u64 = 64 << 20;
+
+impl FwdCache {
+    fn bytes(&self) -> u64 {
+        self.buffers().map(|b| b.size()).sum()
+    }
+    fn buffers(&self) -> impl Iterator<Item = &wgpu::Buffer> {
+        [
+            &self.rparams,
+            &self.base_params,
+            &self.logits_b,
+            &self.hidden_b,
+        ]
+        .into_iter()
+        .chain(&self.bufs)
+        .chain(&self.qp)
+        .chain(&self.chunk_params)
+    }
+    /// The buffers, for the pool (the bind groups are dropped).
+    fn into_buffers(self) -> Vec<wgpu::Buffer> {
+        let mut v = vec![self.rparams, self.base_params, self.logits_b, self.hidden_b];
+        v.extend(self.bufs);
+        v.extend(self.qp);
+        v.extend(self.chunk_params);
+        v
+    }
 }
 
 impl GpuLayer {
@@ -247,6 +311,7 @@ pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError>
         route_bias,
         dummy,
         bytes,
+        fwd: std::sync::Mutex::new(None),
     })
 }
 
@@ -351,14 +416,19 @@ pub fn forward(
             times,
         ));
     }
+    host_profile::start();
     // The router's input checks (finite logits; the bias was checked at upload).
     ops::validate_route(&l.router, logits, l.n_experts, None)?;
+    host_profile::mark("validate");
     let na = m * k;
     let el = l.local_experts;
     let gemv = match path {
         MoePath::Gemv => true,
         MoePath::Gemm => false,
-        MoePath::Auto => na <= GEMV_PAIRS_PER_EXPERT * el.max(1) || m <= 4,
+        MoePath::Auto => {
+            let per = ctx.gemv_pairs_per_expert.load(Ordering::Relaxed) as usize;
+            na <= per.saturating_mul(el.max(1)) || m <= 4
+        }
     };
     let tile_m = if gemv { TG } else { TM };
     let max_tiles = na.div_ceil(tile_m) + el.min(na);
@@ -386,41 +456,8 @@ pub fn forward(
         ));
     }
 
-    // Buffers.
     let bytes = |n: usize| (n * 4) as u64;
-    let mut owned: Vec<wgpu::Buffer> = Vec::new();
-    let rparams = ctx.uniform(bytemuck::cast_slice(&route::params(
-        &l.router,
-        m,
-        l.n_experts,
-        g.route_bias.is_some(),
-    )));
-    let base_params = ctx.uniform(bytemuck::cast_slice(&params(g, m, 0, el)));
-    let logits_b = ctx.upload(bytemuck::cast_slice(logits));
-    let hidden_b = ctx.upload(bytemuck::cast_slice(hidden));
-    let out_bufs = [
-        bytes(na),                // ids
-        bytes(na),                // weights
-        bytes(na),                // rows
-        bytes(na),                // slot
-        bytes(1 + 3 * max_tiles), // tiles
-        bytes(na * inter),        // intermediate
-        bytes(na * h),            // y
-        bytes(m * h),             // out
-        bytes(m * h),             // xq
-    ];
-    let bufs: Vec<wgpu::Buffer> = out_bufs
-        .iter()
-        .map(|&n| {
-            let b = ctx.storage(n);
-            ctx.maybe_poison(&b, n);
-            b
-        })
-        .collect();
-    let (ids, topw, rows, slot, tiles, a2, y2, out, xq) = (
-        &bufs[0], &bufs[1], &bufs[2], &bufs[3], &bufs[4], &bufs[5], &bufs[6], &bufs[7], &bufs[8],
-    );
-    let map = g.map.as_ref().unwrap_or(&g.dummy);
+    // Pipelines first: the forward cache's key names them.
     let bf16 = (opts.intermediate == Intermediate::Bf16) as u32;
     let ov: [(&'static str, u32); 5] = [
         ("WEIGHT_FMT", l.scheme.weight.id()),
@@ -444,17 +481,168 @@ pub fn forward(
         (Shader::MoeGemm, "gemm1", "gemm2")
     };
     // Decode sizes: gemv1 builds the row lists itself (no `lists` pass).
-    let own_lists = gemv && na <= GEMV_LIST_MAX && ctx.gemv_own_lists();
+    let own_lists = gemv && na <= GEMV_LIST_MAX && ctx.gemv_own_lists(na);
     let mut ov = ov.to_vec();
     if gemv {
         ov.extend(gcfg.overrides());
         ov.push(("GEMV_OWN_LISTS", own_lists as u32));
+        if ctx.diag_gemv_loads_only {
+            ov.push(("GEMV_DIAG_LOADS", 1));
+        }
     } else if experts == Shader::MoeGemmCoop {
         ov.extend(ctx.coop_overrides());
     }
     let p_g1 = ctx.pipeline(experts, e1, &ov)?;
     let p_g2 = ctx.pipeline(experts, e2, &ov)?;
     let p_comb = ctx.pipeline(Shader::MoeCombine, "combine", &[("ROUND_BF16", bf16)])?;
+    let p_qdq = match l.scheme.activation {
+        Some(f) => Some(ctx.pipeline(
+            Shader::Quant,
+            "qdq",
+            &[("FMT", f.id()), ("MODE", l.act_scale_mode.id())],
+        )?),
+        None => None,
+    };
+    host_profile::mark("pipelines");
+
+    // Buffers and bind groups: the layer's cached set when this forward has the same key as the
+    // last one (same batch size, path and pipelines), else a new set from the pool.
+    let mut pipes = vec![p_lists.clone(), p_g1.clone(), p_g2.clone(), p_comb.clone()];
+    pipes.extend(p_qdq.clone());
+    let key = FwdKey {
+        m,
+        gemv,
+        own_lists,
+        pipes,
+    };
+    let cached = g.fwd.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let c = match cached {
+        Some(c) if c.key == key => c,
+        old => {
+            if let Some(old) = old {
+                ctx.give(old.into_buffers());
+            }
+            let out_sizes = vec![
+                bytes(na),                // ids
+                bytes(na),                // weights
+                bytes(na),                // rows
+                bytes(na),                // slot
+                bytes(1 + 3 * max_tiles), // tiles
+                bytes(na * inter),        // intermediate
+                bytes(na * h),            // y
+                bytes(m * h),             // out
+                bytes(m * h),             // xq
+            ];
+            let bufs: Vec<wgpu::Buffer> = out_sizes.iter().map(|&n| ctx.storage(n)).collect();
+            let (ids, topw, rows, slot, tiles, a2, y2, out, xq) = (
+                &bufs[0], &bufs[1], &bufs[2], &bufs[3], &bufs[4], &bufs[5], &bufs[6], &bufs[7],
+                &bufs[8],
+            );
+            let rparams = ctx.uniform(bytemuck::cast_slice(&route::params(
+                &l.router,
+                m,
+                l.n_experts,
+                g.route_bias.is_some(),
+            )));
+            let base_params = ctx.uniform(bytemuck::cast_slice(&params(g, m, 0, el)));
+            let logits_b = ctx.storage(bytes(m * l.n_experts).max(4));
+            let hidden_b = ctx.storage(bytes(m * h).max(4));
+            let map = g.map.as_ref().unwrap_or(&g.dummy);
+            let bg_lists = (!own_lists).then(|| {
+                ctx.bind(
+                    &p_lists,
+                    &[
+                        (0, &base_params),
+                        (1, ids),
+                        (2, map),
+                        (3, rows),
+                        (4, slot),
+                        (5, tiles),
+                    ],
+                )
+            });
+            let nb = m * h / 32;
+            let (qp, bg_qdq) = match &p_qdq {
+                Some(pq) => {
+                    let qp = ctx.uniform(bytemuck::cast_slice(&[nb as u32, 0, 0, 0]));
+                    let bg = ctx.bind(pq, &[(0, &qp), (1, &hidden_b), (3, xq)]);
+                    (Some(qp), Some(bg))
+                }
+                None => (None, None),
+            };
+            // Weight-only schemes read the hidden states directly.
+            let x_in = if p_qdq.is_some() { xq } else { &hidden_b };
+            let b13 = g.bias13.as_ref().unwrap_or(&g.dummy);
+            let b2 = g.bias2.as_ref().unwrap_or(&g.dummy);
+            let chunk_params: Vec<wgpu::Buffer> = g
+                .chunks
+                .iter()
+                .map(|c| ctx.uniform(bytemuck::cast_slice(&params(g, m, c.e0, c.e1))))
+                .collect();
+            // GEMM1 then GEMM2, each once per weight chunk: the same bindings but for which
+            // weights, input, output and bias they read and write.
+            let mut bg_stages = Vec::new();
+            for si in 0..2 {
+                let (pipe, x, o, bias) = if si == 0 {
+                    (&p_g1, x_in, a2, b13)
+                } else {
+                    (&p_g2, a2, y2, b2)
+                };
+                for (ch, cp) in g.chunks.iter().zip(&chunk_params) {
+                    let (w, sc) = if si == 0 {
+                        (&ch.w13, &ch.s13)
+                    } else {
+                        (&ch.w2, &ch.s2)
+                    };
+                    let mut ents = vec![
+                        (0, cp),
+                        (3, rows),
+                        (5, tiles),
+                        (6, x),
+                        (7, w),
+                        (8, sc),
+                        (9, o),
+                        (10, bias),
+                        (11, topw),
+                    ];
+                    if gemv {
+                        // The FP4 path's vec4 views of the same weights and activations.
+                        ents.extend([(13, w), (14, x)]);
+                        if si == 0 {
+                            // gemv1 may build the lists (GEMV_OWN_LISTS): the routing and the
+                            // lists' outputs (bound either way: the pipeline layout holds every
+                            // binding the entry point's code names).
+                            ents.extend([(1, ids), (2, map), (4, slot)]);
+                        }
+                    }
+                    bg_stages.push(ctx.bind(pipe, &ents));
+                }
+            }
+            let bg_comb = ctx.bind(&p_comb, &[(0, &base_params), (4, slot), (9, out), (12, y2)]);
+            FwdCache {
+                key,
+                rparams,
+                base_params,
+                logits_b,
+                hidden_b,
+                bufs,
+                out_sizes,
+                qp,
+                chunk_params,
+                bg_lists,
+                bg_qdq,
+                bg_stages,
+                bg_comb,
+            }
+        }
+    };
+    ctx.write_large(&c.logits_b, bytemuck::cast_slice(logits));
+    ctx.write_large(&c.hidden_b, bytemuck::cast_slice(hidden));
+    for (b, &n) in c.bufs.iter().zip(&c.out_sizes) {
+        ctx.maybe_poison(b, n);
+    }
+    let (ids, topw, out) = (&c.bufs[0], &c.bufs[1], &c.bufs[7]);
+    host_profile::mark("buffers_uploads");
 
     let mut timer = if timed {
         ctx.timer(4 + 2 * g.chunks.len() as u32)
@@ -467,114 +655,45 @@ pub fn forward(
     route::record(
         ctx,
         &mut enc,
-        &rparams,
-        &logits_b,
+        &c.rparams,
+        &c.logits_b,
         g.route_bias.as_ref().unwrap_or(&g.dummy),
         ids,
         topw,
         m,
         timer.as_mut(),
     )?;
-    if !own_lists {
-        let bg = ctx.bind(
-            &p_lists,
-            &[
-                (0, &base_params),
-                (1, ids),
-                (2, map),
-                (3, rows),
-                (4, slot),
-                (5, tiles),
-            ],
-        );
+    if let Some(bg) = &c.bg_lists {
         let mut p = pass(&mut enc, "moe/lists", &mut timer);
         p.set_pipeline(&p_lists);
-        p.set_bind_group(0, &bg, &[]);
+        p.set_bind_group(0, bg, &[]);
         p.dispatch_workgroups(1, 1, 1);
     }
-    // Input QDQ, once per token (weight-only schemes read the hidden states directly).
-    let x_in = match l.scheme.activation {
-        Some(f) => {
-            let pq = ctx.pipeline(
-                Shader::Quant,
-                "qdq",
-                &[("FMT", f.id()), ("MODE", l.act_scale_mode.id())],
-            )?;
-            let nb = m * h / 32;
-            let qp = ctx.uniform(bytemuck::cast_slice(&[nb as u32, 0, 0, 0]));
-            let bg = ctx.bind(&pq, &[(0, &qp), (1, &hidden_b), (3, xq)]);
-            {
-                let mut p = pass(&mut enc, "moe/input_qdq", &mut timer);
-                p.set_pipeline(&pq);
-                p.set_bind_group(0, &bg, &[]);
-                let (x, y) = ctx.grid(nb.div_ceil(8) as u32);
-                p.dispatch_workgroups(x, y, 1);
-            }
-            owned.push(qp);
-            xq
-        }
-        None => &hidden_b,
-    };
-    let b13 = g.bias13.as_ref().unwrap_or(&g.dummy);
-    let b2 = g.bias2.as_ref().unwrap_or(&g.dummy);
-    let mut chunk_params = Vec::new();
-    for c in &g.chunks {
-        chunk_params.push(ctx.uniform(bytemuck::cast_slice(&params(g, m, c.e0, c.e1))));
+    // Input QDQ, once per token.
+    if let (Some(pq), Some(bg)) = (&p_qdq, &c.bg_qdq) {
+        let mut p = pass(&mut enc, "moe/input_qdq", &mut timer);
+        p.set_pipeline(pq);
+        p.set_bind_group(0, bg, &[]);
+        let (x, y) = ctx.grid((m * h / 32).div_ceil(8) as u32);
+        p.dispatch_workgroups(x, y, 1);
     }
-    // GEMM1 then GEMM2, each once per weight chunk: the same bindings but for which weights,
-    // input, output and bias they read and write, and the output width per workgroup.
+    let nc = g.chunks.len();
     let stages = [
-        (
-            &p_g1,
-            e1,
-            x_in,
-            a2,
-            b13,
-            if gemv { TN1_GEMV } else { TN1 },
-            inter,
-        ),
-        (&p_g2, e2, a2, y2, b2, if gemv { TN2_GEMV } else { TN2 }, h),
+        (&p_g1, e1, if gemv { TN1_GEMV } else { TN1 }, inter),
+        (&p_g2, e2, if gemv { TN2_GEMV } else { TN2 }, h),
     ];
-    for (si, (pipe, label, x, out, bias, tn, cols)) in stages.into_iter().enumerate() {
-        for (c, cp) in g.chunks.iter().zip(&chunk_params) {
-            let (w, sc) = if si == 0 {
-                (&c.w13, &c.s13)
-            } else {
-                (&c.w2, &c.s2)
-            };
-            let mut ents = vec![
-                (0, cp),
-                (3, rows),
-                (5, tiles),
-                (6, x),
-                (7, w),
-                (8, sc),
-                (9, out),
-                (10, bias),
-                (11, topw),
-            ];
-            if gemv {
-                // The FP4 path's vec4 views of the same weights and activations.
-                ents.extend([(13, w), (14, x)]);
-                if si == 0 {
-                    // gemv1 may build the lists (GEMV_OWN_LISTS): the routing and the lists'
-                    // outputs (bound either way: the pipeline layout holds every binding the
-                    // entry point's code names).
-                    ents.extend([(1, ids), (2, map), (4, slot)]);
-                }
-            }
-            let bg = ctx.bind(pipe, &ents);
+    for (si, (pipe, label, tn, cols)) in stages.into_iter().enumerate() {
+        for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
             let mut p = pass(&mut enc, &format!("moe/{label}"), &mut timer);
             p.set_pipeline(pipe);
-            p.set_bind_group(0, &bg, &[]);
+            p.set_bind_group(0, bg, &[]);
             p.dispatch_workgroups(max_tiles as u32, cols.div_ceil(tn) as u32, 1);
         }
     }
     {
-        let bg = ctx.bind(&p_comb, &[(0, &base_params), (4, slot), (9, out), (12, y2)]);
         let mut p = pass(&mut enc, "moe/combine", &mut timer);
         p.set_pipeline(&p_comb);
-        p.set_bind_group(0, &bg, &[]);
+        p.set_bind_group(0, &c.bg_comb, &[]);
         let (x, y) = ctx.grid((m * h).div_ceil(256) as u32);
         p.dispatch_workgroups(x, y, 1);
     }
@@ -583,6 +702,7 @@ pub fn forward(
         t.resolve(&mut enc, &b);
         b
     });
+    host_profile::mark("record");
     let mut reads = vec![(out, bytes(m * h)), (ids, bytes(na)), (topw, bytes(na))];
     if let (Some(t), Some(b)) = (&timer, &resolve) {
         reads.push((b, t.bytes()));
@@ -603,10 +723,22 @@ pub fn forward(
     });
     drop(reads);
     ctx.give(resolve);
-    ctx.give(bufs);
-    ctx.give(owned);
-    ctx.give(chunk_params);
-    ctx.give([rparams, base_params, logits_b, hidden_b]);
+    // Keep the set for the next forward when it is small (decode and middle batches, where the
+    // host time per forward matters most); large ones go back to the pool (a model's many layers
+    // would otherwise each pin their largest batch's buffers).
+    if r.is_ok() && c.bytes() <= FWD_CACHE_MAX_BYTES {
+        *g.fwd.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+    } else {
+        ctx.give(c.into_buffers());
+    }
+    host_profile::mark("give");
+    host_profile::finish(|| {
+        format!(
+            "moe {} m={m}{}",
+            if gemv { "gemv" } else { "gemm" },
+            if timed { " timed" } else { "" }
+        )
+    });
     let (output, topk_ids, topk_weights, times) = r?;
     Ok((
         MoeOutput {
