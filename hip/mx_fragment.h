@@ -8,6 +8,9 @@
 //   load_b(b, sB, ldb, lane)   B columns 0..FRAG_N-1, k 0..FRAG_K-1 from sB (bf16 bits, n-major)
 //   mma(c, a, b)               c += a * b (f32 accumulation)
 //   c_row(lane, i), c_col(lane, i)   which element of the 16 x FRAG_N tile c.v[i] holds
+//   copy16_async(dst, src, valid)    16 bytes global -> shared (zeros when !valid), asynchronous
+//   copy_commit(), copy_wait_all()   close a group of copies; wait for all and see their data
+//                                    (then a barrier publishes them to the block)
 //
 // Implementations (the layouts are the vendors' documented ones):
 //   NVIDIA (sm_80+): mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 through inline PTX
@@ -65,6 +68,16 @@ MX_DEVICE void mma(FragC& c, const FragA& a, const FragB& b) {
 }
 MX_DEVICE u32 c_row(u32 lane, u32 i) { return (lane >> 2) + (i >= 2u ? 8u : 0u); }
 MX_DEVICE u32 c_col(u32 lane, u32 i) { return 2u * (lane & 3u) + (i & 1u); }
+// cp.async (sm_80+; PTX ISA, "cp.async"): .cg (L2 only), 16 bytes; a source size of 0 writes
+// 16 zero bytes and reads nothing.
+MX_DEVICE void copy16_async(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :
+               : "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16u : 0u)
+               : "memory");
+}
+MX_DEVICE void copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+MX_DEVICE void copy_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 #elif defined(MX_AMD)
 #define FRAG_N 16
@@ -91,4 +104,12 @@ MX_DEVICE void mma(FragC& c, const FragA& a, const FragB& b) {
 }
 MX_DEVICE u32 c_row(u32 lane, u32 i) { return 4u * (lane >> 4) + i; }
 MX_DEVICE u32 c_col(u32 lane, u32 i) { return lane & 15u; }
+// Plain loads and stores (synchronous; the barrier after the step publishes them).
+typedef unsigned int v4u32 __attribute__((ext_vector_type(4)));
+MX_DEVICE void copy16_async(void* dst, const void* src, bool valid) {
+  v4u32 z = {0u, 0u, 0u, 0u};
+  *(v4u32*)dst = valid ? *(const v4u32*)src : z;
+}
+MX_DEVICE void copy_commit() {}
+MX_DEVICE void copy_wait_all() {}
 #endif
