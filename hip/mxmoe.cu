@@ -632,14 +632,15 @@ GEMV_KERNELS(8)
 #define GT_N 128u
 #define GT_K 32u
 #define LDS (GT_K + 8u)  // bf16 per shared row: 80 bytes, so ldmatrix's 8 rows hit 8 bank quads
-#define GEMM_THREADS 256u
+#define GEMM_THREADS (4u * WARP)
 #define WARPS_M 2u
-#define WARPS_N (GEMM_THREADS / WARP / WARPS_M)
+#define WARPS_N 2u
 #define WT_M (GT_M / WARPS_M)
 #define WT_N (GT_N / WARPS_N)
 #define MF (WT_M / FRAG_M)
 #define NF (WT_N / FRAG_N)
-#define W_DEPTH 4u  // weight steps in flight (registers)
+#define A_CH (GT_M * GT_K / 8u / GEMM_THREADS)  // 16-byte activation chunks per thread and array
+#define W_PARTS (GEMM_THREADS / GT_N)           // threads per weight row's 32-block
 
 MX_DEVICE u32 bf16_bits_rne(float x) { return f2u(bf16_round(x)) >> 16; }
 
@@ -656,71 +657,78 @@ MX_KERNEL(256) void mx_to_bf16(const float* x, u16* hi, u16* lo, u64 n) {
   }
 }
 
-// Half a 32-block of one weight row: CB / 2 words (16 codes) and the block's scale byte.
+// This thread's part of a 32-block of one weight row: CB / W_PARTS words (32 / W_PARTS codes)
+// and the block's scale byte.
 template <u32 CB>
-struct WHalf {
-  u32 w[CB / 2u];
+struct WPart {
+  u32 w[CB / W_PARTS];
   u32 s;
 };
 
-// Fetch half `half` of block sidx (~0: no block; zero codes, which decode to +0).
+// Fetch part `part` of block sidx (~0: no block; zero codes, which decode to +0).
 template <u32 CB>
-MX_DEVICE void w_fetch(WHalf<CB>& r, const u32* wcodes, const u8* wscales, u64 sidx, u32 half) {
+MX_DEVICE void w_fetch(WPart<CB>& r, const u32* wcodes, const u8* wscales, u64 sidx, u32 part) {
+  const u32 NW = CB / W_PARTS;
   if (sidx == ~0ull) {
 #pragma unroll
-    for (u32 q = 0; q < CB / 2u; ++q) r.w[q] = 0u;
+    for (u32 q = 0; q < NW; ++q) r.w[q] = 0u;
     r.s = 127u;
     return;
   }
-  const u32* src = wcodes + sidx * CB + half * (CB / 2u);
-  if (CB == 4u) {
+  const u32* src = wcodes + sidx * CB + part * NW;
+  if (NW % 4u == 0u) {
+#pragma unroll
+    for (u32 q = 0; q < NW; q += 4u) {
+      uint4v v = *(const uint4v*)(src + q);
+      r.w[q] = v.x; r.w[(q + 1u) % NW] = v.y; r.w[(q + 2u) % NW] = v.z; r.w[(q + 3u) % NW] = v.w;
+    }
+  } else if (NW % 2u == 0u) {
     typedef u32 u32x2 __attribute__((ext_vector_type(2)));
-    u32x2 q = *(const u32x2*)src;
-    r.w[0] = q.x;
-    r.w[1 % (CB / 2u)] = q.y;
-  } else if (CB == 8u) {
-    uint4v q = *(const uint4v*)src;
-    r.w[0] = q.x; r.w[1 % (CB / 2u)] = q.y; r.w[2 % (CB / 2u)] = q.z; r.w[3 % (CB / 2u)] = q.w;
+#pragma unroll
+    for (u32 q = 0; q < NW; q += 2u) {
+      u32x2 v = *(const u32x2*)(src + q);
+      r.w[q] = v.x; r.w[(q + 1u) % NW] = v.y;
+    }
   } else {
 #pragma unroll
-    for (u32 q = 0; q < CB / 2u; ++q) r.w[q] = src[q];
+    for (u32 q = 0; q < NW; ++q) r.w[q] = src[q];
   }
   r.s = wscales[sidx];
 }
 
-// Decode a half block into 16 bf16 at dst (16-byte aligned), exact. tab: CB = 4: byte -> the
-// two codes' unscaled bf16 (low half = low nibble); else code -> unscaled value (f32 bits).
+// Decode a part into 32 / W_PARTS bf16 at dst (16-byte aligned), exact (code value x scale).
+// MXFP4: the 3 magnitude bits shifted to f32 bits 22..24 are the E2M1 value times 2^-126 (code
+// 1 = 0.5 lands on the f32 subnormal 2^-127), the sign goes to bit 31; one f32 multiply by
+// 2^(byte - 1) (= scale x 2^126; byte 0: 2^-1; 255: NaN) is exact, and so is keeping the top 16
+// bits (a product has at most 2 significant bits and is >= 2^-128). As fp4_pair above with f32.
+// Other formats: the code's f32 value from tab (shared) x scale, rounded to bf16 (RNE; exact
+// but for products deep in the subnormal range, NUMERICS.md 10.3).
 template <u32 CB>
-MX_DEVICE void w_store(const WHalf<CB>& r, const u32* tab, u16* dst) {
-  u32 o[8];
+MX_DEVICE void w_store(const WPart<CB>& r, const u32* tab, u16* dst) {
+  const u32 NC = 32u / W_PARTS;  // codes
+  u32 o[NC / 2u];
   u32 s = r.s;
-  if (CB == 4u && s >= 2u && s <= 252u) {
-    // Unscaled MXFP4 magnitudes are 0 or 0.5..6 (bf16 exponent field 126..129: bit 13 or 14 of
-    // the half set); adding (s - 127) to the exponent field of the nonzero halves multiplies
-    // by the scale exactly (the field stays in 1..254). Subtraction for s < 127: no borrow,
-    // every nonzero half's field is >= 126 >= 127 - s.
-    bool up = s >= 127u;
-    u32 adj = (up ? s - 127u : 127u - s) << 7;
+  if (CB == 4u) {
+    float m = s == 255u ? u2f(MX_NAN) : u2f(s == 0u ? 0x3F000000u : (s - 1u) << 23);
 #pragma unroll
-    for (u32 i = 0; i < 8u; ++i) {
-      u32 t = tab[(r.w[i / 4u] >> (8u * (i % 4u))) & 0xFFu];
-      u32 d = (((t >> 13) | (t >> 14)) & 0x00010001u) * adj;
-      o[i] = up ? t + d : t - d;
+    for (u32 i = 0; i < NC / 2u; ++i) {
+      u32 b = r.w[i / 4u] >> (8u * (i % 4u));
+      float lo = u2f(((b & 7u) << 22) | ((b & 8u) << 28)) * m;
+      float hi = u2f(((b & 0x70u) << 18) | ((b & 0x80u) << 24)) * m;
+      o[i] = (f2u(lo) >> 16) | (f2u(hi) & 0xFFFF0000u);
     }
   } else {
     float sc = e8m0_value(s);
 #pragma unroll
-    for (u32 i = 0; i < 8u; ++i) o[i] = 0u;
+    for (u32 i = 0; i < NC / 2u; ++i) o[i] = 0u;
 #pragma unroll
-    for (u32 q = 0; q < 16u; ++q) {
-      u32 c = code_of(r.w, q, CB);
-      float v = CB == 4u ? u2f((tab[c] & 0xFFFFu) << 16) : u2f(tab[c]);
-      o[q / 2u] |= bf16_bits_rne(v * sc) << (16u * (q % 2u));
-    }
+    for (u32 q = 0; q < NC; ++q) o[q / 2u] |= bf16_bits_rne(u2f(tab[code_of(r.w, q, CB)]) * sc) << (16u * (q % 2u));
   }
-  uint4v a = {o[0], o[1], o[2], o[3]}, b = {o[4], o[5], o[6], o[7]};
-  ((uint4v*)dst)[0] = a;
-  ((uint4v*)dst)[1] = b;
+#pragma unroll
+  for (u32 i = 0; i < NC / 8u; ++i) {
+    uint4v v = {o[4u * i], o[4u * i + 1u], o[4u * i + 2u], o[4u * i + 3u]};
+    ((uint4v*)dst)[i] = v;
+  }
 }
 
 // The GEMM epilogue from the f32 tile sC [TM rows][TN + 1] (shared), NT threads: gemm1 bias,
@@ -812,13 +820,8 @@ MX_DEVICE void gemm_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
   u32 K = is1 ? h : inter, kblocks = K / 32u;
   u32 nrows = is1 ? 2u * inter : h;
   u32 jb = is1 ? bid_x() * (GT_N / 2u) : bid_x() * GT_N;
-  for (u32 i = tid; i < 256u; i += GEMM_THREADS) {
-    if (CB == 4u)
-      tab[i] = (mx_dequant_bits(p.weight_fmt, i & 15u, 127u) >> 16) |
-               (mx_dequant_bits(p.weight_fmt, i >> 4, 127u) & 0xFFFF0000u);
-    else
-      tab[i] = mx_dequant_bits(p.weight_fmt, i, 127u);
-  }
+  if (CB != 4u)
+    for (u32 i = tid; i < 256u; i += GEMM_THREADS) tab[i] = mx_dequant_bits(p.weight_fmt, i, 127u);
   for (u32 r = tid; r < GT_M; r += GEMM_THREADS) {
     u64 o = ~0ull;
     if (r < cnt) o = is1 ? (u64)(pair_of_row[start + r] / p.top_k) * K : (u64)(start + r) * K;
@@ -831,12 +834,18 @@ MX_DEVICE void gemm_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
     wrow[r] = ok ? ((u64)e * nrows + row) * kblocks : ~0ull;
   }
   sync_threads();
-  // This thread's share of a step: activation chunk (row ar, 8 bf16 at ak) of hi (and lo);
-  // weight half block (row br, half bh).
+  // This thread's share of a step: activation chunks c < A_CH (row ar + c * AR_STEP, 8 bf16
+  // at ak) of hi (and lo); weight part bh of row br's block.
+  const u32 AR_STEP = GEMM_THREADS / (GT_K / 8u);
   const u32 ar = tid / (GT_K / 8u), ak = (tid % (GT_K / 8u)) * 8u;
-  const u32 br = tid / 2u, bh = tid % 2u;
-  static_assert(GT_M * GT_K / 8u == GEMM_THREADS && GT_N * 2u == GEMM_THREADS, "thread shares");
-  const u64 axo = xoff[ar], bwo = wrow[br];
+  const u32 br = tid / W_PARTS, bh = tid % W_PARTS;
+  static_assert(A_CH * GEMM_THREADS * 8u == GT_M * GT_K && W_PARTS * GT_N == GEMM_THREADS, "thread shares");
+  const u32 W_DEPTH = CB == 4u ? 4u : 2u;  // weight steps in flight (registers)
+  const u32 BPART = 32u / W_PARTS;          // bf16 per weight part
+  u64 axo[A_CH];
+#pragma unroll
+  for (u32 c = 0; c < A_CH; ++c) axo[c] = xoff[ar + c * AR_STEP];
+  const u64 bwo = wrow[br];
   const bool active = wm * WT_M < cnt;
   FragC acc[MF][NF];
 #pragma unroll
@@ -847,16 +856,20 @@ MX_DEVICE void gemm_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
       for (u32 c = 0; c < FRAG_C; ++c) acc[i][j].v[c] = 0.0f;
   u32 steps = kblocks;
   // Prologue: weight steps 0 .. W_DEPTH - 1 in flight, step 0 staged.
-  WHalf<CB> wr[W_DEPTH];
+  WPart<CB> wr[W_DEPTH];
 #pragma unroll
   for (u32 d = 0; d < W_DEPTH; ++d)
     w_fetch<CB>(wr[d], wcodes, wscales, (bwo == ~0ull || d >= steps) ? ~0ull : bwo + d, bh);
   {
-    u16* sa = smem;
-    copy16_async(sa + ar * LDS + ak, xh + (axo == ~0ull ? 0ull : axo + ak), axo != ~0ull);
-    if (SPLIT) copy16_async(sa + A_TILE + ar * LDS + ak, xl + (axo == ~0ull ? 0ull : axo + ak), axo != ~0ull);
+#pragma unroll
+    for (u32 c = 0; c < A_CH; ++c) {
+      u16* sa = smem + (ar + c * AR_STEP) * LDS + ak;
+      bool v = axo[c] != ~0ull;
+      copy16_async(sa, xh + (v ? axo[c] + ak : 0ull), v);
+      if (SPLIT) copy16_async(sa + A_TILE, xl + (v ? axo[c] + ak : 0ull), v);
+    }
     copy_commit();
-    w_store<CB>(wr[0], tab, smem + 2u * A_STAGE + br * LDS + bh * 16u);
+    w_store<CB>(wr[0], tab, smem + 2u * A_STAGE + br * LDS + bh * BPART);
     copy_wait_all();
   }
   sync_threads();
@@ -871,10 +884,14 @@ MX_DEVICE void gemm_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
         u32 sf = s + W_DEPTH;
         w_fetch<CB>(wr[d], wcodes, wscales, (bwo == ~0ull || sf >= steps) ? ~0ull : bwo + sf, bh);
         if (more) {
-          u16* sa = smem + nxt * A_STAGE;
           u64 k0 = (u64)(s + 1u) * GT_K + ak;
-          copy16_async(sa + ar * LDS + ak, xh + (axo == ~0ull ? 0ull : axo + k0), axo != ~0ull);
-          if (SPLIT) copy16_async(sa + A_TILE + ar * LDS + ak, xl + (axo == ~0ull ? 0ull : axo + k0), axo != ~0ull);
+#pragma unroll
+          for (u32 c = 0; c < A_CH; ++c) {
+            u16* sa = smem + nxt * A_STAGE + (ar + c * AR_STEP) * LDS + ak;
+            bool v = axo[c] != ~0ull;
+            copy16_async(sa, xh + (v ? axo[c] + k0 : 0ull), v);
+            if (SPLIT) copy16_async(sa + A_TILE, xl + (v ? axo[c] + k0 : 0ull), v);
+          }
           copy_commit();
         }
         if (active) {
@@ -901,7 +918,7 @@ MX_DEVICE void gemm_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
           }
         }
         if (more) {
-          w_store<CB>(wr[(d + 1u) % W_DEPTH], tab, smem + 2u * A_STAGE + nxt * B_TILE + br * LDS + bh * 16u);
+          w_store<CB>(wr[(d + 1u) % W_DEPTH], tab, smem + 2u * A_STAGE + nxt * B_TILE + br * LDS + bh * BPART);
           copy_wait_all();
         }
         sync_threads();
@@ -924,17 +941,20 @@ MX_DEVICE void gemm_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
   MoeParams p, const u32 *pair_of_row, const u32 *tiles, const u16 *xh, const u16 *xl,         \
       const u32 *wcodes, const u8 *wscales, u32 *out, const float *bias, const float *topw
 #define GEMM_BF16_PASS pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw
-// NVIDIA: two blocks per multiprocessor (<= 128 registers); AMD: the LDS holds one on gfx942.
+// NVIDIA: 4 blocks (16 warps) per multiprocessor, <= 128 registers; the split kernels, whose
+// hi and lo fragments need more, 3 (<= 168). AMD: the LDS holds one block on gfx942.
 #if defined(MX_NV)
-#define GEMM_KERNEL MX_KERNEL_OCC(GEMM_THREADS, 2)
+#define GEMM_KERNEL MX_KERNEL_OCC(GEMM_THREADS, 4)
+#define GEMM_KERNEL_SPLIT MX_KERNEL_OCC(GEMM_THREADS, 3)
 #else
 #define GEMM_KERNEL MX_KERNEL(GEMM_THREADS)
+#define GEMM_KERNEL_SPLIT MX_KERNEL(GEMM_THREADS)
 #endif
 #define GEMM_KERNELS(CB)                                                                                          \
   GEMM_KERNEL void moe_gemm1_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, false>(p, true, GEMM_BF16_PASS); }       \
   GEMM_KERNEL void moe_gemm2_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, false>(p, false, GEMM_BF16_PASS); }      \
-  GEMM_KERNEL void moe_gemm1_split_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, true>(p, true, GEMM_BF16_PASS); }  \
-  GEMM_KERNEL void moe_gemm2_split_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, true>(p, false, GEMM_BF16_PASS); }
+  GEMM_KERNEL_SPLIT void moe_gemm1_split_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, true>(p, true, GEMM_BF16_PASS); }  \
+  GEMM_KERNEL_SPLIT void moe_gemm2_split_cb##CB(GEMM_BF16_ARGS) { gemm_body<CB, true>(p, false, GEMM_BF16_PASS); }
 GEMM_KERNELS(4)
 GEMM_KERNELS(6)
 GEMM_KERNELS(8)

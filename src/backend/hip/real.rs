@@ -37,11 +37,18 @@ const GEMV_TILE: usize = 4;
 /// GEMV while the token-expert pairs are at most this many per local expert (on the H200 the
 /// GEMV wins at 0.25 and 0.5 pairs per expert, the matrix-core GEMM at 2; docs/h200-2026-12-01-hip).
 const GEMV_PAIRS_PER_EXPERT: usize = 1;
-/// Threads per block of the bf16 matrix-core GEMM (hip/mxmoe.cu GEMM_THREADS: 8 warps on
-/// NVIDIA, 4 wavefronts on AMD) and its tile: GEMM_TILE pair rows x GEMM_N weight rows, which
-/// in stage 1 are the gate and up rows of GEMM_N / 2 intermediate columns.
-const GEMM_THREADS: u32 = 256;
+/// The bf16 matrix-core GEMM's tile (hip/mxmoe.cu): GEMM_TILE pair rows x GEMM_N weight rows,
+/// which in stage 1 are the gate and up rows of GEMM_N / 2 intermediate columns.
 const GEMM_N: usize = 128;
+/// Threads per GEMM block (hip/mxmoe.cu GEMM_THREADS): 4 warps (NVIDIA, 32 lanes) or 4
+/// wavefronts (AMD, 64 lanes).
+fn gemm_threads(arch: &str) -> u32 {
+    if arch.starts_with("gfx") {
+        256
+    } else {
+        128
+    }
+}
 
 /// The HIP backend: a device, its loaded module and the kernels' handles.
 pub struct HipBackend {
@@ -657,7 +664,7 @@ impl HipBackend {
                 format!("moe_gemm1{sfx}_cb{cb}"),
                 format!("moe_gemm2{sfx}_cb{cb}"),
             );
-            let block = GEMM_THREADS;
+            let block = gemm_threads(&dev.arch);
             // x = column block, y = tile slot (hip/mxmoe.cu: L2 reuse); grid y is at most 65535.
             if mt > 65535 {
                 return Err(BackendError::Device(format!(
