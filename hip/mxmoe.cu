@@ -698,9 +698,10 @@ MX_DEVICE void w_fetch(WPart<CB>& r, const u32* wcodes, const u8* wscales, u64 s
 
 // Decode a part into 32 / W_PARTS bf16 at dst (16-byte aligned), exact (code value x scale).
 // MXFP4: the 3 magnitude bits shifted to f32 bits 22..24 are the E2M1 value times 2^-126 (code
-// 1 = 0.5 lands on the f32 subnormal 2^-127), the sign goes to bit 31; one f32 multiply by
-// 2^(byte - 1) (= scale x 2^126; byte 0: 2^-1; 255: NaN) is exact, and so is keeping the top 16
-// bits (a product has at most 2 significant bits and is >= 2^-128). As fp4_pair above with f32.
+// 1 = 0.5 lands on the f32 subnormal 2^-127), the sign goes to bit 31; multiplying by 2^126 and
+// then by the scale is exact (2^126 x scale would overflow f32 for bytes > 128), and so is
+// keeping the top 16 bits (a product has at most 2 significant bits and is >= 2^-128; NaN
+// stays NaN). As fp4_pair above, with f32 in place of f16.
 // Other formats: the code's f32 value from tab (shared) x scale, rounded to bf16 (RNE; exact
 // but for products deep in the subnormal range, NUMERICS.md 10.3).
 template <u32 CB>
@@ -709,12 +710,12 @@ MX_DEVICE void w_store(const WPart<CB>& r, const u32* tab, u16* dst) {
   u32 o[NC / 2u];
   u32 s = r.s;
   if (CB == 4u) {
-    float m = s == 255u ? u2f(MX_NAN) : u2f(s == 0u ? 0x3F000000u : (s - 1u) << 23);
+    float sc = e8m0_value(s);
 #pragma unroll
     for (u32 i = 0; i < NC / 2u; ++i) {
       u32 b = r.w[i / 4u] >> (8u * (i % 4u));
-      float lo = u2f(((b & 7u) << 22) | ((b & 8u) << 28)) * m;
-      float hi = u2f(((b & 0x70u) << 18) | ((b & 0x80u) << 24)) * m;
+      float lo = (u2f(((b & 7u) << 22) | ((b & 8u) << 28)) * 0x1p126f) * sc;
+      float hi = (u2f(((b & 0x70u) << 18) | ((b & 0x80u) << 24)) * 0x1p126f) * sc;
       o[i] = (f2u(lo) >> 16) | (f2u(hi) & 0xFFFF0000u);
     }
   } else {
@@ -905,15 +906,22 @@ MX_DEVICE void gemm_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
               load_a(ah[i], sAh + (i * FRAG_M) * LDS + k16, LDS, lane);
               if (SPLIT) load_a(al[i], sAh + A_TILE + (i * FRAG_M) * LDS + k16, LDS, lane);
             }
+            // hi products of a fragment pair, then the lo ones: no mma waits on the one before.
 #pragma unroll
-            for (u32 j = 0; j < NF; ++j) {
-              FragB b;
-              load_b(b, sB + (j * FRAG_N) * LDS + k16, LDS, lane);
+            for (u32 j = 0; j < NF; j += 2u) {
+              FragB b0, b1;
+              load_b2(b0, b1, sB + (j * FRAG_N) * LDS + k16, LDS, lane);
 #pragma unroll
               for (u32 i = 0; i < MF; ++i) {
-                mma(acc[i][j], ah[i], b);
-                if (SPLIT) mma(acc[i][j], al[i], b);
+                mma(acc[i][j], ah[i], b0);
+                mma(acc[i][j + 1u], ah[i], b1);
               }
+              if (SPLIT)
+#pragma unroll
+                for (u32 i = 0; i < MF; ++i) {
+                  mma(acc[i][j], al[i], b0);
+                  mma(acc[i][j + 1u], al[i], b1);
+                }
             }
           }
         }
