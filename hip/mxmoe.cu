@@ -606,22 +606,24 @@ GEMV_KERNELS(6)
 GEMV_KERNELS(8)
 
 // ---- grouped GEMM (prefill) on matrix cores -------------------------------------------------
-// A block = 256 threads (8 warps on NVIDIA, 4 wavefronts on AMD), arranged WARPS_M x WARPS_N;
-// tile = GT_M = 64 rows (token-expert pairs of one expert) x GT_N = 128 weight rows (stage 1:
-// the gate and up rows of 64 intermediate columns), K in steps of one 32-block (GT_K). A warp
-// owns WT_M = 32 rows x WT_N columns (NVIDIA 32: 2 x 4 m16n8 fragments; AMD 64: 2 x 4 16x16);
-// a warp whose rows all lie past the tile's row count skips its matrix work.
+// A block = 4 warps (NVIDIA, 128 threads) or 4 wavefronts (AMD, 256), arranged WARPS_M x
+// WARPS_N = 2 x 2; tile = GT_M = 64 rows (token-expert pairs of one expert) x GT_N = 128 weight
+// rows (stage 1: the gate and up rows of 64 intermediate columns), K in steps of one 32-block
+// (GT_K). A warp owns WT_M = 32 rows x WT_N = 64 columns (NVIDIA: 2 x 8 m16n8 fragments; AMD:
+// 2 x 4 16x16); a warp whose rows all lie past the tile's row count skips its matrix work. (8
+// warps of 32 x 32 were measured first: ncu found them bound by shared-memory traffic, L1 81 %
+// busy; a 32 x 64 warp tile reads a third less per MMA, docs/h200-2026-12-01-hipgemm.)
 //
 // Per step, double-buffered in shared memory (one barrier a step):
 //   - activations: bf16 rows (mx_to_bf16 wrote them: exact for QDQ'd values; hi + lo for the
 //     unquantized ones of weight-only schemes, SPLIT), gathered by token row, copied one step
 //     ahead with cp.async (NVIDIA sm_80+; AMD: plain loads), zero-filled past the tile's rows;
-//   - weights: each thread owns half a 32-block of one weight row (CB / 2 words + the scale
-//     byte); the packed bytes are fetched W_DEPTH steps ahead into a ring of registers and
-//     decoded into the bf16 tile one step ahead. MXFP4 (the common case) decodes through a
-//     256-entry table (one byte = two codes -> two bf16) plus an integer add of the scale to
-//     the exponent field (exact while the result stays a normal bf16: scale byte 2..252);
-//     other formats and extreme scales take the exact float path (value x 2^(byte-127), RNE).
+//   - weights: each thread owns its W_PARTS-th of one weight row's 32-block (NVIDIA: the whole
+//     block, CB words + the scale byte); the packed bytes are fetched W_DEPTH steps ahead into a
+//     ring of registers and dequantized exactly into the bf16 tile one step ahead (w_store:
+//     MXFP4 by an f32 multiply, no table; other formats through a code table in shared memory).
+//   - B fragments come in pairs (ldmatrix.x4); a pair's hi products are issued before its lo
+//     ones, so no MMA waits on the one before it.
 // Everything past the tile (rows, columns, K) is zero, so the fragments never branch on it.
 // Grid: x = the column block (fastest), y = the tile slot, so the blocks running at once are a
 // few tiles' column blocks: a tile's activation rows and its expert's weight rows are read from
