@@ -6,8 +6,12 @@
 //   FragA / FragB / FragC      the per-lane registers
 //   load_a(a, sA, lda, lane)   A rows 0..15, k 0..FRAG_K-1 from sA (bf16 bits)
 //   load_b(b, sB, ldb, lane)   B columns 0..FRAG_N-1, k 0..FRAG_K-1 from sB (bf16 bits, n-major)
+//   load_b2(b0, b1, sB, ldb, lane)   two of them, columns 0..FRAG_N-1 and FRAG_N..2 FRAG_N-1
 //   mma(c, a, b)               c += a * b (f32 accumulation)
 //   c_row(lane, i), c_col(lane, i)   which element of the 16 x FRAG_N tile c.v[i] holds
+//   copy16_async(dst, src, valid)    16 bytes global -> shared (zeros when !valid), asynchronous
+//   copy_commit(), copy_wait_all()   close a group of copies; wait for all and see their data
+//                                    (then a barrier publishes them to the block)
 //
 // Implementations (the layouts are the vendors' documented ones):
 //   NVIDIA (sm_80+): mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 through inline PTX
@@ -34,10 +38,10 @@ struct FragB { u32 r[2]; };
 struct FragC { float v[4]; };
 
 // The 32-bit shared-state-space address of a generic pointer into shared memory (ldmatrix).
+// An address-space cast (not inline cvta) so that LLVM folds it into the shared array's address
+// plus an offset, computed once outside the loops.
 MX_DEVICE u32 smem_addr(const void* p) {
-  u32 a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
+  return (u32)(unsigned long long)(const __attribute__((address_space(3))) void*)p;
 }
 // ldmatrix.x4: lanes 0-15 give rows 0-15 at k 0, lanes 16-31 rows 0-15 at k 8; the four 8x8
 // matrices land in a0..a3 in the order mma expects (PTX ISA, ldmatrix).
@@ -56,6 +60,15 @@ MX_DEVICE void load_b(FragB& b, const u16* sB, u32 ldb, u32 lane) {
                : "r"(smem_addr(p))
                : "memory");
 }
+// ldmatrix.x4 on the n-major B tile: two fragments, columns 0-7 (b0) and 8-15 (b1): lanes 0-7
+// give columns 0-7 at k 0, 8-15 the same at k 8, 16-23 columns 8-15 at k 0, 24-31 at k 8.
+MX_DEVICE void load_b2(FragB& b0, FragB& b1, const u16* sB, u32 ldb, u32 lane) {
+  const u16* p = sB + ((lane & 7u) + ((lane >> 4) << 3)) * ldb + ((lane >> 3) & 1u) * 8u;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(b0.r[0]), "=r"(b0.r[1]), "=r"(b1.r[0]), "=r"(b1.r[1])
+               : "r"(smem_addr(p))
+               : "memory");
+}
 MX_DEVICE void mma(FragC& c, const FragA& a, const FragB& b) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
@@ -65,6 +78,16 @@ MX_DEVICE void mma(FragC& c, const FragA& a, const FragB& b) {
 }
 MX_DEVICE u32 c_row(u32 lane, u32 i) { return (lane >> 2) + (i >= 2u ? 8u : 0u); }
 MX_DEVICE u32 c_col(u32 lane, u32 i) { return 2u * (lane & 3u) + (i & 1u); }
+// cp.async (sm_80+; PTX ISA, "cp.async"): .cg (L2 only), 16 bytes; a source size of 0 writes
+// 16 zero bytes and reads nothing.
+MX_DEVICE void copy16_async(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :
+               : "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16u : 0u)
+               : "memory");
+}
+MX_DEVICE void copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+MX_DEVICE void copy_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 #elif defined(MX_AMD)
 #define FRAG_N 16
@@ -81,6 +104,10 @@ MX_DEVICE void load_a(FragA& a, const u16* sA, u32 lda, u32 lane) {
 MX_DEVICE void load_b(FragB& b, const u16* sB, u32 ldb, u32 lane) {
   b.r = *(const v4i16*)(sB + (lane & 15u) * ldb + 4u * (lane >> 4));
 }
+MX_DEVICE void load_b2(FragB& b0, FragB& b1, const u16* sB, u32 ldb, u32 lane) {
+  load_b(b0, sB, ldb, lane);
+  load_b(b1, sB + FRAG_N * ldb, ldb, lane);
+}
 MX_DEVICE void mma(FragC& c, const FragA& a, const FragB& b) {
   v4f32 acc = {c.v[0], c.v[1], c.v[2], c.v[3]};
   acc = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a.r, b.r, acc, 0, 0, 0);
@@ -91,4 +118,12 @@ MX_DEVICE void mma(FragC& c, const FragA& a, const FragB& b) {
 }
 MX_DEVICE u32 c_row(u32 lane, u32 i) { return 4u * (lane >> 4) + i; }
 MX_DEVICE u32 c_col(u32 lane, u32 i) { return lane & 15u; }
+// Plain loads and stores (synchronous; the barrier after the step publishes them).
+typedef unsigned int v4u32 __attribute__((ext_vector_type(4)));
+MX_DEVICE void copy16_async(void* dst, const void* src, bool valid) {
+  v4u32 z = {0u, 0u, 0u, 0u};
+  *(v4u32*)dst = valid ? *(const v4u32*)src : z;
+}
+MX_DEVICE void copy_commit() {}
+MX_DEVICE void copy_wait_all() {}
 #endif

@@ -37,7 +37,11 @@ const GEMV_TILE: usize = 4;
 /// GEMV while the token-expert pairs are at most this many per local expert (on the H200 the
 /// GEMV wins at 0.25 and 0.5 pairs per expert, the matrix-core GEMM at 2; docs/h200-2026-12-01-hip).
 const GEMV_PAIRS_PER_EXPERT: usize = 1;
-/// Threads per GEMM block: 4 warps (NVIDIA, 32 lanes) or 4 wavefronts (AMD, 64 lanes).
+/// The bf16 matrix-core GEMM's tile (hip/mxmoe.cu): GEMM_TILE pair rows x GEMM_N weight rows,
+/// which in stage 1 are the gate and up rows of GEMM_N / 2 intermediate columns.
+const GEMM_N: usize = 128;
+/// Threads per GEMM block (hip/mxmoe.cu GEMM_THREADS): 4 warps (NVIDIA, 32 lanes) or 4
+/// wavefronts (AMD, 64 lanes).
 fn gemm_threads(arch: &str) -> u32 {
     if arch.starts_with("gfx") {
         256
@@ -661,6 +665,17 @@ impl HipBackend {
                 format!("moe_gemm2{sfx}_cb{cb}"),
             );
             let block = gemm_threads(&dev.arch);
+            // x = column block, y = tile slot (hip/mxmoe.cu: L2 reuse); grid y is at most 65535.
+            if mt > 65535 {
+                return Err(BackendError::Device(format!(
+                    "HIP GEMM: {na} token-expert pairs need {mt} row tiles, more than the 65535 \
+                     one launch takes; split the batch"
+                )));
+            }
+            let (g1, g2) = (
+                (inter.div_ceil(GEMM_N / 2) as u32, mt),
+                (h.div_ceil(GEMM_N) as u32, mt),
+            );
             let n1 = (m * h) as u64;
             let xh = dev.alloc(m * h * 2)?;
             let xl = if split {
