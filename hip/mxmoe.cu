@@ -106,11 +106,13 @@ MX_DEVICE bool r_better(float va, i32 ia, float vb, i32 ib) {
   return key_gt(va, vb) || (key_ord(va) == key_ord(vb) && ia < ib);
 }
 
+// Up to 1024 experts and as many groups (a group holds at least one expert).
 struct RouteShared {
+  float lg[1024];      // the token's logits, staged once (later reads are from shared memory)
   float key[1024];
   u32 taken[1024];
-  float gscore[32];
-  u32 groups;
+  float gscore[1024];
+  u32 gchosen[1024];
   float bv[64];
   i32 bi[64];
   u32 sel[32];
@@ -147,12 +149,31 @@ MX_DEVICE float r_group_score(const RouteShared& s, const RouteParams& rp, u32 g
   return add_ftz(f2u(best), f2u(second));
 }
 
-MX_DEVICE u32 r_exp(const float* lg, const RouteShared& s, u32 i) {
-  return exact_exp_neg(ftz_bits(f2u(lg[i] - s.rmax)));
+MX_DEVICE u32 r_exp(const RouteShared& s, u32 i) {
+  return exact_exp_neg(ftz_bits(f2u(s.lg[i] - s.rmax)));
 }
-MX_DEVICE u32 r_score(const float* lg, const RouteShared& s, const RouteParams& rp, u32 i) {
-  if (rp.scoring == SCORING_SIGMOID) return exact_sigmoid(f2u(lg[i]));
-  return exact_div(r_exp(lg, s, i), s.rtotal);
+MX_DEVICE u32 r_score(const RouteShared& s, const RouteParams& rp, u32 i) {
+  if (rp.scoring == SCORING_SIGMOID) return exact_sigmoid(f2u(s.lg[i]));
+  return exact_div(r_exp(s, i), s.rtotal);
+}
+
+// The block's best (value, index) of its threads' candidates (bv, bi; index -1 = none): the
+// greater key, ties to the lower index, by a fixed tree. Every thread gets the winner's index
+// (-1 when no thread had a candidate).
+MX_DEVICE i32 r_argmax(RouteShared& s, u32 lid, float bv, i32 bi) {
+  s.bv[lid] = bv;
+  s.bi[lid] = bi;
+  sync_threads();
+  for (u32 st = R_WG / 2u; st > 0u; st /= 2u) {
+    if (lid < st && r_better(s.bv[lid + st], s.bi[lid + st], s.bv[lid], s.bi[lid])) {
+      s.bv[lid] = s.bv[lid + st];
+      s.bi[lid] = s.bi[lid + st];
+    }
+    sync_threads();
+  }
+  i32 w = s.bi[0];
+  sync_threads();
+  return w;
 }
 
 MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias,
@@ -162,7 +183,10 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
   u32 t = bid_x();
   if (t >= rp.m) return;
   u32 e = rp.n_experts, k = rp.top_k;
-  const float* lg = logits + (u64)t * e;
+  const float* lgt = logits + (u64)t * e;
+  for (u32 i = lid; i < e; i += R_WG) s.lg[i] = lgt[i];
+  sync_threads();
+  const float* lg = s.lg;
   bool exact_softmax = rp.has_bias != 0u && rp.scoring == SCORING_SOFTMAX;
   if (exact_softmax) {
     if (lid == 0u) {
@@ -171,7 +195,7 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
       s.rmax = mx;
     }
     sync_threads();
-    for (u32 i = lid; i < e; i += R_WG) s.key[i] = u2f(r_exp(lg, s, i));
+    for (u32 i = lid; i < e; i += R_WG) s.key[i] = u2f(r_exp(s, i));
     sync_threads();
     if (lid == 0u) {
       float total = 0.0f;
@@ -181,58 +205,48 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
     sync_threads();
   }
   for (u32 i = lid; i < e; i += R_WG) {
-    s.key[i] = rp.has_bias != 0u ? add_ftz(r_score(lg, s, rp, i), bias[i]) : lg[i];
+    s.key[i] = rp.has_bias != 0u ? add_ftz(r_score(s, rp, i), bias[i]) : lg[i];
     s.taken[i] = 0u;
   }
   sync_threads();
+  // Groups: each group's score, then the best topk_group groups (ties to the lower group).
   u32 per = e;
-  if (rp.n_group > 0u) {
-    per = e / rp.n_group;
-    if (lid < rp.n_group) s.gscore[lid] = r_group_score(s, rp, lid, per);
-    sync_threads();
-    if (lid == 0u) {
-      u32 chosen = 0u;
-      for (u32 r = 0; r < rp.topk_group; ++r) {
-        i32 best = -1;
-        float bv = 0.0f;
-        for (u32 g = 0; g < rp.n_group; ++g) {
-          if ((chosen & (1u << g)) == 0u && (best < 0 || key_gt(s.gscore[g], bv))) {
-            best = (i32)g;
-            bv = s.gscore[g];
-          }
-        }
-        chosen |= 1u << (u32)best;
-      }
-      s.groups = chosen;
-    }
-  } else if (lid == 0u) {
-    s.groups = 0xFFFFFFFFu;
+  u32 ng = rp.n_group > 0u ? rp.n_group : 1u;
+  if (rp.n_group > 0u) per = e / rp.n_group;
+  for (u32 g = lid; g < ng; g += R_WG) {
+    s.gscore[g] = rp.n_group > 0u ? r_group_score(s, rp, g, per) : 0.0f;
+    s.gchosen[g] = rp.n_group > 0u ? 0u : 1u;
   }
   sync_threads();
-  u32 groups = s.groups;
+  if (rp.n_group > 0u) {
+    for (u32 r = 0; r < rp.topk_group; ++r) {
+      i32 bi = -1;
+      float bv = 0.0f;
+      for (u32 g = lid; g < ng; g += R_WG) {
+        if (s.gchosen[g] == 0u && (bi < 0 || key_gt(s.gscore[g], bv))) {
+          bi = (i32)g;
+          bv = s.gscore[g];
+        }
+      }
+      i32 w = r_argmax(s, lid, bv, bi);
+      if (lid == 0u && w >= 0) s.gchosen[w] = 1u;
+      sync_threads();
+    }
+  }
   for (u32 j = 0; j < k; ++j) {
     i32 bi = -1;
     float bv = 0.0f;
     for (u32 i = lid; i < e; i += R_WG) {
-      if (s.taken[i] == 0u && (groups & (1u << umin(i / per, 31u))) != 0u) {
+      if (s.taken[i] == 0u && s.gchosen[i / per] != 0u) {
         if (bi < 0 || key_gt(s.key[i], bv)) {
           bi = (i32)i;
           bv = s.key[i];
         }
       }
     }
-    s.bv[lid] = bv;
-    s.bi[lid] = bi;
-    sync_threads();
-    for (u32 st = R_WG / 2u; st > 0u; st /= 2u) {
-      if (lid < st && r_better(s.bv[lid + st], s.bi[lid + st], s.bv[lid], s.bi[lid])) {
-        s.bv[lid] = s.bv[lid + st];
-        s.bi[lid] = s.bi[lid + st];
-      }
-      sync_threads();
-    }
+    i32 w = r_argmax(s, lid, bv, bi);
     if (lid == 0u) {
-      u32 b = (u32)s.bi[0];
+      u32 b = (u32)w;
       s.sel[j] = b;
       s.taken[b] = 1u;
     }
@@ -250,7 +264,7 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
   }
   float scaling = u2f(rp.scaling);
   if (rp.scoring == SCORING_SIGMOID || exact_softmax) {
-    if (lid < k) s.sel_score[lid] = r_score(lg, s, rp, s.sel[lid]);
+    if (lid < k) s.sel_score[lid] = r_score(s, rp, s.sel[lid]);
     sync_threads();
     if (lid == 0u) {
       float total = 0.0f;

@@ -9,8 +9,8 @@
 //! pair for the unquantized activations of weight-only schemes (about 16 significant bits), f32
 //! accumulation.
 //!
-//! UNSUPPORTED (reported, never silently run): stage taps, more than 1024 experts, top_k > 32,
-//! more than 32 groups (the route and lists kernels' shared arrays).
+//! UNSUPPORTED (reported, never silently run): stage taps, more than 1024 experts, top_k > 32
+//! (the route and lists kernels' shared arrays).
 //!
 //! Over 600 lines (rustfmt's layout of the kernel-argument lists is most of it): one type whose
 //! ops share the device, the op lock, poisoning and the launch helper, as `wgpu/context.rs`.
@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 /// The route and lists kernels' limits (shared arrays).
 pub const MAX_EXPERTS: usize = 1024;
 pub const MAX_TOP_K: usize = 32;
-pub const MAX_GROUPS: usize = 32;
+pub const MAX_GROUPS: usize = MAX_EXPERTS;
 
 /// Rows per tile of the GEMM and the GEMV (hip/mxmoe.cu GT_M, and the GEMV's 4).
 const GEMM_TILE: usize = 64;
