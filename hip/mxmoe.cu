@@ -586,10 +586,38 @@ MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt
     }
 }
 
+// gemv2 with the combine fused (decode, `counters` non-null): after its rows of y, each block
+// adds one to its column block's counter; the block that completes it (the counter reaches the
+// number of tiles) sums y over the top-k slots of every token for those columns, in slot order
+// (as moe_combine: the same bits), and resets the counter for the next forward.
+MX_DEVICE void gemv2_combine(const MoeParams& p, const u32* tiles, const i32* row_of_pair,
+                             const u32* y, u32* counters, u32* final_out, u32 jb) {
+  MX_SHARED u32 last;
+  u32 tid = tid_x(), h = p.hidden;
+  fence_device();
+  sync_threads();
+  if (tid == 0u) last = atomic_add_u32(&counters[bid_y()], 1u) + 1u == tiles[0] ? 1u : 0u;
+  sync_threads();
+  if (last == 0u) return;
+  fence_device();
+  for (u32 i = tid; i < p.m * GV_ROWS; i += GV_THREADS) {
+    u32 t = i / GV_ROWS, n = jb + i % GV_ROWS;
+    if (n >= h) continue;
+    float acc = 0.0f;
+    for (u32 j = 0; j < p.top_k; ++j) {
+      i32 r = row_of_pair[t * p.top_k + j];
+      if (r >= 0) acc = acc + load_coherent((const float*)y + (u64)r * h + n);
+    }
+    final_out[(u64)t * h + n] = f2u(bf16_point(p, acc));
+  }
+  if (tid == 0u) counters[bid_y()] = 0u;
+}
+
 template <u32 CB>
 MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                          const float* x, const u32* wcodes, const u8* wscales, u32* out,
-                         const float* bias, const float* topw) {
+                         const float* bias, const float* topw, const i32* row_of_pair,
+                         u32* counters, u32* final_out) {
   MX_SHARED float code_value[256];
   MX_SHARED float row_sums[64u * GV_TILE];
   MX_SHARED u32 tmax[GV_TILE];
@@ -643,12 +671,16 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
       if (!p.on_input) v *= topw[pair_of_row[start + t]];
       out[(u64)(start + t) * h + n] = f2u(bf16_point(p, v));
     }
+    if (counters) gemv2_combine(p, tiles, row_of_pair, out, counters, final_out, jb);
   }
 }
 
+// The GEMM's arguments, then (gemv2, combine fused) the slot rows, the counters, the output.
+#define GEMV_ARGS GEMM_ARGS, const i32 *row_of_pair, u32 *counters, u32 *final_out
+#define GEMV_PASS GEMM_PASS, row_of_pair, counters, final_out
 #define GEMV_KERNELS(CB)                                                                      \
-  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMM_ARGS) { gemv_body<CB>(p, true, GEMM_PASS); } \
-  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMM_ARGS) { gemv_body<CB>(p, false, GEMM_PASS); }
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMV_ARGS) { gemv_body<CB>(p, true, GEMV_PASS); } \
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMV_ARGS) { gemv_body<CB>(p, false, GEMV_PASS); }
 GEMV_KERNELS(4)
 GEMV_KERNELS(6)
 GEMV_KERNELS(8)

@@ -17,6 +17,10 @@ summary() { grep -E "M = [0-9]+: (wall|passes)" "$1" | sed 's/^ *//' | cut -c1-2
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; $B info; } > "$OUT/info.txt" 2>&1
 MXMOE_REQUIRE_HIP=1 timeout 100 $B check --backend hip --suite full > "$OUT/check_hip.txt" 2>&1
 echo "check hip rc=$?"; grep -E "FAIL" "$OUT/check_hip.txt" | head -5; tail -1 "$OUT/check_hip.txt"
+if grep -q FAIL "$OUT/check_hip.txt"; then
+  MXMOE_HIP_FUSED_COMBINE=0 timeout 100 $B check --backend hip --suite full --filter moe/ 2>&1 | grep -E "FAIL|totals" | head -8
+  MXMOE_HIP_MOE_PATH=gemm timeout 100 $B check --backend hip --suite full --filter moe/ 2>&1 | grep -E "FAIL|totals" | head -4
+fi
 if [ "${PHASE:-probe}" = final ]; then
   timeout 120 $B check --backend wgpu --suite full > "$OUT/check_wgpu.txt" 2>&1
   echo "check wgpu rc=$?"; grep -E "FAIL" "$OUT/check_wgpu.txt" | head -5; tail -1 "$OUT/check_wgpu.txt"

@@ -40,6 +40,10 @@ const GEMV_ROWS: usize = 16;
 /// GEMV while the token-expert pairs are at most this many per local expert (the GEMV reads
 /// each expert's weights once per 4 pairs; `MXMOE_HIP_GEMV_PAIRS` overrides, for measuring).
 const GEMV_PAIRS_PER_EXPERT: f64 = 4.0;
+/// Up to this many tokens the GEMV path sums the top-k slots in gemv2's last blocks instead of
+/// a combine kernel (one launch fewer; the last block's share grows with the tokens).
+const FUSED_COMBINE_MAX_TOKENS: usize = 16;
+
 /// The GEMV / GEMM crossover in pairs per local expert (`MXMOE_HIP_GEMV_PAIRS` or the default).
 fn gemv_pairs() -> f64 {
     std::env::var("MXMOE_HIP_GEMV_PAIRS")
@@ -118,6 +122,8 @@ pub struct HipLayer {
     map: Option<DevBuf>,
     route_bias: Option<DevBuf>,
     dummy: DevBuf,
+    /// gemv2's per-column-block counters (hip/mxmoe.cu gemv2_combine), zero between forwards.
+    counters: DevBuf,
 }
 
 impl HipLayer {
@@ -476,6 +482,12 @@ impl HipBackend {
                 .as_deref()
                 .filter(|b| wroute::uses_bias(&layer.config.router, Some(b))))?,
             dummy: self.dev.alloc(16)?,
+            counters: {
+                let n = layer.config.hidden.div_ceil(GEMV_ROWS);
+                let c = self.dev.alloc(n * 4)?;
+                c.fill(0, n)?;
+                c
+            },
         })
     }
 
@@ -501,6 +513,10 @@ impl HipBackend {
             Ok("gemv") => true,
             _ => na as f64 <= gemv_pairs() * el.max(1) as f64 || m <= 4,
         };
+        // MXMOE_HIP_FUSED_COMBINE=0 keeps the combine kernel (measurements, diagnosis).
+        let fuse_combine = gemv
+            && m <= FUSED_COMBINE_MAX_TOKENS
+            && std::env::var("MXMOE_HIP_FUSED_COMBINE").map_or(true, |v| v != "0");
         let tile_m = if gemv { GEMV_TILE } else { GEMM_TILE };
         let max_tiles = na.div_ceil(tile_m) + el.min(na);
         let dev = &self.dev;
@@ -615,22 +631,27 @@ impl HipBackend {
             let g1 = (mt, inter.div_ceil(cols1) as u32);
             let g2 = (mt, h.div_ceil(GEMV_ROWS) as u32);
             let (k1, k2) = (format!("moe_gemv1_cb{cb}"), format!("moe_gemv2_cb{cb}"));
+            let none = 0u64;
             run(
                 "moe/gemv1",
                 &k1,
                 g1,
                 256,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p
+                    p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p,
+                    none, none, none
                 ),
             )?;
+            // Decode: the combine runs in gemv2's last block per column block (counters).
+            let counters = if fuse_combine { g.counters.ptr } else { 0 };
             run(
                 "moe/gemv2",
                 &k2,
                 g2,
                 256,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p
+                    p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p,
+                    slot.ptr, counters, out_p
                 ),
             )?;
         } else if let Some(mx) = self.scaled_mfma(l) {
@@ -743,13 +764,15 @@ impl HipBackend {
                 ),
             )?;
         }
-        run(
-            "moe/combine",
-            "moe_combine",
-            ((m * h).div_ceil(256) as u32, 1),
-            256,
-            &mut args!(p, slot.ptr, y2.ptr, out_p),
-        )?;
+        if !fuse_combine {
+            run(
+                "moe/combine",
+                "moe_combine",
+                ((m * h).div_ceil(256) as u32, 1),
+                256,
+                &mut args!(p, slot.ptr, y2.ptr, out_p),
+            )?;
+        }
         let t_launch = prof.lap();
         dev.synchronize()?;
         let t_gpu = prof.lap();
