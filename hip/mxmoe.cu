@@ -161,8 +161,10 @@ MX_DEVICE u32 r_score(const RouteShared& s, const RouteParams& rp, u32 i) {
 // greater key, ties to the lower index, by a fixed tree. Every thread gets the winner's index
 // (-1 when no thread had a candidate).
 MX_DEVICE i32 r_argmax(RouteShared& s, u32 lid, float bv, i32 bi) {
-  s.bv[lid] = bv;
-  s.bi[lid] = bi;
+  if (lid < R_WG) {
+    s.bv[lid] = bv;
+    s.bi[lid] = bi;
+  }
   sync_threads();
   for (u32 st = R_WG / 2u; st > 0u; st /= 2u) {
     if (lid < st && r_better(s.bv[lid + st], s.bi[lid + st], s.bv[lid], s.bi[lid])) {
@@ -176,15 +178,40 @@ MX_DEVICE i32 r_argmax(RouteShared& s, u32 lid, float bv, i32 bi) {
   return w;
 }
 
-MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias,
-                                      i32* ids, float* weights) {
-  MX_SHARED RouteShared s;
-  u32 lid = tid_x();
-  u32 t = bid_x();
-  if (t >= rp.m) return;
+// The weights of the selected experts without exact scores (softmax without a bias,
+// topk_softmax): one thread, in slot order.
+MX_DEVICE void route_weights_serial(const RouteParams& rp, u32 t, const RouteShared& s, float mx,
+                                    float scaling, i32* ids, float* weights) {
+  u32 k = rp.top_k;
+  const float* lg = s.lg;
+  float total = 0.0f;
+  if (rp.scoring == SCORING_TOPK_SOFTMAX) {
+    for (u32 j = 0; j < k; ++j) total += fast_exp(lg[s.sel[j]] - mx);
+  } else if (rp.renormalize != 0u) {
+    for (u32 j = 0; j < k; ++j) total += fast_exp(lg[s.sel[j]] - mx) / s.sum[0];
+  }
+  for (u32 j = 0; j < k; ++j) {
+    float v = lg[s.sel[j]];
+    float w;
+    if (rp.scoring == SCORING_TOPK_SOFTMAX) {
+      w = fast_exp(v - mx) / total;
+    } else {
+      w = fast_exp(v - mx) / s.sum[0];
+      if (rp.renormalize != 0u) w = w / total;
+    }
+    ids[(u64)t * k + j] = (i32)s.sel[j];
+    weights[(u64)t * k + j] = w * scaling;
+  }
+}
+
+// Route token t. The work is done by threads lid < R_WG (the same sums in the same order
+// whatever the block size); every thread of the block must call it (barriers).
+MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* logits,
+                           const u32* bias, i32* ids, float* weights, RouteShared& s) {
+  const u32 LW = lid < R_WG ? R_WG : 0u;  // threads past R_WG take no work (loops end at once)
   u32 e = rp.n_experts, k = rp.top_k;
   const float* lgt = logits + (u64)t * e;
-  for (u32 i = lid; i < e; i += R_WG) s.lg[i] = lgt[i];
+  for (u32 i = lid; i < e && LW; i += R_WG) s.lg[i] = lgt[i];
   sync_threads();
   const float* lg = s.lg;
   bool exact_softmax = rp.has_bias != 0u && rp.scoring == SCORING_SOFTMAX;
@@ -195,7 +222,7 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
       s.rmax = mx;
     }
     sync_threads();
-    for (u32 i = lid; i < e; i += R_WG) s.key[i] = u2f(r_exp(s, i));
+    for (u32 i = lid; i < e && LW; i += R_WG) s.key[i] = u2f(r_exp(s, i));
     sync_threads();
     if (lid == 0u) {
       float total = 0.0f;
@@ -204,7 +231,7 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
     }
     sync_threads();
   }
-  for (u32 i = lid; i < e; i += R_WG) {
+  for (u32 i = lid; i < e && LW; i += R_WG) {
     s.key[i] = rp.has_bias != 0u ? add_ftz(r_score(s, rp, i), bias[i]) : lg[i];
     s.taken[i] = 0u;
   }
@@ -213,7 +240,7 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
   u32 per = e;
   u32 ng = rp.n_group > 0u ? rp.n_group : 1u;
   if (rp.n_group > 0u) per = e / rp.n_group;
-  for (u32 g = lid; g < ng; g += R_WG) {
+  for (u32 g = lid; g < ng && LW; g += R_WG) {
     s.gscore[g] = rp.n_group > 0u ? r_group_score(s, rp, g, per) : 0.0f;
     s.gchosen[g] = rp.n_group > 0u ? 0u : 1u;
   }
@@ -222,7 +249,7 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
     for (u32 r = 0; r < rp.topk_group; ++r) {
       i32 bi = -1;
       float bv = 0.0f;
-      for (u32 g = lid; g < ng; g += R_WG) {
+      for (u32 g = lid; g < ng && LW; g += R_WG) {
         if (s.gchosen[g] == 0u && (bi < 0 || key_gt(s.gscore[g], bv))) {
           bi = (i32)g;
           bv = s.gscore[g];
@@ -236,7 +263,7 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
   for (u32 j = 0; j < k; ++j) {
     i32 bi = -1;
     float bv = 0.0f;
-    for (u32 i = lid; i < e; i += R_WG) {
+    for (u32 i = lid; i < e && LW; i += R_WG) {
       if (s.taken[i] == 0u && s.gchosen[i / per] != 0u) {
         if (bi < 0 || key_gt(s.key[i], bv)) {
           bi = (i32)i;
@@ -255,8 +282,8 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
   float mx = lg[s.sel[0]];
   float part = 0.0f;
   if (rp.scoring == SCORING_SOFTMAX && !exact_softmax)
-    for (u32 i = lid; i < e; i += R_WG) part += fast_exp(lg[i] - mx);
-  s.sum[lid] = part;
+    for (u32 i = lid; i < e && LW; i += R_WG) part += fast_exp(lg[i] - mx);
+  if (LW) s.sum[lid] = part;
   sync_threads();
   for (u32 st = R_WG / 2u; st > 0u; st /= 2u) {
     if (lid < st) s.sum[lid] = s.sum[lid] + s.sum[lid + st];
@@ -279,27 +306,17 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
       ids[(u64)t * k + lid] = (i32)s.sel[lid];
       weights[(u64)t * k + lid] = u2f(w) * scaling;
     }
-    return;
+  } else if (lid == 0u) {
+    route_weights_serial(rp, t, s, mx, scaling, ids, weights);
   }
-  if (lid != 0u) return;
-  float total = 0.0f;
-  if (rp.scoring == SCORING_TOPK_SOFTMAX) {
-    for (u32 j = 0; j < k; ++j) total += fast_exp(lg[s.sel[j]] - mx);
-  } else if (rp.renormalize != 0u) {
-    for (u32 j = 0; j < k; ++j) total += fast_exp(lg[s.sel[j]] - mx) / s.sum[0];
-  }
-  for (u32 j = 0; j < k; ++j) {
-    float v = lg[s.sel[j]];
-    float w;
-    if (rp.scoring == SCORING_TOPK_SOFTMAX) {
-      w = fast_exp(v - mx) / total;
-    } else {
-      w = fast_exp(v - mx) / s.sum[0];
-      if (rp.renormalize != 0u) w = w / total;
-    }
-    ids[(u64)t * k + j] = (i32)s.sel[j];
-    weights[(u64)t * k + j] = w * scaling;
-  }
+  sync_threads();
+}
+
+MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias,
+                                      i32* ids, float* weights) {
+  MX_SHARED RouteShared s;
+  if (bid_x() >= rp.m) return;
+  route_token(rp, bid_x(), tid_x(), logits, bias, ids, weights, s);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -328,12 +345,19 @@ MX_DEVICE u32 intermediate_qdq(const MoeParams& p, u32 val, u32 byte) {
 }
 
 // lists: one 256-thread block (shaders/moe_lists.wgsl): per-expert row lists and the tile list.
-MX_KERNEL(256) void moe_lists(MoeParams p, const i32* topk_ids, const i32* expert_map,
-                                        u32* pair_of_row, i32* row_of_pair, u32* tiles) {
-  MX_SHARED u32 count[1024];
-  MX_SHARED u32 offset[1024];
-  MX_SHARED u32 scan_rows[256];
-  MX_SHARED u32 scan_tiles[256];
+struct ListsShared {
+  u32 count[1024];
+  u32 offset[1024];
+  u32 scan_rows[256];
+  u32 scan_tiles[256];
+};
+
+MX_DEVICE void lists_body(const MoeParams& p, const i32* topk_ids, const i32* expert_map,
+                          u32* pair_of_row, i32* row_of_pair, u32* tiles, ListsShared& ls) {
+  u32* count = ls.count;
+  u32* offset = ls.offset;
+  u32* scan_rows = ls.scan_rows;
+  u32* scan_tiles = ls.scan_tiles;
   u32 lid = tid_x();
   u32 el = p.e_local, na = p.m * p.top_k, tm = p.tile_m;
   for (u32 e = lid; e < 1024u; e += 256u) count[e] = 0u;
@@ -390,6 +414,24 @@ MX_KERNEL(256) void moe_lists(MoeParams p, const i32* topk_ids, const i32* exper
       row_of_pair[a] = -1;
     }
   }
+}
+
+MX_KERNEL(256) void moe_lists(MoeParams p, const i32* topk_ids, const i32* expert_map,
+                                        u32* pair_of_row, i32* row_of_pair, u32* tiles) {
+  MX_SHARED ListsShared ls;
+  lists_body(p, topk_ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
+}
+
+// Decode: route the (few) tokens one after the other, then the lists, in one 256-thread block
+// (one launch fewer; the routing threads are mx_route's 64, so the same bits).
+MX_KERNEL(256) void moe_route_lists(RouteParams rp, MoeParams p, const float* logits,
+                                              const u32* bias, i32* ids, float* weights,
+                                              const i32* expert_map, u32* pair_of_row,
+                                              i32* row_of_pair, u32* tiles) {
+  MX_SHARED RouteShared s;
+  MX_SHARED ListsShared ls;
+  for (u32 t = 0; t < rp.m; ++t) route_token(rp, t, tid_x(), logits, bias, ids, weights, s);
+  lists_body(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
 }
 
 // The tile of this block: (expert, first row, end row); false when the slot is empty.

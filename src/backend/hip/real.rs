@@ -44,6 +44,17 @@ const GEMV_PAIRS_PER_EXPERT: f64 = 4.0;
 /// a combine kernel (one launch fewer; the last block's share grows with the tokens).
 const FUSED_COMBINE_MAX_TOKENS: usize = 16;
 
+/// Up to this many tokens one block routes them (one after the other) and builds the lists:
+/// one launch fewer (`MXMOE_HIP_FUSED_ROUTE` overrides, 0 = never).
+const FUSED_ROUTE_MAX_TOKENS: usize = 1;
+
+fn fused_route_tokens() -> usize {
+    std::env::var("MXMOE_HIP_FUSED_ROUTE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(FUSED_ROUTE_MAX_TOKENS)
+}
+
 /// The GEMV / GEMM crossover in pairs per local expert (`MXMOE_HIP_GEMV_PAIRS` or the default).
 fn gemv_pairs() -> f64 {
     std::env::var("MXMOE_HIP_GEMV_PAIRS")
@@ -585,21 +596,32 @@ impl HipBackend {
         };
         let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
         let rb = g.route_bias.as_ref().unwrap_or(&g.dummy).ptr;
-        run(
-            "route",
-            "mx_route",
-            (m as u32, 1),
-            64,
-            &mut args!(rp, logits_p, rb, ids_p, topw_p),
-        )?;
         let map = g.map.as_ref().unwrap_or(&g.dummy).ptr;
-        run(
-            "moe/lists",
-            "moe_lists",
-            (1, 1),
-            256,
-            &mut args!(p, ids_p, map, rows.ptr, slot.ptr, tiles.ptr),
-        )?;
+        if m <= fused_route_tokens() {
+            // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists).
+            run(
+                "route+lists",
+                "moe_route_lists",
+                (1, 1),
+                256,
+                &mut args!(rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr),
+            )?;
+        } else {
+            run(
+                "route",
+                "mx_route",
+                (m as u32, 1),
+                64,
+                &mut args!(rp, logits_p, rb, ids_p, topw_p),
+            )?;
+            run(
+                "moe/lists",
+                "moe_lists",
+                (1, 1),
+                256,
+                &mut args!(p, ids_p, map, rows.ptr, slot.ptr, tiles.ptr),
+            )?;
+        }
         let x_in = match (&xq, l.scheme.activation) {
             (Some(xq), Some(f)) => {
                 let nb = (m * h / BLOCK) as u32;
