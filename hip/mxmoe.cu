@@ -466,33 +466,17 @@ MX_DEVICE u32 code_of(const u32* w, u32 j, u32 cb) {
 #define GEMM_PASS pair_of_row, tiles, x, wcodes, wscales, out, bias, topw
 
 
-// ---- grouped GEMV (decode and the middle range) ---------------------------------------------
-// A tile = up to GV_TILE token-expert pairs of one expert (moe_lists with tile_m = GV_TILE). A
-// block = 256 threads = 8 groups of 32 lanes; a row pass covers GV_ROWS = 16 weight rows, each
-// group owning GV_RW = 2 consecutive ones (more rows per group spilled registers at sm_90). Lanes walk K one whole 32-block at a time (CB words
-// + a scale byte per row: consecutive lanes read consecutive blocks, 16-byte loads for FP4,
-// coalesced), U blocks per lane per step so that RW x U loads are in flight before any use.
-// Each octet of codes is decoded once (FP4 in registers, below; the other formats through a
-// table in shared memory), times its scale, and then multiplied against up to GV_TC pairs'
-// activations at once (x read as float4 from global memory: small, cached): the weights are
-// read once for GV_TC pairs, once more for each further GV_TC (from the cache). Lane partials
-// are summed over the 32 lanes by a fixed butterfly (deterministic).
-// gemv1 blocks cover GV_ROWS / 2 intermediate columns (GV_ROWS gate / up rows, one pass), or 32
-// (64 rows, several passes) when the intermediate is quantized, so that a block holds whole
-// 32-blocks for their scale; gemv2 blocks cover GV_ROWS output rows.
+// ---- grouped GEMV (decode) -----------------------------------------------------------------
+// A block = 256 threads = 8 groups of 32 lanes; a tile = <= 4 rows of one expert x 64 weight
+// rows; group g owns weight rows g + 8i (i < 8), its lanes walk K one whole 32-block at a time
+// (CB words + a scale byte per row: consecutive lanes read consecutive blocks, coalesced), x
+// read as float4 from global memory (small, cached). FP4 codes are decoded in registers (below),
+// the other formats through a table in shared memory. Lane partials are summed over the 32
+// lanes by a fixed butterfly (deterministic). R rows per pass over K keep the registers within
+// a budget that lets two blocks share a multiprocessor.
 
 #define GV_THREADS 256u
-#ifndef GV_RW
-#define GV_RW 2u
-#endif
-#define GV_ROWS (8u * GV_RW)
-#define GV_TILE 8u
-#ifndef GV_TC
-#define GV_TC 4u
-#endif
-#ifndef GV_U4
-#define GV_U4 4u
-#endif
+#define GV_OUT_ROWS 64u  // gemv2 output rows per block
 
 // FP4 (E2M1) codes k and k + 4 of a word, decoded in registers: the 3 magnitude bits go to f16
 // bits 9..11 (exponent e and mantissa m) and the sign to bit 15, an f16 equal to the E2M1 value
@@ -517,114 +501,87 @@ MX_DEVICE void decode_octet(const u32* w, u32 o, const float* code_value, float*
   }
 }
 
-// The weight row (within the expert) of block-local row wr, and whether it exists: gemv1 maps
-// 2 * half rows to the gate and up rows of `half` intermediate columns from jb (SiLU: gate rows
-// [0, I), up [I, 2I); SwiGLU-OAI: interleaved); gemv2 takes rows jb + wr.
-MX_DEVICE u32 gv_row(const MoeParams& p, bool is1, u32 wr, u32 jb, u32 half, bool* ok) {
-  if (!is1) {
-    *ok = jb + wr < p.hidden;
-    return jb + wr;
-  }
-  bool silu = p.activation == ACT_SILU;
-  u32 c = silu ? wr % half : wr / 2u;
-  *ok = jb + c < p.inter;
-  if (silu) return wr < half ? jb + wr : p.inter + jb + wr - half;
-  return 2u * jb + wr;
-}
-
-// Row pass rp (block rows rp * GV_ROWS ..) against pairs t0 .. t0 + GV_TC of the tile; the row
-// sums go to row_sums[row * GV_TILE + pair].
-template <u32 CB>
-MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt, u32 jb,
-                         u32 half, u32 rp, u32 t0, const u32* pair_of_row, const float* x,
-                         const u32* wcodes, const u8* wscales, const float* code_value,
-                         float* row_sums) {
-  constexpr u32 U = CB == 4u ? GV_U4 : 1u;
+// Rows r0 .. r0 + R (of the group's 8) against tokens t0 .. t0 + T of the tile.
+template <u32 CB, u32 T, u32 R>
+MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt, u32 jb, u32 r0,
+                         u32 t0, const u32* pair_of_row, const float* x, const u32* wcodes,
+                         const u8* wscales, const float* code_value, float* row_sums) {
   u32 tid = tid_x(), g = tid / 32u, lane = tid % 32u;
-  u32 K = is1 ? p.hidden : p.inter, kblocks = K / 32u;
-  u32 nrows = is1 ? 2u * p.inter : p.hidden;
-  u64 rbase[GV_RW];
-  bool valid[GV_RW];
+  u32 h = p.hidden, inter = p.inter;
+  u32 K = is1 ? h : inter, kblocks = K / 32u;
+  u32 nrows = is1 ? 2u * inter : h;
+  u64 sbase[R];
+  bool valid[R];
 #pragma unroll
-  for (u32 i = 0; i < GV_RW; ++i) {
-    u32 row = gv_row(p, is1, rp * GV_ROWS + g * GV_RW + i, jb, half, &valid[i]);
-    rbase[i] = ((u64)e * nrows + (valid[i] ? row : 0u)) * kblocks;
+  for (u32 i = 0; i < R; ++i) {
+    u32 wr = g + 8u * (r0 + i);
+    u32 row = weight_row(p, is1, wr, jb);
+    bool ok = is1 ? (jb + (p.activation == ACT_SILU ? wr % 32u : wr / 2u)) < inter : row < nrows;
+    valid[i] = ok;
+    sbase[i] = ((u64)e * nrows + (ok ? row : 0u)) * kblocks;
   }
-  const float* xr[GV_TC];
+  const float* xr[T];
 #pragma unroll
-  for (u32 t = 0; t < GV_TC; ++t) {
+  for (u32 t = 0; t < T; ++t) {
     u32 tt = t0 + t;
     u64 o = 0;
     if (tt < cnt) o = is1 ? (u64)(pair_of_row[start + tt] / p.top_k) * K : (u64)(start + tt) * K;
     xr[t] = tt < cnt ? x + o : nullptr;
   }
-  float acc[GV_RW][GV_TC];
+  float acc[R][T];
 #pragma unroll
-  for (u32 i = 0; i < GV_RW; ++i)
+  for (u32 i = 0; i < R; ++i)
 #pragma unroll
-    for (u32 t = 0; t < GV_TC; ++t) acc[i][t] = 0.0f;
-  for (u32 b0 = 0; b0 < kblocks; b0 += 32u * U) {
-    u32 w[U][GV_RW][CB];
-    float sc[U][GV_RW];
+    for (u32 t = 0; t < T; ++t) acc[i][t] = 0.0f;
+  for (u32 b = lane; b < kblocks; b += 32u) {
+    u32 w[R][CB];
+    float sc[R];
 #pragma unroll
-    for (u32 u = 0; u < U; ++u) {
-      u32 b = b0 + lane + 32u * u;
-#pragma unroll
-      for (u32 i = 0; i < GV_RW; ++i) {
-        if (valid[i] && b < kblocks) {
-          const u32* src = wcodes + (rbase[i] + b) * CB;
-          if (CB == 4u) {
-            uint4v q = *(const uint4v*)src;
-            w[u][i][0] = q.x; w[u][i][1 % CB] = q.y; w[u][i][2 % CB] = q.z; w[u][i][3 % CB] = q.w;
-          } else {
-#pragma unroll
-            for (u32 q = 0; q < CB; ++q) w[u][i][q] = src[q];
-          }
-          sc[u][i] = e8m0_value(wscales[rbase[i] + b]);
+    for (u32 i = 0; i < R; ++i) {
+      if (valid[i]) {
+        const u32* src = wcodes + (sbase[i] + b) * CB;
+        if (CB == 4u) {
+          uint4v q = *(const uint4v*)src;
+          w[i][0] = q.x; w[i][1 % CB] = q.y; w[i][2 % CB] = q.z; w[i][3 % CB] = q.w;
         } else {
 #pragma unroll
-          for (u32 q = 0; q < CB; ++q) w[u][i][q] = 0u;
-          sc[u][i] = 0.0f;
+          for (u32 q = 0; q < CB; ++q) w[i][q] = src[q];
         }
+        sc[i] = e8m0_value(wscales[sbase[i] + b]);
+      } else {
+#pragma unroll
+        for (u32 q = 0; q < CB; ++q) w[i][q] = 0u;
+        sc[i] = 0.0f;
       }
     }
+    const float unit = CB == 4u ? 16384.0f : 1.0f;  // FP4 values are decoded times 2^-14
 #pragma unroll
-    for (u32 u = 0; u < U; ++u) {
-      u32 b = b0 + lane + 32u * u;
-      if (b >= kblocks) continue;
+    for (u32 o = 0; o < 4u; ++o) {
 #pragma unroll
-      for (u32 o = 0; o < 4u; ++o) {
-        // The octet's values times their block scale (exact: a power of two; FP4 values carry
-        // 2^-14, so no product leaves the normal-or-subnormal range of f32 before the sum).
-        float v[GV_RW][8];
-#pragma unroll
-        for (u32 i = 0; i < GV_RW; ++i) {
-          decode_octet<CB>(w[u][i], o, code_value, v[i]);
-#pragma unroll
-          for (u32 q = 0; q < 8u; ++q) v[i][q] *= sc[u][i];
+      for (u32 t = 0; t < T; ++t) {
+        float4v x0 = {0, 0, 0, 0}, x1 = {0, 0, 0, 0};
+        if (xr[t]) {
+          const float4v* xp = (const float4v*)(xr[t] + b * 32u + o * 8u);
+          x0 = xp[0];
+          x1 = xp[1];
         }
 #pragma unroll
-        for (u32 t = 0; t < GV_TC; ++t) {
-          if (!xr[t]) continue;
-          const float4v* xp = (const float4v*)(xr[t] + b * 32u + o * 8u);
-          float4v x0 = xp[0], x1 = xp[1];
-#pragma unroll
-          for (u32 i = 0; i < GV_RW; ++i) {
-            float d = ((v[i][0] * x0.x + v[i][1] * x0.y) + (v[i][2] * x0.z + v[i][3] * x0.w)) +
-                      ((v[i][4] * x1.x + v[i][5] * x1.y) + (v[i][6] * x1.z + v[i][7] * x1.w));
-            acc[i][t] += d;
-          }
+        for (u32 i = 0; i < R; ++i) {
+          float v[8];
+          decode_octet<CB>(w[i], o, code_value, v);
+          float d = ((v[0] * x0.x + v[1] * x0.y) + (v[2] * x0.z + v[3] * x0.w)) +
+                    ((v[4] * x1.x + v[5] * x1.y) + (v[6] * x1.z + v[7] * x1.w));
+          acc[i][t] += (d * unit) * sc[i];
         }
       }
     }
   }
-  const float unit = CB == 4u ? 16384.0f : 1.0f;  // FP4 values are decoded times 2^-14
 #pragma unroll
-  for (u32 i = 0; i < GV_RW; ++i)
+  for (u32 i = 0; i < R; ++i)
 #pragma unroll
-    for (u32 t = 0; t < GV_TC; ++t) {
+    for (u32 t = 0; t < T; ++t) {
       float s = sum32(acc[i][t]);
-      if (lane == 0u) row_sums[(rp * GV_ROWS + g * GV_RW + i) * GV_TILE + t0 + t] = s * unit;
+      if (lane == 0u) row_sums[(g + 8u * (r0 + i)) * 4u + t0 + t] = s;
     }
 }
 
@@ -642,8 +599,8 @@ MX_DEVICE void gemv2_combine(const MoeParams& p, const u32* tiles, const i32* ro
   sync_threads();
   if (last == 0u) return;
   fence_device();
-  for (u32 i = tid; i < p.m * GV_ROWS; i += GV_THREADS) {
-    u32 t = i / GV_ROWS, n = jb + i % GV_ROWS;
+  for (u32 i = tid; i < p.m * GV_OUT_ROWS; i += GV_THREADS) {
+    u32 t = i / GV_OUT_ROWS, n = jb + i % GV_OUT_ROWS;
     if (n >= h) continue;
     float acc = 0.0f;
     for (u32 j = 0; j < p.top_k; ++j) {
@@ -661,54 +618,60 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
                          const float* bias, const float* topw, const i32* row_of_pair,
                          u32* counters, u32* final_out) {
   MX_SHARED float code_value[256];
-  MX_SHARED float row_sums[64u * GV_TILE];
-  MX_SHARED u32 tmax[GV_TILE];
+  MX_SHARED float row_sums[64 * 4];
+  MX_SHARED u32 tmax[4];
   u32 tid = tid_x();
   u32 e, start, cnt;
   if (!load_tile(tiles, bid_x(), &e, &start, &cnt)) return;
   if (CB != 4u) code_value[tid] = u2f(mx_dequant_bits(p.weight_fmt, tid, 127u));
-  if (tid < GV_TILE) tmax[tid] = 0u;
+  if (tid < 4u) tmax[tid] = 0u;
   sync_threads();
   u32 h = p.hidden, inter = p.inter;
-  bool q1 = is1 && p.act_fmt != FMT_NONE;
-  u32 half = q1 ? 32u : GV_ROWS / 2u, npass = q1 ? 64u / GV_ROWS : 1u;
-  u32 jb = is1 ? bid_y() * half : bid_y() * GV_ROWS;
-  for (u32 rp = 0; rp < npass; ++rp)
-    for (u32 t0 = 0; t0 < cnt; t0 += GV_TC)
-      gemv_pass<CB>(p, is1, e, start, cnt, jb, half, rp, t0, pair_of_row, x, wcodes, wscales,
-                    code_value, row_sums);
-  sync_threads();
-  u32 t = tid / 32u, c = tid % 32u;  // pair t (< GV_TILE), column / row c of the block
-  if (is1) {
-    u32 j = jb + c;
-    bool tv = t < cnt && c < half && j < inter;
-    bool silu = p.activation == ACT_SILU;
-    u32 gi = silu ? c : 2u * c, ui = silu ? half + c : 2u * c + 1u;
-    u32 grow = silu ? j : 2u * j, urow = silu ? inter + j : 2u * j + 1u;
-    u32 val = 0u;
-    if (tv) {
-      float gv = row_sums[gi * GV_TILE + t], uv = row_sums[ui * GV_TILE + t];
-      if (p.has_bias13) {
-        gv += bias[(u64)e * 2u * inter + grow];
-        uv += bias[(u64)e * 2u * inter + urow];
-      }
-      if (p.on_input) {
-        float rw = topw[pair_of_row[start + t]];
-        gv *= rw;
-        uv *= rw;
-      }
-      val = f2u(bf16_point(p, activate(p, bf16_point(p, gv), bf16_point(p, uv))));
-      if (p.act_fmt != FMT_NONE) atomic_max_u32(&tmax[t], val & 0x7FFFFFFFu);
+  u32 jb = is1 ? bid_y() * 32u : bid_y() * 64u;
+  // One token at a time, 4 of the group's 8 rows per pass (the weights of later tokens' passes
+  // come from the cache; several tokens' x in registers left too few loads in flight, and 8
+  // rows' codes spilled).
+  if (CB == 4u && cnt == 1u) {
+    // Decode (one token): all 8 rows in one pass, the most loads in flight.
+    gemv_pass<CB, 1, 8>(p, is1, e, start, cnt, jb, 0u, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+    if (tid < 64u) row_sums[tid * 4u + 1u] = row_sums[tid * 4u + 2u] = row_sums[tid * 4u + 3u] = 0.0f;
+  } else for (u32 t = 0; t < 4u; ++t) {
+    if (t < cnt) {
+      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 0u, t, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 4u, t, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+    } else if (tid < 64u) {
+      row_sums[tid * 4u + t] = 0.0f;
     }
+  }
+  sync_threads();
+  if (is1) {
+    u32 t = umin(tid / 32u, 3u);
+    bool tv = tid / 32u < cnt;
+    u32 c = tid % 32u, j = jb + c;
+    bool silu = p.activation == ACT_SILU;
+    u32 gi = silu ? c : 2u * c, ui = silu ? 32u + c : 2u * c + 1u;
+    u32 grow = silu ? j : 2u * j, urow = silu ? inter + j : 2u * j + 1u;
+    float gv = row_sums[gi * 4u + t], uv = row_sums[ui * 4u + t];
+    if (p.has_bias13) {
+      gv += bias[(u64)e * 2u * inter + grow];
+      uv += bias[(u64)e * 2u * inter + urow];
+    }
+    if (p.on_input && tv) {
+      float rw = topw[pair_of_row[start + t]];
+      gv *= rw;
+      uv *= rw;
+    }
+    u32 val = f2u(bf16_point(p, activate(p, bf16_point(p, gv), bf16_point(p, uv))));
+    if (p.act_fmt != FMT_NONE && tv) atomic_max_u32(&tmax[t], val & 0x7FFFFFFFu);
     sync_threads();
     if (tv) {
       if (p.act_fmt != FMT_NONE) val = intermediate_qdq(p, val, mx_scale_byte(p.act_fmt, p.act_mode, tmax[t]));
       out[(u64)(start + t) * inter + j] = val;
     }
   } else {
-    u32 n = jb + c;
-    if (t < cnt && c < GV_ROWS && n < h) {
-      float v = row_sums[c * GV_TILE + t];
+    u32 wr = tid % 64u, t = tid / 64u, n = jb + wr;
+    if (t < cnt && n < h) {
+      float v = row_sums[wr * 4u + t];
       if (p.has_bias2) v += bias[(u64)e * h + n];
       if (!p.on_input) v *= topw[pair_of_row[start + t]];
       out[(u64)(start + t) * h + n] = f2u(bf16_point(p, v));

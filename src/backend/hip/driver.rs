@@ -49,6 +49,9 @@ struct Fns {
     /// free; optional (the staging buffer falls back to ordinary memory).
     host_alloc: Option<unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> R>,
     host_free: Option<unsafe extern "C" fn(*mut c_void) -> R>,
+    /// Copies that return at once (page-locked host memory; the null stream, in order).
+    htod_async: Option<unsafe extern "C" fn(u64, *const c_void, usize, Ptr) -> R>,
+    dtoh_async: Option<unsafe extern "C" fn(*mut c_void, u64, usize, Ptr) -> R>,
     // CUDA only.
     cu_error_string: Option<unsafe extern "C" fn(R, *mut *const c_char) -> R>,
     cu_attribute: Option<unsafe extern "C" fn(*mut i32, i32, i32) -> R>,
@@ -234,6 +237,8 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             event_destroy: sym!(lib, "cuEventDestroy_v2"),
             host_alloc: opt!(lib, "cuMemHostAlloc"),
             host_free: opt!(lib, "cuMemFreeHost"),
+            htod_async: opt!(lib, "cuMemcpyHtoDAsync_v2"),
+            dtoh_async: opt!(lib, "cuMemcpyDtoHAsync_v2"),
             cu_error_string: opt!(lib, "cuGetErrorString"),
             cu_attribute: opt!(lib, "cuDeviceGetAttribute"),
             cu_primary_ctx: opt!(lib, "cuDevicePrimaryCtxRetain"),
@@ -265,6 +270,8 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             event_destroy: sym!(lib, "hipEventDestroy"),
             host_alloc: opt!(lib, "hipHostMalloc"),
             host_free: opt!(lib, "hipHostFree"),
+            htod_async: opt!(lib, "hipMemcpyHtoDAsync"),
+            dtoh_async: opt!(lib, "hipMemcpyDtoHAsync"),
             cu_error_string: None,
             cu_attribute: None,
             cu_primary_ctx: None,
@@ -314,6 +321,10 @@ impl Default for Staging {
         }
     }
 }
+
+/// Host-device copies of more bytes than this go in chunks of this size, each host-side copy
+/// overlapping the transfer of the chunk before.
+const COPY_CHUNK: usize = 4 << 20;
 
 /// Copy `src` into `dst` (equal lengths), on several threads when large (a copy of many
 /// megabytes is bound by one core's memory bandwidth and by first-touch page faults).
@@ -588,6 +599,13 @@ impl Device {
         Ok(b)
     }
 
+    /// Whether the staging buffer is page-locked (asynchronous copies allowed). Before the first
+    /// use: whether the driver offers page-locked memory.
+    fn staging_pinned(&self) -> bool {
+        let st = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        st.pinned || (st.cap == 0 && self.driver.fns.host_alloc.is_some())
+    }
+
     /// Run `f` on the staging buffer grown to at least `n` bytes (page-locked when possible).
     fn with_staging<T>(
         &self,
@@ -597,6 +615,8 @@ impl Device {
         let mut st = self.staging.lock().unwrap_or_else(|e| e.into_inner());
         if st.cap < n {
             let fns = &self.driver.fns;
+            // Asynchronous copies may still read the old buffer.
+            self.synchronize()?;
             if st.pinned {
                 if let Some(free) = fns.host_free {
                     unsafe { free(st.ptr.cast()) };
@@ -643,15 +663,39 @@ impl Device {
         }
         let b = self.alloc(n)?;
         if n > 0 {
-            self.with_staging(n, |st| {
-                for (p, &o) in parts.iter().zip(&offs) {
-                    par_copy(&mut st[o..o + p.len()], p);
+            let pinned = self.staging_pinned();
+            let fns = &self.driver.fns;
+            self.with_staging(n, |st| match fns.htod_async.filter(|_| pinned) {
+                // Page-locked: copy chunk by chunk into the staging buffer and start each chunk's
+                // transfer at once, so that the host copies of later chunks overlap the DMA.
+                Some(htod_async) => {
+                    for (p, &o) in parts.iter().zip(&offs) {
+                        for (i, c) in p.chunks(COPY_CHUNK).enumerate() {
+                            let at = o + i * COPY_CHUNK;
+                            par_copy(&mut st[at..at + c.len()], c);
+                            unsafe {
+                                self.driver.check(
+                                    "copy to device",
+                                    htod_async(
+                                        b.ptr + at as u64,
+                                        st[at..].as_ptr().cast(),
+                                        c.len(),
+                                        std::ptr::null_mut(),
+                                    ),
+                                )?;
+                            }
+                        }
+                    }
+                    Ok(())
                 }
-                unsafe {
-                    self.driver.check(
-                        "copy to device",
-                        (self.driver.fns.htod)(b.ptr, st.as_ptr().cast(), n),
-                    )
+                None => {
+                    for (p, &o) in parts.iter().zip(&offs) {
+                        par_copy(&mut st[o..o + p.len()], p);
+                    }
+                    unsafe {
+                        self.driver
+                            .check("copy to device", (fns.htod)(b.ptr, st.as_ptr().cast(), n))
+                    }
                 }
             })?;
         }
@@ -737,6 +781,51 @@ impl DevBuf {
         })
     }
 
+    /// Copy the first `n` bytes back through the device's staging buffer: `each(offset, bytes)`
+    /// for every chunk in order as it lands (page-locked staging: the transfer of the next chunk
+    /// overlaps `each` of this one), then `done` on all `n` bytes.
+    pub fn read_chunked<T>(
+        &self,
+        n: usize,
+        mut each: impl FnMut(usize, &[u8]),
+        done: impl FnOnce(&[u8]) -> T,
+    ) -> Result<T, BackendError> {
+        let d = &self.dev;
+        let pinned = d.staging_pinned();
+        let fns = &d.driver.fns;
+        match fns.dtoh_async.filter(|_| pinned && n > 2 * COPY_CHUNK) {
+            Some(dtoh_async) => d.with_staging(n, |st| {
+                let mut marks = Vec::new();
+                for at in (0..n).step_by(COPY_CHUNK) {
+                    let len = COPY_CHUNK.min(n - at);
+                    unsafe {
+                        d.driver.check(
+                            "copy from device",
+                            dtoh_async(
+                                st[at..].as_mut_ptr().cast(),
+                                self.ptr + at as u64,
+                                len,
+                                std::ptr::null_mut(),
+                            ),
+                        )?;
+                    }
+                    let e = d.event()?;
+                    e.record()?;
+                    marks.push((at, len, e));
+                }
+                for (at, len, e) in &marks {
+                    e.wait()?;
+                    each(*at, &st[*at..*at + *len]);
+                }
+                Ok(done(st))
+            }),
+            None => self.read_with(n, |st| {
+                each(0, st);
+                Ok(done(st))
+            }),
+        }
+    }
+
     /// Fill the first `n` 32-bit words with `value`.
     pub fn fill(&self, value: u32, words: usize) -> Result<(), BackendError> {
         unsafe {
@@ -789,6 +878,16 @@ impl Event {
             )
         }
     }
+    /// Wait until the work recorded before this event is done.
+    pub fn wait(&self) -> Result<(), BackendError> {
+        unsafe {
+            self.dev.driver.check(
+                "event sync",
+                (self.dev.driver.fns.event_synchronize)(self.e),
+            )
+        }
+    }
+
     /// Milliseconds from `self` to `end` (both recorded; waits for `end`).
     pub fn elapsed_to(&self, end: &Event) -> Result<f64, BackendError> {
         let f = &self.dev.driver.fns;

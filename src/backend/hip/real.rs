@@ -31,15 +31,15 @@ pub const MAX_EXPERTS: usize = 1024;
 pub const MAX_TOP_K: usize = 32;
 pub const MAX_GROUPS: usize = MAX_EXPERTS;
 
-/// Rows per tile of the GEMM and the GEMV (hip/mxmoe.cu GT_M and GV_TILE).
+/// Rows per tile of the GEMM and the GEMV (hip/mxmoe.cu GT_M, and the GEMV's 4).
 const GEMM_TILE: usize = 64;
-const GEMV_TILE: usize = 8;
-/// Weight rows per GEMV block (hip/mxmoe.cu GV_ROWS): gemv2 blocks cover this many output rows,
-/// gemv1 blocks half as many intermediate columns (32 when the intermediate is quantized).
-const GEMV_ROWS: usize = 16;
-/// GEMV while the token-expert pairs are at most this many per local expert (the GEMV reads
-/// each expert's weights once per 4 pairs; `MXMOE_HIP_GEMV_PAIRS` overrides, for measuring).
-const GEMV_PAIRS_PER_EXPERT: f64 = 4.0;
+const GEMV_TILE: usize = 4;
+/// gemv2's output rows per block (hip/mxmoe.cu GV_OUT_ROWS; gemv1 blocks: 32 columns).
+const GEMV_OUT_ROWS: usize = 64;
+/// GEMV while the token-expert pairs are at most this many per local expert (on the H200 the
+/// GEMV wins at 0.25 and 0.5 pairs per expert, the matrix-core GEMM at 2;
+/// docs/h200-2026-12-01-hip, docs/h200-2026-12-01-hipdecode). `MXMOE_HIP_GEMV_PAIRS` overrides.
+const GEMV_PAIRS_PER_EXPERT: f64 = 1.0;
 /// Up to this many tokens the GEMV path sums the top-k slots in gemv2's last blocks instead of
 /// a combine kernel (one launch fewer; the last block's share grows with the tokens).
 const FUSED_COMBINE_MAX_TOKENS: usize = 16;
@@ -494,7 +494,7 @@ impl HipBackend {
                 .filter(|b| wroute::uses_bias(&layer.config.router, Some(b))))?,
             dummy: self.dev.alloc(16)?,
             counters: {
-                let n = layer.config.hidden.div_ceil(GEMV_ROWS);
+                let n = layer.config.hidden.div_ceil(GEMV_OUT_ROWS);
                 let c = self.dev.alloc(n * 4)?;
                 c.fill(0, n)?;
                 c
@@ -643,15 +643,8 @@ impl HipBackend {
         let mt = max_tiles as u32;
         let (g1, g2) = ((mt, (inter / 32) as u32), (mt, h.div_ceil(64) as u32));
         if gemv {
-            // hip/mxmoe.cu gemv_body: gemv1 blocks of GEMV_ROWS / 2 intermediate columns (32
-            // when the intermediate is quantized), gemv2 blocks of GEMV_ROWS output rows.
-            let cols1 = if l.scheme.activation.is_some() {
-                32
-            } else {
-                GEMV_ROWS / 2
-            };
-            let g1 = (mt, inter.div_ceil(cols1) as u32);
-            let g2 = (mt, h.div_ceil(GEMV_ROWS) as u32);
+            // hip/mxmoe.cu gemv_body: 32 intermediate columns / GEMV_OUT_ROWS output rows.
+            let g2 = (mt, h.div_ceil(GEMV_OUT_ROWS) as u32);
             let (k1, k2) = (format!("moe_gemv1_cb{cb}"), format!("moe_gemv2_cb{cb}"));
             let none = 0u64;
             run(
@@ -660,8 +653,8 @@ impl HipBackend {
                 g1,
                 256,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p,
-                    none, none, none
+                    p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p, none,
+                    none, none
                 ),
             )?;
             // Decode: the combine runs in gemv2's last block per column block (counters).
@@ -722,8 +715,7 @@ impl HipBackend {
                 g2,
                 256,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, ac.ptr, asc.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2,
-                    topw_p
+                    p, rows.ptr, tiles.ptr, ac.ptr, asc.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p
                 ),
             )?;
         } else {
@@ -757,8 +749,7 @@ impl HipBackend {
                 g1,
                 block,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, a2.ptr, b13,
-                    topw_p
+                    p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p
                 ),
             )?;
             let n2 = (na * inter) as u64;
@@ -811,12 +802,25 @@ impl HipBackend {
         let mut output = vec![0f32; m * h];
         let mut topk_ids = vec![0i32; na];
         let mut topk_weights = vec![0f32; na];
-        result.read_with(w_off + na * 4, |st| {
-            par_copy(bytemuck::cast_slice_mut(&mut output), &st[..out_bytes]);
-            bytemuck::cast_slice_mut(&mut topk_ids).copy_from_slice(&st[ids_off..ids_off + na * 4]);
-            bytemuck::cast_slice_mut(&mut topk_weights).copy_from_slice(&st[w_off..w_off + na * 4]);
-            Ok(())
-        })?;
+        {
+            let out_b: &mut [u8] = bytemuck::cast_slice_mut(&mut output);
+            result.read_chunked(
+                w_off + na * 4,
+                |at, c| {
+                    // The part of this chunk that is output.
+                    if at < out_bytes {
+                        let len = c.len().min(out_bytes - at);
+                        par_copy(&mut out_b[at..at + len], &c[..len]);
+                    }
+                },
+                |st| {
+                    bytemuck::cast_slice_mut(&mut topk_ids)
+                        .copy_from_slice(&st[ids_off..ids_off + na * 4]);
+                    bytemuck::cast_slice_mut(&mut topk_weights)
+                        .copy_from_slice(&st[w_off..w_off + na * 4]);
+                },
+            )?;
+        }
         drop(inputs);
         prof.report(m, [t_upload, t_launch, t_gpu, prof.lap()]);
         Ok((
