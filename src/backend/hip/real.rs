@@ -55,6 +55,12 @@ fn fused_route_tokens() -> usize {
         .unwrap_or(FUSED_ROUTE_MAX_TOKENS)
 }
 
+/// Whether FP4 layers use the prefetching decode GEMV (`MXMOE_HIP_GEMV_PF=1|0`).
+fn gemv_prefetch() -> bool {
+    std::env::var("MXMOE_HIP_GEMV_PF").map_or(GEMV_PREFETCH, |v| v == "1")
+}
+const GEMV_PREFETCH: bool = false;
+
 /// The GEMV / GEMM crossover in pairs per local expert (`MXMOE_HIP_GEMV_PAIRS` or the default).
 fn gemv_pairs() -> f64 {
     std::env::var("MXMOE_HIP_GEMV_PAIRS")
@@ -628,8 +634,8 @@ impl HipBackend {
                 let (fi, mi) = (f.id(), l.act_scale_mode.id());
                 run(
                     "moe/input_qdq",
-                    "mx_qdq",
-                    (nb.div_ceil(256), 1),
+                    "mx_qdq_lanes",
+                    ((nb as usize * BLOCK).div_ceil(256) as u32, 1),
                     256,
                     &mut args!(hidden_p, xq.ptr, nb, fi, mi),
                 )?;
@@ -645,7 +651,16 @@ impl HipBackend {
         if gemv {
             // hip/mxmoe.cu gemv_body: 32 intermediate columns / GEMV_OUT_ROWS output rows.
             let g2 = (mt, h.div_ceil(GEMV_OUT_ROWS) as u32);
-            let (k1, k2) = (format!("moe_gemv1_cb{cb}"), format!("moe_gemv2_cb{cb}"));
+            // FP4: the decode pass that loads the next 32-block step before this one's math.
+            let pf = if cb == 4 && gemv_prefetch() {
+                "_pf"
+            } else {
+                ""
+            };
+            let (k1, k2) = (
+                format!("moe_gemv1_cb{cb}{pf}"),
+                format!("moe_gemv2_cb{cb}{pf}"),
+            );
             let none = 0u64;
             run(
                 "moe/gemv1",
