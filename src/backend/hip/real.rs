@@ -880,7 +880,11 @@ impl HostProfile {
         ms
     }
     fn report(&self, m: usize, t: [f64; 4]) {
-        if self.on && PROFILE_COUNT.fetch_add(1, Ordering::Relaxed) % 64 == 0 {
+        if self.on
+            && PROFILE_COUNT
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(64)
+        {
             eprintln!(
                 "hip host profile, M = {m}: upload {:.3} ms, launches {:.3} ms, GPU wait {:.3} ms, \
                  copy back {:.3} ms",
