@@ -33,15 +33,11 @@ if [ "${PHASE:-probe}" = final ]; then
   X="$OUT/variants.log"
   { echo "## MXMOE_HIP_GEMV_PF=1"
     MXMOE_HIP_GEMV_PF=1 timeout 60 $B bench --backend hip --shape gpt-oss-120b --tokens 1,4,16 --iters 20
-    MXMOE_HIP_GEMV_PF=1 timeout 60 $B bench --backend hip --shape deepseek-r1 --tokens 1,8 --iters 20
+    MXMOE_HIP_GEMV_PF=1 timeout 60 $B bench --backend hip --shape deepseek-r1 --tokens 1 --iters 20
     echo "## MXMOE_HIP_FUSED_COMBINE=0 MXMOE_HIP_FUSED_ROUTE=0 (the separate route, lists, combine kernels)"
-    MXMOE_HIP_FUSED_COMBINE=0 MXMOE_HIP_FUSED_ROUTE=0 timeout 60 $B bench --backend hip --shape gpt-oss-120b --tokens 1,4 --iters 20 --no-check
-    echo "## MXMOE_HIP_FUSED_ROUTE=4"
-    MXMOE_HIP_FUSED_ROUTE=4 timeout 60 $B bench --backend hip --shape gpt-oss-120b --tokens 4 --iters 20 --no-check
-    echo "## MXMOE_HIP_MOE_PATH=gemv"
-    MXMOE_HIP_MOE_PATH=gemv timeout 60 $B bench --backend hip --shape gpt-oss-120b --tokens 32,64 --iters 10 --no-check
+    MXMOE_HIP_FUSED_COMBINE=0 MXMOE_HIP_FUSED_ROUTE=0 timeout 60 $B bench --backend hip --shape gpt-oss-120b --tokens 1 --iters 20 --no-check
     echo "## MXMOE_HIP_HOST_PROFILE=1"
-    MXMOE_HIP_HOST_PROFILE=1 timeout 60 $B bench --backend hip --shape gpt-oss-120b --tokens 1,2048 --iters 20 --no-check
+    MXMOE_HIP_HOST_PROFILE=1 timeout 60 $B bench --backend hip --shape gpt-oss-120b --tokens 2048 --iters 20 --no-check
   } > "$X" 2>&1
   summary "$X"; grep "host profile" "$X" | tail -4
   clocks >> "$L"
