@@ -515,33 +515,8 @@ MX_DEVICE void decode_octet(const u32* w, u32 o, const float* code_value, float*
   }
 }
 
-// The codes (CB words) and scale of 32-block b of each of R rows (zeros past K or for rows
-// that do not exist).
-template <u32 CB, u32 R>
-MX_DEVICE void gv_load(u32 b, u32 kblocks, const bool* valid, const u64* sbase, const u32* wcodes,
-                       const u8* wscales, u32 (*w)[CB], float* sc) {
-#pragma unroll
-  for (u32 i = 0; i < R; ++i) {
-    if (valid[i] && b < kblocks) {
-      const u32* src = wcodes + (sbase[i] + b) * CB;
-      if (CB == 4u) {
-        uint4v q = *(const uint4v*)src;
-        w[i][0] = q.x; w[i][1 % CB] = q.y; w[i][2 % CB] = q.z; w[i][3 % CB] = q.w;
-      } else {
-#pragma unroll
-        for (u32 q = 0; q < CB; ++q) w[i][q] = src[q];
-      }
-      sc[i] = e8m0_value(wscales[sbase[i] + b]);
-    } else {
-#pragma unroll
-      for (u32 q = 0; q < CB; ++q) w[i][q] = 0u;
-      sc[i] = 0.0f;
-    }
-  }
-}
-
 // Rows r0 .. r0 + R (of the group's 8) against tokens t0 .. t0 + T of the tile.
-template <u32 CB, u32 T, u32 R, bool PF>
+template <u32 CB, u32 T, u32 R>
 MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt, u32 jb, u32 r0,
                          u32 t0, const u32* pair_of_row, const float* x, const u32* wcodes,
                          const u8* wscales, const float* code_value, float* row_sums) {
@@ -572,44 +547,6 @@ MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt
   for (u32 i = 0; i < R; ++i)
 #pragma unroll
     for (u32 t = 0; t < T; ++t) acc[i][t] = 0.0f;
-  if (PF) {
-    // The next step's codes are loaded before this step's math (their latency hides behind it).
-    u32 w[R][CB];
-    float sc[R];
-    gv_load<CB, R>(lane, kblocks, valid, sbase, wcodes, wscales, w, sc);
-    for (u32 b = lane; b < kblocks; b += 32u) {
-      u32 wn[R][CB];
-      float scn[R];
-      gv_load<CB, R>(b + 32u, kblocks, valid, sbase, wcodes, wscales, wn, scn);
-    const float unit = CB == 4u ? 16384.0f : 1.0f;  // FP4 values are decoded times 2^-14
-#pragma unroll
-    for (u32 o = 0; o < 4u; ++o) {
-#pragma unroll
-      for (u32 t = 0; t < T; ++t) {
-        float4v x0 = {0, 0, 0, 0}, x1 = {0, 0, 0, 0};
-        if (xr[t]) {
-          const float4v* xp = (const float4v*)(xr[t] + b * 32u + o * 8u);
-          x0 = xp[0];
-          x1 = xp[1];
-        }
-#pragma unroll
-        for (u32 i = 0; i < R; ++i) {
-          float v[8];
-          decode_octet<CB>(w[i], o, code_value, v);
-          float d = ((v[0] * x0.x + v[1] * x0.y) + (v[2] * x0.z + v[3] * x0.w)) +
-                    ((v[4] * x1.x + v[5] * x1.y) + (v[6] * x1.z + v[7] * x1.w));
-          acc[i][t] += (d * unit) * sc[i];
-        }
-      }
-    }
-#pragma unroll
-      for (u32 i = 0; i < R; ++i) {
-        sc[i] = scn[i];
-#pragma unroll
-        for (u32 q = 0; q < CB; ++q) w[i][q] = wn[i][q];
-      }
-    }
-  } else {
   for (u32 b = lane; b < kblocks; b += 32u) {
     u32 w[R][CB];
     float sc[R];
@@ -653,7 +590,6 @@ MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt
       }
     }
   }
-  }
 #pragma unroll
   for (u32 i = 0; i < R; ++i)
 #pragma unroll
@@ -690,7 +626,7 @@ MX_DEVICE void gemv2_combine(const MoeParams& p, const u32* tiles, const i32* ro
   if (tid == 0u) counters[bid_y()] = 0u;
 }
 
-template <u32 CB, bool PF>
+template <u32 CB>
 MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                          const float* x, const u32* wcodes, const u8* wscales, u32* out,
                          const float* bias, const float* topw, const i32* row_of_pair,
@@ -711,18 +647,12 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
   // rows' codes spilled).
   if (CB == 4u && cnt == 1u) {
     // Decode (one token): all 8 rows in one pass, the most loads in flight.
-    if (PF) {
-      // Prefetching needs twice the code registers: two passes of 4 rows.
-      gemv_pass<CB, 1, 4, true>(p, is1, e, start, cnt, jb, 0u, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
-      gemv_pass<CB, 1, 4, true>(p, is1, e, start, cnt, jb, 4u, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
-    } else {
-      gemv_pass<CB, 1, 8, false>(p, is1, e, start, cnt, jb, 0u, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
-    }
+    gemv_pass<CB, 1, 8>(p, is1, e, start, cnt, jb, 0u, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
     if (tid < 64u) row_sums[tid * 4u + 1u] = row_sums[tid * 4u + 2u] = row_sums[tid * 4u + 3u] = 0.0f;
   } else for (u32 t = 0; t < 4u; ++t) {
     if (t < cnt) {
-      gemv_pass<CB, 1, 4, false>(p, is1, e, start, cnt, jb, 0u, t, pair_of_row, x, wcodes, wscales, code_value, row_sums);
-      gemv_pass<CB, 1, 4, false>(p, is1, e, start, cnt, jb, 4u, t, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 0u, t, pair_of_row, x, wcodes, wscales, code_value, row_sums);
+      gemv_pass<CB, 1, 4>(p, is1, e, start, cnt, jb, 4u, t, pair_of_row, x, wcodes, wscales, code_value, row_sums);
     } else if (tid < 64u) {
       row_sums[tid * 4u + t] = 0.0f;
     }
@@ -768,11 +698,8 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
 #define GEMV_ARGS GEMM_ARGS, const i32 *row_of_pair, u32 *counters, u32 *final_out
 #define GEMV_PASS GEMM_PASS, row_of_pair, counters, final_out
 #define GEMV_KERNELS(CB)                                                                      \
-  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMV_ARGS) { gemv_body<CB, false>(p, true, GEMV_PASS); } \
-  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMV_ARGS) { gemv_body<CB, false>(p, false, GEMV_PASS); }
-// FP4 with the decode pass prefetching (measured against the plain one: MXMOE_HIP_GEMV_PF).
-MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb4_pf(GEMV_ARGS) { gemv_body<4, true>(p, true, GEMV_PASS); }
-MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb4_pf(GEMV_ARGS) { gemv_body<4, true>(p, false, GEMV_PASS); }
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMV_ARGS) { gemv_body<CB>(p, true, GEMV_PASS); } \
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMV_ARGS) { gemv_body<CB>(p, false, GEMV_PASS); }
 GEMV_KERNELS(4)
 GEMV_KERNELS(6)
 GEMV_KERNELS(8)

@@ -49,9 +49,9 @@ struct Fns {
     /// free; optional (the staging buffer falls back to ordinary memory).
     host_alloc: Option<unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> R>,
     host_free: Option<unsafe extern "C" fn(*mut c_void) -> R>,
-    /// Copies that return at once (page-locked host memory; the null stream, in order).
+    /// A copy to the device that returns at once (page-locked host memory; the null stream, in
+    /// order with the kernels).
     htod_async: Option<unsafe extern "C" fn(u64, *const c_void, usize, Ptr) -> R>,
-    dtoh_async: Option<unsafe extern "C" fn(*mut c_void, u64, usize, Ptr) -> R>,
     // CUDA only.
     cu_error_string: Option<unsafe extern "C" fn(R, *mut *const c_char) -> R>,
     cu_attribute: Option<unsafe extern "C" fn(*mut i32, i32, i32) -> R>,
@@ -238,7 +238,6 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             host_alloc: opt!(lib, "cuMemHostAlloc"),
             host_free: opt!(lib, "cuMemFreeHost"),
             htod_async: opt!(lib, "cuMemcpyHtoDAsync_v2"),
-            dtoh_async: opt!(lib, "cuMemcpyDtoHAsync_v2"),
             cu_error_string: opt!(lib, "cuGetErrorString"),
             cu_attribute: opt!(lib, "cuDeviceGetAttribute"),
             cu_primary_ctx: opt!(lib, "cuDevicePrimaryCtxRetain"),
@@ -271,7 +270,6 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             host_alloc: opt!(lib, "hipHostMalloc"),
             host_free: opt!(lib, "hipHostFree"),
             htod_async: opt!(lib, "hipMemcpyHtoDAsync"),
-            dtoh_async: opt!(lib, "hipMemcpyDtoHAsync"),
             cu_error_string: None,
             cu_attribute: None,
             cu_primary_ctx: None,
@@ -322,8 +320,9 @@ impl Default for Staging {
     }
 }
 
-/// Host-device copies of more bytes than this go in chunks of this size, each host-side copy
-/// overlapping the transfer of the chunk before.
+/// Uploads go in chunks of this size, each chunk's host-side copy overlapping the transfer of the
+/// chunk before. (Reading back in chunks, each waited for by an event and copied out on its own,
+/// measured slower than one transfer and one parallel copy: docs/h200-2026-12-01-hipdecode.)
 const COPY_CHUNK: usize = 4 << 20;
 
 /// Copy `src` into `dst` (equal lengths), on several threads when large (a copy of many
@@ -781,51 +780,6 @@ impl DevBuf {
         })
     }
 
-    /// Copy the first `n` bytes back through the device's staging buffer: `each(offset, bytes)`
-    /// for every chunk in order as it lands (page-locked staging: the transfer of the next chunk
-    /// overlaps `each` of this one), then `done` on all `n` bytes.
-    pub fn read_chunked<T>(
-        &self,
-        n: usize,
-        mut each: impl FnMut(usize, &[u8]),
-        done: impl FnOnce(&[u8]) -> T,
-    ) -> Result<T, BackendError> {
-        let d = &self.dev;
-        let pinned = d.staging_pinned();
-        let fns = &d.driver.fns;
-        match fns.dtoh_async.filter(|_| pinned && n > 2 * COPY_CHUNK) {
-            Some(dtoh_async) => d.with_staging(n, |st| {
-                let mut marks = Vec::new();
-                for at in (0..n).step_by(COPY_CHUNK) {
-                    let len = COPY_CHUNK.min(n - at);
-                    unsafe {
-                        d.driver.check(
-                            "copy from device",
-                            dtoh_async(
-                                st[at..].as_mut_ptr().cast(),
-                                self.ptr + at as u64,
-                                len,
-                                std::ptr::null_mut(),
-                            ),
-                        )?;
-                    }
-                    let e = d.event()?;
-                    e.record()?;
-                    marks.push((at, len, e));
-                }
-                for (at, len, e) in &marks {
-                    e.wait()?;
-                    each(*at, &st[*at..*at + *len]);
-                }
-                Ok(done(st))
-            }),
-            None => self.read_with(n, |st| {
-                each(0, st);
-                Ok(done(st))
-            }),
-        }
-    }
-
     /// Fill the first `n` 32-bit words with `value`.
     pub fn fill(&self, value: u32, words: usize) -> Result<(), BackendError> {
         unsafe {
@@ -878,16 +832,6 @@ impl Event {
             )
         }
     }
-    /// Wait until the work recorded before this event is done.
-    pub fn wait(&self) -> Result<(), BackendError> {
-        unsafe {
-            self.dev.driver.check(
-                "event sync",
-                (self.dev.driver.fns.event_synchronize)(self.e),
-            )
-        }
-    }
-
     /// Milliseconds from `self` to `end` (both recorded; waits for `end`).
     pub fn elapsed_to(&self, end: &Event) -> Result<f64, BackendError> {
         let f = &self.dev.driver.fns;

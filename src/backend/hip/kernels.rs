@@ -82,15 +82,13 @@ pub const NAMES: [&str; 22] = [
     "moe_gemv2_cb6",
 ];
 /// The GEMV kernels of 8-bit codes (FP8, INT8), the combine, decode's fused route + lists, the
-/// FP4 GEMV whose decode pass prefetches.
-pub const NAMES_MORE: [&str; 7] = [
+/// MoE input QDQ.
+pub const NAMES_MORE: [&str; 5] = [
     "mx_qdq_lanes",
     "moe_gemv1_cb8",
     "moe_gemv2_cb8",
     "moe_combine",
     "moe_route_lists",
-    "moe_gemv1_cb4_pf",
-    "moe_gemv2_cb4_pf",
 ];
 
 /// gfx950 only: the scaled-MFMA GEMMs on MX operands, `moe_gemm{1,2}_mx_<weight>_<activation>`

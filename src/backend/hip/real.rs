@@ -55,12 +55,6 @@ fn fused_route_tokens() -> usize {
         .unwrap_or(FUSED_ROUTE_MAX_TOKENS)
 }
 
-/// Whether FP4 layers use the prefetching decode GEMV (`MXMOE_HIP_GEMV_PF=1|0`).
-fn gemv_prefetch() -> bool {
-    std::env::var("MXMOE_HIP_GEMV_PF").map_or(GEMV_PREFETCH, |v| v == "1")
-}
-const GEMV_PREFETCH: bool = false;
-
 /// The GEMV / GEMM crossover in pairs per local expert (`MXMOE_HIP_GEMV_PAIRS` or the default).
 fn gemv_pairs() -> f64 {
     std::env::var("MXMOE_HIP_GEMV_PAIRS")
@@ -278,7 +272,7 @@ impl HipBackend {
         let mut v = vec![
             format!("code object: {} ({built})", self.code_object),
             format!(
-                "expert kernels: grouped GEMV up to {} token-expert pairs per local expert, \
+                "expert kernels: grouped GEMV up to {} token-expert pair(s) per local expert, \
                  else the grouped GEMM on {mma}",
                 gemv_pairs()
             ),
@@ -651,16 +645,7 @@ impl HipBackend {
         if gemv {
             // hip/mxmoe.cu gemv_body: 32 intermediate columns / GEMV_OUT_ROWS output rows.
             let g2 = (mt, h.div_ceil(GEMV_OUT_ROWS) as u32);
-            // FP4: the decode pass that loads the next 32-block step before this one's math.
-            let pf = if cb == 4 && gemv_prefetch() {
-                "_pf"
-            } else {
-                ""
-            };
-            let (k1, k2) = (
-                format!("moe_gemv1_cb{cb}{pf}"),
-                format!("moe_gemv2_cb{cb}{pf}"),
-            );
+            let (k1, k2) = (format!("moe_gemv1_cb{cb}"), format!("moe_gemv2_cb{cb}"));
             let none = 0u64;
             run(
                 "moe/gemv1",
@@ -817,25 +802,12 @@ impl HipBackend {
         let mut output = vec![0f32; m * h];
         let mut topk_ids = vec![0i32; na];
         let mut topk_weights = vec![0f32; na];
-        {
-            let out_b: &mut [u8] = bytemuck::cast_slice_mut(&mut output);
-            result.read_chunked(
-                w_off + na * 4,
-                |at, c| {
-                    // The part of this chunk that is output.
-                    if at < out_bytes {
-                        let len = c.len().min(out_bytes - at);
-                        par_copy(&mut out_b[at..at + len], &c[..len]);
-                    }
-                },
-                |st| {
-                    bytemuck::cast_slice_mut(&mut topk_ids)
-                        .copy_from_slice(&st[ids_off..ids_off + na * 4]);
-                    bytemuck::cast_slice_mut(&mut topk_weights)
-                        .copy_from_slice(&st[w_off..w_off + na * 4]);
-                },
-            )?;
-        }
+        result.read_with(w_off + na * 4, |st| {
+            par_copy(bytemuck::cast_slice_mut(&mut output), &st[..out_bytes]);
+            bytemuck::cast_slice_mut(&mut topk_ids).copy_from_slice(&st[ids_off..ids_off + na * 4]);
+            bytemuck::cast_slice_mut(&mut topk_weights).copy_from_slice(&st[w_off..w_off + na * 4]);
+            Ok(())
+        })?;
         drop(inputs);
         prof.report(m, [t_upload, t_launch, t_gpu, prof.lap()]);
         Ok((
