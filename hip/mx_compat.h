@@ -63,6 +63,18 @@ MX_DEVICE float fast_exp2(float x) { return __nvvm_ex2_approx_f(x); }
 #error "mx_compat.h: compile with clang -x cuda (NVPTX) or -x hip (AMDGCN), device side only"
 #endif
 
+// A device-wide memory fence, and a global load that sees other blocks' writes of the same
+// kernel (an atomic load: no non-coherent cache), for the "last block" pattern (a block's writes,
+// fence, counter; the block that completes the counter fences and reads them all).
+#if defined(MX_AMD)
+MX_DEVICE void fence_device() { __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent"); }
+#else
+MX_DEVICE void fence_device() { __nvvm_membar_gl(); }
+#endif
+MX_DEVICE float load_coherent(const float* p) {
+  return __builtin_bit_cast(float, __atomic_load_n((const u32*)p, __ATOMIC_RELAXED));
+}
+
 // Shared- or global-memory atomics on u32 (relaxed; barriers order them).
 MX_DEVICE u32 atomic_add_u32(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 MX_DEVICE void atomic_max_u32(u32* p, u32 v) { __atomic_fetch_max(p, v, __ATOMIC_RELAXED); }

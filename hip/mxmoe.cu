@@ -83,6 +83,20 @@ MX_KERNEL(256) void mx_qdq(const u32* x, u32* out, u32 n_blocks, u32 fmt, u32 mo
   }
 }
 
+// QDQ with one lane per element and 32 lanes per block (the MoE's input QDQ: a few tokens give
+// too few blocks for a thread each): the block's largest magnitude by a butterfly over the
+// lanes (the same bits as block_amax), then each lane's own element. Bit-exact as mx_qdq.
+MX_KERNEL(256) void mx_qdq_lanes(const u32* x, u32* out, u32 n_blocks, u32 fmt, u32 mode) {
+  u64 i = (u64)bid_x() * 256u + tid_x();
+  if (i / 32u >= n_blocks) return;  // whole 32-lane groups (n_blocks * 32 elements)
+  u32 v = x[i];
+  u32 a = v & 0x7FFFFFFFu;
+  for (u32 m = 16u; m > 0u; m >>= 1) a = umax(a, f2u(shfl_xor(u2f(a), m)));
+  u32 byte = mx_scale_byte(fmt, mode, a);
+  u32 code = byte == 255u ? 0u : mx_encode(fmt, v, (i32)byte - 127);
+  out[i] = mx_dequant_bits(fmt, code, byte);
+}
+
 // ------------------------------------------------------------------------------------------
 // Routing (shaders/route.wgsl; the CPU twin is src/moe/route.rs). One 64-thread block per token.
 // Keys are compared on their bits (IEEE order, -0 == +0), ties to the lower index.
@@ -106,11 +120,13 @@ MX_DEVICE bool r_better(float va, i32 ia, float vb, i32 ib) {
   return key_gt(va, vb) || (key_ord(va) == key_ord(vb) && ia < ib);
 }
 
+// Up to 1024 experts and as many groups (a group holds at least one expert).
 struct RouteShared {
+  float lg[1024];      // the token's logits, staged once (later reads are from shared memory)
   float key[1024];
   u32 taken[1024];
-  float gscore[32];
-  u32 groups;
+  float gscore[1024];
+  u32 gchosen[1024];
   float bv[64];
   i32 bi[64];
   u32 sel[32];
@@ -147,127 +163,41 @@ MX_DEVICE float r_group_score(const RouteShared& s, const RouteParams& rp, u32 g
   return add_ftz(f2u(best), f2u(second));
 }
 
-MX_DEVICE u32 r_exp(const float* lg, const RouteShared& s, u32 i) {
-  return exact_exp_neg(ftz_bits(f2u(lg[i] - s.rmax)));
+MX_DEVICE u32 r_exp(const RouteShared& s, u32 i) {
+  return exact_exp_neg(ftz_bits(f2u(s.lg[i] - s.rmax)));
 }
-MX_DEVICE u32 r_score(const float* lg, const RouteShared& s, const RouteParams& rp, u32 i) {
-  if (rp.scoring == SCORING_SIGMOID) return exact_sigmoid(f2u(lg[i]));
-  return exact_div(r_exp(lg, s, i), s.rtotal);
+MX_DEVICE u32 r_score(const RouteShared& s, const RouteParams& rp, u32 i) {
+  if (rp.scoring == SCORING_SIGMOID) return exact_sigmoid(f2u(s.lg[i]));
+  return exact_div(r_exp(s, i), s.rtotal);
 }
 
-MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias,
-                                      i32* ids, float* weights) {
-  MX_SHARED RouteShared s;
-  u32 lid = tid_x();
-  u32 t = bid_x();
-  if (t >= rp.m) return;
-  u32 e = rp.n_experts, k = rp.top_k;
-  const float* lg = logits + (u64)t * e;
-  bool exact_softmax = rp.has_bias != 0u && rp.scoring == SCORING_SOFTMAX;
-  if (exact_softmax) {
-    if (lid == 0u) {
-      float mx = lg[0];
-      for (u32 i = 1; i < e; ++i) mx = lg[i] > mx ? lg[i] : mx;
-      s.rmax = mx;
-    }
-    sync_threads();
-    for (u32 i = lid; i < e; i += R_WG) s.key[i] = u2f(r_exp(lg, s, i));
-    sync_threads();
-    if (lid == 0u) {
-      float total = 0.0f;
-      for (u32 i = 0; i < e; ++i) total = add_ftz(f2u(total), f2u(s.key[i]));
-      s.rtotal = f2u(total);
-    }
-    sync_threads();
-  }
-  for (u32 i = lid; i < e; i += R_WG) {
-    s.key[i] = rp.has_bias != 0u ? add_ftz(r_score(lg, s, rp, i), bias[i]) : lg[i];
-    s.taken[i] = 0u;
-  }
-  sync_threads();
-  u32 per = e;
-  if (rp.n_group > 0u) {
-    per = e / rp.n_group;
-    if (lid < rp.n_group) s.gscore[lid] = r_group_score(s, rp, lid, per);
-    sync_threads();
-    if (lid == 0u) {
-      u32 chosen = 0u;
-      for (u32 r = 0; r < rp.topk_group; ++r) {
-        i32 best = -1;
-        float bv = 0.0f;
-        for (u32 g = 0; g < rp.n_group; ++g) {
-          if ((chosen & (1u << g)) == 0u && (best < 0 || key_gt(s.gscore[g], bv))) {
-            best = (i32)g;
-            bv = s.gscore[g];
-          }
-        }
-        chosen |= 1u << (u32)best;
-      }
-      s.groups = chosen;
-    }
-  } else if (lid == 0u) {
-    s.groups = 0xFFFFFFFFu;
-  }
-  sync_threads();
-  u32 groups = s.groups;
-  for (u32 j = 0; j < k; ++j) {
-    i32 bi = -1;
-    float bv = 0.0f;
-    for (u32 i = lid; i < e; i += R_WG) {
-      if (s.taken[i] == 0u && (groups & (1u << umin(i / per, 31u))) != 0u) {
-        if (bi < 0 || key_gt(s.key[i], bv)) {
-          bi = (i32)i;
-          bv = s.key[i];
-        }
-      }
-    }
+// The block's best (value, index) of its threads' candidates (bv, bi; index -1 = none): the
+// greater key, ties to the lower index, by a fixed tree. Every thread gets the winner's index
+// (-1 when no thread had a candidate).
+MX_DEVICE i32 r_argmax(RouteShared& s, u32 lid, float bv, i32 bi) {
+  if (lid < R_WG) {
     s.bv[lid] = bv;
     s.bi[lid] = bi;
-    sync_threads();
-    for (u32 st = R_WG / 2u; st > 0u; st /= 2u) {
-      if (lid < st && r_better(s.bv[lid + st], s.bi[lid + st], s.bv[lid], s.bi[lid])) {
-        s.bv[lid] = s.bv[lid + st];
-        s.bi[lid] = s.bi[lid + st];
-      }
-      sync_threads();
-    }
-    if (lid == 0u) {
-      u32 b = (u32)s.bi[0];
-      s.sel[j] = b;
-      s.taken[b] = 1u;
-    }
-    sync_threads();
   }
-  float mx = lg[s.sel[0]];
-  float part = 0.0f;
-  if (rp.scoring == SCORING_SOFTMAX && !exact_softmax)
-    for (u32 i = lid; i < e; i += R_WG) part += fast_exp(lg[i] - mx);
-  s.sum[lid] = part;
   sync_threads();
   for (u32 st = R_WG / 2u; st > 0u; st /= 2u) {
-    if (lid < st) s.sum[lid] = s.sum[lid] + s.sum[lid + st];
-    sync_threads();
-  }
-  float scaling = u2f(rp.scaling);
-  if (rp.scoring == SCORING_SIGMOID || exact_softmax) {
-    if (lid < k) s.sel_score[lid] = r_score(lg, s, rp, s.sel[lid]);
-    sync_threads();
-    if (lid == 0u) {
-      float total = 0.0f;
-      if (rp.renormalize != 0u)
-        for (u32 j = 0; j < k; ++j) total = total + u2f(s.sel_score[j]);
-      s.sel_total = f2u(total);
+    if (lid < st && r_better(s.bv[lid + st], s.bi[lid + st], s.bv[lid], s.bi[lid])) {
+      s.bv[lid] = s.bv[lid + st];
+      s.bi[lid] = s.bi[lid + st];
     }
     sync_threads();
-    if (lid < k) {
-      u32 w = s.sel_score[lid];
-      if (rp.renormalize != 0u) w = exact_div(w, s.sel_total);
-      ids[(u64)t * k + lid] = (i32)s.sel[lid];
-      weights[(u64)t * k + lid] = u2f(w) * scaling;
-    }
-    return;
   }
-  if (lid != 0u) return;
+  i32 w = s.bi[0];
+  sync_threads();
+  return w;
+}
+
+// The weights of the selected experts without exact scores (softmax without a bias,
+// topk_softmax): one thread, in slot order.
+MX_DEVICE void route_weights_serial(const RouteParams& rp, u32 t, const RouteShared& s, float mx,
+                                    float scaling, i32* ids, float* weights) {
+  u32 k = rp.top_k;
+  const float* lg = s.lg;
   float total = 0.0f;
   if (rp.scoring == SCORING_TOPK_SOFTMAX) {
     for (u32 j = 0; j < k; ++j) total += fast_exp(lg[s.sel[j]] - mx);
@@ -286,6 +216,121 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
     ids[(u64)t * k + j] = (i32)s.sel[j];
     weights[(u64)t * k + j] = w * scaling;
   }
+}
+
+// Route token t. The work is done by threads lid < R_WG (the same sums in the same order
+// whatever the block size); every thread of the block must call it (barriers).
+MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* logits,
+                           const u32* bias, i32* ids, float* weights, RouteShared& s) {
+  const u32 LW = lid < R_WG ? R_WG : 0u;  // threads past R_WG take no work (loops end at once)
+  u32 e = rp.n_experts, k = rp.top_k;
+  const float* lgt = logits + (u64)t * e;
+  for (u32 i = lid; i < e && LW; i += R_WG) s.lg[i] = lgt[i];
+  sync_threads();
+  const float* lg = s.lg;
+  bool exact_softmax = rp.has_bias != 0u && rp.scoring == SCORING_SOFTMAX;
+  if (exact_softmax) {
+    if (lid == 0u) {
+      float mx = lg[0];
+      for (u32 i = 1; i < e; ++i) mx = lg[i] > mx ? lg[i] : mx;
+      s.rmax = mx;
+    }
+    sync_threads();
+    for (u32 i = lid; i < e && LW; i += R_WG) s.key[i] = u2f(r_exp(s, i));
+    sync_threads();
+    if (lid == 0u) {
+      float total = 0.0f;
+      for (u32 i = 0; i < e; ++i) total = add_ftz(f2u(total), f2u(s.key[i]));
+      s.rtotal = f2u(total);
+    }
+    sync_threads();
+  }
+  for (u32 i = lid; i < e && LW; i += R_WG) {
+    s.key[i] = rp.has_bias != 0u ? add_ftz(r_score(s, rp, i), bias[i]) : lg[i];
+    s.taken[i] = 0u;
+  }
+  sync_threads();
+  // Groups: each group's score, then the best topk_group groups (ties to the lower group).
+  u32 per = e;
+  u32 ng = rp.n_group > 0u ? rp.n_group : 1u;
+  if (rp.n_group > 0u) per = e / rp.n_group;
+  for (u32 g = lid; g < ng && LW; g += R_WG) {
+    s.gscore[g] = rp.n_group > 0u ? r_group_score(s, rp, g, per) : 0.0f;
+    s.gchosen[g] = rp.n_group > 0u ? 0u : 1u;
+  }
+  sync_threads();
+  if (rp.n_group > 0u) {
+    for (u32 r = 0; r < rp.topk_group; ++r) {
+      i32 bi = -1;
+      float bv = 0.0f;
+      for (u32 g = lid; g < ng && LW; g += R_WG) {
+        if (s.gchosen[g] == 0u && (bi < 0 || key_gt(s.gscore[g], bv))) {
+          bi = (i32)g;
+          bv = s.gscore[g];
+        }
+      }
+      i32 w = r_argmax(s, lid, bv, bi);
+      if (lid == 0u && w >= 0) s.gchosen[w] = 1u;
+      sync_threads();
+    }
+  }
+  for (u32 j = 0; j < k; ++j) {
+    i32 bi = -1;
+    float bv = 0.0f;
+    for (u32 i = lid; i < e && LW; i += R_WG) {
+      if (s.taken[i] == 0u && s.gchosen[i / per] != 0u) {
+        if (bi < 0 || key_gt(s.key[i], bv)) {
+          bi = (i32)i;
+          bv = s.key[i];
+        }
+      }
+    }
+    i32 w = r_argmax(s, lid, bv, bi);
+    if (lid == 0u) {
+      u32 b = (u32)w;
+      s.sel[j] = b;
+      s.taken[b] = 1u;
+    }
+    sync_threads();
+  }
+  float mx = lg[s.sel[0]];
+  float part = 0.0f;
+  if (rp.scoring == SCORING_SOFTMAX && !exact_softmax)
+    for (u32 i = lid; i < e && LW; i += R_WG) part += fast_exp(lg[i] - mx);
+  if (LW) s.sum[lid] = part;
+  sync_threads();
+  for (u32 st = R_WG / 2u; st > 0u; st /= 2u) {
+    if (lid < st) s.sum[lid] = s.sum[lid] + s.sum[lid + st];
+    sync_threads();
+  }
+  float scaling = u2f(rp.scaling);
+  if (rp.scoring == SCORING_SIGMOID || exact_softmax) {
+    if (lid < k) s.sel_score[lid] = r_score(s, rp, s.sel[lid]);
+    sync_threads();
+    if (lid == 0u) {
+      float total = 0.0f;
+      if (rp.renormalize != 0u)
+        for (u32 j = 0; j < k; ++j) total = total + u2f(s.sel_score[j]);
+      s.sel_total = f2u(total);
+    }
+    sync_threads();
+    if (lid < k) {
+      u32 w = s.sel_score[lid];
+      if (rp.renormalize != 0u) w = exact_div(w, s.sel_total);
+      ids[(u64)t * k + lid] = (i32)s.sel[lid];
+      weights[(u64)t * k + lid] = u2f(w) * scaling;
+    }
+  } else if (lid == 0u) {
+    route_weights_serial(rp, t, s, mx, scaling, ids, weights);
+  }
+  sync_threads();
+}
+
+MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias,
+                                      i32* ids, float* weights) {
+  MX_SHARED RouteShared s;
+  if (bid_x() >= rp.m) return;
+  route_token(rp, bid_x(), tid_x(), logits, bias, ids, weights, s);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -314,12 +359,19 @@ MX_DEVICE u32 intermediate_qdq(const MoeParams& p, u32 val, u32 byte) {
 }
 
 // lists: one 256-thread block (shaders/moe_lists.wgsl): per-expert row lists and the tile list.
-MX_KERNEL(256) void moe_lists(MoeParams p, const i32* topk_ids, const i32* expert_map,
-                                        u32* pair_of_row, i32* row_of_pair, u32* tiles) {
-  MX_SHARED u32 count[1024];
-  MX_SHARED u32 offset[1024];
-  MX_SHARED u32 scan_rows[256];
-  MX_SHARED u32 scan_tiles[256];
+struct ListsShared {
+  u32 count[1024];
+  u32 offset[1024];
+  u32 scan_rows[256];
+  u32 scan_tiles[256];
+};
+
+MX_DEVICE void lists_body(const MoeParams& p, const i32* topk_ids, const i32* expert_map,
+                          u32* pair_of_row, i32* row_of_pair, u32* tiles, ListsShared& ls) {
+  u32* count = ls.count;
+  u32* offset = ls.offset;
+  u32* scan_rows = ls.scan_rows;
+  u32* scan_tiles = ls.scan_tiles;
   u32 lid = tid_x();
   u32 el = p.e_local, na = p.m * p.top_k, tm = p.tile_m;
   for (u32 e = lid; e < 1024u; e += 256u) count[e] = 0u;
@@ -378,6 +430,24 @@ MX_KERNEL(256) void moe_lists(MoeParams p, const i32* topk_ids, const i32* exper
   }
 }
 
+MX_KERNEL(256) void moe_lists(MoeParams p, const i32* topk_ids, const i32* expert_map,
+                                        u32* pair_of_row, i32* row_of_pair, u32* tiles) {
+  MX_SHARED ListsShared ls;
+  lists_body(p, topk_ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
+}
+
+// Decode: route the (few) tokens one after the other, then the lists, in one 256-thread block
+// (one launch fewer; the routing threads are mx_route's 64, so the same bits).
+MX_KERNEL(256) void moe_route_lists(RouteParams rp, MoeParams p, const float* logits,
+                                              const u32* bias, i32* ids, float* weights,
+                                              const i32* expert_map, u32* pair_of_row,
+                                              i32* row_of_pair, u32* tiles) {
+  MX_SHARED RouteShared s;
+  MX_SHARED ListsShared ls;
+  for (u32 t = 0; t < rp.m; ++t) route_token(rp, t, tid_x(), logits, bias, ids, weights, s);
+  lists_body(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
+}
+
 // The tile of this block: (expert, first row, end row); false when the slot is empty.
 MX_DEVICE bool load_tile(const u32* tiles, u32 slot, u32* e, u32* start, u32* cnt) {
   if (slot >= tiles[0]) return false;
@@ -424,6 +494,7 @@ MX_DEVICE u32 code_of(const u32* w, u32 j, u32 cb) {
 // a budget that lets two blocks share a multiprocessor.
 
 #define GV_THREADS 256u
+#define GV_OUT_ROWS 64u  // gemv2 output rows per block
 
 // FP4 (E2M1) codes k and k + 4 of a word, decoded in registers: the 3 magnitude bits go to f16
 // bits 9..11 (exponent e and mantissa m) and the sign to bit 15, an f16 equal to the E2M1 value
@@ -532,10 +603,38 @@ MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt
     }
 }
 
+// gemv2 with the combine fused (decode, `counters` non-null): after its rows of y, each block
+// adds one to its column block's counter; the block that completes it (the counter reaches the
+// number of tiles) sums y over the top-k slots of every token for those columns, in slot order
+// (as moe_combine: the same bits), and resets the counter for the next forward.
+MX_DEVICE void gemv2_combine(const MoeParams& p, const u32* tiles, const i32* row_of_pair,
+                             const u32* y, u32* counters, u32* final_out, u32 jb) {
+  MX_SHARED u32 last;
+  u32 tid = tid_x(), h = p.hidden;
+  fence_device();
+  sync_threads();
+  if (tid == 0u) last = atomic_add_u32(&counters[bid_y()], 1u) + 1u == tiles[0] ? 1u : 0u;
+  sync_threads();
+  if (last == 0u) return;
+  fence_device();
+  for (u32 i = tid; i < p.m * GV_OUT_ROWS; i += GV_THREADS) {
+    u32 t = i / GV_OUT_ROWS, n = jb + i % GV_OUT_ROWS;
+    if (n >= h) continue;
+    float acc = 0.0f;
+    for (u32 j = 0; j < p.top_k; ++j) {
+      i32 r = row_of_pair[t * p.top_k + j];
+      if (r >= 0) acc = acc + load_coherent((const float*)y + (u64)r * h + n);
+    }
+    final_out[(u64)t * h + n] = f2u(bf16_point(p, acc));
+  }
+  if (tid == 0u) counters[bid_y()] = 0u;
+}
+
 template <u32 CB>
 MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                          const float* x, const u32* wcodes, const u8* wscales, u32* out,
-                         const float* bias, const float* topw) {
+                         const float* bias, const float* topw, const i32* row_of_pair,
+                         u32* counters, u32* final_out) {
   MX_SHARED float code_value[256];
   MX_SHARED float row_sums[64 * 4];
   MX_SHARED u32 tmax[4];
@@ -595,12 +694,16 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
       if (!p.on_input) v *= topw[pair_of_row[start + t]];
       out[(u64)(start + t) * h + n] = f2u(bf16_point(p, v));
     }
+    if (counters) gemv2_combine(p, tiles, row_of_pair, out, counters, final_out, jb);
   }
 }
 
+// The GEMM's arguments, then (gemv2, combine fused) the slot rows, the counters, the output.
+#define GEMV_ARGS GEMM_ARGS, const i32 *row_of_pair, u32 *counters, u32 *final_out
+#define GEMV_PASS GEMM_PASS, row_of_pair, counters, final_out
 #define GEMV_KERNELS(CB)                                                                      \
-  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMM_ARGS) { gemv_body<CB>(p, true, GEMM_PASS); } \
-  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMM_ARGS) { gemv_body<CB>(p, false, GEMM_PASS); }
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMV_ARGS) { gemv_body<CB>(p, true, GEMV_PASS); } \
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMV_ARGS) { gemv_body<CB>(p, false, GEMV_PASS); }
 GEMV_KERNELS(4)
 GEMV_KERNELS(6)
 GEMV_KERNELS(8)

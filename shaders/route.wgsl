@@ -37,8 +37,8 @@ const R_WG: u32 = 64u;
 
 var<workgroup> r_key: array<f32, 1024>;   // the token's selection keys
 var<workgroup> r_taken: array<u32, 1024>; // 1 = already selected
-var<workgroup> r_gscore: array<f32, 32>;  // group scores
-var<workgroup> r_groups: u32;             // eligible groups (bit set)
+var<workgroup> r_gscore: array<f32, 1024>; // group scores (a group holds at least one expert)
+var<workgroup> r_gbits: array<u32, 32>;     // eligible groups (bit g % 32 of word g / 32)
 var<workgroup> r_bv: array<f32, 64>;      // arg-max candidates
 var<workgroup> r_bi: array<i32, 64>;
 var<workgroup> r_sel: array<u32, 32>;
@@ -172,36 +172,40 @@ fn route(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     var per = e;
     if rp.n_group > 0u {
         per = e / rp.n_group;
-        if lid < rp.n_group {
-            r_gscore[lid] = r_group_score(lid, per);
+        for (var g = lid; g < rp.n_group; g = g + R_WG) {
+            r_gscore[g] = r_group_score(g, per);
+        }
+        if lid < 32u {
+            r_gbits[lid] = 0u;
         }
         workgroupBarrier();
         if lid == 0u {
-            var chosen = 0u;
+            // The best topk_group groups, ties to the lower group index.
             for (var r = 0u; r < rp.topk_group; r = r + 1u) {
                 var best = -1;
                 var bv = 0.0;
                 for (var g = 0u; g < rp.n_group; g = g + 1u) {
-                    if (chosen & (1u << g)) == 0u && (best < 0 || key_gt(r_gscore[g], bv)) {
+                    let free = (r_gbits[g / 32u] & (1u << (g % 32u))) == 0u;
+                    if free && (best < 0 || key_gt(r_gscore[g], bv)) {
                         best = i32(g);
                         bv = r_gscore[g];
                     }
                 }
-                chosen = chosen | (1u << u32(best));
+                let b = u32(best);
+                r_gbits[b / 32u] = r_gbits[b / 32u] | (1u << (b % 32u));
             }
-            r_groups = chosen;
         }
-    } else if lid == 0u {
-        r_groups = 0xFFFFFFFFu;
+    } else if lid < 32u {
+        r_gbits[lid] = 0xFFFFFFFFu;
     }
     workgroupBarrier();
-    let groups = r_groups;
     // Top-k by repeated parallel arg-max.
     for (var j = 0u; j < k; j = j + 1u) {
         var bi = -1;
         var bv = 0.0;
         for (var i = lid; i < e; i = i + R_WG) {
-            if r_taken[i] == 0u && (groups & (1u << min(i / per, 31u))) != 0u {
+            let g = i / per;
+            if r_taken[i] == 0u && (r_gbits[g / 32u] & (1u << (g % 32u))) != 0u {
                 if bi < 0 || key_gt(r_key[i], bv) {
                     bi = i32(i);
                     bv = r_key[i];

@@ -91,7 +91,7 @@ pub fn route_cases() -> Vec<Case> {
             },
         ));
     }
-    // 64 groups of 2 experts (a GPU router may hold fewer groups).
+    // 64 groups of 2 experts (more groups than a 32-bit group mask holds).
     v.push(route_case(
         Tier::Quick,
         RouteCase {

@@ -45,6 +45,13 @@ struct Fns {
     event_synchronize: unsafe extern "C" fn(Ptr) -> R,
     event_elapsed: unsafe extern "C" fn(*mut f32, Ptr, Ptr) -> R,
     event_destroy: unsafe extern "C" fn(Ptr) -> R,
+    /// Page-locked host memory (cuMemHostAlloc / hipHostMalloc: pointer, bytes, flags) and its
+    /// free; optional (the staging buffer falls back to ordinary memory).
+    host_alloc: Option<unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> R>,
+    host_free: Option<unsafe extern "C" fn(*mut c_void) -> R>,
+    /// A copy to the device that returns at once (page-locked host memory; the null stream, in
+    /// order with the kernels).
+    htod_async: Option<unsafe extern "C" fn(u64, *const c_void, usize, Ptr) -> R>,
     // CUDA only.
     cu_error_string: Option<unsafe extern "C" fn(R, *mut *const c_char) -> R>,
     cu_attribute: Option<unsafe extern "C" fn(*mut i32, i32, i32) -> R>,
@@ -228,6 +235,9 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             event_synchronize: sym!(lib, "cuEventSynchronize"),
             event_elapsed: sym!(lib, "cuEventElapsedTime"),
             event_destroy: sym!(lib, "cuEventDestroy_v2"),
+            host_alloc: opt!(lib, "cuMemHostAlloc"),
+            host_free: opt!(lib, "cuMemFreeHost"),
+            htod_async: opt!(lib, "cuMemcpyHtoDAsync_v2"),
             cu_error_string: opt!(lib, "cuGetErrorString"),
             cu_attribute: opt!(lib, "cuDeviceGetAttribute"),
             cu_primary_ctx: opt!(lib, "cuDevicePrimaryCtxRetain"),
@@ -257,6 +267,9 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             event_synchronize: sym!(lib, "hipEventSynchronize"),
             event_elapsed: sym!(lib, "hipEventElapsedTime"),
             event_destroy: sym!(lib, "hipEventDestroy"),
+            host_alloc: opt!(lib, "hipHostMalloc"),
+            host_free: opt!(lib, "hipHostFree"),
+            htod_async: opt!(lib, "hipMemcpyHtoDAsync"),
             cu_error_string: None,
             cu_attribute: None,
             cu_primary_ctx: None,
@@ -282,6 +295,48 @@ pub struct Device {
     pub driver_version: i32,
     /// Freed allocations kept for reuse (see [`Device::alloc`]).
     pool: std::sync::Mutex<Pool>,
+    /// The host staging buffer of [`Device::upload_parts`] and [`DevBuf::read_with`].
+    staging: std::sync::Mutex<Staging>,
+}
+
+/// A grow-only host buffer for copies between host and device: page-locked when the driver
+/// offers it (the DMA engine reads / writes it directly, several times faster than the driver's
+/// own staging of ordinary memory), else ordinary memory.
+struct Staging {
+    ptr: *mut u8,
+    cap: usize,
+    pinned: bool,
+    fallback: Vec<u8>,
+}
+
+impl Default for Staging {
+    fn default() -> Self {
+        Staging {
+            ptr: std::ptr::null_mut(),
+            cap: 0,
+            pinned: false,
+            fallback: Vec::new(),
+        }
+    }
+}
+
+/// Uploads go in chunks of this size, each chunk's host-side copy overlapping the transfer of the
+/// chunk before. (Reading back in chunks, each waited for by an event and copied out on its own,
+/// measured slower than one transfer and one parallel copy: docs/h200-2026-12-01-hipdecode.)
+const COPY_CHUNK: usize = 4 << 20;
+
+/// Copy `src` into `dst` (equal lengths), on several threads when large (a copy of many
+/// megabytes is bound by one core's memory bandwidth and by first-touch page faults).
+pub fn par_copy(dst: &mut [u8], src: &[u8]) {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 20;
+    if src.len() <= 2 * CHUNK {
+        dst.copy_from_slice(src);
+    } else {
+        dst.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+    }
 }
 
 /// Device allocations kept after their [`DevBuf`] drops, by capacity, so that a forward's
@@ -296,8 +351,8 @@ struct Pool {
 }
 
 impl Pool {
-    const MAX_BUF: usize = 256 << 20;
-    const MAX_KEPT: usize = 2 << 30;
+    const MAX_BUF: usize = 1 << 30;
+    const MAX_KEPT: usize = 4 << 30;
 
     /// The capacity an allocation of `n` bytes gets: `n` up to 64 KiB, else rounded up to an
     /// eighth of its power of two (less than 25 % waste; 8 capacities per power of two).
@@ -388,6 +443,7 @@ impl Device {
                 total_mem,
                 driver_version,
                 pool: Default::default(),
+                staging: Default::default(),
             })
         }
     }
@@ -542,6 +598,110 @@ impl Device {
         Ok(b)
     }
 
+    /// Whether the staging buffer is page-locked (asynchronous copies allowed). Before the first
+    /// use: whether the driver offers page-locked memory.
+    fn staging_pinned(&self) -> bool {
+        let st = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        st.pinned || (st.cap == 0 && self.driver.fns.host_alloc.is_some())
+    }
+
+    /// Run `f` on the staging buffer grown to at least `n` bytes (page-locked when possible).
+    fn with_staging<T>(
+        &self,
+        n: usize,
+        f: impl FnOnce(&mut [u8]) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        let mut st = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        if st.cap < n {
+            let fns = &self.driver.fns;
+            // Asynchronous copies may still read the old buffer.
+            self.synchronize()?;
+            if st.pinned {
+                if let Some(free) = fns.host_free {
+                    unsafe { free(st.ptr.cast()) };
+                }
+                st.pinned = false;
+                st.ptr = std::ptr::null_mut();
+                st.cap = 0;
+            }
+            // Grow by at least half again, so that a batch growing token by token does not
+            // re-pin every call.
+            let cap = n.max(st.cap + st.cap / 2).next_multiple_of(1 << 16);
+            let mut p: *mut c_void = std::ptr::null_mut();
+            let ok = fns
+                .host_alloc
+                .is_some_and(|a| unsafe { a(&mut p, cap, 0) } == 0 && !p.is_null());
+            if ok {
+                st.ptr = p.cast();
+                st.pinned = true;
+                st.fallback = Vec::new();
+            } else {
+                st.fallback = vec![0u8; cap];
+                st.ptr = st.fallback.as_mut_ptr();
+            }
+            st.cap = cap;
+        }
+        // SAFETY: `ptr` holds `cap >= n` bytes owned by the staging buffer, which the lock
+        // keeps to this call.
+        let buf = unsafe { std::slice::from_raw_parts_mut(st.ptr, n) };
+        f(buf)
+    }
+
+    /// One device allocation holding `parts` one after the other, each at a multiple of 256
+    /// bytes, and the device address of each: one host-to-device copy through the staging
+    /// buffer instead of one per part.
+    pub fn upload_parts(
+        self: &Arc<Self>,
+        parts: &[&[u8]],
+    ) -> Result<(DevBuf, Vec<u64>), BackendError> {
+        let mut offs = Vec::with_capacity(parts.len());
+        let mut n = 0usize;
+        for p in parts {
+            offs.push(n);
+            n += p.len().next_multiple_of(256);
+        }
+        let b = self.alloc(n)?;
+        if n > 0 {
+            let pinned = self.staging_pinned();
+            let fns = &self.driver.fns;
+            self.with_staging(n, |st| match fns.htod_async.filter(|_| pinned) {
+                // Page-locked: copy chunk by chunk into the staging buffer and start each chunk's
+                // transfer at once, so that the host copies of later chunks overlap the DMA.
+                Some(htod_async) => {
+                    for (p, &o) in parts.iter().zip(&offs) {
+                        for (i, c) in p.chunks(COPY_CHUNK).enumerate() {
+                            let at = o + i * COPY_CHUNK;
+                            par_copy(&mut st[at..at + c.len()], c);
+                            unsafe {
+                                self.driver.check(
+                                    "copy to device",
+                                    htod_async(
+                                        b.ptr + at as u64,
+                                        st[at..].as_ptr().cast(),
+                                        c.len(),
+                                        std::ptr::null_mut(),
+                                    ),
+                                )?;
+                            }
+                        }
+                    }
+                    Ok(())
+                }
+                None => {
+                    for (p, &o) in parts.iter().zip(&offs) {
+                        par_copy(&mut st[o..o + p.len()], p);
+                    }
+                    unsafe {
+                        self.driver
+                            .check("copy to device", (fns.htod)(b.ptr, st.as_ptr().cast(), n))
+                    }
+                }
+            })?;
+        }
+        let ptrs = offs.iter().map(|&o| b.ptr + o as u64).collect();
+        Ok((b, ptrs))
+    }
+
     pub fn event(self: &Arc<Self>) -> Result<Event, BackendError> {
         let mut e: Ptr = std::ptr::null_mut();
         unsafe {
@@ -600,6 +760,26 @@ impl DevBuf {
         Ok(v)
     }
 
+    /// Copy the first `n` bytes back through the device's staging buffer and hand them to `f`
+    /// (one copy from the device; `f` copies out what it keeps).
+    pub fn read_with<T>(
+        &self,
+        n: usize,
+        f: impl FnOnce(&[u8]) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        self.dev.with_staging(n, |st| {
+            if n > 0 {
+                unsafe {
+                    self.dev.driver.check(
+                        "copy from device",
+                        (self.dev.driver.fns.dtoh)(st.as_mut_ptr().cast(), self.ptr, n),
+                    )?;
+                }
+            }
+            f(st)
+        })
+    }
+
     /// Fill the first `n` 32-bit words with `value`.
     pub fn fill(&self, value: u32, words: usize) -> Result<(), BackendError> {
         unsafe {
@@ -619,6 +799,12 @@ impl Drop for Device {
         for p in pool.free.drain().flat_map(|(_, v)| v) {
             unsafe {
                 (self.driver.fns.free)(p);
+            }
+        }
+        let st = self.staging.get_mut().unwrap_or_else(|e| e.into_inner());
+        if st.pinned {
+            if let Some(free) = self.driver.fns.host_free {
+                unsafe { free(st.ptr.cast()) };
             }
         }
     }

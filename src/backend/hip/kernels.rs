@@ -81,8 +81,15 @@ pub const NAMES: [&str; 22] = [
     "moe_gemv1_cb6",
     "moe_gemv2_cb6",
 ];
-/// The GEMV kernels of 8-bit codes (FP8, INT8).
-pub const NAMES_MORE: [&str; 3] = ["moe_gemv1_cb8", "moe_gemv2_cb8", "moe_combine"];
+/// The GEMV kernels of 8-bit codes (FP8, INT8), the combine, decode's fused route + lists, the
+/// MoE input QDQ.
+pub const NAMES_MORE: [&str; 5] = [
+    "mx_qdq_lanes",
+    "moe_gemv1_cb8",
+    "moe_gemv2_cb8",
+    "moe_combine",
+    "moe_route_lists",
+];
 
 /// gfx950 only: the scaled-MFMA GEMMs on MX operands, `moe_gemm{1,2}_mx_<weight>_<activation>`
 /// for the OCP MX schemes whose activations are MX floats.

@@ -9,13 +9,13 @@
 //! pair for the unquantized activations of weight-only schemes (about 16 significant bits), f32
 //! accumulation.
 //!
-//! UNSUPPORTED (reported, never silently run): stage taps, more than 1024 experts, top_k > 32,
-//! more than 32 groups (the route and lists kernels' shared arrays).
+//! UNSUPPORTED (reported, never silently run): stage taps, more than 1024 experts, top_k > 32
+//! (the route and lists kernels' shared arrays).
 //!
 //! Over 600 lines (rustfmt's layout of the kernel-argument lists is most of it): one type whose
 //! ops share the device, the op lock, poisoning and the launch helper, as `wgpu/context.rs`.
 
-use super::driver::{DevBuf, Device, Driver, Event};
+use super::driver::{par_copy, DevBuf, Device, Driver, Event};
 
 use super::kernels;
 use crate::backend::wgpu::{route as wroute, POISON};
@@ -29,14 +29,40 @@ use std::sync::{Arc, Mutex};
 /// The route and lists kernels' limits (shared arrays).
 pub const MAX_EXPERTS: usize = 1024;
 pub const MAX_TOP_K: usize = 32;
-pub const MAX_GROUPS: usize = 32;
+pub const MAX_GROUPS: usize = MAX_EXPERTS;
 
 /// Rows per tile of the GEMM and the GEMV (hip/mxmoe.cu GT_M, and the GEMV's 4).
 const GEMM_TILE: usize = 64;
 const GEMV_TILE: usize = 4;
+/// gemv2's output rows per block (hip/mxmoe.cu GV_OUT_ROWS; gemv1 blocks: 32 columns).
+const GEMV_OUT_ROWS: usize = 64;
 /// GEMV while the token-expert pairs are at most this many per local expert (on the H200 the
-/// GEMV wins at 0.25 and 0.5 pairs per expert, the matrix-core GEMM at 2; docs/h200-2026-12-01-hip).
-const GEMV_PAIRS_PER_EXPERT: usize = 1;
+/// GEMV wins at 0.25 and 0.5 pairs per expert, the matrix-core GEMM at 2;
+/// docs/h200-2026-12-01-hip, docs/h200-2026-12-01-hipdecode). `MXMOE_HIP_GEMV_PAIRS` overrides.
+const GEMV_PAIRS_PER_EXPERT: f64 = 1.0;
+/// Up to this many tokens the GEMV path sums the top-k slots in gemv2's last blocks instead of
+/// a combine kernel (one launch fewer; the last block's share grows with the tokens).
+const FUSED_COMBINE_MAX_TOKENS: usize = 16;
+
+/// Up to this many tokens one block routes them (one after the other) and builds the lists:
+/// one launch fewer (`MXMOE_HIP_FUSED_ROUTE` overrides, 0 = never).
+const FUSED_ROUTE_MAX_TOKENS: usize = 1;
+
+fn fused_route_tokens() -> usize {
+    std::env::var("MXMOE_HIP_FUSED_ROUTE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(FUSED_ROUTE_MAX_TOKENS)
+}
+
+/// The GEMV / GEMM crossover in pairs per local expert (`MXMOE_HIP_GEMV_PAIRS` or the default).
+fn gemv_pairs() -> f64 {
+    std::env::var("MXMOE_HIP_GEMV_PAIRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(GEMV_PAIRS_PER_EXPERT)
+}
+
 /// The bf16 matrix-core GEMM's tile (hip/mxmoe.cu): GEMM_TILE pair rows x GEMM_N weight rows,
 /// which in stage 1 are the gate and up rows of GEMM_N / 2 intermediate columns.
 const GEMM_N: usize = 128;
@@ -111,6 +137,8 @@ pub struct HipLayer {
     map: Option<DevBuf>,
     route_bias: Option<DevBuf>,
     dummy: DevBuf,
+    /// gemv2's per-column-block counters (hip/mxmoe.cu gemv2_combine), zero between forwards.
+    counters: DevBuf,
 }
 
 impl HipLayer {
@@ -248,8 +276,9 @@ impl HipBackend {
         let mut v = vec![
             format!("code object: {} ({built})", self.code_object),
             format!(
-                "expert kernels: grouped GEMV up to {GEMV_PAIRS_PER_EXPERT} token-expert pair \
-                 per local expert, else the grouped GEMM on {mma}"
+                "expert kernels: grouped GEMV up to {} token-expert pair(s) per local expert, \
+                 else the grouped GEMM on {mma}",
+                gemv_pairs()
             ),
         ];
         if self.dev.arch == "gfx950" {
@@ -468,6 +497,12 @@ impl HipBackend {
                 .as_deref()
                 .filter(|b| wroute::uses_bias(&layer.config.router, Some(b))))?,
             dummy: self.dev.alloc(16)?,
+            counters: {
+                let n = layer.config.hidden.div_ceil(GEMV_OUT_ROWS);
+                let c = self.dev.alloc(n * 4)?;
+                c.fill(0, n)?;
+                c
+            },
         })
     }
 
@@ -484,27 +519,42 @@ impl HipBackend {
         let m = ops::validate_moe(l, hidden, logits)?;
         ops::validate_route(&l.router, logits, l.n_experts, None)?;
         let _guard = self.guard()?;
+        let prof = HostProfile::start();
         let (h, inter, k, el) = (l.hidden, l.inter, l.router.top_k, l.local_experts);
         let na = m * k;
         // MXMOE_HIP_MOE_PATH=gemm|gemv forces the expert kernels (benchmarks, tests).
         let gemv = match std::env::var("MXMOE_HIP_MOE_PATH").as_deref() {
             Ok("gemm") => false,
             Ok("gemv") => true,
-            _ => na <= GEMV_PAIRS_PER_EXPERT * el.max(1) || m <= 4,
+            _ => na as f64 <= gemv_pairs() * el.max(1) as f64 || m <= 4,
         };
+        // MXMOE_HIP_FUSED_COMBINE=0 keeps the combine kernel (measurements, diagnosis).
+        let fuse_combine = gemv
+            && m <= FUSED_COMBINE_MAX_TOKENS
+            && std::env::var("MXMOE_HIP_FUSED_COMBINE").map_or(true, |v| v != "0");
         let tile_m = if gemv { GEMV_TILE } else { GEMM_TILE };
         let max_tiles = na.div_ceil(tile_m) + el.min(na);
         let dev = &self.dev;
-        let logits_b = dev.upload(f32_bytes(logits))?;
-        let hidden_b = dev.upload(f32_bytes(hidden))?;
-        let ids = self.out(na * 4)?;
-        let topw = self.out(na * 4)?;
+        // The inputs in one copy (logits, then the hidden states) through the page-locked
+        // staging buffer.
+        let (inputs, in_ptrs) = dev.upload_parts(&[f32_bytes(logits), f32_bytes(hidden)])?;
+        let (logits_p, hidden_p) = (in_ptrs[0], in_ptrs[1]);
+        let t_upload = prof.lap();
+        // The results in one buffer, read back in one copy: the output, the ids, the weights.
+        let out_bytes = m * h * 4;
+        let ids_off = out_bytes.next_multiple_of(256);
+        let w_off = ids_off + (na * 4).next_multiple_of(256);
+        let result = self.out(w_off + na * 4)?;
+        let (out_p, ids_p, topw_p) = (
+            result.ptr,
+            result.ptr + ids_off as u64,
+            result.ptr + w_off as u64,
+        );
         let rows = self.out(na * 4)?;
         let slot = self.out(na * 4)?;
         let tiles = self.out((1 + 3 * max_tiles) * 4)?;
         let a2 = self.out(na * inter * 4)?;
         let y2 = self.out(na * h * 4)?;
-        let out = self.out(m * h * 4)?;
         let xq = match l.scheme.activation {
             Some(_) => Some(self.out(m * h * 4)?),
             None => None,
@@ -550,35 +600,46 @@ impl HipBackend {
         };
         let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
         let rb = g.route_bias.as_ref().unwrap_or(&g.dummy).ptr;
-        run(
-            "route",
-            "mx_route",
-            (m as u32, 1),
-            64,
-            &mut args!(rp, logits_b.ptr, rb, ids.ptr, topw.ptr),
-        )?;
         let map = g.map.as_ref().unwrap_or(&g.dummy).ptr;
-        run(
-            "moe/lists",
-            "moe_lists",
-            (1, 1),
-            256,
-            &mut args!(p, ids.ptr, map, rows.ptr, slot.ptr, tiles.ptr),
-        )?;
+        if m <= fused_route_tokens() {
+            // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists).
+            run(
+                "route+lists",
+                "moe_route_lists",
+                (1, 1),
+                256,
+                &mut args!(rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr),
+            )?;
+        } else {
+            run(
+                "route",
+                "mx_route",
+                (m as u32, 1),
+                64,
+                &mut args!(rp, logits_p, rb, ids_p, topw_p),
+            )?;
+            run(
+                "moe/lists",
+                "moe_lists",
+                (1, 1),
+                256,
+                &mut args!(p, ids_p, map, rows.ptr, slot.ptr, tiles.ptr),
+            )?;
+        }
         let x_in = match (&xq, l.scheme.activation) {
             (Some(xq), Some(f)) => {
                 let nb = (m * h / BLOCK) as u32;
                 let (fi, mi) = (f.id(), l.act_scale_mode.id());
                 run(
                     "moe/input_qdq",
-                    "mx_qdq",
-                    (nb.div_ceil(256), 1),
+                    "mx_qdq_lanes",
+                    ((nb as usize * BLOCK).div_ceil(256) as u32, 1),
                     256,
-                    &mut args!(hidden_b.ptr, xq.ptr, nb, fi, mi),
+                    &mut args!(hidden_p, xq.ptr, nb, fi, mi),
                 )?;
                 xq.ptr
             }
-            _ => hidden_b.ptr,
+            _ => hidden_p,
         };
         let b13 = g.bias13.as_ref().unwrap_or(&g.dummy).ptr;
         let b2 = g.bias2.as_ref().unwrap_or(&g.dummy).ptr;
@@ -586,23 +647,30 @@ impl HipBackend {
         let mt = max_tiles as u32;
         let (g1, g2) = ((mt, (inter / 32) as u32), (mt, h.div_ceil(64) as u32));
         if gemv {
+            // hip/mxmoe.cu gemv_body: 32 intermediate columns / GEMV_OUT_ROWS output rows.
+            let g2 = (mt, h.div_ceil(GEMV_OUT_ROWS) as u32);
             let (k1, k2) = (format!("moe_gemv1_cb{cb}"), format!("moe_gemv2_cb{cb}"));
+            let none = 0u64;
             run(
                 "moe/gemv1",
                 &k1,
                 g1,
                 256,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw.ptr
+                    p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p, none,
+                    none, none
                 ),
             )?;
+            // Decode: the combine runs in gemv2's last block per column block (counters).
+            let counters = if fuse_combine { g.counters.ptr } else { 0 };
             run(
                 "moe/gemv2",
                 &k2,
                 g2,
                 256,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr
+                    p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p,
+                    slot.ptr, counters, out_p
                 ),
             )?;
         } else if let Some(mx) = self.scaled_mfma(l) {
@@ -623,7 +691,7 @@ impl HipBackend {
                 "mx_quantize",
                 (nb1.div_ceil(256), 1),
                 256,
-                &mut args!(hidden_b.ptr, xc.ptr, xs.ptr, nb1, fi, mi),
+                &mut args!(hidden_p, xc.ptr, xs.ptr, nb1, fi, mi),
             )?;
             run(
                 "moe/gemm1",
@@ -632,7 +700,7 @@ impl HipBackend {
                 256,
                 &mut args!(
                     p, rows.ptr, tiles.ptr, xc.ptr, xs.ptr, g.w13.ptr, g.s13.ptr, a2.ptr, b13,
-                    topw.ptr
+                    topw_p
                 ),
             )?;
             let nb2 = (na * inter / BLOCK) as u32;
@@ -651,8 +719,7 @@ impl HipBackend {
                 g2,
                 256,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, ac.ptr, asc.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2,
-                    topw.ptr
+                    p, rows.ptr, tiles.ptr, ac.ptr, asc.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p
                 ),
             )?;
         } else {
@@ -697,8 +764,7 @@ impl HipBackend {
                 g1,
                 block,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, a2.ptr, b13,
-                    topw.ptr
+                    p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p
                 ),
             )?;
             let n2 = (na * inter) as u64;
@@ -722,18 +788,22 @@ impl HipBackend {
                 g2,
                 block,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, ah.ptr, alp, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw.ptr
+                    p, rows.ptr, tiles.ptr, ah.ptr, alp, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p
                 ),
             )?;
         }
-        run(
-            "moe/combine",
-            "moe_combine",
-            ((m * h).div_ceil(256) as u32, 1),
-            256,
-            &mut args!(p, slot.ptr, y2.ptr, out.ptr),
-        )?;
+        if !fuse_combine {
+            run(
+                "moe/combine",
+                "moe_combine",
+                ((m * h).div_ceil(256) as u32, 1),
+                256,
+                &mut args!(p, slot.ptr, y2.ptr, out_p),
+            )?;
+        }
+        let t_launch = prof.lap();
         dev.synchronize()?;
+        let t_gpu = prof.lap();
         let times = if timed {
             let mut t = Vec::new();
             for (label, s, e) in &marks {
@@ -743,17 +813,70 @@ impl HipBackend {
         } else {
             None
         };
+        // One copy back; the output is copied out on several threads when large.
+        let mut output = vec![0f32; m * h];
+        let mut topk_ids = vec![0i32; na];
+        let mut topk_weights = vec![0f32; na];
+        result.read_with(w_off + na * 4, |st| {
+            par_copy(bytemuck::cast_slice_mut(&mut output), &st[..out_bytes]);
+            bytemuck::cast_slice_mut(&mut topk_ids).copy_from_slice(&st[ids_off..ids_off + na * 4]);
+            bytemuck::cast_slice_mut(&mut topk_weights).copy_from_slice(&st[w_off..w_off + na * 4]);
+            Ok(())
+        })?;
+        drop(inputs);
+        prof.report(m, [t_upload, t_launch, t_gpu, prof.lap()]);
         Ok((
             MoeOutput {
-                output: bytemuck::pod_collect_to_vec(&out.read(m * h * 4)?),
+                output,
                 routing: Routing {
                     top_k: k,
-                    topk_ids: bytemuck::pod_collect_to_vec(&ids.read(na * 4)?),
-                    topk_weights: bytemuck::pod_collect_to_vec(&topw.read(na * 4)?),
+                    topk_ids,
+                    topk_weights,
                 },
                 stages: None,
             },
             times,
         ))
+    }
+}
+
+/// `MXMOE_HIP_HOST_PROFILE=1`: the host time of a forward by phase (upload, launches, waiting
+/// for the GPU, copy back), printed to stderr for one forward in 64 (measurement aid).
+struct HostProfile {
+    on: bool,
+    last: std::cell::Cell<std::time::Instant>,
+}
+
+static PROFILE_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl HostProfile {
+    fn start() -> Self {
+        HostProfile {
+            on: std::env::var("MXMOE_HIP_HOST_PROFILE").is_ok_and(|v| v == "1"),
+            last: std::cell::Cell::new(std::time::Instant::now()),
+        }
+    }
+    /// Milliseconds since the last lap.
+    fn lap(&self) -> f64 {
+        if !self.on {
+            return 0.0;
+        }
+        let now = std::time::Instant::now();
+        let ms = (now - self.last.get()).as_secs_f64() * 1e3;
+        self.last.set(now);
+        ms
+    }
+    fn report(&self, m: usize, t: [f64; 4]) {
+        if self.on
+            && PROFILE_COUNT
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(64)
+        {
+            eprintln!(
+                "hip host profile, M = {m}: upload {:.3} ms, launches {:.3} ms, GPU wait {:.3} ms, \
+                 copy back {:.3} ms",
+                t[0], t[1], t[2], t[3]
+            );
+        }
     }
 }

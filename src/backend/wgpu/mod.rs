@@ -27,8 +27,7 @@
 //! `check::MOE_REL_L2` (activation in f32 on the GPU, f64 on the CPU; other summation order).
 //! `Intermediate::Bf16` rounds at the same four points as the CPU.
 //!
-//! UNSUPPORTED (reported, never silently run): more than 1024 experts, top_k > 32 or more than
-//! 32 groups.
+//! UNSUPPORTED (reported, never silently run): more than 1024 experts or top_k > 32.
 
 pub mod context;
 pub mod moe;

@@ -9,10 +9,11 @@ use super::source::Shader;
 use crate::backend::{BackendError, Op, RouteOp, Support};
 use crate::moe::{RouterConfig, Routing, Scoring};
 
-/// route.wgsl's limits (private arrays and bit sets).
+/// route.wgsl's limits (workgroup arrays; a group holds at least one expert, so groups are
+/// bounded by the experts).
 pub const MAX_EXPERTS: usize = 1024;
 pub const MAX_TOP_K: usize = 32;
-pub const MAX_GROUPS: usize = 32;
+pub const MAX_GROUPS: usize = MAX_EXPERTS;
 
 /// Whether route.wgsl can run this routing op (standalone or inside a MoE forward): every
 /// router, with or without a correction bias, within its array limits.
