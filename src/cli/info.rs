@@ -12,6 +12,19 @@ pub struct InfoArgs {}
 
 pub fn run(_: &InfoArgs) -> Result<()> {
     println!("mxmoe {}", env!("CARGO_PKG_VERSION"));
+    // The knobs in effect (docs/ENVIRONMENT.md), so a report or a measurement shows them.
+    let mut set: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("MXMOE_") || k == "WGPU_BACKEND")
+        .collect();
+    set.sort();
+    if set.is_empty() {
+        println!("environment: no MXMOE_* variable set (docs/ENVIRONMENT.md lists them)");
+    } else {
+        println!("environment (docs/ENVIRONMENT.md):");
+        for (k, v) in set {
+            println!("  {k}={v}");
+        }
+    }
     println!("backends:");
     for (name, b) in open_backends("all", None)? {
         match b {
