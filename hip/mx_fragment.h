@@ -88,6 +88,25 @@ MX_DEVICE void copy16_async(void* dst, const void* src, bool valid) {
 }
 MX_DEVICE void copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 MX_DEVICE void copy_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// The v2 GEMM's extras (NVIDIA only): 8-byte cp.async (.ca: the PTX ISA allows .cg for 16 bytes
+// only), waiting until at most N committed groups are pending (cp.async.wait_group: the
+// completed copies' writes are visible to the executing thread), and the dynamic shared memory
+// the launch gave this block (PTX special register %dynamic_smem_size, PTX ISA 4.1+).
+MX_DEVICE void copy8_async(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;"
+               :
+               : "r"(smem_addr(dst)), "l"(src), "r"(valid ? 8u : 0u)
+               : "memory");
+}
+template <int N>
+MX_DEVICE void copy_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+MX_DEVICE u32 dynamic_smem_bytes() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+  return r;
+}
 
 #elif defined(MX_AMD)
 #define FRAG_N 16
