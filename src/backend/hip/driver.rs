@@ -52,6 +52,10 @@ struct Fns {
     /// A copy to the device that returns at once (page-locked host memory; the null stream, in
     /// order with the kernels).
     htod_async: Option<unsafe extern "C" fn(u64, *const c_void, usize, Ptr) -> R>,
+    /// Set a function attribute (cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) /
+    /// hipFuncSetAttribute(const void*, hipFuncAttribute, int)); optional (only the v2 GEMM,
+    /// whose dynamic shared memory passes 48 KB, needs it).
+    func_set_attribute: Option<unsafe extern "C" fn(Ptr, i32, i32) -> R>,
     // CUDA only.
     cu_error_string: Option<unsafe extern "C" fn(R, *mut *const c_char) -> R>,
     cu_attribute: Option<unsafe extern "C" fn(*mut i32, i32, i32) -> R>,
@@ -238,6 +242,7 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             host_alloc: opt!(lib, "cuMemHostAlloc"),
             host_free: opt!(lib, "cuMemFreeHost"),
             htod_async: opt!(lib, "cuMemcpyHtoDAsync_v2"),
+            func_set_attribute: opt!(lib, "cuFuncSetAttribute"),
             cu_error_string: opt!(lib, "cuGetErrorString"),
             cu_attribute: opt!(lib, "cuDeviceGetAttribute"),
             cu_primary_ctx: opt!(lib, "cuDevicePrimaryCtxRetain"),
@@ -270,6 +275,7 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             host_alloc: opt!(lib, "hipHostMalloc"),
             host_free: opt!(lib, "hipHostFree"),
             htod_async: opt!(lib, "hipMemcpyHtoDAsync"),
+            func_set_attribute: opt!(lib, "hipFuncSetAttribute"),
             cu_error_string: None,
             cu_attribute: None,
             cu_primary_ctx: None,
@@ -494,6 +500,37 @@ impl Device {
         }
     }
 
+    /// Allow `func` launches with up to `bytes` of dynamic shared memory (beyond the 48 KB every
+    /// launch may take without asking). CUDA: cuFuncSetAttribute with
+    /// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8 (cuda.h, enum CUfunction_attribute;
+    /// NVIDIA's CUDA Driver API reference, "CUfunction_attribute"). HIP: hipFuncSetAttribute
+    /// with hipFuncAttributeMaxDynamicSharedMemorySize = 8 (ROCm's include/hip/hip_runtime_api.h,
+    /// enum hipFuncAttribute, which notes that AMD devices ignore these hints: an AMD launch may
+    /// use the LDS up to the device's size without asking, so HIP errors are not fatal up to
+    /// 64 KB, gfx942's LDS).
+    pub fn set_max_dynamic_shared(&self, func: Ptr, bytes: u32) -> Result<(), BackendError> {
+        const MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
+        let Some(set) = self.driver.fns.func_set_attribute else {
+            return if bytes <= 48 << 10 {
+                Ok(())
+            } else {
+                Err(BackendError::Device(format!(
+                    "{}: no cuFuncSetAttribute / hipFuncSetAttribute to allow {bytes} bytes of \
+                     dynamic shared memory",
+                    self.driver.path
+                )))
+            };
+        };
+        let code = unsafe { set(func, MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32) };
+        match self.driver.vendor {
+            Vendor::Hip if bytes <= 64 << 10 => Ok(()),
+            _ => self.driver.check(
+                &format!("function attribute: {bytes} bytes of dynamic shared memory"),
+                code,
+            ),
+        }
+    }
+
     /// Launch `func` on a `grid` of `block`-thread blocks; `args` point at each argument's value
     /// (which the driver copies before returning).
     pub fn launch(
@@ -501,6 +538,19 @@ impl Device {
         func: Ptr,
         grid: (u32, u32),
         block: u32,
+        args: &mut [Ptr],
+    ) -> Result<(), BackendError> {
+        self.launch_shared(func, grid, block, 0, args)
+    }
+
+    /// [`Device::launch`] with `shared` bytes of dynamic shared memory per block (above 48 KB
+    /// only after [`Device::set_max_dynamic_shared`] for `func`).
+    pub fn launch_shared(
+        &self,
+        func: Ptr,
+        grid: (u32, u32),
+        block: u32,
+        shared: u32,
         args: &mut [Ptr],
     ) -> Result<(), BackendError> {
         let f = &self.driver.fns;
@@ -515,7 +565,7 @@ impl Device {
                     block,
                     1,
                     1,
-                    0,
+                    shared,
                     std::ptr::null_mut(),
                     args.as_mut_ptr(),
                     std::ptr::null_mut(),

@@ -91,6 +91,63 @@ pub const NAMES_MORE: [&str; 5] = [
     "moe_route_lists",
 ];
 
+/// NVIDIA only (sm_80 / sm_90 PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
+/// `moe_gemm{1,2}_v2_t<pair rows>[_split]_cb<code bits>`.
+pub const NAMES_V2: [&str; 36] = [
+    "moe_gemm1_v2_t64_cb4",
+    "moe_gemm2_v2_t64_cb4",
+    "moe_gemm1_v2_t64_split_cb4",
+    "moe_gemm2_v2_t64_split_cb4",
+    "moe_gemm1_v2_t64_cb6",
+    "moe_gemm2_v2_t64_cb6",
+    "moe_gemm1_v2_t64_split_cb6",
+    "moe_gemm2_v2_t64_split_cb6",
+    "moe_gemm1_v2_t64_cb8",
+    "moe_gemm2_v2_t64_cb8",
+    "moe_gemm1_v2_t64_split_cb8",
+    "moe_gemm2_v2_t64_split_cb8",
+    "moe_gemm1_v2_t32_cb4",
+    "moe_gemm2_v2_t32_cb4",
+    "moe_gemm1_v2_t32_split_cb4",
+    "moe_gemm2_v2_t32_split_cb4",
+    "moe_gemm1_v2_t32_cb6",
+    "moe_gemm2_v2_t32_cb6",
+    "moe_gemm1_v2_t32_split_cb6",
+    "moe_gemm2_v2_t32_split_cb6",
+    "moe_gemm1_v2_t32_cb8",
+    "moe_gemm2_v2_t32_cb8",
+    "moe_gemm1_v2_t32_split_cb8",
+    "moe_gemm2_v2_t32_split_cb8",
+    "moe_gemm1_v2_t16_cb4",
+    "moe_gemm2_v2_t16_cb4",
+    "moe_gemm1_v2_t16_split_cb4",
+    "moe_gemm2_v2_t16_split_cb4",
+    "moe_gemm1_v2_t16_cb6",
+    "moe_gemm2_v2_t16_cb6",
+    "moe_gemm1_v2_t16_split_cb6",
+    "moe_gemm2_v2_t16_split_cb6",
+    "moe_gemm1_v2_t16_cb8",
+    "moe_gemm2_v2_t16_cb8",
+    "moe_gemm1_v2_t16_split_cb8",
+    "moe_gemm2_v2_t16_split_cb8",
+];
+
+/// The v2 GEMM's pair-row tiles (hip/mxmoe.cu GEMM_V2_KERNELS).
+pub const V2_TILES: [usize; 3] = [16, 32, 64];
+
+/// The dynamic shared memory (bytes) a v2 GEMM launch must give: the PTX constant
+/// `moe_gemm_v2_t<tm>[_split]_cb<cb>_smem` of `ptx` (hip/mxmoe.cu computes the layout; the
+/// kernel stops on a launch with less). `kernel` is a name of [`NAMES_V2`].
+pub fn v2_smem(ptx: &[u8], kernel: &str) -> Option<u32> {
+    let key = format!(
+        "moe_gemm_v2_{}_smem = ",
+        kernel.split_once("_v2_")?.1
+    );
+    let text = std::str::from_utf8(ptx).ok()?;
+    let at = text.find(&key)? + key.len();
+    text[at..].split(';').next()?.trim().parse().ok()
+}
+
 /// gfx950 only: the scaled-MFMA GEMMs on MX operands, `moe_gemm{1,2}_mx_<weight>_<activation>`
 /// for the OCP MX schemes whose activations are MX floats.
 pub const NAMES_GFX950: [&str; 14] = [
@@ -166,14 +223,14 @@ mod tests {
         for (what, bytes) in [("sm_90", PTX_SM90), ("sm_80", PTX_SM80)] {
             let ptx = std::str::from_utf8(&bytes[..bytes.len() - 1]).unwrap();
             let entries = ptx_entries(ptx);
-            for n in NAMES.iter().chain(&NAMES_MORE) {
+            for n in NAMES.iter().chain(&NAMES_MORE).chain(&NAMES_V2) {
                 assert!(entries.contains_key(*n), "{what}: kernel {n} missing");
             }
             let gemms: Vec<_> = entries
                 .keys()
                 .filter(|n| n.starts_with("moe_gemm"))
                 .collect();
-            assert_eq!(gemms.len(), 12, "{what}: {gemms:?}");
+            assert_eq!(gemms.len(), 12 + NAMES_V2.len(), "{what}: {gemms:?}");
             for (n, t) in &entries {
                 if n.starts_with("moe_gemm") {
                     assert!(
@@ -193,6 +250,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every v2 kernel has its dynamic shared memory in the PTX, more than the 48 KB a launch
+    /// gets without asking (else v2 would not need the attribute) and within sm_90's 227 KB per
+    /// block; the figures are the layout of hip/mxmoe.cu V2Shape, recomputed here by hand.
+    #[test]
+    fn ptx_v2_gemms_declare_their_shared_memory() {
+        // (pair rows, split, code bits) -> stages x A + 2 B tiles + stages x raw codes, bytes.
+        let layout = |tm: u32, split: bool, cb: u32| {
+            let stages = if tm >= 64 { 3 } else { 4 };
+            let a = stages * if split { 2 } else { 1 } * tm * 72 * 2;
+            let b = 2 * 128 * 72 * 2;
+            let w = stages * 2 * 128 * cb * 4;
+            (a + b + w).max(tm * 132 * 4)
+        };
+        for (what, bytes) in [("sm_90", PTX_SM90), ("sm_80", PTX_SM80)] {
+            for n in NAMES_V2 {
+                let got = v2_smem(bytes, n).unwrap_or_else(|| panic!("{what}: no smem for {n}"));
+                let rest = n.split_once("_v2_t").unwrap().1;
+                let tm: u32 = rest.split('_').next().unwrap().parse().unwrap();
+                let cb: u32 = rest.rsplit("_cb").next().unwrap().parse().unwrap();
+                let want = layout(tm, n.contains("_split"), cb);
+                assert_eq!(got, want, "{what}: {n}");
+                assert!(got > 48 << 10 && got <= 227 << 10, "{what}: {n}: {got} bytes");
+            }
+        }
+        // The v1 kernels have none, a name outside the family gives none.
+        assert_eq!(v2_smem(PTX_SM90, "moe_gemm1_cb4"), None);
     }
 
     /// An llvm tool (objdump, readelf) that knows gfx950.

@@ -66,6 +66,16 @@ fn gemv_pairs() -> f64 {
 /// The bf16 matrix-core GEMM's tile (hip/mxmoe.cu): GEMM_TILE pair rows x GEMM_N weight rows,
 /// which in stage 1 are the gate and up rows of GEMM_N / 2 intermediate columns.
 const GEMM_N: usize = 128;
+/// Threads per v2 GEMM block (hip/mxmoe.cu V2_THREADS: 4 warps, one weight row of the 128 each);
+/// its column blocks are GEMM_N wide, as v1's.
+const V2_THREADS: u32 = 128;
+
+/// A launch's `block` argument of `moe`'s `run`: `threads` per block and `shared` bytes of
+/// dynamic shared memory.
+fn with_shared(threads: u32, shared: u32) -> u64 {
+    threads as u64 | (shared as u64) << 32
+}
+
 /// Threads per GEMM block (hip/mxmoe.cu GEMM_THREADS): 4 warps (NVIDIA, 32 lanes) or 4
 /// wavefronts (AMD, 64 lanes).
 fn gemm_threads(arch: &str) -> u32 {
@@ -76,10 +86,53 @@ fn gemm_threads(arch: &str) -> u32 {
     }
 }
 
+/// Which bf16 grouped GEMM runs the prefill (`MXMOE_HIP_GEMM`): v1 (`moe_gemm{1,2}[_split]_cb*`,
+/// the default) or v2 (`moe_gemm{1,2}_v2_t*`, NVIDIA only, docs/hip-gemm-v2.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GemmVersion {
+    V1,
+    V2,
+}
+
+fn gemm_version() -> Result<GemmVersion, BackendError> {
+    match std::env::var("MXMOE_HIP_GEMM").as_deref() {
+        Err(_) | Ok("") | Ok("v1") => Ok(GemmVersion::V1),
+        Ok("v2") => Ok(GemmVersion::V2),
+        Ok(v) => Err(BackendError::Device(format!(
+            "MXMOE_HIP_GEMM={v}: expected v1 or v2 (docs/ENVIRONMENT.md)"
+        ))),
+    }
+}
+
+/// The v2 GEMM's pair rows per tile for `pairs` token-expert pairs over `experts` local experts:
+/// the narrowest tile (16, 32, 64) that holds the mean pairs per expert, so that a few pairs per
+/// expert do not stream mostly zero rows through the matrix cores. `MXMOE_HIP_GEMM_TM`
+/// (16, 32 or 64) forces one (measurements).
+fn v2_tile_m(pairs: usize, experts: usize) -> Result<usize, BackendError> {
+    if let Ok(v) = std::env::var("MXMOE_HIP_GEMM_TM") {
+        return match v.parse::<usize>() {
+            Ok(t) if kernels::V2_TILES.contains(&t) => Ok(t),
+            _ => Err(BackendError::Device(format!(
+                "MXMOE_HIP_GEMM_TM={v}: expected one of {:?}",
+                kernels::V2_TILES
+            ))),
+        };
+    }
+    let mean = pairs.div_ceil(experts.max(1));
+    Ok(kernels::V2_TILES
+        .iter()
+        .copied()
+        .find(|&t| mean <= t)
+        .unwrap_or(64))
+}
+
 /// The HIP backend: a device, its loaded module and the kernels' handles.
 pub struct HipBackend {
     dev: Arc<Device>,
     funcs: std::collections::HashMap<&'static str, usize>,
+    /// The v2 GEMM kernels' dynamic shared memory (bytes, already allowed on the device), or why
+    /// v2 cannot run here (AMD, or the driver refused the size).
+    v2: Result<std::collections::HashMap<&'static str, u32>, String>,
     code_object: &'static str,
     lock: Mutex<()>,
     poison: AtomicBool,
@@ -225,7 +278,11 @@ impl HipBackend {
         if dev.arch == "gfx950" {
             names.extend(kernels::NAMES_GFX950);
         }
-        let funcs = dev
+        let nvidia = !dev.arch.starts_with("gfx");
+        if nvidia {
+            names.extend(kernels::NAMES_V2);
+        }
+        let funcs: std::collections::HashMap<&'static str, usize> = dev
             .load_module(image, &names)
             .map_err(|e| BackendError::Unavailable {
                 backend: "hip",
@@ -235,9 +292,28 @@ impl HipBackend {
             .zip(&names)
             .map(|(p, n)| (*n, p as usize))
             .collect();
+        // v2: each kernel's shared memory from the PTX, allowed once per function.
+        let v2 = if nvidia {
+            kernels::NAMES_V2
+                .iter()
+                .map(|&n| {
+                    let bytes = kernels::v2_smem(image, n)
+                        .ok_or_else(|| format!("{co}: no shared-memory size for {n}"))?;
+                    dev.set_max_dynamic_shared(funcs[n] as *mut c_void, bytes)
+                        .map_err(|e| format!("{n}: {e}"))?;
+                    Ok((n, bytes))
+                })
+                .collect::<Result<_, String>>()
+        } else {
+            Err(format!(
+                "the v2 GEMM is built for NVIDIA only (PTX); {} runs v1",
+                dev.arch
+            ))
+        };
         Ok(HipBackend {
             dev,
             funcs,
+            v2,
             code_object: co,
             lock: Mutex::new(()),
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
@@ -283,6 +359,16 @@ impl HipBackend {
         ];
         if self.dev.arch == "gfx950" {
             v.push("MX-float schemes: v_mfma_scale_f32_16x16x128_f8f6f4 on the MX codes".into());
+        }
+        match gemm_version() {
+            Ok(GemmVersion::V2) => v.push(match &self.v2 {
+                Ok(_) => "bf16 GEMM: v2 (MXMOE_HIP_GEMM=v2: dynamic shared memory, 64-deep K \
+                          steps, 16/32/64-row tiles)"
+                    .into(),
+                Err(e) => format!("bf16 GEMM: MXMOE_HIP_GEMM=v2 is set but unavailable: {e}"),
+            }),
+            Ok(GemmVersion::V1) => v.push("bf16 GEMM: v1".into()),
+            Err(e) => v.push(e.to_string()),
         }
         v
     }
@@ -353,6 +439,23 @@ impl HipBackend {
             .get(k)
             .ok_or_else(|| BackendError::Device(format!("kernel {k} is not in the code object")))?;
         self.dev.launch(f as *mut c_void, grid, block, args)
+    }
+
+    /// [`HipBackend::launch`] with dynamic shared memory (the v2 GEMM).
+    fn launch_shared(
+        &self,
+        k: &str,
+        grid: (u32, u32),
+        block: u32,
+        shared: u32,
+        args: &mut [*mut c_void],
+    ) -> Result<(), BackendError> {
+        let f = *self
+            .funcs
+            .get(k)
+            .ok_or_else(|| BackendError::Device(format!("kernel {k} is not in the code object")))?;
+        self.dev
+            .launch_shared(f as *mut c_void, grid, block, shared, args)
     }
 
     pub fn quantize(
@@ -532,7 +635,20 @@ impl HipBackend {
         let fuse_combine = gemv
             && m <= FUSED_COMBINE_MAX_TOKENS
             && std::env::var("MXMOE_HIP_FUSED_COMBINE").map_or(true, |v| v != "0");
-        let tile_m = if gemv { GEMV_TILE } else { GEMM_TILE };
+        // The bf16 GEMM's version and, for v2, its tile (the lists kernel cuts tiles of tile_m).
+        let v2_tm = if !gemv && self.scaled_mfma(l).is_none() && gemm_version()? == GemmVersion::V2 {
+            if let Err(e) = &self.v2 {
+                return Err(BackendError::Device(format!("MXMOE_HIP_GEMM=v2: {e}")));
+            }
+            Some(v2_tile_m(na, el)?)
+        } else {
+            None
+        };
+        let tile_m = match (gemv, v2_tm) {
+            (true, _) => GEMV_TILE,
+            (false, Some(t)) => t,
+            (false, None) => GEMM_TILE,
+        };
         let max_tiles = na.div_ceil(tile_m) + el.min(na);
         let dev = &self.dev;
         // The inputs in one copy (logits, then the hidden states) through the page-locked
@@ -581,21 +697,24 @@ impl HipBackend {
             tile_m: tile_m as u32,
         };
         let mut marks: Vec<(String, Event, Event)> = Vec::new();
+        // `block`: threads per block, and for kernels with dynamic shared memory (the v2 GEMM)
+        // its bytes in the high half (`with_shared`).
         let mut run = |label: &str,
                        k: &str,
                        grid: (u32, u32),
-                       block: u32,
+                       block: u64,
                        a: &mut [*mut c_void]|
          -> Result<(), BackendError> {
+            let (block, shared) = (block as u32, (block >> 32) as u32);
             if timed {
                 let (s, e) = (dev.event()?, dev.event()?);
                 s.record()?;
-                self.launch(k, grid, block, a)?;
+                self.launch_shared(k, grid, block, shared, a)?;
                 e.record()?;
                 marks.push((label.to_string(), s, e));
                 Ok(())
             } else {
-                self.launch(k, grid, block, a)
+                self.launch_shared(k, grid, block, shared, a)
             }
         };
         let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
@@ -727,11 +846,32 @@ impl HipBackend {
             // unquantized activations of weight-only schemes (`split`).
             let split = l.scheme.activation.is_none();
             let sfx = if split { "_split" } else { "" };
-            let (k1, k2) = (
-                format!("moe_gemm1{sfx}_cb{cb}"),
-                format!("moe_gemm2{sfx}_cb{cb}"),
-            );
-            let block = gemm_threads(&dev.arch);
+            let (k1, k2) = match v2_tm {
+                // The same arguments, grid and tile list contract as v1 (hip/mxmoe.cu
+                // gemm_v2_body), tiles of tm pair rows.
+                Some(tm) => (
+                    format!("moe_gemm1_v2_t{tm}{sfx}_cb{cb}"),
+                    format!("moe_gemm2_v2_t{tm}{sfx}_cb{cb}"),
+                ),
+                None => (
+                    format!("moe_gemm1{sfx}_cb{cb}"),
+                    format!("moe_gemm2{sfx}_cb{cb}"),
+                ),
+            };
+            let block = match (&self.v2, v2_tm) {
+                (Ok(v2), Some(_)) => {
+                    let smem = |k: &str| {
+                        v2.get(k).copied().ok_or_else(|| {
+                            BackendError::Device(format!("kernel {k} is not in the code object"))
+                        })
+                    };
+                    // gemm1 and gemm2 of a variant share the layout (one PTX constant).
+                    let (s1, s2) = (smem(&k1)?, smem(&k2)?);
+                    debug_assert_eq!(s1, s2);
+                    with_shared(V2_THREADS, s1.max(s2))
+                }
+                _ => gemm_threads(&dev.arch) as u64,
+            };
             // x = column block, y = tile slot (hip/mxmoe.cu: L2 reuse); grid y is at most 65535.
             if mt > 65535 {
                 return Err(BackendError::Device(format!(
