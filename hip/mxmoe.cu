@@ -1125,7 +1125,7 @@ struct V2Shape {
   static_assert(V_TM % FRAG_M == 0u && V_TN % (2u * FRAG_N) == 0u, "whole fragments, B in pairs (load_b2)");
   static_assert(V_ACH >= 1u && V_ACH * V2_THREADS == TM * (V2_BK / 8u), "activation chunks divide evenly");
   static_assert(V2_THREADS / (V2_BK / 8u) == 16u, "chunk c of a thread is row tid / 8 + 16 c");
-  static_assert(STAGES >= 2u, "wait_group<STAGES - 2>");
+  static_assert(STAGES >= 3u, "step s writes slot s - 1 while it decodes slot s + 1 (and wait_group<STAGES - 2>)");
   static_assert(A_BYTES % 16u == 0u && B_BYTES % 16u == 0u && W_BYTES % 16u == 0u, "16-byte regions");
   static_assert((V2_LDS * 2u) % 16u == 0u && (V2_LDC * 4u) % 16u == 0u, "16-byte rows");
   static_assert(CB == 4u || CB == 6u || CB == 8u, "code widths");

@@ -118,12 +118,18 @@ fn v2_tile_m(pairs: usize, experts: usize) -> Result<usize, BackendError> {
             ))),
         };
     }
+    Ok(v2_tile_for(pairs, experts))
+}
+
+/// The default of [`v2_tile_m`]: the narrowest of 16, 32, 64 that holds the mean pairs per
+/// expert (rounded up), 64 beyond.
+fn v2_tile_for(pairs: usize, experts: usize) -> usize {
     let mean = pairs.div_ceil(experts.max(1));
-    Ok(kernels::V2_TILES
+    kernels::V2_TILES
         .iter()
         .copied()
         .find(|&t| mean <= t)
-        .unwrap_or(64))
+        .unwrap_or(64)
 }
 
 /// The HIP backend: a device, its loaded module and the kernels' handles.
@@ -1018,5 +1024,35 @@ impl HostProfile {
                 t[0], t[1], t[2], t[3]
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The v2 tile for the bench shapes (pairs = tokens x top-k over the experts, by hand) and
+    /// the edges.
+    #[test]
+    fn v2_tile_follows_the_pairs_per_expert() {
+        // gpt-oss-120b (128 experts, top-4): 64, 256, 2048 tokens = 2, 8, 64 pairs per expert.
+        assert_eq!(v2_tile_for(256, 128), 16);
+        assert_eq!(v2_tile_for(1024, 128), 16);
+        assert_eq!(v2_tile_for(8192, 128), 64);
+        // DeepSeek-R1 (256 experts, top-8): 512 and 2048 tokens = 16 and 64 pairs per expert.
+        assert_eq!(v2_tile_for(4096, 256), 16);
+        assert_eq!(v2_tile_for(16384, 256), 64);
+        // 17 and 33 pairs per expert (rounded up) move to the next tile; beyond 64 stays 64.
+        assert_eq!(v2_tile_for(16 * 128 + 1, 128), 32);
+        assert_eq!(v2_tile_for(32 * 128 + 1, 128), 64);
+        assert_eq!(v2_tile_for(1 << 20, 8), 64);
+        assert_eq!(v2_tile_for(0, 0), 16);
+    }
+
+    #[test]
+    fn with_shared_keeps_both_halves() {
+        let b = with_shared(V2_THREADS, 116_736);
+        assert_eq!((b as u32, (b >> 32) as u32), (128, 116_736));
+        assert_eq!(with_shared(256, 0), 256);
     }
 }
