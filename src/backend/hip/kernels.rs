@@ -139,10 +139,7 @@ pub const V2_TILES: [usize; 3] = [16, 32, 64];
 /// `moe_gemm_v2_t<tm>[_split]_cb<cb>_smem` of `ptx` (hip/mxmoe.cu computes the layout; the
 /// kernel stops on a launch with less). `kernel` is a name of [`NAMES_V2`].
 pub fn v2_smem(ptx: &[u8], kernel: &str) -> Option<u32> {
-    let key = format!(
-        "moe_gemm_v2_{}_smem = ",
-        kernel.split_once("_v2_")?.1
-    );
+    let key = format!("moe_gemm_v2_{}_smem = ", kernel.split_once("_v2_")?.1);
     let text = std::str::from_utf8(ptx).ok()?;
     let at = text.find(&key)? + key.len();
     text[at..].split(';').next()?.trim().parse().ok()
@@ -273,7 +270,10 @@ mod tests {
                 let cb: u32 = rest.rsplit("_cb").next().unwrap().parse().unwrap();
                 let want = layout(tm, n.contains("_split"), cb);
                 assert_eq!(got, want, "{what}: {n}");
-                assert!(got > 48 << 10 && got <= 227 << 10, "{what}: {n}: {got} bytes");
+                assert!(
+                    got > 48 << 10 && got <= 227 << 10,
+                    "{what}: {n}: {got} bytes"
+                );
             }
         }
         // The v1 kernels have none, a name outside the family gives none.

@@ -642,7 +642,8 @@ impl HipBackend {
             && m <= FUSED_COMBINE_MAX_TOKENS
             && std::env::var("MXMOE_HIP_FUSED_COMBINE").map_or(true, |v| v != "0");
         // The bf16 GEMM's version and, for v2, its tile (the lists kernel cuts tiles of tile_m).
-        let v2_tm = if !gemv && self.scaled_mfma(l).is_none() && gemm_version()? == GemmVersion::V2 {
+        let v2_tm = if !gemv && self.scaled_mfma(l).is_none() && gemm_version()? == GemmVersion::V2
+        {
             if let Err(e) = &self.v2 {
                 return Err(BackendError::Device(format!("MXMOE_HIP_GEMM=v2: {e}")));
             }
