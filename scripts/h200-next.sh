@@ -14,7 +14,7 @@
 # Usage (the device gets /work/main's checkout, not a branch: copy the binary and this script):
 #   cargo build --release --features hip --bin mxmoe      # on branch next-hipgemm or its merge
 #   mkdir -p /work/main/.dev-next && cp target/release/mxmoe scripts/h200-next.sh /work/main/.dev-next/
-#   run: carry [".gl", ".dev-next"], timeout_s 330, command:
+#   run: carry [".gl", ".dev-next"], timeout_s 420 (typically ~4 min; every step has its own timeout), command:
 #     for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; bash .dev-next/h200-next.sh
 # Results in $OUT: info.txt, check_v2*.txt, bench.log, bench_{v1,v2}_{gptoss,dsr1}.json,
 # bench_v2_{gptoss,dsr1}_t32.json, steps.log.
@@ -49,7 +49,7 @@ done
 L="$OUT/bench.log"
 bench() {  # version shape tokens tag [extra]
   echo "## MXMOE_HIP_GEMM=$1 $2" >> "$L"
-  MXMOE_HIP_GEMM=$1 timeout 75 $B bench --backend hip --shape $2 --tokens $3 --iters 20 ${5:-} \
+  MXMOE_HIP_GEMM=$1 timeout 60 $B bench --backend hip --shape $2 --tokens $3 --iters 20 ${5:-} \
     --json "$OUT/bench_$1_$4.json" >> "$L" 2>&1
   step "bench $1 $2 rc=$?"
 }
