@@ -473,7 +473,8 @@ pub fn forward(
             registers: ctx.fp4_register_decode.load(Ordering::Relaxed),
             subgroup: gcfg.subgroup,
         };
-        (shader, "gemv1", "gemv2")
+        let (g1, g2) = gcfg.entries();
+        (shader, g1, g2)
     } else if ctx.coop_gemm() {
         // Cooperative matrices where the device passed coop_check (Context::new).
         (Shader::MoeGemmCoop, "coop_gemm1", "coop_gemm2")
