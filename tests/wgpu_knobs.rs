@@ -286,7 +286,15 @@ fn gemv_wide_layout_on_every_catalog_case() {
         assert!(cfg.wide && cfg.subgroup == subgroup, "{cfg:?}");
         for (ci, c) in cases.iter().enumerate() {
             let prefetch = ci % 2 == 0;
-            b.set_gemv_layout(GemvConfig { prefetch, ..want }).unwrap();
+            // Subgroup reduction: 1 or 4 subgroups per lane group (lavapipe: 8 or 32 lanes
+            // along K, the latter the H200's lane count).
+            let split = if subgroup && (ci / 2) % 2 == 1 { 4 } else { 1 };
+            b.set_gemv_layout(GemvConfig {
+                prefetch,
+                split,
+                ..want
+            })
+            .unwrap();
             b.set_gemv_own_lists(ci % 3 != 0);
             b.set_gemv_own_lists_max(256);
             check_on(&b, &mut mat, c, &[MoePath::Gemv]);
@@ -309,24 +317,29 @@ fn gemv_wide_layout_chunks_match_blocks_layout() {
     let b = WgpuBackend::new(None).expect("second context on the same adapter");
     b.set_poison(true);
     let subgroup = b.subgroup_size().is_some();
-    let blocks = GemvConfig {
-        subgroup,
-        prefetch: true,
-        ..GemvConfig::SHARED
-    };
-    let wide = GemvConfig {
-        wide: true,
-        ..blocks
-    };
-    if let Err(e) = b.set_gemv_layout(wide) {
-        println!("UNSUPPORTED gemv_wide_layout_chunks_match_blocks_layout: {e}");
-        assert!(!subgroup, "an adapter with subgroups must run the wide layout: {e}");
-        return;
-    }
     let mut mat = Materializer::default();
-    for (si, scheme) in [Scheme::new(MxFormat::Fp4E2M1, None), Scheme::OCP_MX[0]].into_iter().enumerate() {
-        let l = LayerSpec::new(spec(scheme, Activation::SwigluOai, 4, 2880, 2112, 2));
-        for m in [1, 2, 5] {
+    let schemes = [Scheme::new(MxFormat::Fp4E2M1, None), Scheme::OCP_MX[0]];
+    // (scheme, tokens, subgroups per lane group): lavapipe's subgroups are 8 lanes, so split 4
+    // gives the H200's 32 lanes along K (chunks of 60 blocks that are not a multiple of it).
+    let runs = [(0, 1, 1), (0, 2, 4), (0, 5, 1), (1, 1, 4), (1, 2, 1), (1, 5, 4)];
+    for (si, m, split) in runs {
+        let blocks = GemvConfig {
+            subgroup,
+            prefetch: true,
+            split: if subgroup { split } else { 1 },
+            ..GemvConfig::SHARED
+        };
+        let wide = GemvConfig {
+            wide: true,
+            ..blocks
+        };
+        if let Err(e) = b.set_gemv_layout(wide) {
+            println!("UNSUPPORTED gemv_wide_layout_chunks_match_blocks_layout: {e}");
+            assert!(!subgroup, "an adapter with subgroups must run the wide layout: {e}");
+            return;
+        }
+        let l = LayerSpec::new(spec(schemes[si], Activation::SwigluOai, 4, 2880, 2112, 2));
+        {
             let case = moe_case(Tier::Quick, &l, m, 90 + m as u64 + 10 * si as u64);
             b.set_gemv_layout(wide).unwrap();
             check_on(&b, &mut mat, &case, &[MoePath::Gemv]);
@@ -358,7 +371,11 @@ fn gemv_wide_layout_chunks_match_blocks_layout() {
             }
             let rel = (num / den.max(1e-300)).sqrt();
             let same = first_bit_mismatch(&got.output, &want.output).is_none();
-            println!("{}: wide vs 32-blocks rel-L2 {rel:.3e}, bit-equal {same}", case.id);
+            println!(
+                "{} ({} lanes): wide vs 32-blocks rel-L2 {rel:.3e}, bit-equal {same}",
+                case.id,
+                b.gemv_layout().lanes
+            );
             assert!(rel <= 1e-6, "{}: wide vs 32-blocks rel-L2 {rel:e}", case.id);
         }
     }
