@@ -722,8 +722,8 @@ impl Context {
             _ => DEFAULT_GEMV_WIDE,
         };
         // Falls back to the shared layout when the subgroup check fails, and to the narrow one
-        // when the wide one does not fit the adapter.
-        let _ = ctx.set_gemv(GemvConfig {
+        // when the wide one does not fit the adapter (said on stderr when it was asked for).
+        let got = ctx.set_gemv(GemvConfig {
             subgroup,
             lanes: 32,
             split,
@@ -731,6 +731,12 @@ impl Context {
             words,
             wide,
         });
+        if wide && !ctx.gemv_config().wide {
+            eprintln!(
+                "warning: MXMOE_GEMV_WIDE=1 refused, the narrow GEMV layout stays: {}",
+                got.err().unwrap_or_default()
+            );
+        }
         if coop_why.is_none() {
             let layout = GemvConfig {
                 subgroup: true,

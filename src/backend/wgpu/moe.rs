@@ -685,6 +685,8 @@ pub fn forward(
     ];
     for (si, (pipe, label, tn, cols)) in stages.into_iter().enumerate() {
         for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
+            // The wide GEMV's passes keep the names gemv1/gemv2 (the layout is in the notes).
+            let label = label.trim_end_matches("_wide");
             let mut p = pass(&mut enc, &format!("moe/{label}"), &mut timer);
             p.set_pipeline(pipe);
             p.set_bind_group(0, bg, &[]);
