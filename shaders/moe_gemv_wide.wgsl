@@ -33,8 +33,10 @@
 // workgroup-memory reduction ~35.8 KB (the host refuses the wide layout where the adapter's
 // limit is lower: Context::set_gemv).
 //
-// Other weight formats (FP6, FP8, INT8) run moe_gemv.wgsl's generic octet path unchanged in the
-// wide entry points (no staging): the wide layout is an FP4 layout today.
+// Other weight formats (FP6, FP8, INT8: wide_generic below): lanes take half blocks (16 codes:
+// one 16-byte load for 8-bit codes, three 4-byte loads for FP6), 2 lanes per 32-block, x and
+// scales staged the same way, values through the code table, each octet scaled on its own as
+// moe_gemv.wgsl's gemv_generic (a different lane order from it: within the contract, not equal).
 
 const WIDE_XS_VEC4: u32 = 1024u;  // staged x: [token][block][8 vec4]
 const WIDE_SC_PITCH: u32 = 15u;   // staged scale words per row (60 blocks)
@@ -107,10 +109,6 @@ fn gemv_core_wide(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
     let gm = gemv_geom(lid, is1, e, start, cnt, jb);
     let lane = lid % GEMV_LANES;
     let r0 = (lid / GEMV_LANES) * 8u;
-    if mx_spec(WEIGHT_FMT).code_bits != 4u {
-        gemv_reduce4(lid, gemv_generic(lane, gm.kk, gm.xo, gm.rb));
-        return;
-    }
     let kblocks = gm.kblocks;
     var ntok = 4u;
     var chb = WIDE_CHUNK_N;
@@ -119,6 +117,10 @@ fn gemv_core_wide(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
         chb = WIDE_CHUNK_1;
     } else if cnt == 2u {
         ntok = 2u;
+    }
+    if mx_spec(WEIGHT_FMT).code_bits != 4u {
+        gemv_reduce4(lid, wide_generic(lid, is1, jb, gm, ntok, chb));
+        return;
     }
     let z = vec4<f32>(0.0);
     var s0 = z; // one token: rows 0..3
@@ -189,6 +191,95 @@ fn gemv_core_wide(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
         gemv_reduce4(lid, array<vec4<f32>, 8>(a.row0, a.row1, a.row2, a.row3, a.row4, a.row5,
                                               a.row6, a.row7));
     }
+}
+
+// FP6, FP8, INT8 weights (code_bits 6 or 8): a 32-block's codes are code_bits words from a word
+// boundary (docs/NUMERICS.md 9), so a half block (16 codes) is 3 words (FP6) or one aligned
+// 16-byte vec4 (8-bit codes: rows start at 32 x kblocks bytes). Lane l takes the half blocks l,
+// l + GEMV_LANES, ... of its 8 rows: one vec4 load (8-bit) or three u32 loads (FP6) per row and
+// step, 2 lanes per 32-block. Values through the code table (exact), each octet's dot product
+// scaled on its own as gemv_generic does (only the lane that sums an octet differs from it).
+fn wide_load_half(rb: u32, h: u32, cb: u32) -> vec4<u32> {
+    if cb == 8u {
+        return w_codes_vec4[rb * 2u + h];
+    }
+    let w = rb * cb + h * (cb / 2u);
+    return vec4<u32>(w_codes[w], w_codes[w + 1u], w_codes[w + 2u], 0u);
+}
+
+// Code k (< 16) of a half block loaded by wide_load_half.
+fn wide_code(q: vec4<u32>, k: u32, cb: u32) -> u32 {
+    if cb == 8u {
+        return (q[k / 4u] >> (8u * (k % 4u))) & 0xFFu;
+    }
+    return code_in_3_words(q.x, q.y, q.z, k * cb, cb);
+}
+
+// Values of codes k0..k0+7 of a half block (scale 1).
+fn wide_octet_values(q: vec4<u32>, k0: u32, cb: u32) -> Octet {
+    return Octet(vec4<f32>(code_value[wide_code(q, k0, cb)], code_value[wide_code(q, k0 + 1u, cb)],
+                           code_value[wide_code(q, k0 + 2u, cb)],
+                           code_value[wide_code(q, k0 + 3u, cb)]),
+                 vec4<f32>(code_value[wide_code(q, k0 + 4u, cb)],
+                           code_value[wide_code(q, k0 + 5u, cb)],
+                           code_value[wide_code(q, k0 + 6u, cb)],
+                           code_value[wide_code(q, k0 + 7u, cb)]));
+}
+
+// The 4 tokens' x octets of the two octets of a half block.
+struct HalfX {
+    a0: Octet,
+    a1: Octet,
+    a2: Octet,
+    a3: Octet,
+    b0: Octet,
+    b1: Octet,
+    b2: Octet,
+    b3: Octet,
+}
+
+// acc + one row's half block h (scale s) against the 4 tokens.
+fn wide_generic_row(acc: vec4<f32>, rb: u32, h: u32, cb: u32, s: f32, x: HalfX) -> vec4<f32> {
+    let q = wide_load_half(rb, h, cb);
+    let lo = dot_octet_4tokens(wide_octet_values(q, 0u, cb), x.a0, x.a1, x.a2, x.a3) * s;
+    let hi = dot_octet_4tokens(wide_octet_values(q, 8u, cb), x.b0, x.b1, x.b2, x.b3) * s;
+    return acc + lo + hi;
+}
+
+fn wide_generic(lid: u32, is1: bool, jb: u32, gm: GemvGeom, ntok: u32,
+                chb: u32) -> array<vec4<f32>, 8> {
+    let cb = mx_spec(WEIGHT_FMT).code_bits;
+    let lane = lid % GEMV_LANES;
+    let r0 = (lid / GEMV_LANES) * 8u;
+    let rb = gm.rb;
+    let z = vec4<f32>(0.0);
+    var a = FourTokenSums(z, z, z, z, z, z, z, z);
+    var h = lane;
+    for (var c0 = 0u; c0 < gm.kblocks; c0 = c0 + chb) {
+        workgroupBarrier(); // the previous chunk's reads are done
+        wide_stage(lid, is1, jb, gm, ntok, chb, c0);
+        workgroupBarrier();
+        let hend = 2u * min(c0 + chb, gm.kblocks);
+        for (; h < hend; h = h + GEMV_LANES) {
+            let bl = h / 2u - c0;
+            let o = 2u * (h % 2u);
+            let x = HalfX(wide_x_octet(0u, ntok, chb, bl, o), wide_x_octet(1u, ntok, chb, bl, o),
+                          wide_x_octet(2u, ntok, chb, bl, o), wide_x_octet(3u, ntok, chb, bl, o),
+                          wide_x_octet(0u, ntok, chb, bl, o + 1u),
+                          wide_x_octet(1u, ntok, chb, bl, o + 1u),
+                          wide_x_octet(2u, ntok, chb, bl, o + 1u),
+                          wide_x_octet(3u, ntok, chb, bl, o + 1u));
+            a.row0 = wide_generic_row(a.row0, rb.r0, h, cb, wide_scale(r0, bl), x);
+            a.row1 = wide_generic_row(a.row1, rb.r1, h, cb, wide_scale(r0 + 1u, bl), x);
+            a.row2 = wide_generic_row(a.row2, rb.r2, h, cb, wide_scale(r0 + 2u, bl), x);
+            a.row3 = wide_generic_row(a.row3, rb.r3, h, cb, wide_scale(r0 + 3u, bl), x);
+            a.row4 = wide_generic_row(a.row4, rb.r4, h, cb, wide_scale(r0 + 4u, bl), x);
+            a.row5 = wide_generic_row(a.row5, rb.r5, h, cb, wide_scale(r0 + 5u, bl), x);
+            a.row6 = wide_generic_row(a.row6, rb.r6, h, cb, wide_scale(r0 + 6u, bl), x);
+            a.row7 = wide_generic_row(a.row7, rb.r7, h, cb, wide_scale(r0 + 7u, bl), x);
+        }
+    }
+    return array<vec4<f32>, 8>(a.row0, a.row1, a.row2, a.row3, a.row4, a.row5, a.row6, a.row7);
 }
 
 // gemv1 in the wide layout: same grid, tile and epilogue.

@@ -379,6 +379,27 @@ fn gemv_wide_layout_chunks_match_blocks_layout() {
             assert!(rel <= 1e-6, "{}: wide vs 32-blocks rel-L2 {rel:e}", case.id);
         }
     }
+    // FP6 and FP8 weights (half blocks per lane: three 4-byte or one 16-byte load) over the same
+    // chunks, against the CPU reference (their order differs from gemv_generic's lanes).
+    let others = [
+        Scheme::OCP_MX[3],
+        Scheme::new(MxFormat::Fp8E4M3, Some(MxFormat::Fp8E4M3)),
+    ];
+    for (si, scheme) in others.into_iter().enumerate() {
+        for (m, split) in [(1, 4), (5, 1)] {
+            let want = GemvConfig {
+                subgroup,
+                prefetch: true,
+                split: if subgroup { split } else { 1 },
+                wide: true,
+                ..GemvConfig::SHARED
+            };
+            b.set_gemv_layout(want).unwrap();
+            let l = LayerSpec::new(spec(scheme, Activation::SwigluOai, 4, 2880, 2112, 2));
+            let case = moe_case(Tier::Quick, &l, m, 130 + m as u64 + 10 * si as u64);
+            check_on(&b, &mut mat, &case, &[MoePath::Gemv]);
+        }
+    }
 }
 
 /// Weights split across several buffers (a chunk-size override far below the binding limit):

@@ -607,8 +607,13 @@ pub fn forward(
                         (11, topw),
                     ];
                     if gemv {
-                        // The FP4 path's vec4 views of the same weights and activations.
+                        // The FP4 path's vec4 views of the same weights and activations; the
+                        // wide layout reads x through the vec4 view only (the pipeline layout
+                        // holds exactly the bindings the entry point's code names).
                         ents.extend([(13, w), (14, x)]);
+                        if gcfg.wide {
+                            ents.retain(|(i, _)| *i != 6);
+                        }
                         if si == 0 {
                             // gemv1 may build the lists (GEMV_OWN_LISTS): the routing and the
                             // lists' outputs (bound either way: the pipeline layout holds every
