@@ -384,10 +384,19 @@ fn gemv_wide_workgroup_memory() {
             let wide1 = workgroup_bytes(&m, &i, "gemv1_wide");
             let wide2 = workgroup_bytes(&m, &i, "gemv2_wide");
             println!("{sh}: gemv1 {narrow1} B, gemv1_wide {wide1} B, gemv2_wide {wide2} B");
-            assert!(wide2 <= wide1, "{sh}: gemv2_wide {wide2} > gemv1_wide {wide1}");
+            assert!(
+                wide2 <= wide1,
+                "{sh}: gemv2_wide {wide2} > gemv1_wide {wide1}"
+            );
             assert_eq!(wide1, GEMV_WIDE_WORKGROUP_BYTES[si], "{sh}: gemv1_wide");
-            assert!(narrow1 + 16384 < wide1, "{sh}: gemv1 {narrow1} B holds the staging");
-            assert!(wide1 <= if subgroup { 32768 } else { 49152 }, "{sh}: {wide1} B");
+            assert!(
+                narrow1 + 16384 < wide1,
+                "{sh}: gemv1 {narrow1} B holds the staging"
+            );
+            assert!(
+                wide1 <= if subgroup { 32768 } else { 49152 },
+                "{sh}: {wide1} B"
+            );
         }
     }
 }

@@ -264,7 +264,10 @@ fn gemv_wide_layout_on_every_catalog_case() {
     let mut ran = 0;
     for subgroup in [true, false] {
         if subgroup && b.subgroup_size().is_none() {
-            println!("UNSUPPORTED wide + subgroup: {}: no fixed-size subgroups", b.adapter());
+            println!(
+                "UNSUPPORTED wide + subgroup: {}: no fixed-size subgroups",
+                b.adapter()
+            );
             continue;
         }
         let want = GemvConfig {
@@ -321,7 +324,14 @@ fn gemv_wide_layout_chunks_match_blocks_layout() {
     let schemes = [Scheme::new(MxFormat::Fp4E2M1, None), Scheme::OCP_MX[0]];
     // (scheme, tokens, subgroups per lane group): lavapipe's subgroups are 8 lanes, so split 4
     // gives the H200's 32 lanes along K (chunks of 60 blocks that are not a multiple of it).
-    let runs = [(0, 1, 1), (0, 2, 4), (0, 5, 1), (1, 1, 4), (1, 2, 1), (1, 5, 4)];
+    let runs = [
+        (0, 1, 1),
+        (0, 2, 4),
+        (0, 5, 1),
+        (1, 1, 4),
+        (1, 2, 1),
+        (1, 5, 4),
+    ];
     for (si, m, split) in runs {
         let blocks = GemvConfig {
             subgroup,
@@ -335,7 +345,10 @@ fn gemv_wide_layout_chunks_match_blocks_layout() {
         };
         if let Err(e) = b.set_gemv_layout(wide) {
             println!("UNSUPPORTED gemv_wide_layout_chunks_match_blocks_layout: {e}");
-            assert!(!subgroup, "an adapter with subgroups must run the wide layout: {e}");
+            assert!(
+                !subgroup,
+                "an adapter with subgroups must run the wide layout: {e}"
+            );
             return;
         }
         let l = LayerSpec::new(spec(schemes[si], Activation::SwigluOai, 4, 2880, 2112, 2));

@@ -36,8 +36,8 @@ pub mod route;
 pub mod source;
 
 pub use context::{
-    enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, GEMV_WIDE_WORKGROUP_BYTES,
-    POISON, WRITE_PAR_MIN,
+    enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, GEMV_WIDE_WORKGROUP_BYTES, POISON,
+    WRITE_PAR_MIN,
 };
 pub use moe::{GpuLayer, MoePath};
 
