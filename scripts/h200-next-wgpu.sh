@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The wide GEMV layout's first H200 measurement (device tool), ONE call, ~3 minutes, in priority
+# The wide GEMV layout's first H200 measurement (device tool), ONE call, ~3 minutes expected (the
+# timeouts, caps only, add up to ~5), in priority
 # order so a call cut short still returns the most important results (docs/wgpu-gemv-wide.md):
 #   1. mxmoe info with MXMOE_GEMV_WIDE=1 (the GEMV layout line must say "wide": the adapter
 #      built the wide pipelines; else it fell back and says why on stderr)
@@ -13,8 +14,9 @@
 # Usage (device tool): carry [".gl", ".dev-<name>"]; the command
 #   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; MXMOE_BIN=.dev-<name>/mxmoe \
 #     bash .dev-<name>/h200-next-wgpu.sh
-# with the release binary of this branch (`nice cargo build --release --bin mxmoe`) and this
-# script copied into /work/main/.dev-<name>/. Everything goes to $OUT.
+# with the release binary of this branch (`nice cargo build --release --bin mxmoe`; the hip
+# feature is not needed) and this script copied into /work/main/.dev-<name>/. Everything goes to
+# $OUT (info.txt, check_wgpu_wide.txt, bench_layouts.log, bench_layouts_{gptoss,dsr1}.json).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 B="${MXMOE_BIN:-.dev-next/mxmoe}"
@@ -25,14 +27,14 @@ SMI=$!
 clocks() { echo "# SM clock samples (MHz: count)"; awk -F, '{print $2}' "$T/clocks.csv" | sort | uniq -c | sort -rn | head -6; }
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; MXMOE_GEMV_WIDE=1 $B info; } \
   > "$OUT/info.txt" 2>&1
-grep -E "GEMV layout" "$OUT/info.txt" | head -2
-MXMOE_GEMV_WIDE=1 timeout 90 $B check --backend wgpu --suite full > "$OUT/check_wgpu_wide.txt" 2>&1
+grep -E "GEMV layout|warning" "$OUT/info.txt" | head -3
+MXMOE_GEMV_WIDE=1 timeout 80 $B check --backend wgpu --suite full > "$OUT/check_wgpu_wide.txt" 2>&1
 echo "check wgpu wide rc=$?"; grep -E "FAIL" "$OUT/check_wgpu_wide.txt" | head -5; tail -2 "$OUT/check_wgpu_wide.txt"
 L=subgroup+words+prefetch,subgroup+prefetch,subgroup+wide+prefetch
-timeout 100 $B bench --backend wgpu --shape gpt-oss-120b --tokens 1,4,16,64,256 --iters 20 \
+timeout 130 $B bench --backend wgpu --shape gpt-oss-120b --tokens 1,4,16,64,256 --iters 20 \
   --gemv-layouts "$L" --json "$OUT/bench_layouts_gptoss.json" > "$OUT/bench_layouts.log" 2>&1
 echo "bench gpt-oss layouts rc=$?"
-timeout 60 $B bench --backend wgpu --shape deepseek-r1 --tokens 1,8,64 --iters 20 \
+timeout 70 $B bench --backend wgpu --shape deepseek-r1 --tokens 1,8,64 --iters 20 \
   --gemv-layouts subgroup+words+prefetch,subgroup+wide+prefetch \
   --json "$OUT/bench_layouts_dsr1.json" >> "$OUT/bench_layouts.log" 2>&1
 echo "bench dsr1 layouts rc=$?"

@@ -406,9 +406,9 @@ pub struct GemvConfig {
     /// more invocations per workgroup) and the subgroups' sums are added in workgroup memory.
     pub split: u32,
     /// The wide layout (entry points `gemv1_wide`/`gemv2_wide`, shaders/moe_gemv_wide.wgsl):
-    /// FP4 lanes take 32-blocks (16-byte loads; `words` is ignored), x of the tile's tokens and
-    /// the rows' scale bytes are staged per K chunk in workgroup memory. Same lane order and
-    /// reductions as the 32-blocks layout.
+    /// FP4 lanes take 32-blocks (16-byte loads; `words` is ignored), FP6/FP8/INT8 lanes half
+    /// blocks; x of the tile's tokens and the rows' scale bytes are staged per K chunk in
+    /// workgroup memory. FP4: same lane order and reductions as the 32-blocks layout.
     pub wide: bool,
 }
 
