@@ -76,7 +76,11 @@ fn gemv_row_block(is1: bool, wr: u32, jb: u32, inter: u32, nrows: u32, rowbase: 
 // byte in the exponent field, and bit 22 set for the two special bytes (0 -> 0x00400000 =
 // 2^-127, 255 -> 0x7FC00000 = MX_NAN), which (byte + 1) & 0xFF < 2 picks out.
 fn block_scale_at(sidx: u32) -> f32 {
-    let byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+    return e8m0_branchless((w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
+}
+
+// E8M0 byte -> f32 as block_scale_at (also the wide layout's, moe_gemv_wide.wgsl).
+fn e8m0_branchless(byte: u32) -> f32 {
     let special = ((byte + 1u) & 0xFFu) < 2u;
     return bitcast<f32>((byte << 23u) | select(0u, 0x00400000u, special));
 }
@@ -154,6 +158,12 @@ fn fp4_blk_1token(k: Blk8, xi: u32) -> array<vec4<f32>, 2> {
     let x1 = Octet(x_in_vec4[xi + 2u], x_in_vec4[xi + 3u]);
     let x2 = Octet(x_in_vec4[xi + 4u], x_in_vec4[xi + 5u]);
     let x3 = Octet(x_in_vec4[xi + 6u], x_in_vec4[xi + 7u]);
+    return fp4_blk_1token_x(k, x0, x1, x2, x3);
+}
+
+// The same with the block's x (four octets) given (the wide layout reads them from workgroup
+// memory): the one expression both layouts evaluate.
+fn fp4_blk_1token_x(k: Blk8, x0: Octet, x1: Octet, x2: Octet, x3: Octet) -> array<vec4<f32>, 2> {
     let p0 = vec4<f32>(dot_fp4_block(k.q0, x0, x1, x2, x3), dot_fp4_block(k.q1, x0, x1, x2, x3),
                        dot_fp4_block(k.q2, x0, x1, x2, x3), dot_fp4_block(k.q3, x0, x1, x2, x3));
     let p1 = vec4<f32>(dot_fp4_block(k.q4, x0, x1, x2, x3), dot_fp4_block(k.q5, x0, x1, x2, x3),
@@ -211,6 +221,13 @@ fn fp4_word_4tokens(p: FourTokenSums, u0: u32, u1: u32, u2: u32, u3: u32, u4: u3
     let x1 = load_x_octet_vec4(xo.y, o);
     let x2 = load_x_octet_vec4(xo.z, o);
     let x3 = load_x_octet_vec4(xo.w, o);
+    return fp4_word_4tokens_x(p, u0, u1, u2, u3, u4, u5, u6, u7, x0, x1, x2, x3);
+}
+
+// The same with the 4 tokens' x octets given (the wide layout reads them from workgroup memory).
+fn fp4_word_4tokens_x(p: FourTokenSums, u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32,
+                      u6: u32, u7: u32, x0: Octet, x1: Octet, x2: Octet,
+                      x3: Octet) -> FourTokenSums {
     return FourTokenSums(p.row0 + dot_octet_4tokens(decode_fp4_word(u0), x0, x1, x2, x3),
                          p.row1 + dot_octet_4tokens(decode_fp4_word(u1), x0, x1, x2, x3),
                          p.row2 + dot_octet_4tokens(decode_fp4_word(u2), x0, x1, x2, x3),
@@ -233,6 +250,11 @@ fn fp4_blk_4tokens(a: FourTokenSums, k: Blk8, xo: vec4<u32>, b: u32) -> FourToke
                          b * 4u + 2u);
     p = fp4_word_4tokens(p, k.q0.w, k.q1.w, k.q2.w, k.q3.w, k.q4.w, k.q5.w, k.q6.w, k.q7.w, xo,
                          b * 4u + 3u);
+    return fp4_blk_4tokens_scale(a, p, k);
+}
+
+// a + the block's unscaled sums p, scaled (rows 0..3: k.s_lo, 4..7: k.s_hi).
+fn fp4_blk_4tokens_scale(a: FourTokenSums, p: FourTokenSums, k: Blk8) -> FourTokenSums {
     return FourTokenSums(a.row0 + (p.row0 * FP4_WORD_SCALE) * k.s_lo.x,
                          a.row1 + (p.row1 * FP4_WORD_SCALE) * k.s_lo.y,
                          a.row2 + (p.row2 * FP4_WORD_SCALE) * k.s_lo.z,
@@ -544,9 +566,20 @@ fn gemv_pair_of_row(p: u32, is1: bool) -> u32 {
     return pair_of_row[p];
 }
 
-// row_sums[wr][t] = sum_k W[row(wr), k] * x[t, k] for the tile's cnt (<= 4) rows.
+// Where a tile's operands live: K (kk) and its 32-blocks, the rows of the matrix and the
+// expert's first row in this chunk, each token's x offset (0xFFFFFFFF: no row), and the first
+// 32-block of each of this lane group's 8 rows.
+struct GemvGeom {
+    kk: u32,
+    kblocks: u32,
+    nrows: u32,
+    rowbase: u32,
+    xo: vec4<u32>,
+    rb: Rows8,
+}
+
 // gemv1: x rows are gathered tokens of x_in (K = H); gemv2: rows start + t of x_in (K = I).
-fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
+fn gemv_geom(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) -> GemvGeom {
     let h = params.hidden;
     let inter = params.inter;
     var kk = inter;
@@ -560,7 +593,6 @@ fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
     let kblocks = kk / 32u;
     let rowbase = (e - params.e0) * per_e;
     let g = lid / GEMV_LANES;
-    let lane = lid % GEMV_LANES;
     let r0 = g * 8u;
     let rb = Rows8(gemv_row_block(is1, r0, jb, inter, nrows, rowbase, kblocks),
                    gemv_row_block(is1, r0 + 1u, jb, inter, nrows, rowbase, kblocks),
@@ -580,6 +612,17 @@ fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
             }
         }
     }
+    return GemvGeom(kk, kblocks, nrows, rowbase, xo, rb);
+}
+
+// row_sums[wr][t] = sum_k W[row(wr), k] * x[t, k] for the tile's cnt (<= 4) rows.
+fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
+    let gm = gemv_geom(lid, is1, e, start, cnt, jb);
+    let kk = gm.kk;
+    let kblocks = gm.kblocks;
+    let xo = gm.xo;
+    let rb = gm.rb;
+    let lane = lid % GEMV_LANES;
     let fp4 = mx_spec(WEIGHT_FMT).code_bits == 4u;
     if fp4 && GEMV_WORDS != 0u {
         if cnt == 1u {
@@ -603,21 +646,31 @@ fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
 // Grid: x = tile slot (tiles of GEMV_TILE_ROWS rows), y = I / 32. Same epilogue as gemm1.
 @compute @workgroup_size(GEMV_THREADS)
 fn gemv1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = gemv1_tile(lid, wid);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    gemv_core(lid, true, tile.x, tile.y, tile.z - tile.y, wid.y * 32u);
+    gemv1_epilogue(lid, tile, wid.y * 32u);
+}
+
+// gemv1's tile (own lists or the lists pass's), uniformly.
+fn gemv1_tile(lid: u32, wid: vec3<u32>) -> vec4<u32> {
     var tile: vec4<u32>;
     if GEMV_OWN_LISTS != 0u {
         tile = gemv_own_lists(lid, wid.x, wid.x == 0u && wid.y == 0u);
     } else {
         tile = gemv_load_tile(lid, wid.x);
     }
-    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
-        return;
-    }
+    return tile;
+}
+
+// gemv1's epilogue over row_sums: the tile's 32 intermediate columns from jb.
+fn gemv1_epilogue(lid: u32, tile: vec4<u32>, jb: u32) {
     let e = tile.x;
     let start = tile.y;
     let cnt = tile.z - tile.y;
     let inter = params.inter;
-    let jb = wid.y * 32u;
-    gemv_core(lid, true, e, start, cnt, jb);
     // (token t, column c) items; the block max of each token's 32 columns, then the QDQ.
     for (var idx = lid; idx < 128u; idx = idx + GEMV_THREADS) {
         let t = idx / 32u;
@@ -676,12 +729,16 @@ fn gemv2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
         return;
     }
+    gemv_core(lid, false, tile.x, tile.y, tile.z - tile.y, wid.y * 64u);
+    gemv2_epilogue(lid, tile, wid.y * 64u);
+}
+
+// gemv2's epilogue over row_sums: the tile's 64 output columns from nb.
+fn gemv2_epilogue(lid: u32, tile: vec4<u32>, nb: u32) {
     let e = tile.x;
     let start = tile.y;
     let cnt = tile.z - tile.y;
     let h = params.hidden;
-    let nb = wid.y * 64u;
-    gemv_core(lid, false, e, start, cnt, nb);
     for (var idx = lid; idx < 64u * GEMV_TILE_ROWS; idx = idx + GEMV_THREADS) {
         let wr = idx % 64u;
         let t = idx / 64u;

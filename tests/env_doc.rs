@@ -100,7 +100,11 @@ fn info_shows_the_variables_that_are_set() {
         .env("MXMOE_HIP_DEVICE", "0")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("MXMOE_GEMV_PAIRS=7"), "{text}");
     assert!(text.contains("MXMOE_HIP_DEVICE=0"), "{text}");

@@ -238,35 +238,35 @@ fn moe_all_variants() {
     let mut afmts: Vec<u32> = MxFormat::ALL.iter().map(|f| f.id()).collect();
     afmts.push(source::FMT_NONE);
     for (sh, entries) in [
-        (Shader::MoeGemm, ["gemm1", "gemm2"]),
-        (Shader::MoeGemmCoop, ["coop_gemm1", "coop_gemm2"]),
+        (Shader::MoeGemm, &["gemm1", "gemm2"][..]),
+        (Shader::MoeGemmCoop, &["coop_gemm1", "coop_gemm2"][..]),
         (
             Shader::MoeGemv {
                 registers: false,
                 subgroup: false,
             },
-            ["gemv1", "gemv2"],
+            &["gemv1", "gemv2", "gemv1_wide", "gemv2_wide"][..],
         ),
         (
             Shader::MoeGemv {
                 registers: true,
                 subgroup: false,
             },
-            ["gemv1", "gemv2"],
+            &["gemv1", "gemv2", "gemv1_wide", "gemv2_wide"][..],
         ),
         (
             Shader::MoeGemv {
                 registers: false,
                 subgroup: true,
             },
-            ["gemv1", "gemv2"],
+            &["gemv1", "gemv2", "gemv1_wide", "gemv2_wide"][..],
         ),
         (
             Shader::MoeGemv {
                 registers: true,
                 subgroup: true,
             },
-            ["gemv1", "gemv2"],
+            &["gemv1", "gemv2", "gemv1_wide", "gemv2_wide"][..],
         ),
     ] {
         let (m, i) = validate(sh.name(), &sh.compose());
@@ -342,6 +342,61 @@ fn moe_all_variants() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// Bytes of workgroup memory entry point `entry` of `m` uses (the sizes of the workgroup
+/// variables its code reaches, naga's layout).
+fn workgroup_bytes(m: &naga::Module, info: &naga::valid::ModuleInfo, entry: &str) -> u32 {
+    let mut lay = naga::proc::Layouter::default();
+    lay.update(m.to_ctx()).unwrap();
+    let (i, _) = m
+        .entry_points
+        .iter()
+        .enumerate()
+        .find(|(_, e)| e.name == entry)
+        .unwrap_or_else(|| panic!("no entry point {entry}"));
+    let fi = info.get_entry_point(i);
+    m.global_variables
+        .iter()
+        .filter(|(h, g)| g.space == naga::AddressSpace::WorkGroup && !fi[*h].is_empty())
+        .map(|(_, g)| lay[g.ty].size)
+        .sum()
+}
+
+/// The wide GEMV's staging areas live in its own entry points only (the narrow layouts keep
+/// their workgroup memory, hence their occupancy), and the backend's figure of the wide entry
+/// points' workgroup memory (`GEMV_WIDE_WORKGROUP_BYTES`, what `set_gemv` compares with the
+/// adapter's limit) is naga's: with the subgroup reduction it fits 32 KB (lavapipe), with the
+/// workgroup-memory one 48 KB (the H200's Vulkan limit).
+#[test]
+fn gemv_wide_workgroup_memory() {
+    use mxmoe::backend::wgpu::GEMV_WIDE_WORKGROUP_BYTES;
+    for registers in [false, true] {
+        for (si, subgroup) in [true, false].into_iter().enumerate() {
+            let sh = Shader::MoeGemv {
+                registers,
+                subgroup,
+            };
+            let (m, i) = validate(sh.name(), &sh.compose());
+            let narrow1 = workgroup_bytes(&m, &i, "gemv1");
+            let wide1 = workgroup_bytes(&m, &i, "gemv1_wide");
+            let wide2 = workgroup_bytes(&m, &i, "gemv2_wide");
+            println!("{sh}: gemv1 {narrow1} B, gemv1_wide {wide1} B, gemv2_wide {wide2} B");
+            assert!(
+                wide2 <= wide1,
+                "{sh}: gemv2_wide {wide2} > gemv1_wide {wide1}"
+            );
+            assert_eq!(wide1, GEMV_WIDE_WORKGROUP_BYTES[si], "{sh}: gemv1_wide");
+            assert!(
+                narrow1 + 16384 < wide1,
+                "{sh}: gemv1 {narrow1} B holds the staging"
+            );
+            assert!(
+                wide1 <= if subgroup { 32768 } else { 49152 },
+                "{sh}: {wide1} B"
+            );
         }
     }
 }

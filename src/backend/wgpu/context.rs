@@ -24,6 +24,16 @@ pub const DEFAULT_GEMV_PREFETCH: bool = true;
 /// See [`DEFAULT_GEMV_PREFETCH`].
 pub const DEFAULT_GEMV_WORDS: bool = true;
 
+/// Whether the GEMV runs its wide layout (shaders/moe_gemv_wide.wgsl) unless `MXMOE_GEMV_WIDE`
+/// says: off until the H200 has measured it (docs/wgpu-gemv-wide.md).
+pub const DEFAULT_GEMV_WIDE: bool = false;
+
+/// Bytes of workgroup memory the wide GEMV's gemv1_wide uses (its largest entry point), with the
+/// subgroup reduction and with the workgroup-memory one (tests/shaders.rs checks them against
+/// naga's layout of the composed shaders): `Context::set_gemv` keeps the narrow layout where the
+/// adapter's limit is lower.
+pub const GEMV_WIDE_WORKGROUP_BYTES: [u32; 2] = [32528, 36624];
+
 /// Subgroups per GEMV lane group unless `MXMOE_GEMV_SPLIT` says (see [`GemvConfig::split`]).
 pub const DEFAULT_GEMV_SPLIT: u32 = 1;
 
@@ -395,6 +405,11 @@ pub struct GemvConfig {
     /// times the subgroup size, so a row's K is spread over more lanes (fewer steps per lane,
     /// more invocations per workgroup) and the subgroups' sums are added in workgroup memory.
     pub split: u32,
+    /// The wide layout (entry points `gemv1_wide`/`gemv2_wide`, shaders/moe_gemv_wide.wgsl):
+    /// FP4 lanes take 32-blocks (16-byte loads; `words` is ignored), FP6/FP8/INT8 lanes half
+    /// blocks; x of the tile's tokens and the rows' scale bytes are staged per K chunk in
+    /// workgroup memory. FP4: same lane order and reductions as the 32-blocks layout.
+    pub wide: bool,
 }
 
 impl GemvConfig {
@@ -405,7 +420,17 @@ impl GemvConfig {
         prefetch: false,
         words: false,
         split: 1,
+        wide: false,
     };
+
+    /// The GEMV entry points of this layout (gemv1, gemv2).
+    pub fn entries(&self) -> (&'static str, &'static str) {
+        if self.wide {
+            ("gemv1_wide", "gemv2_wide")
+        } else {
+            ("gemv1", "gemv2")
+        }
+    }
 
     /// Invocations per workgroup (8 lane groups).
     pub fn threads(&self) -> u32 {
@@ -691,14 +716,27 @@ impl Context {
         };
         let subgroup = std::env::var("MXMOE_GEMV_REDUCE").as_deref() != Ok("shared");
         let split = env_u64("MXMOE_GEMV_SPLIT", DEFAULT_GEMV_SPLIT as u64) as u32;
-        // Falls back to the shared layout when the subgroup check fails.
-        let _ = ctx.set_gemv(GemvConfig {
+        let wide = match std::env::var("MXMOE_GEMV_WIDE").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => DEFAULT_GEMV_WIDE,
+        };
+        // Falls back to the shared layout when the subgroup check fails, and to the narrow one
+        // when the wide one does not fit the adapter (said on stderr when it was asked for).
+        let got = ctx.set_gemv(GemvConfig {
             subgroup,
             lanes: 32,
             split,
             prefetch,
             words,
+            wide,
         });
+        if wide && !ctx.gemv_config().wide {
+            eprintln!(
+                "warning: MXMOE_GEMV_WIDE=1 refused, the narrow GEMV layout stays: {}",
+                got.err().unwrap_or_default()
+            );
+        }
         if coop_why.is_none() {
             let layout = GemvConfig {
                 subgroup: true,
@@ -706,6 +744,7 @@ impl Context {
                 split: 1,
                 prefetch: false,
                 words: false,
+                wide: false,
             };
             coop_why = if ctx.subgroup_size != Some(32) || !ctx.check_subgroup_layout(layout) {
                 Some(format!(
@@ -838,6 +877,7 @@ impl Context {
         let shared = GemvConfig {
             prefetch,
             words,
+            wide: want.wide,
             ..GemvConfig::SHARED
         };
         let cfg = if !want.subgroup {
@@ -860,6 +900,7 @@ impl Context {
                         prefetch,
                         words,
                         split,
+                        wide: want.wide,
                     };
                     let max = self.limits.max_compute_invocations_per_workgroup;
                     if c.threads() > max {
@@ -881,8 +922,45 @@ impl Context {
                 }
             }
         };
+        let mut cfg = cfg;
+        if cfg.wide {
+            // The wide entry points need more workgroup memory (the staging areas): an adapter
+            // whose limit is lower, or that does not build them, keeps the narrow layout (and
+            // says why).
+            let need = GEMV_WIDE_WORKGROUP_BYTES[if cfg.subgroup { 0 } else { 1 }];
+            let have = self.limits.max_compute_workgroup_storage_size;
+            let why = if need > have {
+                Some(format!(
+                    "the wide GEMV layout needs {need} B of workgroup memory, the adapter has \
+                     {have} B"
+                ))
+            } else {
+                self.check_wide_layout(cfg)
+                    .err()
+                    .map(|e| format!("the wide GEMV layout does not build: {e}"))
+            };
+            if let Some(why) = why {
+                cfg.wide = false;
+                r = r.and(Err(format!("{}: {why}", self.info.adapter.name)));
+            }
+        }
         *self.gemv.lock().unwrap() = cfg;
         r.map(|_| cfg)
+    }
+
+    /// Build the wide layout's gemv1 and gemv2 (FP4 weights, own lists on: the largest
+    /// workgroup-memory use) with the overrides of `c`.
+    fn check_wide_layout(&self, c: GemvConfig) -> Result<(), BackendError> {
+        let shader = Shader::MoeGemv {
+            registers: self.fp4_register_decode.load(Ordering::Relaxed),
+            subgroup: c.subgroup,
+        };
+        let mut ov = c.overrides();
+        ov.push(("GEMV_OWN_LISTS", 1));
+        let (e1, e2) = c.entries();
+        self.pipeline(shader, e1, &ov)?;
+        self.pipeline(shader, e2, &ov)?;
+        Ok(())
     }
 
     /// Run `subgroup_check` (shaders/moe_gemv_reduce_subgroup.wgsl) with the layout `c`: every

@@ -36,7 +36,8 @@ pub mod route;
 pub mod source;
 
 pub use context::{
-    enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, POISON, WRITE_PAR_MIN,
+    enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, GEMV_WIDE_WORKGROUP_BYTES, POISON,
+    WRITE_PAR_MIN,
 };
 pub use moe::{GpuLayer, MoePath};
 
@@ -112,9 +113,15 @@ impl WgpuBackend {
                 }
             ),
             format!(
-                "GEMV layout: 8 rows x {} lanes per group ({} per lane), {} invocations, lane sums {}{}",
+                "GEMV layout: 8 rows x {} lanes per group ({}), {} invocations, lane sums {}{}",
                 g.lanes,
-                if g.words { "words" } else { "32-blocks" },
+                if g.wide {
+                    "wide: 32-blocks per lane, x and scale bytes staged in workgroup memory"
+                } else if g.words {
+                    "words per lane"
+                } else {
+                    "32-blocks per lane"
+                },
                 g.threads(),
                 if !g.subgroup {
                     "in workgroup memory".to_string()

@@ -473,7 +473,8 @@ pub fn forward(
             registers: ctx.fp4_register_decode.load(Ordering::Relaxed),
             subgroup: gcfg.subgroup,
         };
-        (shader, "gemv1", "gemv2")
+        let (g1, g2) = gcfg.entries();
+        (shader, g1, g2)
     } else if ctx.coop_gemm() {
         // Cooperative matrices where the device passed coop_check (Context::new).
         (Shader::MoeGemmCoop, "coop_gemm1", "coop_gemm2")
@@ -606,8 +607,13 @@ pub fn forward(
                         (11, topw),
                     ];
                     if gemv {
-                        // The FP4 path's vec4 views of the same weights and activations.
+                        // The FP4 path's vec4 views of the same weights and activations; the
+                        // wide layout reads x through the vec4 view only (the pipeline layout
+                        // holds exactly the bindings the entry point's code names).
                         ents.extend([(13, w), (14, x)]);
+                        if gcfg.wide {
+                            ents.retain(|(i, _)| *i != 6);
+                        }
                         if si == 0 {
                             // gemv1 may build the lists (GEMV_OWN_LISTS): the routing and the
                             // lists' outputs (bound either way: the pipeline layout holds every
@@ -684,6 +690,8 @@ pub fn forward(
     ];
     for (si, (pipe, label, tn, cols)) in stages.into_iter().enumerate() {
         for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
+            // The wide GEMV's passes keep the names gemv1/gemv2 (the layout is in the notes).
+            let label = label.trim_end_matches("_wide");
             let mut p = pass(&mut enc, &format!("moe/{label}"), &mut timer);
             p.set_pipeline(pipe);
             p.set_bind_group(0, bg, &[]);

@@ -48,6 +48,9 @@ pub const MOE_GEMM: File = shader_file!("moe_gemm.wgsl");
 pub const MOE_GEMM_COOP: File = shader_file!("moe_gemm_coop.wgsl");
 /// The decode expert passes `gemv1`, `gemv2` (grouped GEMV).
 pub const MOE_GEMV: File = shader_file!("moe_gemv.wgsl");
+/// The decode GEMV's wide layout `gemv1_wide`, `gemv2_wide` (16-byte code loads, x and scales
+/// staged in workgroup memory; `GemvConfig::wide`).
+pub const MOE_GEMV_WIDE: File = shader_file!("moe_gemv_wide.wgsl");
 /// The GEMV's FP4 word decode through a workgroup-memory table (every adapter).
 pub const MOE_GEMV_FP4_TABLE: File = shader_file!("moe_gemv_fp4_table.wgsl");
 /// The GEMV's FP4 word decode from bits in registers (adapters that pass its check).
@@ -62,7 +65,7 @@ pub const MOE_COMBINE: File = shader_file!("moe_combine.wgsl");
 pub const BANDWIDTH_PROBE: File = shader_file!("bandwidth_probe.wgsl");
 
 /// Every file of `shaders/`.
-pub const FILES: [File; 15] = [
+pub const FILES: [File; 16] = [
     MX_COMMON,
     EXACT_MATH,
     QUANT,
@@ -72,6 +75,7 @@ pub const FILES: [File; 15] = [
     MOE_GEMM,
     MOE_GEMM_COOP,
     MOE_GEMV,
+    MOE_GEMV_WIDE,
     MOE_GEMV_FP4_TABLE,
     MOE_GEMV_FP4_REGISTERS,
     MOE_GEMV_REDUCE_SUBGROUP,
@@ -99,8 +103,8 @@ pub enum Shader {
     /// the GEMM on cooperative matrices (f16, f32 accumulation; needs SHADER_F16, SUBGROUP and
     /// EXPERIMENTAL_COOPERATIVE_MATRIX).
     MoeGemmCoop,
-    /// `gemv1`, `gemv2` (the overrides of [`Shader::MoeGemm`] and `GEMV_R`, `GEMV_LANES`,
-    /// `GEMV_THREADS`): FP4 decoded from bits in registers (`registers`; also
+    /// `gemv1`, `gemv2` and the wide layout's `gemv1_wide`, `gemv2_wide` (the overrides of
+    /// [`Shader::MoeGemm`] and `GEMV_R`, `GEMV_LANES`, `GEMV_THREADS`): FP4 decoded from bits in registers (`registers`; also
     /// `fp4_decode_check`) or through a table, lane sums reduced with subgroup operations
     /// (`subgroup`; also `subgroup_check`) or in workgroup memory.
     MoeGemv { registers: bool, subgroup: bool },
@@ -184,6 +188,7 @@ impl Shader {
                 MOE_GEMV_FP4_TABLE,
                 MOE_GEMV_REDUCE_SHARED,
                 MOE_GEMV,
+                MOE_GEMV_WIDE,
             ],
             Shader::MoeGemv {
                 registers: true,
@@ -194,6 +199,7 @@ impl Shader {
                 MOE_GEMV_FP4_REGISTERS,
                 MOE_GEMV_REDUCE_SHARED,
                 MOE_GEMV,
+                MOE_GEMV_WIDE,
             ],
             Shader::MoeGemv {
                 registers: false,
@@ -204,6 +210,7 @@ impl Shader {
                 MOE_GEMV_FP4_TABLE,
                 MOE_GEMV_REDUCE_SUBGROUP,
                 MOE_GEMV,
+                MOE_GEMV_WIDE,
             ],
             Shader::MoeGemv {
                 registers: true,
@@ -214,6 +221,7 @@ impl Shader {
                 MOE_GEMV_FP4_REGISTERS,
                 MOE_GEMV_REDUCE_SUBGROUP,
                 MOE_GEMV,
+                MOE_GEMV_WIDE,
             ],
             Shader::MoeCombine => &[MX_COMMON, MOE_COMMON, MOE_COMBINE],
             Shader::BandwidthProbe => &[BANDWIDTH_PROBE],
