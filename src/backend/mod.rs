@@ -130,8 +130,9 @@ impl fmt::Debug for Backend {
 /// run with [`Backend::moe`].
 pub enum Prepared<'w> {
     Cpu(&'w MoeLayer),
-    Wgpu(wgpu::GpuLayer),
-    Hip(hip::HipLayer),
+    // Boxed: a resident GPU layer is several hundred bytes (buffers, the forward cache).
+    Wgpu(Box<wgpu::GpuLayer>),
+    Hip(Box<hip::HipLayer>),
 }
 
 impl Prepared<'_> {
@@ -333,8 +334,8 @@ impl Backend {
         ))?;
         Ok(match self {
             Backend::Cpu(_) => Prepared::Cpu(layer),
-            Backend::Wgpu(b) => Prepared::Wgpu(b.prepare(layer)?),
-            Backend::Hip(b) => Prepared::Hip(b.prepare(layer)?),
+            Backend::Wgpu(b) => Prepared::Wgpu(Box::new(b.prepare(layer)?)),
+            Backend::Hip(b) => Prepared::Hip(Box::new(b.prepare(layer)?)),
         })
     }
 

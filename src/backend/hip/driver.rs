@@ -919,7 +919,7 @@ mod tests {
             .chain([4, 256, 65536, 65540, 1 << 28])
         {
             let c = Pool::capacity(n);
-            assert!(c >= n && c % 4 == 0, "{n} -> {c}");
+            assert!(c >= n && c.is_multiple_of(4), "{n} -> {c}");
             assert!(
                 n <= 64 << 10 || c - n <= n / 4 + 4,
                 "{n} -> {c}: more than 25 % waste"

@@ -75,8 +75,9 @@ pub struct GpuLayer {
     dummy: wgpu::Buffer,
     /// Bytes of packed weights + scales on the device.
     pub bytes: u64,
-    /// The last forward's buffers and bind groups (see [`FwdCache`]).
-    fwd: std::sync::Mutex<Option<FwdCache>>,
+    /// The last forward's buffers and bind groups (see [`FwdCache`]; boxed: it is large and
+    /// `Prepared` holds the layer by value).
+    fwd: std::sync::Mutex<Option<Box<FwdCache>>>,
 }
 
 /// A forward's cache key: a forward with the same batch size, path and pipelines (layouts,
@@ -518,10 +519,10 @@ pub fn forward(
     };
     let cached = g.fwd.lock().unwrap_or_else(|p| p.into_inner()).take();
     let c = match cached {
-        Some(c) if c.key == key => c,
+        Some(c) if c.key == key => *c,
         old => {
             if let Some(old) = old {
-                ctx.give(old.into_buffers());
+                ctx.give((*old).into_buffers());
             }
             let out_sizes = vec![
                 bytes(na),                // ids
@@ -735,7 +736,7 @@ pub fn forward(
     // host time per forward matters most); large ones go back to the pool (a model's many layers
     // would otherwise each pin their largest batch's buffers).
     if r.is_ok() && c.bytes() <= FWD_CACHE_MAX_BYTES {
-        *g.fwd.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        *g.fwd.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(c));
     } else {
         ctx.give(c.into_buffers());
     }
