@@ -818,24 +818,8 @@ impl Context {
         let pipe = self
             .pipeline(Shader::MoeGemmCoop, "coop_check", &self.coop_overrides[..1])
             .map_err(|e| e.to_string())?;
-        let out = self.storage(1024);
-        let bg = self.bind(&pipe, &[(9, &out)]);
-        let mut enc = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("coop_check"),
-            });
-        {
-            let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-            p.set_pipeline(&pipe);
-            p.set_bind_group(0, &bg, &[]);
-            p.dispatch_workgroups(1, 1, 1);
-        }
-        let r = self
-            .submit_and_read(enc, &[(&out, 1024)])
-            .map_err(|e| e.to_string())?;
-        self.give([out]);
-        let got: Vec<f32> = bytemuck::pod_collect_to_vec(&r[0]);
+        let got: Vec<f32> =
+            bytemuck::pod_collect_to_vec(&self.run_check(&pipe, 1024).map_err(|e| e.to_string())?);
         for i in 0..16i64 {
             for n in 0..16i64 {
                 let want: i64 = (0..32i64)
@@ -963,6 +947,27 @@ impl Context {
         Ok(())
     }
 
+    /// One workgroup of a start-up self-check entry point (`subgroup_check`,
+    /// `fp4_decode_check`, `coop_check`) writing `bytes` into binding 9; returns those bytes.
+    fn run_check(&self, pipe: &wgpu::ComputePipeline, bytes: u64) -> Result<Vec<u8>, BackendError> {
+        let out = self.storage(bytes);
+        let bg = self.bind(pipe, &[(9, &out)]);
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("check"),
+            });
+        {
+            let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            p.set_pipeline(pipe);
+            p.set_bind_group(0, &bg, &[]);
+            p.dispatch_workgroups(1, 1, 1);
+        }
+        let mut r = self.submit_and_read(enc, &[(&out, bytes)])?;
+        self.give([out]);
+        Ok(r.swap_remove(0))
+    }
+
     /// Run `subgroup_check` (shaders/moe_gemv_reduce_subgroup.wgsl) with the layout `c`: every
     /// invocation must sit in a subgroup of exactly `c.lanes` consecutive invocations.
     fn check_subgroup_layout(&self, c: GemvConfig) -> bool {
@@ -975,23 +980,8 @@ impl Context {
                 "subgroup_check",
                 &c.overrides(),
             )?;
-            let n = c.threads() as u64;
-            let out = self.storage(4 * n);
-            let bg = self.bind(&pipe, &[(9, &out)]);
-            let mut enc = self
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("check"),
-                });
-            {
-                let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-                p.set_pipeline(&pipe);
-                p.set_bind_group(0, &bg, &[]);
-                p.dispatch_workgroups(1, 1, 1);
-            }
-            let r = self.submit_and_read(enc, &[(&out, 4 * n)])?;
-            self.give([out]);
-            let got: Vec<u32> = bytemuck::pod_collect_to_vec(&r[0]);
+            let got: Vec<u32> =
+                bytemuck::pod_collect_to_vec(&self.run_check(&pipe, 4 * c.threads() as u64)?);
             Ok(got.iter().all(|&v| v == 1))
         };
         run().unwrap_or(false)
@@ -1010,22 +1000,7 @@ impl Context {
                 "fp4_decode_check",
                 &[],
             )?;
-            let out = self.storage(64);
-            let bg = self.bind(&pipe, &[(9, &out)]);
-            let mut enc = self
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("check"),
-                });
-            {
-                let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-                p.set_pipeline(&pipe);
-                p.set_bind_group(0, &bg, &[]);
-                p.dispatch_workgroups(1, 1, 1);
-            }
-            let r = self.submit_and_read(enc, &[(&out, 64)])?;
-            self.give([out]);
-            let got: Vec<u32> = bytemuck::pod_collect_to_vec(&r[0]);
+            let got: Vec<u32> = bytemuck::pod_collect_to_vec(&self.run_check(&pipe, 64)?);
             Ok((0..16u8).all(|c| {
                 got[c as usize] == crate::format::dequant_elem(MxFormat::Fp4E2M1, c, 127).to_bits()
             }))
