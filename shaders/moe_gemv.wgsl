@@ -431,9 +431,9 @@ fn generic_octet(rb: u32, o: u32, x0: Octet, x1: Octet, x2: Octet, x3: Octet) ->
     return dot_octet_4tokens(w, x0, x1, x2, x3) * block_scale_at(sidx);
 }
 
-// The tile of this workgroup, uniformly: (expert, start, end, valid). Fills the code tables only
-// where the decode uses them, with any workgroup size; resets the gemv1 block maxima.
-fn gemv_load_tile(lid: u32, slot: u32) -> vec4<u32> {
+// Every GEMV workgroup's set-up: the code tables, only where the decode uses them (any
+// workgroup size), and gemv1's block maxima reset.
+fn gemv_tile_setup(lid: u32) {
     if FP4_TABLE || mx_spec(WEIGHT_FMT).code_bits != 4u {
         for (var c = lid; c < 256u; c = c + GEMV_THREADS) {
             code_value[c] = bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c, 127u));
@@ -446,6 +446,12 @@ fn gemv_load_tile(lid: u32, slot: u32) -> vec4<u32> {
     if lid < GEMV_TILE_ROWS {
         atomicStore(&block_amax[lid], 0u);
     }
+}
+
+// The tile of this workgroup, uniformly: (expert, start, end, valid). Fills the code tables only
+// where the decode uses them, with any workgroup size; resets the gemv1 block maxima.
+fn gemv_load_tile(lid: u32, slot: u32) -> vec4<u32> {
+    gemv_tile_setup(lid);
     if lid == 0u {
         var t = vec4<u32>(0u, 0u, 0u, 0u);
         if slot < tiles[0] {
@@ -470,18 +476,7 @@ fn gemv_local_expert(a: u32) -> i32 {
 // fl_pair; workgroup (0, 0) (`writer`) stores pair_of_row, row_of_pair and tiles as the lists
 // pass would. Also what gemv_load_tile does (tables, block maxima).
 fn gemv_own_lists(lid: u32, slot: u32, writer: bool) -> vec4<u32> {
-    if FP4_TABLE || mx_spec(WEIGHT_FMT).code_bits != 4u {
-        for (var c = lid; c < 256u; c = c + GEMV_THREADS) {
-            code_value[c] = bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c, 127u));
-            fp4_byte_values[c] = vec2<f32>(
-                bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c & 15u, 127u)),
-                bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, c >> 4u, 127u)),
-            );
-        }
-    }
-    if lid < GEMV_TILE_ROWS {
-        atomicStore(&block_amax[lid], 0u);
-    }
+    gemv_tile_setup(lid);
     let na = params.m * params.top_k;
     for (var a = lid; a < na; a = a + GEMV_THREADS) {
         fl_expert[a] = gemv_local_expert(a);

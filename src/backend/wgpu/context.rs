@@ -2,9 +2,16 @@
 //! (keyed by [`Shader`] + entry + overrides) and a buffer pool. Thin per-call helpers live here
 //! too (upload, readback, dispatch-grid sizing).
 //!
-//! Over 600 lines: one type (`Context`) and the small helpers every op file uses; the pieces
-//! (adapter choice, pipeline cache, buffer pool, timers, readback) share its locks and limits.
+//! Over 700 lines: one type (`Context`) and the small helpers every op file uses; the pieces
+//! (pipeline cache, buffer pool, start-up self-checks, timers, readback) share its locks and
+//! limits. Adapter enumeration and ranking live in adapter.rs, the host-time profile in
+//! host_profile.rs.
 
+use super::adapter::{
+    all_adapters, coop_config_ok, instance, instance_for, rank, summarize, COOP_FEATURES, WANTED,
+};
+pub use super::adapter::{enumerate_adapters, AdapterSummary};
+pub use super::host_profile;
 use super::source::Shader;
 use crate::backend::BackendError;
 use crate::format::MxFormat;
@@ -58,110 +65,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Host-time profile of the forward path: with `MXMOE_HOST_PROFILE=N` (N > 0) the forward marks
-/// the end of each host step (`host_mark`), and every N forwards stderr gets the mean
-/// microseconds of each step (the time since the previous mark), so the wall time outside the
-/// GPU passes can be attributed. Off (one relaxed load per mark) otherwise.
-pub mod host_profile {
-    use std::cell::RefCell;
-    use std::sync::{Mutex, OnceLock};
-    use std::time::Instant;
-
-    fn every() -> u64 {
-        static N: OnceLock<u64> = OnceLock::new();
-        *N.get_or_init(|| {
-            std::env::var("MXMOE_HOST_PROFILE")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        })
-    }
-
-    thread_local! {
-        static MARKS: RefCell<Vec<(&'static str, Instant)>> = const { RefCell::new(Vec::new()) };
-    }
-
-    struct Sums {
-        label: String,
-        forwards: u64,
-        steps: Vec<(&'static str, f64)>,
-    }
-    static SUMS: Mutex<Sums> = Mutex::new(Sums {
-        label: String::new(),
-        forwards: 0,
-        steps: Vec::new(),
-    });
-
-    fn print(s: &mut Sums) {
-        if s.forwards == 0 {
-            return;
-        }
-        let f = s.forwards as f64;
-        let total: f64 = s.steps.iter().map(|(_, v)| v).sum::<f64>() / f;
-        let parts: Vec<String> = s
-            .steps
-            .iter()
-            .map(|(k, v)| format!("{k} {:.1}", v / f))
-            .collect();
-        eprintln!(
-            "host profile ({}, mean us over {} forwards): total {total:.1} = {}",
-            s.label,
-            s.forwards,
-            parts.join(", ")
-        );
-        s.forwards = 0;
-        s.steps.clear();
-    }
-
-    /// Start a forward's profile (clears this thread's marks).
-    pub fn start() {
-        if every() > 0 {
-            MARKS.with(|m| {
-                let mut m = m.borrow_mut();
-                m.clear();
-                m.push(("start", Instant::now()));
-            });
-        }
-    }
-
-    /// The host step `name` ends now.
-    pub fn mark(name: &'static str) {
-        if every() > 0 {
-            MARKS.with(|m| m.borrow_mut().push((name, Instant::now())));
-        }
-    }
-
-    /// End a forward: add its steps to the sums of `label` (the sums of another label are
-    /// printed and cleared first); print the means every N forwards.
-    pub fn finish(label: impl FnOnce() -> String) {
-        let n = every();
-        if n == 0 {
-            return;
-        }
-        let marks = MARKS.with(|m| std::mem::take(&mut *m.borrow_mut()));
-        if marks.len() < 2 {
-            return;
-        }
-        let label = label();
-        let mut s = SUMS.lock().unwrap_or_else(|p| p.into_inner());
-        if s.label != label {
-            print(&mut s);
-            s.label = label;
-        }
-        s.forwards += 1;
-        for w in marks.windows(2) {
-            let us = (w[1].1 - w[0].1).as_secs_f64() * 1e6;
-            match s.steps.iter_mut().find(|(k, _)| *k == w[1].0) {
-                Some(e) => e.1 += us,
-                None => s.steps.push((w[1].0, us)),
-            }
-        }
-        if s.forwards >= n {
-            print(&mut s);
-        }
-    }
-}
-
 /// How long `submit_and_map` polls the fence before it blocks (a forward of a few milliseconds
 /// or less finishes while spinning; longer ones block, costing one wake-up).
 const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
@@ -173,173 +76,6 @@ const WRITE_PIECE: usize = 1 << 20;
 
 /// Pooled buffers kept per (usage, power-of-two size) class.
 const POOL_PER_CLASS: usize = 12;
-
-/// One adapter as `mxmoe info` lists it.
-#[derive(Clone, Debug)]
-pub struct AdapterSummary {
-    pub name: String,
-    pub backend: String,
-    pub device_type: String,
-    pub driver: String,
-    pub driver_info: String,
-    /// The features mxmoe uses that this adapter has (SHADER_F16, SUBGROUP, TIMESTAMP_QUERY).
-    pub features: Vec<&'static str>,
-    pub max_storage_buffer_binding_size: u64,
-    pub max_buffer_size: u64,
-    pub max_storage_buffers_per_shader_stage: u32,
-    pub max_compute_workgroup_storage_size: u32,
-    pub max_compute_invocations_per_workgroup: u32,
-    pub max_compute_workgroups_per_dimension: u32,
-    /// Whether this adapter can run compute shaders at all (GL adapters may not).
-    pub compute: bool,
-    /// The cooperative-matrix configurations the adapter reports (M x N x K, A/B type ->
-    /// accumulator type), when it offers `EXPERIMENTAL_COOPERATIVE_MATRIX`.
-    pub coop_matrix: Vec<String>,
-}
-
-impl std::fmt::Display for AdapterSummary {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} ({}, {}, driver {} {}); features [{}]; max storage binding {} MiB, max buffer {} MiB, \
-             {} storage buffers/stage, {} B workgroup memory, {} invocations/workgroup{}{}",
-            self.name,
-            self.backend,
-            self.device_type,
-            self.driver,
-            self.driver_info,
-            self.features.join(", "),
-            self.max_storage_buffer_binding_size >> 20,
-            self.max_buffer_size >> 20,
-            self.max_storage_buffers_per_shader_stage,
-            self.max_compute_workgroup_storage_size,
-            self.max_compute_invocations_per_workgroup,
-            if self.coop_matrix.is_empty() {
-                String::new()
-            } else {
-                format!("; cooperative matrices [{}]", self.coop_matrix.join(", "))
-            },
-            if self.compute { "" } else { "; NO COMPUTE" }
-        )
-    }
-}
-
-const WANTED: [(wgpu::Features, &str); 3] = [
-    (wgpu::Features::SHADER_F16, "SHADER_F16"),
-    (wgpu::Features::SUBGROUP, "SUBGROUP"),
-    (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
-];
-
-fn summarize(a: &wgpu::Adapter) -> AdapterSummary {
-    let info = a.get_info();
-    let l = a.limits();
-    let feats = a.features();
-    AdapterSummary {
-        name: info.name.clone(),
-        backend: format!("{:?}", info.backend),
-        device_type: format!("{:?}", info.device_type),
-        driver: info.driver.clone(),
-        driver_info: info.driver_info.clone(),
-        features: WANTED
-            .iter()
-            .filter(|(f, _)| feats.contains(*f))
-            .map(|(_, n)| *n)
-            .collect(),
-        max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
-        max_buffer_size: l.max_buffer_size,
-        max_storage_buffers_per_shader_stage: l.max_storage_buffers_per_shader_stage,
-        max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
-        max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
-        max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
-        compute: a
-            .get_downlevel_capabilities()
-            .flags
-            .contains(wgpu::DownlevelFlags::COMPUTE_SHADERS),
-        coop_matrix: if feats.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
-            a.cooperative_matrix_properties()
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{}x{}x{} {:?}->{:?}{}",
-                        p.m_size,
-                        p.n_size,
-                        p.k_size,
-                        p.ab_type,
-                        p.cr_type,
-                        if p.saturating_accumulation {
-                            " sat"
-                        } else {
-                            ""
-                        }
-                    )
-                })
-                .collect()
-        } else {
-            Vec::new()
-        },
-    }
-}
-
-/// Whether `p` is the configuration shaders/moe_gemm_coop.wgsl uses: 16x16x16, f16 operands,
-/// f32 accumulator.
-fn coop_config_ok(p: &wgpu::CooperativeMatrixProperties) -> bool {
-    (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
-        && p.ab_type == wgpu::CooperativeScalarType::F16
-        && p.cr_type == wgpu::CooperativeScalarType::F32
-}
-
-/// The adapter features the cooperative-matrix GEMM needs (with a [`coop_config_ok`]
-/// configuration and subgroups of 32 consecutive invocations).
-const COOP_FEATURES: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
-    .union(wgpu::Features::SHADER_F16)
-    .union(wgpu::Features::SUBGROUP);
-
-/// An instance over `backends` (`WGPU_BACKEND`, e.g. "vulkan" or "gl", overrides them; the other
-/// WGPU_* variables are honoured too).
-fn instance_for(backends: wgpu::Backends) -> wgpu::Instance {
-    let mut d = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-    d.backends = wgpu::Backends::from_env().unwrap_or(backends);
-    wgpu::Instance::new(d)
-}
-
-fn instance() -> wgpu::Instance {
-    instance_for(wgpu::Backends::all())
-}
-
-fn all_adapters(inst: &wgpu::Instance) -> Vec<wgpu::Adapter> {
-    let backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all());
-    pollster::block_on(inst.enumerate_adapters(backends))
-}
-
-/// Every adapter wgpu can see (honouring `WGPU_BACKEND`), best first, for `mxmoe info`.
-pub fn enumerate_adapters() -> Vec<AdapterSummary> {
-    let inst = instance();
-    let mut v = all_adapters(&inst);
-    v.sort_by_key(rank);
-    v.iter().map(summarize).collect()
-}
-
-/// Lower is better: discrete > integrated > virtual > CPU > other; Vulkan/Metal/DX12 before GL.
-fn rank(a: &wgpu::Adapter) -> (u32, u32) {
-    let info = a.get_info();
-    let t = match info.device_type {
-        wgpu::DeviceType::DiscreteGpu => 0,
-        wgpu::DeviceType::IntegratedGpu => 1,
-        wgpu::DeviceType::VirtualGpu => 2,
-        wgpu::DeviceType::Cpu => 3,
-        wgpu::DeviceType::Other => 4,
-    };
-    let b = match info.backend {
-        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 => 0,
-        wgpu::Backend::Gl => 2,
-        _ => 1,
-    };
-    let compute = a
-        .get_downlevel_capabilities()
-        .flags
-        .contains(wgpu::DownlevelFlags::COMPUTE_SHADERS);
-    (if compute { 0 } else { 100 } + t, b)
-}
 
 /// GPU timestamps around compute passes (TIMESTAMP_QUERY), for benchmarks.
 pub struct Timer {
@@ -818,24 +554,8 @@ impl Context {
         let pipe = self
             .pipeline(Shader::MoeGemmCoop, "coop_check", &self.coop_overrides[..1])
             .map_err(|e| e.to_string())?;
-        let out = self.storage(1024);
-        let bg = self.bind(&pipe, &[(9, &out)]);
-        let mut enc = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("coop_check"),
-            });
-        {
-            let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-            p.set_pipeline(&pipe);
-            p.set_bind_group(0, &bg, &[]);
-            p.dispatch_workgroups(1, 1, 1);
-        }
-        let r = self
-            .submit_and_read(enc, &[(&out, 1024)])
-            .map_err(|e| e.to_string())?;
-        self.give([out]);
-        let got: Vec<f32> = bytemuck::pod_collect_to_vec(&r[0]);
+        let got: Vec<f32> =
+            bytemuck::pod_collect_to_vec(&self.run_check(&pipe, 1024).map_err(|e| e.to_string())?);
         for i in 0..16i64 {
             for n in 0..16i64 {
                 let want: i64 = (0..32i64)
@@ -963,6 +683,27 @@ impl Context {
         Ok(())
     }
 
+    /// One workgroup of a start-up self-check entry point (`subgroup_check`,
+    /// `fp4_decode_check`, `coop_check`) writing `bytes` into binding 9; returns those bytes.
+    fn run_check(&self, pipe: &wgpu::ComputePipeline, bytes: u64) -> Result<Vec<u8>, BackendError> {
+        let out = self.storage(bytes);
+        let bg = self.bind(pipe, &[(9, &out)]);
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("check"),
+            });
+        {
+            let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            p.set_pipeline(pipe);
+            p.set_bind_group(0, &bg, &[]);
+            p.dispatch_workgroups(1, 1, 1);
+        }
+        let mut r = self.submit_and_read(enc, &[(&out, bytes)])?;
+        self.give([out]);
+        Ok(r.swap_remove(0))
+    }
+
     /// Run `subgroup_check` (shaders/moe_gemv_reduce_subgroup.wgsl) with the layout `c`: every
     /// invocation must sit in a subgroup of exactly `c.lanes` consecutive invocations.
     fn check_subgroup_layout(&self, c: GemvConfig) -> bool {
@@ -975,23 +716,8 @@ impl Context {
                 "subgroup_check",
                 &c.overrides(),
             )?;
-            let n = c.threads() as u64;
-            let out = self.storage(4 * n);
-            let bg = self.bind(&pipe, &[(9, &out)]);
-            let mut enc = self
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("check"),
-                });
-            {
-                let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-                p.set_pipeline(&pipe);
-                p.set_bind_group(0, &bg, &[]);
-                p.dispatch_workgroups(1, 1, 1);
-            }
-            let r = self.submit_and_read(enc, &[(&out, 4 * n)])?;
-            self.give([out]);
-            let got: Vec<u32> = bytemuck::pod_collect_to_vec(&r[0]);
+            let got: Vec<u32> =
+                bytemuck::pod_collect_to_vec(&self.run_check(&pipe, 4 * c.threads() as u64)?);
             Ok(got.iter().all(|&v| v == 1))
         };
         run().unwrap_or(false)
@@ -1010,22 +736,7 @@ impl Context {
                 "fp4_decode_check",
                 &[],
             )?;
-            let out = self.storage(64);
-            let bg = self.bind(&pipe, &[(9, &out)]);
-            let mut enc = self
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("check"),
-                });
-            {
-                let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-                p.set_pipeline(&pipe);
-                p.set_bind_group(0, &bg, &[]);
-                p.dispatch_workgroups(1, 1, 1);
-            }
-            let r = self.submit_and_read(enc, &[(&out, 64)])?;
-            self.give([out]);
-            let got: Vec<u32> = bytemuck::pod_collect_to_vec(&r[0]);
+            let got: Vec<u32> = bytemuck::pod_collect_to_vec(&self.run_check(&pipe, 64)?);
             Ok((0..16u8).all(|c| {
                 got[c as usize] == crate::format::dequant_elem(MxFormat::Fp4E2M1, c, 127).to_bits()
             }))

@@ -29,7 +29,9 @@
 //!
 //! UNSUPPORTED (reported, never silently run): more than 1024 experts or top_k > 32.
 
+pub mod adapter;
 pub mod context;
+pub mod host_profile;
 pub mod moe;
 pub mod quant;
 pub mod route;

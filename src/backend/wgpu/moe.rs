@@ -14,6 +14,10 @@
 //!
 //! Weights larger than one storage binding are split into chunks of whole experts, each its own
 //! buffer; the GEMMs run once per chunk and skip the other chunks' tiles.
+//!
+//! Over 700 lines: `forward` records every pass of one submit against one set of buffers and
+//! bind groups (the forward cache); splitting it per pass would pass that set around. Layer
+//! preparation (weight chunks, resident buffers) is the other third.
 
 use super::context::{host_profile, pod_vec, Context, Timer};
 use super::route;
