@@ -86,22 +86,37 @@ fn gemm_threads(arch: &str) -> u32 {
     }
 }
 
-/// Which bf16 grouped GEMM runs the prefill (`MXMOE_HIP_GEMM`): v1 (`moe_gemm{1,2}[_split]_cb*`,
-/// the default) or v2 (`moe_gemm{1,2}_v2_t*`, NVIDIA only, docs/hip-gemm-v2.md).
+/// Which bf16 grouped GEMM runs the prefill (`MXMOE_HIP_GEMM`): v1 (`moe_gemm{1,2}[_split]_cb*`),
+/// v2 (`moe_gemm{1,2}_v2_t*`, NVIDIA only, docs/hip-gemm-v2.md) or auto (the default: v2 where it
+/// was measured faster, see [`auto_uses_v2`], v1 elsewhere and wherever v2 is not built).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum GemmVersion {
+    Auto,
     V1,
     V2,
 }
 
 fn gemm_version() -> Result<GemmVersion, BackendError> {
     match std::env::var("MXMOE_HIP_GEMM").as_deref() {
-        Err(_) | Ok("") | Ok("v1") => Ok(GemmVersion::V1),
+        Err(_) | Ok("") | Ok("auto") => Ok(GemmVersion::Auto),
+        Ok("v1") => Ok(GemmVersion::V1),
         Ok("v2") => Ok(GemmVersion::V2),
         Ok(v) => Err(BackendError::Device(format!(
-            "MXMOE_HIP_GEMM={v}: expected v1 or v2 (docs/ENVIRONMENT.md)"
+            "MXMOE_HIP_GEMM={v}: expected auto, v1 or v2 (docs/ENVIRONMENT.md)"
         ))),
     }
+}
+
+/// The largest mean token-expert pairs per local expert for which `MXMOE_HIP_GEMM=auto` takes
+/// v2 (with its 16-row tiles). Measured on the H200 (docs/h200-2026-12-01-v2): at 2 pairs per
+/// expert v2 is 21-22 % faster than v1 (gpt-oss-120b 64 tokens 0.859 vs 1.088 ms GPU,
+/// DeepSeek-R1 64 tokens 2.04 vs 2.62); at 8 and more it is slower (gpt-oss 256 tokens 1.93 vs
+/// 1.84, DeepSeek 512 tokens 8.10 vs 6.06, both 2048-token runs 16-24 % slower).
+const AUTO_V2_MAX_MEAN_PAIRS: usize = 4;
+
+/// Whether `auto` runs v2 for `pairs` token-expert pairs over `experts` local experts.
+fn auto_uses_v2(pairs: usize, experts: usize) -> bool {
+    pairs.div_ceil(experts.max(1)) <= AUTO_V2_MAX_MEAN_PAIRS
 }
 
 /// The v2 GEMM's pair rows per tile for `pairs` token-expert pairs over `experts` local experts:
@@ -367,6 +382,13 @@ impl HipBackend {
             v.push("MX-float schemes: v_mfma_scale_f32_16x16x128_f8f6f4 on the MX codes".into());
         }
         match gemm_version() {
+            Ok(GemmVersion::Auto) => v.push(match &self.v2 {
+                Ok(_) => format!(
+                    "bf16 GEMM: auto (v2 with 16-row tiles up to {AUTO_V2_MAX_MEAN_PAIRS} \
+                     token-expert pairs per local expert, v1 above; MXMOE_HIP_GEMM=v1|v2 forces one)"
+                ),
+                Err(e) => format!("bf16 GEMM: v1 (v2 unavailable here: {e})"),
+            }),
             Ok(GemmVersion::V2) => v.push(match &self.v2 {
                 Ok(_) => "bf16 GEMM: v2 (MXMOE_HIP_GEMM=v2: dynamic shared memory, 64-deep K \
                           steps, 16/32/64-row tiles)"
@@ -642,11 +664,19 @@ impl HipBackend {
             && m <= FUSED_COMBINE_MAX_TOKENS
             && std::env::var("MXMOE_HIP_FUSED_COMBINE").map_or(true, |v| v != "0");
         // The bf16 GEMM's version and, for v2, its tile (the lists kernel cuts tiles of tile_m).
-        let v2_tm = if !gemv && self.scaled_mfma(l).is_none() && gemm_version()? == GemmVersion::V2
-        {
-            if let Err(e) = &self.v2 {
-                return Err(BackendError::Device(format!("MXMOE_HIP_GEMM=v2: {e}")));
-            }
+        let use_v2 = !gemv
+            && self.scaled_mfma(l).is_none()
+            && match gemm_version()? {
+                GemmVersion::V1 => false,
+                GemmVersion::Auto => self.v2.is_ok() && auto_uses_v2(na, el),
+                GemmVersion::V2 => {
+                    if let Err(e) = &self.v2 {
+                        return Err(BackendError::Device(format!("MXMOE_HIP_GEMM=v2: {e}")));
+                    }
+                    true
+                }
+            };
+        let v2_tm = if use_v2 {
             Some(v2_tile_m(na, el)?)
         } else {
             None
@@ -1048,6 +1078,9 @@ mod tests {
         assert_eq!(v2_tile_for(32 * 128 + 1, 128), 64);
         assert_eq!(v2_tile_for(1 << 20, 8), 64);
         assert_eq!(v2_tile_for(0, 0), 16);
+        // auto: v2 at the measured 2 pairs per expert, v1 at 8 and more
+        assert!(auto_uses_v2(256, 128) && auto_uses_v2(512, 256) && auto_uses_v2(512, 128));
+        assert!(!auto_uses_v2(1024, 128) && !auto_uses_v2(4096, 256) && !auto_uses_v2(513, 128));
     }
 
     #[test]
