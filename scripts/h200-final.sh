@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One session's closing measurement on the H200 (device tool), in two calls of < 10 minutes:
+# One session's closing measurement on the H200 (device tool), in one call (PHASE=all, the
+# default: ~6-7 minutes, timeout_s 600) or two calls of < 10 minutes:
 #   PHASE=a  mxmoe info; the full catalog on wgpu (Vulkan) and on the HIP backend (CUDA driver);
 #            mxmoe bench on wgpu, both model shapes, the whole token matrix
 #   PHASE=b  mxmoe bench on the HIP backend, same matrix; then the peers in the same call:
@@ -14,7 +15,8 @@ T=$(mktemp -d)
 nvidia-smi --query-gpu=timestamp,clocks.sm --format=csv,noheader -lms 250 > "$T/clocks.csv" 2>&1 &
 SMI=$!
 clocks() { echo "# SM clock samples (MHz: count)"; awk -F, '{print $2}' "$T/clocks.csv" | sort | uniq -c | sort -rn | head -6; }
-if [ "${PHASE:-a}" = a ]; then
+P="${PHASE:-all}"
+if [ "$P" = a ] || [ "$P" = all ]; then
   { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; $B info; } > "$OUT/info.txt" 2>&1
   timeout 170 $B check --backend wgpu --suite full --json "$T/cw.json" > "$OUT/check_wgpu.txt" 2>&1
   echo "check wgpu rc=$?"; grep -E "FAIL" "$OUT/check_wgpu.txt" | head -5; tail -3 "$OUT/check_wgpu.txt"
@@ -26,7 +28,8 @@ if [ "${PHASE:-a}" = a ]; then
     --json "$OUT/bench_wgpu_dsr1.json" >> "$OUT/bench_wgpu.log" 2>&1; echo "bench wgpu dsr1 rc=$?"
   clocks >> "$OUT/bench_wgpu.log"
   grep -E "^ +[0-9]+ +[0-9.]+ " "$OUT/bench_wgpu.log" | cut -c1-160
-else
+fi
+if [ "$P" = b ] || [ "$P" = all ]; then
   timeout 120 $B bench --backend hip --shape gpt-oss-120b --tokens 1,4,16,64,256,2048 --iters 30 \
     --json "$OUT/bench_hip_gptoss.json" > "$OUT/bench_hip.log" 2>&1; echo "bench hip gpt-oss rc=$?"
   timeout 150 $B bench --backend hip --shape deepseek-r1 --tokens 1,8,64,512,2048 --iters 30 \
