@@ -250,6 +250,13 @@ pub struct Context {
     /// decode and the dot products (GEMV_DIAG_LOADS in moe_gemv.wgsl). Results are WRONG; for
     /// `bench --no-check` timings only.
     pub diag_gemv_loads_only: bool,
+    /// Whether shader modules are built with `create_shader_module_trusted` and no runtime
+    /// checks (`MXMOE_WGPU_TRUSTED=1`): naga then emits no index clamps on workgroup and private
+    /// arrays, no loop-bounding counters and no integer-division guards (storage buffers on
+    /// Vulkan keep the driver's robust buffer access either way). Off by default: a timing
+    /// knob; our shaders index within bounds and divide by non-zero values by construction, and
+    /// the check suite runs with it on as well as off.
+    pub trusted_shaders: bool,
     /// Auto picks the GEMV while the token-expert pairs are at most this many per local expert
     /// (on average); `MXMOE_GEMV_PAIRS` sets it.
     pub gemv_pairs_per_expert: AtomicU64,
@@ -404,6 +411,7 @@ impl Context {
                 DEFAULT_OWN_LISTS_MAX,
             )),
             diag_gemv_loads_only: std::env::var("MXMOE_DIAG_GEMV_LOADS_ONLY").as_deref() == Ok("1"),
+            trusted_shaders: std::env::var("MXMOE_WGPU_TRUSTED").as_deref() == Ok("1"),
             gemv_pairs_per_expert: AtomicU64::new(env_u64(
                 "MXMOE_GEMV_PAIRS",
                 DEFAULT_GEMV_PAIRS_PER_EXPERT,
@@ -817,12 +825,23 @@ impl Context {
                 Some(m) => m.clone(),
                 None => {
                     let src = shader.compose();
-                    let m = self
-                        .device
-                        .create_shader_module(wgpu::ShaderModuleDescriptor {
-                            label: Some(shader.name()),
-                            source: wgpu::ShaderSource::Wgsl(src.into()),
-                        });
+                    let desc = wgpu::ShaderModuleDescriptor {
+                        label: Some(shader.name()),
+                        source: wgpu::ShaderSource::Wgsl(src.into()),
+                    };
+                    let m = if self.trusted_shaders {
+                        // SAFETY: MXMOE_WGPU_TRUSTED=1 (see `trusted_shaders`): every shader of
+                        // this crate indexes its arrays within bounds and never divides by
+                        // zero or loops without end (the check suite runs with it on).
+                        unsafe {
+                            self.device.create_shader_module_trusted(
+                                desc,
+                                wgpu::ShaderRuntimeChecks::unchecked(),
+                            )
+                        }
+                    } else {
+                        self.device.create_shader_module(desc)
+                    };
                     mods.insert(shader, m.clone());
                     m
                 }

@@ -97,6 +97,13 @@ impl WgpuBackend {
                     .to_string(),
             );
         }
+        if self.ctx.trusted_shaders {
+            v.push(
+                "MXMOE_WGPU_TRUSTED=1: shader modules without runtime checks (no index clamps, \
+                 loop bounding or division guards)"
+                    .to_string(),
+            );
+        }
         v.extend([
             format!(
                 "prefill GEMM: {}",
