@@ -606,6 +606,78 @@ fn forward_cache_reuse_matches_fresh() {
     b.set_gemv_layout(base).unwrap();
 }
 
+/// gemv2's fused combine (its last workgroup per 64-column slice sums the slots; up to 16
+/// tokens) gives the combine pass's bits: weights in one buffer and in 3 chunks (a slice's last
+/// arrival is counted over every chunk's dispatch), H = 96 (a partial slice), 1 to 17 tokens
+/// (17: past the limit, both run the combine pass), each fused forward twice (the slice
+/// counters must be back at zero), and a batch whose every pair is on another rank (no tile at
+/// all: the output is zeros, written by no counting workgroup). Outputs are poisoned, so an
+/// element the fused path leaves unwritten fails. Timed forwards have no `moe/combine` pass
+/// exactly when fused.
+#[test]
+fn gemv_fused_combine_matches_combine_pass() {
+    if backend().is_none() {
+        println!("SKIPPED gemv_fused_combine_matches_combine_pass: no wgpu adapter");
+        return;
+    }
+    let b = WgpuBackend::new(None).unwrap();
+    b.set_poison(true);
+    let opts = MoeOptions::default();
+    let l = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 96, 64, 2));
+    let layer = l.build().unwrap();
+    let per_expert = (layer.weights.w13.data.len() / 8).max(layer.weights.w2.data.len() / 8) as u64;
+    for chunked in [false, true] {
+        b.set_max_chunk_bytes(if chunked { per_expert * 3 } else { 0 });
+        let g = b.prepare(&layer).unwrap();
+        assert_eq!(g.chunks(), if chunked { 3 } else { 1 });
+        for (m, seed) in [(1, 71), (3, 72), (16, 73), (17, 74)] {
+            let (hs, lg) = synth_batch(m, 96, 8, seed);
+            let run = |fuse: bool, timed: bool| {
+                b.set_fused_combine(fuse);
+                b.moe_path(&g, &hs, &lg, opts, MoePath::Gemv, timed).unwrap()
+            };
+            let want = run(false, false).0;
+            for rep in 0..2 {
+                let got = run(true, false).0;
+                assert_eq!(
+                    first_bit_mismatch(&got.output, &want.output),
+                    None,
+                    "m {m} chunked {chunked} forward {rep}"
+                );
+                assert_eq!(got.routing.topk_ids, want.routing.topk_ids);
+            }
+            if b.has_timestamps() {
+                for fuse in [false, true] {
+                    let times = run(fuse, true).1.unwrap_or_default();
+                    let combine = times.iter().any(|(n, _)| n == "moe/combine");
+                    assert_eq!(combine, !fuse || m > 16, "m {m} fuse {fuse}: {times:?}");
+                }
+            }
+        }
+    }
+    b.set_max_chunk_bytes(0);
+    // Every pair remote: 16 router experts, the even ones local; each token's largest logit is
+    // an odd expert and top_k is 1.
+    let mut l = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 64, 1));
+    l.router_experts = Some(16);
+    let layer = l.build().unwrap();
+    let g = b.prepare(&layer).unwrap();
+    let m = 3;
+    let (hs, _) = synth_batch(m, 64, 16, 75);
+    let mut lg = vec![0.0f32; m * 16];
+    for t in 0..m {
+        lg[t * 16 + 2 * t + 1] = 4.0;
+    }
+    let run = |fuse: bool| {
+        b.set_fused_combine(fuse);
+        b.moe_path(&g, &hs, &lg, opts, MoePath::Gemv, false).unwrap().0
+    };
+    let want = run(false);
+    assert!(want.output.iter().all(|&v| v == 0.0), "all pairs remote: zeros");
+    assert_eq!(first_bit_mismatch(&run(true).output, &want.output), None, "all remote");
+    b.set_fused_combine(true);
+}
+
 /// A batch whose activations reach `WRITE_PAR_MIN` bytes is uploaded in pieces from several
 /// threads: its output rows must equal those of the same tokens run in small batches (one
 /// write each), bit for bit (GEMM path for both; a row's result does not depend on the batch).
@@ -680,7 +752,8 @@ fn poison_does_not_leak_into_results() {
 
 /// Timing hooks for benchmarks: a timed forward gives the same output and, with
 /// TIMESTAMP_QUERY, one non-negative duration per pass (the GEMV path at decode sizes has no
-/// `lists` pass: gemv1 builds the lists; the GEMM path has it).
+/// `lists` pass: gemv1 builds the lists, and no `combine` pass: gemv2 combines; the GEMM path
+/// has both).
 #[test]
 fn moe_timed_forward() {
     let b = gpu!("moe_timed_forward");
@@ -706,18 +779,10 @@ fn moe_timed_forward() {
     assert_eq!(plain.output, timed.output);
     eprintln!("pass times (ms): {times:?}");
     if b.has_timestamps() {
-        // At decode sizes gemv1 builds the row lists itself: no `lists` pass.
+        // At decode sizes gemv1 builds the row lists itself and gemv2 combines: no `lists`
+        // and no `combine` pass.
         let names: Vec<&str> = times.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "route",
-                "moe/input_qdq",
-                "moe/gemv1",
-                "moe/gemv2",
-                "moe/combine"
-            ]
-        );
+        assert_eq!(names, ["route", "moe/input_qdq", "moe/gemv1", "moe/gemv2"]);
         assert!(times.iter().all(|(_, t)| *t >= 0.0 && t.is_finite()));
         let (gemm, times) = b
             .moe_path(&g, &hs, &logits, opts, MoePath::Gemm, true)

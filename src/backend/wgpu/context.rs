@@ -24,6 +24,10 @@ use wgpu::util::DeviceExt;
 /// writes), so an element a kernel forgot to write fails a bit-exact or tolerance comparison.
 pub const POISON: u32 = 0x7FC0_DEAD;
 
+/// gemv2 fuses the combine up to this many tokens (its last workgroup per 64-column slice sums
+/// M x 64 outputs; the HIP backend's limit too).
+pub const FUSED_COMBINE_MAX_TOKENS: usize = 16;
+
 /// Whether the GEMV prefetches the next block unless `MXMOE_GEMV_PREFETCH` says, and whether its
 /// lanes take words rather than 32-blocks unless `MXMOE_GEMV_WORDS` says: words + prefetch was
 /// the fastest layout on the H200 at 1 and 16 tokens (docs/h200-2026-12-01-perf/README.md).
@@ -229,6 +233,11 @@ pub struct Context {
     /// Whether gemv1 builds the row lists itself at decode sizes (no `lists` pass);
     /// `MXMOE_GEMV_OWN_LISTS=0` turns it off.
     pub own_lists: AtomicBool,
+    /// Whether gemv2 also does the combine up to [`FUSED_COMBINE_MAX_TOKENS`] tokens
+    /// (GEMV_FUSE_COMBINE in moe_gemv.wgsl: the last workgroup of each column slice sums the
+    /// slots, same order and bits as the combine pass); `MXMOE_WGPU_FUSED_COMBINE=0` keeps the
+    /// combine pass.
+    pub fused_combine: AtomicBool,
     /// Whether the prefill GEMM runs on cooperative matrices (shaders/moe_gemm_coop.wgsl): set
     /// when the adapter offers them (f16 16x16x16, f32 accumulation), the subgroups are 32
     /// consecutive invocations and `check_coop` passed; `MXMOE_GEMM=tiled` keeps the tiled
@@ -406,6 +415,9 @@ impl Context {
             fp4_register_decode: AtomicBool::new(false),
             gemv: Mutex::new(GemvConfig::SHARED),
             own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
+            fused_combine: AtomicBool::new(
+                std::env::var("MXMOE_WGPU_FUSED_COMBINE").as_deref() != Ok("0"),
+            ),
             own_lists_max: AtomicU64::new(env_u64(
                 "MXMOE_GEMV_OWN_LISTS_MAX",
                 DEFAULT_OWN_LISTS_MAX,

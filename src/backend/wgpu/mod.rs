@@ -176,6 +176,12 @@ impl WgpuBackend {
         self.ctx.own_lists.store(on, Ordering::Relaxed);
     }
 
+    /// Test hook: whether gemv2 does the combine itself up to 16 tokens (GEMV_FUSE_COMBINE;
+    /// default on unless `MXMOE_WGPU_FUSED_COMBINE=0`).
+    pub fn set_fused_combine(&self, on: bool) {
+        self.ctx.fused_combine.store(on, Ordering::Relaxed);
+    }
+
     /// Test hook: gemv1 builds its own lists up to `pairs` token-expert pairs (when on).
     pub fn set_gemv_own_lists_max(&self, pairs: u64) {
         self.ctx.own_lists_max.store(pairs, Ordering::Relaxed);
