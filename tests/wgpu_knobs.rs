@@ -244,6 +244,56 @@ fn gemv_layouts_on_catalog_cases() {
     }
 }
 
+/// The deep prefetch (`GemvConfig::deep`, GEMV_PREFETCH = 2: FP4 codes and scales two steps
+/// ahead, one token's x one step ahead) computes the same products in the same order as the
+/// one-step prefetch: the same bits, on K with many steps per lane (H 2880: 11+ words per lane)
+/// and with fewer words than lanes (H 64), 1 to 9 tokens (one-token and 4-token paths, partial
+/// tiles), both reductions where the adapter has subgroups. Own backend instance.
+#[test]
+fn gemv_deep_prefetch_matches_prefetch() {
+    if backend().is_none() {
+        println!("SKIPPED gemv_deep_prefetch_matches_prefetch: no wgpu adapter");
+        return;
+    }
+    let b = WgpuBackend::new(None).unwrap();
+    b.set_poison(true);
+    let opts = MoeOptions::default();
+    let mut reductions = vec![false];
+    if b.subgroup_size().is_some() {
+        reductions.push(true);
+    }
+    for (e, h, i, k) in [(4, 2880, 704, 2), (8, 64, 96, 2)] {
+        let layer = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::SwigluOai, e, h, i, k))
+            .build()
+            .unwrap();
+        assert_eq!(layer.weights.w13.format, MxFormat::Fp4E2M1, "an FP4 layer");
+        let g = b.prepare(&layer).unwrap();
+        for &subgroup in &reductions {
+            for (m, seed) in [(1, 81), (3, 82), (4, 83), (5, 84), (9, 85)] {
+                let (hs, lg) = synth_batch(m, h, e, seed);
+                let mut outs = Vec::new();
+                for deep in [false, true] {
+                    let want = GemvConfig {
+                        subgroup,
+                        prefetch: true,
+                        words: true,
+                        deep,
+                        ..GemvConfig::SHARED
+                    };
+                    let cfg = b.set_gemv_layout(want).unwrap();
+                    assert_eq!((cfg.deep, cfg.subgroup), (deep, subgroup), "{cfg:?}");
+                    outs.push(b.moe_path(&g, &hs, &lg, opts, MoePath::Gemv, false).unwrap().0);
+                }
+                assert_eq!(
+                    first_bit_mismatch(&outs[1].output, &outs[0].output),
+                    None,
+                    "e {e} h {h} m {m} subgroup {subgroup}"
+                );
+            }
+        }
+    }
+}
+
 /// The wide GEMV layout (shaders/moe_gemv_wide.wgsl: 16-byte code loads, x and scale bytes
 /// staged in workgroup memory per K chunk) on EVERY quick MoE case of the catalog against the
 /// CPU reference, with and without prefetch, gemv1 building its lists or not; with the

@@ -34,6 +34,9 @@ pub const FUSED_COMBINE_MAX_TOKENS: usize = 16;
 pub const DEFAULT_GEMV_PREFETCH: bool = true;
 /// See [`DEFAULT_GEMV_PREFETCH`].
 pub const DEFAULT_GEMV_WORDS: bool = true;
+/// Whether the words layout prefetches two steps ahead (`GemvConfig::deep`) unless
+/// `MXMOE_GEMV_PREFETCH` says (2 = deep): off until the H200 says it wins.
+pub const DEFAULT_GEMV_DEEP: bool = false;
 
 /// Whether the GEMV runs its wide layout (shaders/moe_gemv_wide.wgsl) unless `MXMOE_GEMV_WIDE`
 /// says: off until the H200 has measured it (docs/wgpu-gemv-wide.md).
@@ -150,6 +153,9 @@ pub struct GemvConfig {
     /// blocks; x of the tile's tokens and the rows' scale bytes are staged per K chunk in
     /// workgroup memory. FP4: same lane order and reductions as the 32-blocks layout.
     pub wide: bool,
+    /// With `prefetch` and `words`, FP4: the codes and scales two steps ahead and (1 token) x
+    /// one step ahead (GEMV_PREFETCH = 2), two steps of weight loads in flight per lane.
+    pub deep: bool,
 }
 
 impl GemvConfig {
@@ -161,6 +167,7 @@ impl GemvConfig {
         words: false,
         split: 1,
         wide: false,
+        deep: false,
     };
 
     /// The GEMV entry points of this layout (gemv1, gemv2).
@@ -182,7 +189,7 @@ impl GemvConfig {
         let mut v = vec![
             ("GEMV_LANES", self.lanes),
             ("GEMV_THREADS", self.threads()),
-            ("GEMV_PREFETCH", self.prefetch as u32),
+            ("GEMV_PREFETCH", if self.prefetch { 1 + self.deep as u32 } else { 0 }),
             ("GEMV_WORDS", self.words as u32),
         ];
         // Only the subgroup reduction declares GEMV_SPLIT.
@@ -460,10 +467,11 @@ impl Context {
             }
         };
         ctx.fp4_register_decode.store(on, Ordering::Relaxed);
-        let prefetch = match std::env::var("MXMOE_GEMV_PREFETCH").as_deref() {
-            Ok("0") => false,
-            Ok("1") => true,
-            _ => DEFAULT_GEMV_PREFETCH,
+        let (prefetch, deep) = match std::env::var("MXMOE_GEMV_PREFETCH").as_deref() {
+            Ok("0") => (false, false),
+            Ok("1") => (true, false),
+            Ok("2") => (true, true),
+            _ => (DEFAULT_GEMV_PREFETCH, DEFAULT_GEMV_DEEP),
         };
         let words = match std::env::var("MXMOE_GEMV_WORDS").as_deref() {
             Ok("0") => false,
@@ -486,6 +494,7 @@ impl Context {
             prefetch,
             words,
             wide,
+            deep,
         });
         if wide && !ctx.gemv_config().wide {
             eprintln!(
@@ -501,6 +510,7 @@ impl Context {
                 prefetch: false,
                 words: false,
                 wide: false,
+                deep: false,
             };
             coop_why = if ctx.subgroup_size != Some(32) || !ctx.check_subgroup_layout(layout) {
                 Some(format!(
@@ -618,6 +628,7 @@ impl Context {
             prefetch,
             words,
             wide: want.wide,
+            deep: want.deep,
             ..GemvConfig::SHARED
         };
         let cfg = if !want.subgroup {
@@ -641,6 +652,7 @@ impl Context {
                         words,
                         split,
                         wide: want.wide,
+                        deep: want.deep,
                     };
                     let max = self.limits.max_compute_invocations_per_workgroup;
                     if c.threads() > max {
