@@ -52,6 +52,11 @@ const GEMV_LIST_MAX: u32 = 256u;
 //    pieces (H is a multiple of 32) that no other workgroup of the pass reads, so no stale cache
 //    line can be read. Saves the combine pass (its launch and its read of the rows).
 override GEMV_FUSE_COMBINE: u32 = 0u;
+// 1: every tile has one row (the host sets it for one-token forwards: the k experts of a token
+//    are distinct), so the FP4 paths compile the one-token code only. The 4-token code holds
+//    ~4x the accumulators and x values; in the same pipeline its registers set the occupancy of
+//    the one-token path too. Same code on the same data: the same bits.
+override GEMV_ONE_ROW: u32 = 0u;
 var<workgroup> fc_last: u32;
 // Diagnostic, never for results (`MXMOE_DIAG_GEMV_LOADS_ONLY=1`, bench --no-check): the FP4 words
 // paths load codes, scales and x as usual but replace the decode and the dot products by one
@@ -659,15 +664,16 @@ fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
     let rb = gm.rb;
     let lane = lid % GEMV_LANES;
     let fp4 = mx_spec(WEIGHT_FMT).code_bits == 4u;
+    let one = GEMV_ONE_ROW != 0u || cnt == 1u;
     if fp4 && GEMV_WORDS != 0u {
-        if cnt == 1u {
+        if one {
             gemv_reduce1(lid, gemv_fp4_1token_words(lane, kblocks * 4u, xo.x, rb));
         } else {
             gemv_reduce4(lid, gemv_fp4_4tokens_words(lane, kblocks * 4u, xo, rb));
         }
         return;
     }
-    if fp4 && cnt == 1u {
+    if fp4 && one {
         gemv_reduce1(lid, gemv_fp4_1token(lane, kblocks, xo.x, rb));
         return;
     }

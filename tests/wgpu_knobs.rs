@@ -245,14 +245,15 @@ fn gemv_layouts_on_catalog_cases() {
 }
 
 /// The deep prefetch (`GemvConfig::deep`, GEMV_PREFETCH = 2: FP4 codes and scales two steps
-/// ahead, one token's x one step ahead) computes the same products in the same order as the
+/// ahead, one token's x one step ahead) and the one-row pipelines of one-token forwards
+/// (`GemvConfig::one_row`, GEMV_ONE_ROW) compute the same products in the same order as the
 /// one-step prefetch: the same bits, on K with many steps per lane (H 2880: 11+ words per lane)
 /// and with fewer words than lanes (H 64), 1 to 9 tokens (one-token and 4-token paths, partial
 /// tiles), both reductions where the adapter has subgroups. Own backend instance.
 #[test]
-fn gemv_deep_prefetch_matches_prefetch() {
+fn gemv_deep_prefetch_and_one_row_match_prefetch() {
     if backend().is_none() {
-        println!("SKIPPED gemv_deep_prefetch_matches_prefetch: no wgpu adapter");
+        println!("SKIPPED gemv_deep_prefetch_and_one_row_match_prefetch: no wgpu adapter");
         return;
     }
     let b = WgpuBackend::new(None).unwrap();
@@ -272,23 +273,27 @@ fn gemv_deep_prefetch_matches_prefetch() {
             for (m, seed) in [(1, 81), (3, 82), (4, 83), (5, 84), (9, 85)] {
                 let (hs, lg) = synth_batch(m, h, e, seed);
                 let mut outs = Vec::new();
-                for deep in [false, true] {
+                let variants = [(false, false), (true, false), (false, true), (true, true)];
+                for (deep, one_row) in variants {
                     let want = GemvConfig {
                         subgroup,
                         prefetch: true,
                         words: true,
                         deep,
+                        one_row,
                         ..GemvConfig::SHARED
                     };
                     let cfg = b.set_gemv_layout(want).unwrap();
-                    assert_eq!((cfg.deep, cfg.subgroup), (deep, subgroup), "{cfg:?}");
+                    assert_eq!((cfg.deep, cfg.one_row, cfg.subgroup), (deep, one_row, subgroup));
                     outs.push(b.moe_path(&g, &hs, &lg, opts, MoePath::Gemv, false).unwrap().0);
                 }
-                assert_eq!(
-                    first_bit_mismatch(&outs[1].output, &outs[0].output),
-                    None,
-                    "e {e} h {h} m {m} subgroup {subgroup}"
-                );
+                for (v, o) in variants.iter().zip(&outs).skip(1) {
+                    assert_eq!(
+                        first_bit_mismatch(&o.output, &outs[0].output),
+                        None,
+                        "e {e} h {h} m {m} subgroup {subgroup} (deep, one_row) {v:?}"
+                    );
+                }
             }
         }
     }

@@ -37,6 +37,9 @@ pub const DEFAULT_GEMV_WORDS: bool = true;
 /// Whether the words layout prefetches two steps ahead (`GemvConfig::deep`) unless
 /// `MXMOE_GEMV_PREFETCH` says (2 = deep): off until the H200 says it wins.
 pub const DEFAULT_GEMV_DEEP: bool = false;
+/// Whether one-token forwards use GEMV pipelines specialized for one-row tiles
+/// (`GemvConfig::one_row`) unless `MXMOE_GEMV_ONE_ROW` says.
+pub const DEFAULT_GEMV_ONE_ROW: bool = false;
 
 /// Whether the GEMV runs its wide layout (shaders/moe_gemv_wide.wgsl) unless `MXMOE_GEMV_WIDE`
 /// says: off until the H200 has measured it (docs/wgpu-gemv-wide.md).
@@ -156,6 +159,9 @@ pub struct GemvConfig {
     /// With `prefetch` and `words`, FP4: the codes and scales two steps ahead and (1 token) x
     /// one step ahead (GEMV_PREFETCH = 2), two steps of weight loads in flight per lane.
     pub deep: bool,
+    /// One-token forwards run GEMV pipelines specialized for one-row tiles (GEMV_ONE_ROW: the
+    /// FP4 paths compile the one-token code only, fewer registers).
+    pub one_row: bool,
 }
 
 impl GemvConfig {
@@ -168,6 +174,7 @@ impl GemvConfig {
         split: 1,
         wide: false,
         deep: false,
+        one_row: false,
     };
 
     /// The GEMV entry points of this layout (gemv1, gemv2).
@@ -473,6 +480,11 @@ impl Context {
             Ok("2") => (true, true),
             _ => (DEFAULT_GEMV_PREFETCH, DEFAULT_GEMV_DEEP),
         };
+        let one_row = match std::env::var("MXMOE_GEMV_ONE_ROW").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => DEFAULT_GEMV_ONE_ROW,
+        };
         let words = match std::env::var("MXMOE_GEMV_WORDS").as_deref() {
             Ok("0") => false,
             Ok("1") => true,
@@ -495,6 +507,7 @@ impl Context {
             words,
             wide,
             deep,
+            one_row,
         });
         if wide && !ctx.gemv_config().wide {
             eprintln!(
@@ -511,6 +524,7 @@ impl Context {
                 words: false,
                 wide: false,
                 deep: false,
+                one_row: false,
             };
             coop_why = if ctx.subgroup_size != Some(32) || !ctx.check_subgroup_layout(layout) {
                 Some(format!(
@@ -629,6 +643,7 @@ impl Context {
             words,
             wide: want.wide,
             deep: want.deep,
+            one_row: want.one_row,
             ..GemvConfig::SHARED
         };
         let cfg = if !want.subgroup {
@@ -653,6 +668,7 @@ impl Context {
                         split,
                         wide: want.wide,
                         deep: want.deep,
+                        one_row: want.one_row,
                     };
                     let max = self.limits.max_compute_invocations_per_workgroup;
                     if c.threads() > max {

@@ -122,7 +122,7 @@ impl WgpuBackend {
                 }
             ),
             format!(
-                "GEMV layout: 8 rows x {} lanes per group ({}), {} invocations, lane sums {}{}",
+                "GEMV layout: 8 rows x {} lanes per group ({}), {} invocations, lane sums {}{}{}",
                 g.lanes,
                 if g.wide {
                     "wide: 32-blocks per lane, x and scale bytes staged in workgroup memory"
@@ -146,6 +146,11 @@ impl WgpuBackend {
                     (true, true) => ", FP4 words prefetched two steps ahead (deep)",
                     (true, false) => ", next block prefetched",
                     _ => "",
+                },
+                if g.one_row {
+                    "; one-token pipelines for one-row tiles"
+                } else {
+                    ""
                 }
             ),
         ]);

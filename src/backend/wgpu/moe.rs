@@ -499,6 +499,8 @@ pub fn forward(
         ov.extend(gcfg.overrides());
         ov.push(("GEMV_OWN_LISTS", own_lists as u32));
         ov.push(("GEMV_FUSE_COMBINE", fuse_combine as u32));
+        // One token: every tile has one row (the token's k experts are distinct).
+        ov.push(("GEMV_ONE_ROW", (gcfg.one_row && m == 1) as u32));
         if ctx.diag_gemv_loads_only {
             ov.push(("GEMV_DIAG_LOADS", 1));
         }
