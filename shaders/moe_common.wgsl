@@ -9,7 +9,8 @@
 //                     gemm2 bias and the router weight
 //   moe_gemv.wgsl     decode (few rows per expert): grouped GEMV, lanes along K, the same
 //                     epilogues
-//   moe_combine.wgsl  per (token, h): the sum over the k slots in slot order (no float atomics)
+//   moe_combine.wgsl  per (token, h): the sum over the k slots in slot order (no float atomics);
+//                     up to 16 tokens gemv2 does it itself (GEMV_FUSE_COMBINE in moe_gemv.wgsl)
 //
 // Here: the pipeline constants, the parameter block and the one binding table of all passes
 // (each pipeline's layout holds the bindings its entry point uses), the tile a workgroup works

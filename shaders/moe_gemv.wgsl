@@ -28,9 +28,7 @@ const GEMV_WROWS: u32 = 64u;    // weight rows per workgroup
 const GEMV_R: u32 = 8u;            // weight rows per lane group
 override GEMV_LANES: u32 = 32u;    // lanes per group (along K)
 override GEMV_THREADS: u32 = 256u; // (GEMV_WROWS / GEMV_R) * GEMV_LANES, set by the host
-// 1: load the next block before this block's math; 2 (FP4 words layout; others as 1): two
-// steps ahead (gemv_fp4_1token_words)
-override GEMV_PREFETCH: u32 = 0u;
+override GEMV_PREFETCH: u32 = 0u;  // 1: load the next block before this block's math
 // 0: lane l takes whole 32-blocks (16-byte loads); its x block is 128 bytes, so a warp's x loads
 //    are 128 bytes apart (one cache line per lane).
 // 1: lane l takes words (8 codes, 4-byte loads) l, l + GEMV_LANES, ...: a row's lanes read 128
@@ -325,65 +323,44 @@ fn load_wrd8(w: Rows8, k: u32) -> Wrd8 {
                           block_scale_at(w.r6 + b), block_scale_at(w.r7 + b)));
 }
 
-// x elements 8k..8k+7 of the token row at xo (a multiple of 4): word k's x, two vec4 loads.
-fn load_x_word(xo: u32, k: u32) -> Octet {
-    let xi = xo / 4u + 2u * k;
-    return Octet(x_in_vec4[xi], x_in_vec4[xi + 1u]);
-}
-
 // FP4, one token, lanes along words (GEMV_WORDS = 1): lane sums of rows 0..3 and 4..7, words in
-// order, each word's 8 products scaled by its block scale. GEMV_PREFETCH = 2 (deep): the codes
-// and scales two steps ahead and x one step ahead are loaded before this step's math (loads
-// past the end reload the last word: cache hits), so a lane has two steps of weight loads in
-// flight while it computes; same products and order, the same bits.
+// order, each word's 8 products scaled by its block scale.
 fn gemv_fp4_1token_words(lane: u32, kwords: u32, xo: u32, w: Rows8) -> array<vec4<f32>, 2> {
     var s0 = vec4<f32>(0.0);
     var s1 = vec4<f32>(0.0);
     if lane >= kwords {
         return array<vec4<f32>, 2>(s0, s1);
     }
-    let last = kwords - 1u;
     var d = load_wrd8(w, lane);
-    var d2 = d;
-    var xd = Octet(vec4<f32>(0.0), vec4<f32>(0.0));
-    if GEMV_PREFETCH == 2u {
-        d2 = load_wrd8(w, min(lane + GEMV_LANES, last));
-        xd = load_x_word(xo, lane);
-    }
     for (var k = lane; k < kwords; k = k + GEMV_LANES) {
         var dn = d;
-        var xn = xd;
-        if GEMV_PREFETCH == 2u {
-            dn = load_wrd8(w, min(k + 2u * GEMV_LANES, last));
-            xn = load_x_word(xo, min(k + GEMV_LANES, last));
-        } else if GEMV_PREFETCH != 0u {
-            dn = load_wrd8(w, min(k + GEMV_LANES, last));
+        if GEMV_PREFETCH != 0u {
+            dn = load_wrd8(w, min(k + GEMV_LANES, kwords - 1u));
         }
-        var x = xd;
-        if GEMV_PREFETCH != 2u {
-            x = load_x_word(xo, k);
-        }
+        let xi = xo / 4u + 2u * k;
+        let x = Octet(x_in_vec4[xi], x_in_vec4[xi + 1u]);
         if GEMV_DIAG_LOADS != 0u {
             let mk = vec4<u32>(0x3F7FFFFFu);
             s0 = s0 + bitcast<vec4<f32>>(d.u_lo & mk) * x.lo * d.s_lo;
             s1 = s1 + bitcast<vec4<f32>>(d.u_hi & mk) * x.hi * d.s_hi;
-        } else {
-            let p0 = vec4<f32>(dot_octet(decode_fp4_word(d.u_lo.x), x),
-                               dot_octet(decode_fp4_word(d.u_lo.y), x),
-                               dot_octet(decode_fp4_word(d.u_lo.z), x),
-                               dot_octet(decode_fp4_word(d.u_lo.w), x));
-            let p1 = vec4<f32>(dot_octet(decode_fp4_word(d.u_hi.x), x),
-                               dot_octet(decode_fp4_word(d.u_hi.y), x),
-                               dot_octet(decode_fp4_word(d.u_hi.z), x),
-                               dot_octet(decode_fp4_word(d.u_hi.w), x));
-            s0 = s0 + (p0 * FP4_WORD_SCALE) * d.s_lo;
-            s1 = s1 + (p1 * FP4_WORD_SCALE) * d.s_hi;
+            if GEMV_PREFETCH != 0u {
+                d = dn;
+            } else if k + GEMV_LANES < kwords {
+                d = load_wrd8(w, k + GEMV_LANES);
+            }
+            continue;
         }
-        if GEMV_PREFETCH == 2u {
-            d = d2;
-            d2 = dn;
-            xd = xn;
-        } else if GEMV_PREFETCH != 0u {
+        let p0 = vec4<f32>(dot_octet(decode_fp4_word(d.u_lo.x), x),
+                           dot_octet(decode_fp4_word(d.u_lo.y), x),
+                           dot_octet(decode_fp4_word(d.u_lo.z), x),
+                           dot_octet(decode_fp4_word(d.u_lo.w), x));
+        let p1 = vec4<f32>(dot_octet(decode_fp4_word(d.u_hi.x), x),
+                           dot_octet(decode_fp4_word(d.u_hi.y), x),
+                           dot_octet(decode_fp4_word(d.u_hi.z), x),
+                           dot_octet(decode_fp4_word(d.u_hi.w), x));
+        s0 = s0 + (p0 * FP4_WORD_SCALE) * d.s_lo;
+        s1 = s1 + (p1 * FP4_WORD_SCALE) * d.s_hi;
+        if GEMV_PREFETCH != 0u {
             d = dn;
         } else if k + GEMV_LANES < kwords {
             d = load_wrd8(w, k + GEMV_LANES);
@@ -392,25 +369,17 @@ fn gemv_fp4_1token_words(lane: u32, kwords: u32, xo: u32, w: Rows8) -> array<vec
     return array<vec4<f32>, 2>(s0, s1);
 }
 
-// FP4, up to 4 tokens, lanes along words (GEMV_PREFETCH = 2: codes and scales two steps ahead;
-// x is loaded in the step, as with 1).
+// FP4, up to 4 tokens, lanes along words.
 fn gemv_fp4_4tokens_words(lane: u32, kwords: u32, xo: vec4<u32>,
                           w: Rows8) -> array<vec4<f32>, 8> {
     let z = vec4<f32>(0.0);
     var a = FourTokenSums(z, z, z, z, z, z, z, z);
     if lane < kwords {
-        let last = kwords - 1u;
         var d = load_wrd8(w, lane);
-        var d2 = d;
-        if GEMV_PREFETCH == 2u {
-            d2 = load_wrd8(w, min(lane + GEMV_LANES, last));
-        }
         for (var k = lane; k < kwords; k = k + GEMV_LANES) {
             var dn = d;
-            if GEMV_PREFETCH == 2u {
-                dn = load_wrd8(w, min(k + 2u * GEMV_LANES, last));
-            } else if GEMV_PREFETCH != 0u {
-                dn = load_wrd8(w, min(k + GEMV_LANES, last));
+            if GEMV_PREFETCH != 0u {
+                dn = load_wrd8(w, min(k + GEMV_LANES, kwords - 1u));
             }
             if GEMV_DIAG_LOADS != 0u {
                 let mk = vec4<u32>(0x3F7FFFFFu);
@@ -421,23 +390,25 @@ fn gemv_fp4_4tokens_words(lane: u32, kwords: u32, xo: vec4<u32>,
                 let xs = x0.lo + x0.hi + x1.lo + x1.hi + x2.lo + x2.hi + x3.lo + x3.hi;
                 a.row0 = a.row0 + bitcast<vec4<f32>>(d.u_lo & mk) * xs * d.s_lo;
                 a.row1 = a.row1 + bitcast<vec4<f32>>(d.u_hi & mk) * xs * d.s_hi;
-            } else {
-                let z4 = FourTokenSums(z, z, z, z, z, z, z, z);
-                let p = fp4_word_4tokens(z4, d.u_lo.x, d.u_lo.y, d.u_lo.z, d.u_lo.w, d.u_hi.x,
-                                         d.u_hi.y, d.u_hi.z, d.u_hi.w, xo, k);
-                a.row0 = a.row0 + (p.row0 * FP4_WORD_SCALE) * d.s_lo.x;
-                a.row1 = a.row1 + (p.row1 * FP4_WORD_SCALE) * d.s_lo.y;
-                a.row2 = a.row2 + (p.row2 * FP4_WORD_SCALE) * d.s_lo.z;
-                a.row3 = a.row3 + (p.row3 * FP4_WORD_SCALE) * d.s_lo.w;
-                a.row4 = a.row4 + (p.row4 * FP4_WORD_SCALE) * d.s_hi.x;
-                a.row5 = a.row5 + (p.row5 * FP4_WORD_SCALE) * d.s_hi.y;
-                a.row6 = a.row6 + (p.row6 * FP4_WORD_SCALE) * d.s_hi.z;
-                a.row7 = a.row7 + (p.row7 * FP4_WORD_SCALE) * d.s_hi.w;
+                if GEMV_PREFETCH != 0u {
+                    d = dn;
+                } else if k + GEMV_LANES < kwords {
+                    d = load_wrd8(w, k + GEMV_LANES);
+                }
+                continue;
             }
-            if GEMV_PREFETCH == 2u {
-                d = d2;
-                d2 = dn;
-            } else if GEMV_PREFETCH != 0u {
+            let z4 = FourTokenSums(z, z, z, z, z, z, z, z);
+            let p = fp4_word_4tokens(z4, d.u_lo.x, d.u_lo.y, d.u_lo.z, d.u_lo.w, d.u_hi.x,
+                                     d.u_hi.y, d.u_hi.z, d.u_hi.w, xo, k);
+            a.row0 = a.row0 + (p.row0 * FP4_WORD_SCALE) * d.s_lo.x;
+            a.row1 = a.row1 + (p.row1 * FP4_WORD_SCALE) * d.s_lo.y;
+            a.row2 = a.row2 + (p.row2 * FP4_WORD_SCALE) * d.s_lo.z;
+            a.row3 = a.row3 + (p.row3 * FP4_WORD_SCALE) * d.s_lo.w;
+            a.row4 = a.row4 + (p.row4 * FP4_WORD_SCALE) * d.s_hi.x;
+            a.row5 = a.row5 + (p.row5 * FP4_WORD_SCALE) * d.s_hi.y;
+            a.row6 = a.row6 + (p.row6 * FP4_WORD_SCALE) * d.s_hi.z;
+            a.row7 = a.row7 + (p.row7 * FP4_WORD_SCALE) * d.s_hi.w;
+            if GEMV_PREFETCH != 0u {
                 d = dn;
             } else if k + GEMV_LANES < kwords {
                 d = load_wrd8(w, k + GEMV_LANES);

@@ -34,12 +34,11 @@ pub const FUSED_COMBINE_MAX_TOKENS: usize = 16;
 pub const DEFAULT_GEMV_PREFETCH: bool = true;
 /// See [`DEFAULT_GEMV_PREFETCH`].
 pub const DEFAULT_GEMV_WORDS: bool = true;
-/// Whether the words layout prefetches two steps ahead (`GemvConfig::deep`) unless
-/// `MXMOE_GEMV_PREFETCH` says (2 = deep): off until the H200 says it wins.
-pub const DEFAULT_GEMV_DEEP: bool = false;
 /// Whether one-token forwards use GEMV pipelines specialized for one-row tiles
-/// (`GemvConfig::one_row`) unless `MXMOE_GEMV_ONE_ROW` says.
-pub const DEFAULT_GEMV_ONE_ROW: bool = false;
+/// (`GemvConfig::one_row`) unless `MXMOE_GEMV_ONE_ROW` says: on the H200, gpt-oss-120b at one
+/// token, gemv1 0.052 -> 0.033 ms on the same binary (0.038 before this branch),
+/// docs/h200-2026-12-01-wgpudecode2.
+pub const DEFAULT_GEMV_ONE_ROW: bool = true;
 
 /// Whether the GEMV runs its wide layout (shaders/moe_gemv_wide.wgsl) unless `MXMOE_GEMV_WIDE`
 /// says: off until the H200 has measured it (docs/wgpu-gemv-wide.md).
@@ -156,9 +155,6 @@ pub struct GemvConfig {
     /// blocks; x of the tile's tokens and the rows' scale bytes are staged per K chunk in
     /// workgroup memory. FP4: same lane order and reductions as the 32-blocks layout.
     pub wide: bool,
-    /// With `prefetch` and `words`, FP4: the codes and scales two steps ahead and (1 token) x
-    /// one step ahead (GEMV_PREFETCH = 2), two steps of weight loads in flight per lane.
-    pub deep: bool,
     /// One-token forwards run GEMV pipelines specialized for one-row tiles (GEMV_ONE_ROW: the
     /// FP4 paths compile the one-token code only, fewer registers).
     pub one_row: bool,
@@ -173,7 +169,6 @@ impl GemvConfig {
         words: false,
         split: 1,
         wide: false,
-        deep: false,
         one_row: false,
     };
 
@@ -196,7 +191,7 @@ impl GemvConfig {
         let mut v = vec![
             ("GEMV_LANES", self.lanes),
             ("GEMV_THREADS", self.threads()),
-            ("GEMV_PREFETCH", if self.prefetch { 1 + self.deep as u32 } else { 0 }),
+            ("GEMV_PREFETCH", self.prefetch as u32),
             ("GEMV_WORDS", self.words as u32),
         ];
         // Only the subgroup reduction declares GEMV_SPLIT.
@@ -474,11 +469,10 @@ impl Context {
             }
         };
         ctx.fp4_register_decode.store(on, Ordering::Relaxed);
-        let (prefetch, deep) = match std::env::var("MXMOE_GEMV_PREFETCH").as_deref() {
-            Ok("0") => (false, false),
-            Ok("1") => (true, false),
-            Ok("2") => (true, true),
-            _ => (DEFAULT_GEMV_PREFETCH, DEFAULT_GEMV_DEEP),
+        let prefetch = match std::env::var("MXMOE_GEMV_PREFETCH").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => DEFAULT_GEMV_PREFETCH,
         };
         let one_row = match std::env::var("MXMOE_GEMV_ONE_ROW").as_deref() {
             Ok("0") => false,
@@ -506,7 +500,6 @@ impl Context {
             prefetch,
             words,
             wide,
-            deep,
             one_row,
         });
         if wide && !ctx.gemv_config().wide {
@@ -523,7 +516,6 @@ impl Context {
                 prefetch: false,
                 words: false,
                 wide: false,
-                deep: false,
                 one_row: false,
             };
             coop_why = if ctx.subgroup_size != Some(32) || !ctx.check_subgroup_layout(layout) {
@@ -642,7 +634,6 @@ impl Context {
             prefetch,
             words,
             wide: want.wide,
-            deep: want.deep,
             one_row: want.one_row,
             ..GemvConfig::SHARED
         };
@@ -667,7 +658,6 @@ impl Context {
                         words,
                         split,
                         wide: want.wide,
-                        deep: want.deep,
                         one_row: want.one_row,
                     };
                     let max = self.limits.max_compute_invocations_per_workgroup;

@@ -142,10 +142,10 @@ impl WgpuBackend {
                 } else {
                     "by subgroupAdd (subgroup_check passed)".to_string()
                 },
-                match (g.prefetch, g.deep && g.words && !g.wide) {
-                    (true, true) => ", FP4 words prefetched two steps ahead (deep)",
-                    (true, false) => ", next block prefetched",
-                    _ => "",
+                if g.prefetch {
+                    ", next block prefetched"
+                } else {
+                    ""
                 },
                 if g.one_row {
                     "; one-token pipelines for one-row tiles"

@@ -539,16 +539,16 @@ pub fn forward(
                 ctx.give((*old).into_buffers());
             }
             let out_sizes = vec![
-                bytes(na),                // ids
-                bytes(na),                // weights
-                bytes(na),                // rows
-                bytes(na),                // slot
-                bytes(1 + 3 * max_tiles), // tiles
-                bytes(na * inter),        // intermediate
-                bytes(na * h),            // y
-                bytes(m * h),             // out
-                bytes(m * h),             // xq
-                bytes(h.div_ceil(TN2_GEMV)), // fused combine: arrivals per 64-column slice
+                bytes(na),                   // ids
+                bytes(na),                   // weights
+                bytes(na),                   // rows
+                bytes(na),                   // slot
+                bytes(1 + 3 * max_tiles),    // tiles
+                bytes(na * inter),           // intermediate
+                bytes(na * h),               // y
+                bytes(m * h),                // out
+                bytes(m * h),                // xq
+                bytes(h.div_ceil(TN2_GEMV)), // slice arrivals (fused combine)
             ];
             let bufs: Vec<wgpu::Buffer> = out_sizes.iter().map(|&n| ctx.storage(n)).collect();
             let (ids, topw, rows, slot, tiles, a2, y2, out, xq, counts) = (
