@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# The wgpudecode2 branch's one H200 device call (docs/h200-2026-12-01-wgpudecode2/README.md):
+# The wgpudecode2 branch's one H200 device call (docs/h200-2026-12-01-wgpudecode2/README.md), as
+# run with the binary of commit 92a2bd2. The deep prefetch it measures (MXMOE_GEMV_PREFETCH=2,
+# bench +deep) lost and was removed afterwards: with a later binary use
+# scripts/h200-wgpudecode2-verify.sh instead.
 # decode-size changes of the wgpu backend measured old vs new in one call, in priority order
 # (a call cut short still returns the most important results), every step under its own
 # timeout and a global deadline (~185 s):

@@ -182,9 +182,14 @@ impl WgpuBackend {
     }
 
     /// Test hook: whether gemv2 does the combine itself up to 16 tokens (GEMV_FUSE_COMBINE;
-    /// default on unless `MXMOE_WGPU_FUSED_COMBINE=0`).
+    /// default on Vulkan adapters, `MXMOE_WGPU_FUSED_COMBINE=0|1` says otherwise).
     pub fn set_fused_combine(&self, on: bool) {
         self.ctx.fused_combine.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether gemv2 does the combine itself up to 16 tokens (see [`Self::set_fused_combine`]).
+    pub fn fused_combine(&self) -> bool {
+        self.ctx.fused_combine.load(Ordering::Relaxed)
     }
 
     /// Test hook: gemv1 builds its own lists up to `pairs` token-expert pairs (when on).
