@@ -9,7 +9,8 @@
 //                     gemm2 bias and the router weight
 //   moe_gemv.wgsl     decode (few rows per expert): grouped GEMV, lanes along K, the same
 //                     epilogues
-//   moe_combine.wgsl  per (token, h): the sum over the k slots in slot order (no float atomics)
+//   moe_combine.wgsl  per (token, h): the sum over the k slots in slot order (no float atomics);
+//                     up to 16 tokens gemv2 does it itself (GEMV_FUSE_COMBINE in moe_gemv.wgsl)
 //
 // Here: the pipeline constants, the parameter block and the one binding table of all passes
 // (each pipeline's layout holds the bindings its entry point uses), the tile a workgroup works
@@ -65,6 +66,11 @@ struct MoeParams {
 // load) per lane and row, x as vec4 loads.
 @group(0) @binding(13) var<storage, read> w_codes_vec4: array<vec4<u32>>;
 @group(0) @binding(14) var<storage, read> x_in_vec4: array<vec4<f32>>;
+// gemv2 with the combine fused (GEMV_FUSE_COMBINE in moe_gemv.wgsl): the MoE output [M, H]
+// (f32 bits, what combine writes) and one arrival counter per 64-column slice (zeroed by the
+// host before the forward, reset by the slice's last workgroup).
+@group(0) @binding(15) var<storage, read_write> fc_out: array<u32>;
+@group(0) @binding(16) var<storage, read_write> fc_count: array<atomic<u32>>;
 
 var<workgroup> tile_desc: vec4<u32>; // load_tile: (expert, start, end, valid)
 var<workgroup> code_value: array<f32, 256>; // the value of every weight code (scale 1), exact

@@ -40,6 +40,22 @@ override GEMV_WORDS: u32 = 0u;
 //    (expert, pair) order).
 override GEMV_OWN_LISTS: u32 = 0u;
 const GEMV_LIST_MAX: u32 = 256u;
+// 1: gemv2 also does the combine (decode sizes: the host sets it up to 16 tokens): after its
+//    tile's rows are stored, a workgroup counts itself in fc_count[its 64-column slice]; the
+//    slice's last one (the count reaching tiles[0], over every weight chunk's dispatch) sums the
+//    k slots of every token for those 64 columns exactly as moe_combine.wgsl does (same reads,
+//    same order: the same bits) and writes fc_out. The stores are published and the sums read
+//    across a storageBarrier (device-scope acquire/release) on each side of the counter, the
+//    pattern of CUDA's threadFenceReduction sample; a slice's rows are 256-byte, 128-byte aligned
+//    pieces (H is a multiple of 32) that no other workgroup of the pass reads, so no stale cache
+//    line can be read. Saves the combine pass (its launch and its read of the rows).
+override GEMV_FUSE_COMBINE: u32 = 0u;
+// 1: every tile has one row (the host sets it for one-token forwards: the k experts of a token
+//    are distinct), so the FP4 paths compile the one-token code only. The 4-token code holds
+//    ~4x the accumulators and x values; in the same pipeline its registers set the occupancy of
+//    the one-token path too. Same code on the same data: the same bits.
+override GEMV_ONE_ROW: u32 = 0u;
+var<workgroup> fc_last: u32;
 // Diagnostic, never for results (`MXMOE_DIAG_GEMV_LOADS_ONLY=1`, bench --no-check): the FP4 words
 // paths load codes, scales and x as usual but replace the decode and the dot products by one
 // multiply-add per 4 rows, so a timing shows what the loads alone cost in this kernel's shape.
@@ -619,15 +635,16 @@ fn gemv_core(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) {
     let rb = gm.rb;
     let lane = lid % GEMV_LANES;
     let fp4 = mx_spec(WEIGHT_FMT).code_bits == 4u;
+    let one = GEMV_ONE_ROW != 0u || cnt == 1u;
     if fp4 && GEMV_WORDS != 0u {
-        if cnt == 1u {
+        if one {
             gemv_reduce1(lid, gemv_fp4_1token_words(lane, kblocks * 4u, xo.x, rb));
         } else {
             gemv_reduce4(lid, gemv_fp4_4tokens_words(lane, kblocks * 4u, xo, rb));
         }
         return;
     }
-    if fp4 && cnt == 1u {
+    if fp4 && one {
         gemv_reduce1(lid, gemv_fp4_1token(lane, kblocks, xo.x, rb));
         return;
     }
@@ -722,10 +739,63 @@ fn gemv1_epilogue(lid: u32, tile: vec4<u32>, jb: u32) {
 fn gemv2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let tile = gemv_load_tile(lid, wid.x);
     if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        gemv2_no_tiles(lid, tile, wid);
         return;
     }
     gemv_core(lid, false, tile.x, tile.y, tile.z - tile.y, wid.y * 64u);
     gemv2_epilogue(lid, tile, wid.y * 64u);
+    gemv2_fused_combine(lid, wid.y);
+}
+
+// GEMV_FUSE_COMBINE when the forward has no tile at all (every pair on another rank): nobody
+// counts, so workgroup (0, y) of each dispatch writes slice y's output (zeros, as combine).
+fn gemv2_no_tiles(lid: u32, tile: vec4<u32>, wid: vec3<u32>) {
+    if GEMV_FUSE_COMBINE != 0u && tile.w == 0u && wid.x == 0u {
+        gemv_combine_slice(lid, wid.y * 64u);
+    }
+}
+
+// GEMV_FUSE_COMBINE: count this workgroup in its slice; the last one combines the slice.
+fn gemv2_fused_combine(lid: u32, slice: u32) {
+    if GEMV_FUSE_COMBINE == 0u {
+        return;
+    }
+    storageBarrier(); // release: this workgroup's rows before its count
+    if lid == 0u {
+        var last = 0u;
+        if atomicAdd(&fc_count[slice], 1u) + 1u == tiles[0] {
+            last = 1u;
+            atomicStore(&fc_count[slice], 0u); // every tile has counted: ready for the next
+        }
+        fc_last = last;
+    }
+    if workgroupUniformLoad(&fc_last) == 0u {
+        return;
+    }
+    storageBarrier(); // acquire: the other workgroups' rows after their counts
+    gemv_combine_slice(lid, slice * 64u);
+}
+
+// moe_combine.wgsl's sum for the output columns nb .. nb + 63 of every token: the fp32 sum of
+// the k slots' rows (out_bits here) in slot order, remote pairs adding nothing, rounded with
+// bf16_point.
+fn gemv_combine_slice(lid: u32, nb: u32) {
+    let h = params.hidden;
+    let k = params.top_k;
+    for (var idx = lid; idx < params.m * 64u; idx = idx + GEMV_THREADS) {
+        let t = idx / 64u;
+        let n = nb + idx % 64u;
+        if n < h {
+            var acc = 0.0;
+            for (var j = 0u; j < k; j = j + 1u) {
+                let p = row_of_pair[t * k + j];
+                if p >= 0 {
+                    acc = acc + bitcast<f32>(out_bits[u32(p) * h + n]);
+                }
+            }
+            fc_out[t * h + n] = bitcast<u32>(bf16_point(acc));
+        }
+    }
 }
 
 // gemv2's epilogue over row_sums: the tile's 64 output columns from nb.

@@ -298,8 +298,10 @@ fn gemv1_wide(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) 
 fn gemv2_wide(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let tile = gemv_load_tile(lid, wid.x);
     if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        gemv2_no_tiles(lid, tile, wid);
         return;
     }
     gemv_core_wide(lid, false, tile.x, tile.y, tile.z - tile.y, wid.y * 64u);
     gemv2_epilogue(lid, tile, wid.y * 64u);
+    gemv2_fused_combine(lid, wid.y);
 }

@@ -1,13 +1,18 @@
 // route.wgsl: router logits [M, E] (+ an optional e_score_correction_bias [E]) -> top-k ids and
-// weights, one 64-wide workgroup per token. The CPU twin is src/moe/route.rs.
+// weights, one 256-wide workgroup per token. The CPU twin is src/moe/route.rs.
 //
 // Selection keys are exactly the CPU's, so the ids are too: the logits themselves, or with a
 // correction bias (DeepSeek-V3/R1) `score + bias`, the score being exact_sigmoid, or for softmax
 // routers e^(x - max) by exact_exp_neg over its sequential sum by exact_div, and the add add_ftz
 // (exact_math.wgsl: integer arithmetic, the same bits as the CPU). Groups (n_group / topk_group):
 // a group's score is its best key, or with a correction bias the sum of its two best keys (one
-// f32 add, add_ftz). Each top-k step is a parallel arg-max whose ties go to the lower index
-// (strict `>` while a thread scans upward; (value, index) order when merging).
+// f32 add, add_ftz).
+// Top-k by ranks, not by k rounds of arg-max: every invocation counts, for each of its experts,
+// the eligible experts that beat it (a larger key, or an equal key and a lower index: the CPU's
+// order, ties to the lower index), and the expert of rank r < k is selection r. One pass over
+// the keys in workgroup memory and one barrier, where k arg-max rounds cost k reduction trees
+// of log2(workgroup) barriers each (16 us for one gpt-oss token on the H200,
+// docs/h200-2026-12-01-wgpudecode); groups are chosen the same way.
 // Weights: exact scores (sigmoid, or softmax with a bias) renormalized by exact_div are bit-exact
 // with the CPU; softmax weights without a bias use the GPU's exp (tolerance, not bit-exact).
 // The scoring ids (SCORING_*) come from the generated preamble (Rust `Scoring`).
@@ -27,7 +32,7 @@ struct RouteParams {
     _pad2: u32,
 }
 
-const R_WG: u32 = 64u;
+const R_WG: u32 = 256u;
 
 @group(0) @binding(0) var<uniform> rp: RouteParams;
 @group(0) @binding(1) var<storage, read> r_logits: array<f32>;
@@ -35,16 +40,14 @@ const R_WG: u32 = 64u;
 @group(0) @binding(3) var<storage, read_write> r_weights: array<f32>;
 @group(0) @binding(4) var<storage, read> r_bias: array<u32>; // f32 bits; unused without a bias
 
-var<workgroup> r_key: array<f32, 1024>;   // the token's selection keys
-var<workgroup> r_taken: array<u32, 1024>; // 1 = already selected
-var<workgroup> r_gscore: array<f32, 1024>; // group scores (a group holds at least one expert)
-var<workgroup> r_gbits: array<u32, 32>;     // eligible groups (bit g % 32 of word g / 32)
-var<workgroup> r_bv: array<f32, 64>;      // arg-max candidates
-var<workgroup> r_bi: array<i32, 64>;
-var<workgroup> r_sel: array<u32, 32>;
-var<workgroup> r_sel_score: array<u32, 32>; // exact scores of the selected experts, f32 bits
-var<workgroup> r_sel_total: u32;            // their sum (renormalization), f32 bits
-var<workgroup> r_sum: array<f32, 64>;
+var<workgroup> r_key: array<f32, 1024>;       // the token's selection keys
+// key_ord of each eligible expert's key, 0 for experts of groups not chosen and for the padding
+// up to a multiple of 4 (every finite key's key_ord is >= 0x00800000, so 0 never beats one).
+var<workgroup> r_ord: array<vec4<u32>, 256>;
+var<workgroup> r_gord: array<u32, 1024>;      // group scores' key_ord, then 1 = group chosen
+var<workgroup> r_sel: array<u32, 32>;         // expert of rank r
+var<workgroup> r_sel_score: array<u32, 32>;   // exact scores of the selected experts, f32 bits
+var<workgroup> r_sum: array<f32, 256>;
 var<workgroup> r_max: f32;   // exact softmax: the token's largest logit
 var<workgroup> r_total: u32; // exact softmax: the sum of e^(x - max), f32 bits
 
@@ -65,17 +68,6 @@ fn key_ord(v: f32) -> u32 {
 
 fn key_gt(a: f32, b: f32) -> bool {
     return key_ord(a) > key_ord(b);
-}
-
-// (va, ia) beats (vb, ib): larger value, ties to the lower index; -1 = no candidate.
-fn r_better(va: f32, ia: i32, vb: f32, ib: i32) -> bool {
-    if ia < 0 {
-        return false;
-    }
-    if ib < 0 {
-        return true;
-    }
-    return key_gt(va, vb) || (key_ord(va) == key_ord(vb) && ia < ib);
 }
 
 // The score of group g (experts g*per .. g*per+per-1): its best key, or with a correction bias
@@ -126,7 +118,21 @@ fn r_score(base: u32, i: u32) -> u32 {
     return exact_div(r_exp(base, i), r_total);
 }
 
-@compute @workgroup_size(64)
+// The rank of key_ord value `mine` of expert i among r_ord[0 .. 4 * e4): entries that beat it
+// (larger, or equal with a lower index).
+fn r_rank(mine: u32, i: u32, e4: u32) -> u32 {
+    let m4 = vec4<u32>(mine);
+    let i4 = vec4<u32>(i);
+    var cnt = vec4<u32>(0u);
+    for (var q = 0u; q < e4; q = q + 1u) {
+        let o = r_ord[q];
+        let j = vec4<u32>(4u * q) + vec4<u32>(0u, 1u, 2u, 3u);
+        cnt = cnt + select(vec4<u32>(0u), vec4<u32>(1u), (o > m4) | ((o == m4) & (j < i4)));
+    }
+    return cnt.x + cnt.y + cnt.z + cnt.w;
+}
+
+@compute @workgroup_size(256)
 fn route(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
          @builtin(num_workgroups) nwg: vec3<u32>) {
     let t = wid.y * nwg.x + wid.x;
@@ -136,6 +142,7 @@ fn route(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     let e = rp.n_experts;
     let k = rp.top_k;
     let base = t * e;
+    let e4 = (e + 3u) / 4u;
     let exact_softmax = rp.has_bias != 0u && rp.scoring == SCORING_SOFTMAX;
     if exact_softmax {
         // The max, then e^(x - max) in r_key, then their sum in expert order (the CPU's).
@@ -166,140 +173,130 @@ fn route(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
         } else {
             r_key[i] = r_logits[base + i];
         }
-        r_taken[i] = 0u;
     }
-    workgroupBarrier();
+    for (var i = e + lid; i < 4u * e4; i = i + R_WG) {
+        r_ord[i / 4u][i % 4u] = 0u;
+    }
+    if lid < 32u {
+        r_sel[lid] = 0u;
+    }
+    let grouped = rp.n_group > 0u;
     var per = e;
-    if rp.n_group > 0u {
+    if grouped {
+        // Groups by rank as experts below: r_gord holds the scores' key_ord, then whether the
+        // group is among the best topk_group (bit q of `chosen`: this invocation's q-th group).
         per = e / rp.n_group;
+        workgroupBarrier();
         for (var g = lid; g < rp.n_group; g = g + R_WG) {
-            r_gscore[g] = r_group_score(g, per);
-        }
-        if lid < 32u {
-            r_gbits[lid] = 0u;
+            r_gord[g] = key_ord(r_group_score(g, per));
         }
         workgroupBarrier();
-        if lid == 0u {
-            // The best topk_group groups, ties to the lower group index.
-            for (var r = 0u; r < rp.topk_group; r = r + 1u) {
-                var best = -1;
-                var bv = 0.0;
-                for (var g = 0u; g < rp.n_group; g = g + 1u) {
-                    let free = (r_gbits[g / 32u] & (1u << (g % 32u))) == 0u;
-                    if free && (best < 0 || key_gt(r_gscore[g], bv)) {
-                        best = i32(g);
-                        bv = r_gscore[g];
-                    }
-                }
-                let b = u32(best);
-                r_gbits[b / 32u] = r_gbits[b / 32u] | (1u << (b % 32u));
+        var chosen = 0u;
+        var q = 0u;
+        for (var g = lid; g < rp.n_group; g = g + R_WG) {
+            let mine = r_gord[g];
+            var rank = 0u;
+            for (var h = 0u; h < rp.n_group; h = h + 1u) {
+                let o = r_gord[h];
+                rank = rank + select(0u, 1u, o > mine || (o == mine && h < g));
             }
+            chosen = chosen | select(0u, 1u << q, rank < rp.topk_group);
+            q = q + 1u;
         }
-    } else if lid < 32u {
-        r_gbits[lid] = 0xFFFFFFFFu;
+        workgroupBarrier();
+        q = 0u;
+        for (var g = lid; g < rp.n_group; g = g + R_WG) {
+            r_gord[g] = (chosen >> q) & 1u;
+            q = q + 1u;
+        }
     }
     workgroupBarrier();
-    // Top-k by repeated parallel arg-max.
-    for (var j = 0u; j < k; j = j + 1u) {
-        var bi = -1;
-        var bv = 0.0;
-        for (var i = lid; i < e; i = i + R_WG) {
-            let g = i / per;
-            if r_taken[i] == 0u && (r_gbits[g / 32u] & (1u << (g % 32u))) != 0u {
-                if bi < 0 || key_gt(r_key[i], bv) {
-                    bi = i32(i);
-                    bv = r_key[i];
-                }
-            }
+    for (var i = lid; i < e; i = i + R_WG) {
+        var o = key_ord(r_key[i]);
+        if grouped && r_gord[i / per] == 0u {
+            o = 0u;
         }
-        r_bv[lid] = bv;
-        r_bi[lid] = bi;
-        workgroupBarrier();
-        for (var s = R_WG / 2u; s > 0u; s = s / 2u) {
-            if lid < s && r_better(r_bv[lid + s], r_bi[lid + s], r_bv[lid], r_bi[lid]) {
-                r_bv[lid] = r_bv[lid + s];
-                r_bi[lid] = r_bi[lid + s];
-            }
-            workgroupBarrier();
-        }
-        if lid == 0u {
-            let b = u32(r_bi[0]);
-            r_sel[j] = b;
-            r_taken[b] = 1u;
-        }
-        workgroupBarrier();
+        r_ord[i / 4u][i % 4u] = o;
     }
-    // Softmax denominator over all experts (softmax scoring without a bias: the keys are the
-    // logits, and the first selected one is their max).
-    let mx = r_logits[base + r_sel[0]];
-    var part = 0.0;
-    if rp.scoring == SCORING_SOFTMAX && !exact_softmax {
-        for (var i = lid; i < e; i = i + R_WG) {
-            part = part + exp(r_logits[base + i] - mx);
-        }
-    }
-    r_sum[lid] = part;
     workgroupBarrier();
-    for (var s = R_WG / 2u; s > 0u; s = s / 2u) {
-        if lid < s {
-            r_sum[lid] = r_sum[lid] + r_sum[lid + s];
+    // Top-k: the eligible expert of rank r < k is selection r.
+    for (var i = lid; i < e; i = i + R_WG) {
+        let mine = r_ord[i / 4u][i % 4u];
+        if mine != 0u {
+            let rank = r_rank(mine, i, e4);
+            if rank < k {
+                r_sel[rank] = i;
+            }
         }
-        workgroupBarrier();
     }
+    workgroupBarrier();
     if rp.scoring == SCORING_SIGMOID || exact_softmax {
-        // The selected experts' exact scores (without the bias), one thread each; their
-        // sequential sum on one thread (the CPU's f32 operations and order, bit for bit); then
-        // the renormalizing exact divisions, one thread each.
+        // The selected experts' exact scores (without the bias), one invocation each; then each
+        // of them adds the k scores sequentially (the CPU's f32 operations and order, bit for
+        // bit, the same sum in every invocation) and divides its own by it exactly.
         if lid < k {
             r_sel_score[lid] = r_score(base, r_sel[lid]);
-        }
-        workgroupBarrier();
-        if lid == 0u {
-            var total = 0.0;
-            if rp.renormalize != 0u {
-                for (var j = 0u; j < k; j = j + 1u) {
-                    total = total + bitcast<f32>(r_sel_score[j]);
-                }
-            }
-            r_sel_total = bitcast<u32>(total);
         }
         workgroupBarrier();
         if lid < k {
             var w = r_sel_score[lid];
             if rp.renormalize != 0u {
-                w = exact_div(w, r_sel_total);
+                var total = 0.0;
+                for (var j = 0u; j < k; j = j + 1u) {
+                    total = total + bitcast<f32>(r_sel_score[j]);
+                }
+                w = exact_div(w, bitcast<u32>(total));
             }
             r_ids[t * k + lid] = i32(r_sel[lid]);
             r_weights[t * k + lid] = bitcast<f32>(w) * rp.scaling;
         }
         return;
     }
-    if lid != 0u {
+    // Without a bias the keys are the logits, and the first selected one is their max.
+    let mx = r_key[r_sel[0]];
+    var den = 1.0;
+    if rp.scoring == SCORING_SOFTMAX {
+        // Softmax denominator over all experts: a fixed tree over the invocations' sums.
+        var part = 0.0;
+        for (var i = lid; i < e; i = i + R_WG) {
+            part = part + exp(r_key[i] - mx);
+        }
+        r_sum[lid] = part;
+        workgroupBarrier();
+        for (var s = R_WG / 2u; s > 0u; s = s / 2u) {
+            if lid < s {
+                r_sum[lid] = r_sum[lid] + r_sum[lid + s];
+            }
+            workgroupBarrier();
+        }
+        den = r_sum[0];
+    }
+    if lid >= k {
         return;
     }
+    // Each of the first k invocations forms the same total (same operations, same order) and
+    // its own weight.
     var total = 0.0;
     if rp.scoring == SCORING_TOPK_SOFTMAX {
         // gpt-oss: softmax over the selected logits (largest first).
         for (var j = 0u; j < k; j = j + 1u) {
-            total = total + exp(r_logits[base + r_sel[j]] - mx);
+            total = total + exp(r_key[r_sel[j]] - mx);
         }
     } else if rp.renormalize != 0u {
         for (var j = 0u; j < k; j = j + 1u) {
-            total = total + exp(r_logits[base + r_sel[j]] - mx) / r_sum[0];
+            total = total + exp(r_key[r_sel[j]] - mx) / den;
         }
     }
-    for (var j = 0u; j < k; j = j + 1u) {
-        let v = r_logits[base + r_sel[j]];
-        var w: f32;
-        if rp.scoring == SCORING_TOPK_SOFTMAX {
-            w = exp(v - mx) / total;
-        } else {
-            w = exp(v - mx) / r_sum[0];
-            if rp.renormalize != 0u {
-                w = w / total;
-            }
+    let v = r_key[r_sel[lid]];
+    var w: f32;
+    if rp.scoring == SCORING_TOPK_SOFTMAX {
+        w = exp(v - mx) / total;
+    } else {
+        w = exp(v - mx) / den;
+        if rp.renormalize != 0u {
+            w = w / total;
         }
-        r_ids[t * k + j] = i32(r_sel[j]);
-        r_weights[t * k + j] = w * rp.scaling;
     }
+    r_ids[t * k + lid] = i32(r_sel[lid]);
+    r_weights[t * k + lid] = w * rp.scaling;
 }

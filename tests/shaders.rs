@@ -336,6 +336,8 @@ fn moe_all_variants() {
                             ("GEMV_PREFETCH", prefetch),
                             ("GEMV_WORDS", words),
                             ("GEMV_OWN_LISTS", prefetch),
+                            ("GEMV_FUSE_COMBINE", words),
+                            ("GEMV_ONE_ROW", prefetch),
                             ("GEMV_LANES", lanes),
                             ("GEMV_THREADS", threads),
                         ],

@@ -244,6 +244,63 @@ fn gemv_layouts_on_catalog_cases() {
     }
 }
 
+/// The one-row pipelines of one-token forwards (`GemvConfig::one_row`, GEMV_ONE_ROW: the FP4
+/// paths compile the one-token code only) give the same bits as the pipelines that hold both
+/// paths: on K with many steps per lane (H 2880: 11+ words per lane) and with fewer words than
+/// lanes (H 64), words and 32-block layouts, both reductions where the adapter has subgroups,
+/// and 3 and 5 tokens (where one_row must change nothing: those pipelines are not specialized).
+/// Own backend instance.
+#[test]
+fn gemv_one_row_matches_general_pipelines() {
+    if backend().is_none() {
+        println!("SKIPPED gemv_one_row_matches_general_pipelines: no wgpu adapter");
+        return;
+    }
+    let b = WgpuBackend::new(None).unwrap();
+    b.set_poison(true);
+    let opts = MoeOptions::default();
+    let mut reductions = vec![false];
+    if b.subgroup_size().is_some() {
+        reductions.push(true);
+    }
+    for (e, h, i, k) in [(4, 2880, 704, 2), (8, 64, 96, 2)] {
+        let layer = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::SwigluOai, e, h, i, k))
+            .build()
+            .unwrap();
+        assert_eq!(layer.weights.w13.format, MxFormat::Fp4E2M1, "an FP4 layer");
+        let g = b.prepare(&layer).unwrap();
+        for &subgroup in &reductions {
+            for words in [true, false] {
+                for (m, seed) in [(1, 81), (3, 82), (1, 83), (5, 84)] {
+                    let (hs, lg) = synth_batch(m, h, e, seed);
+                    let mut outs = Vec::new();
+                    for one_row in [false, true] {
+                        let want = GemvConfig {
+                            subgroup,
+                            prefetch: true,
+                            words,
+                            one_row,
+                            ..GemvConfig::SHARED
+                        };
+                        let cfg = b.set_gemv_layout(want).unwrap();
+                        assert_eq!((cfg.one_row, cfg.subgroup), (one_row, subgroup), "{cfg:?}");
+                        outs.push(
+                            b.moe_path(&g, &hs, &lg, opts, MoePath::Gemv, false)
+                                .unwrap()
+                                .0,
+                        );
+                    }
+                    assert_eq!(
+                        first_bit_mismatch(&outs[1].output, &outs[0].output),
+                        None,
+                        "e {e} h {h} m {m} subgroup {subgroup} words {words}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The wide GEMV layout (shaders/moe_gemv_wide.wgsl: 16-byte code loads, x and scale bytes
 /// staged in workgroup memory per K chunk) on EVERY quick MoE case of the catalog against the
 /// CPU reference, with and without prefetch, gemv1 building its lists or not; with the
@@ -606,6 +663,88 @@ fn forward_cache_reuse_matches_fresh() {
     b.set_gemv_layout(base).unwrap();
 }
 
+/// gemv2's fused combine (its last workgroup per 64-column slice sums the slots; up to 16
+/// tokens) gives the combine pass's bits: weights in one buffer and in 3 chunks (a slice's last
+/// arrival is counted over every chunk's dispatch), H = 96 (a partial slice), 1 to 17 tokens
+/// (17: past the limit, both run the combine pass), each fused forward twice (the slice
+/// counters must be back at zero), and a batch whose every pair is on another rank (no tile at
+/// all: the output is zeros, written by no counting workgroup). Outputs are poisoned, so an
+/// element the fused path leaves unwritten fails. Timed forwards have no `moe/combine` pass
+/// exactly when fused.
+#[test]
+fn gemv_fused_combine_matches_combine_pass() {
+    if backend().is_none() {
+        println!("SKIPPED gemv_fused_combine_matches_combine_pass: no wgpu adapter");
+        return;
+    }
+    let b = WgpuBackend::new(None).unwrap();
+    b.set_poison(true);
+    let opts = MoeOptions::default();
+    let l = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 96, 64, 2));
+    let layer = l.build().unwrap();
+    let per_expert = (layer.weights.w13.data.len() / 8).max(layer.weights.w2.data.len() / 8) as u64;
+    for chunked in [false, true] {
+        b.set_max_chunk_bytes(if chunked { per_expert * 3 } else { 0 });
+        let g = b.prepare(&layer).unwrap();
+        assert_eq!(g.chunks(), if chunked { 3 } else { 1 });
+        for (m, seed) in [(1, 71), (3, 72), (16, 73), (17, 74)] {
+            let (hs, lg) = synth_batch(m, 96, 8, seed);
+            let run = |fuse: bool, timed: bool| {
+                b.set_fused_combine(fuse);
+                b.moe_path(&g, &hs, &lg, opts, MoePath::Gemv, timed)
+                    .unwrap()
+            };
+            let want = run(false, false).0;
+            for rep in 0..2 {
+                let got = run(true, false).0;
+                assert_eq!(
+                    first_bit_mismatch(&got.output, &want.output),
+                    None,
+                    "m {m} chunked {chunked} forward {rep}"
+                );
+                assert_eq!(got.routing.topk_ids, want.routing.topk_ids);
+            }
+            if b.has_timestamps() {
+                for fuse in [false, true] {
+                    let times = run(fuse, true).1.unwrap_or_default();
+                    let combine = times.iter().any(|(n, _)| n == "moe/combine");
+                    assert_eq!(combine, !fuse || m > 16, "m {m} fuse {fuse}: {times:?}");
+                }
+            }
+        }
+    }
+    b.set_max_chunk_bytes(0);
+    // Every pair remote: 16 router experts, the even ones local; each token's largest logit is
+    // an odd expert and top_k is 1.
+    let mut l = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 64, 1));
+    l.router_experts = Some(16);
+    let layer = l.build().unwrap();
+    let g = b.prepare(&layer).unwrap();
+    let m = 3;
+    let (hs, _) = synth_batch(m, 64, 16, 75);
+    let mut lg = vec![0.0f32; m * 16];
+    for t in 0..m {
+        lg[t * 16 + 2 * t + 1] = 4.0;
+    }
+    let run = |fuse: bool| {
+        b.set_fused_combine(fuse);
+        b.moe_path(&g, &hs, &lg, opts, MoePath::Gemv, false)
+            .unwrap()
+            .0
+    };
+    let want = run(false);
+    assert!(
+        want.output.iter().all(|&v| v == 0.0),
+        "all pairs remote: zeros"
+    );
+    assert_eq!(
+        first_bit_mismatch(&run(true).output, &want.output),
+        None,
+        "all remote"
+    );
+    b.set_fused_combine(true);
+}
+
 /// A batch whose activations reach `WRITE_PAR_MIN` bytes is uploaded in pieces from several
 /// threads: its output rows must equal those of the same tokens run in small batches (one
 /// write each), bit for bit (GEMM path for both; a row's result does not depend on the batch).
@@ -680,7 +819,8 @@ fn poison_does_not_leak_into_results() {
 
 /// Timing hooks for benchmarks: a timed forward gives the same output and, with
 /// TIMESTAMP_QUERY, one non-negative duration per pass (the GEMV path at decode sizes has no
-/// `lists` pass: gemv1 builds the lists; the GEMM path has it).
+/// `lists` pass: gemv1 builds the lists, and where the combine is fused no `combine` pass; the
+/// GEMM path has both).
 #[test]
 fn moe_timed_forward() {
     let b = gpu!("moe_timed_forward");
@@ -706,18 +846,14 @@ fn moe_timed_forward() {
     assert_eq!(plain.output, timed.output);
     eprintln!("pass times (ms): {times:?}");
     if b.has_timestamps() {
-        // At decode sizes gemv1 builds the row lists itself: no `lists` pass.
+        // At decode sizes gemv1 builds the row lists itself (no `lists` pass) and, where the
+        // combine is fused (Vulkan by default), gemv2 combines (no `combine` pass).
         let names: Vec<&str> = times.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "route",
-                "moe/input_qdq",
-                "moe/gemv1",
-                "moe/gemv2",
-                "moe/combine"
-            ]
-        );
+        let mut want = vec!["route", "moe/input_qdq", "moe/gemv1", "moe/gemv2"];
+        if !b.fused_combine() {
+            want.push("moe/combine");
+        }
+        assert_eq!(names, want);
         assert!(times.iter().all(|(_, t)| *t >= 0.0 && t.is_finite()));
         let (gemm, times) = b
             .moe_path(&g, &hs, &logits, opts, MoePath::Gemm, true)

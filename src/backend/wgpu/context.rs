@@ -24,12 +24,21 @@ use wgpu::util::DeviceExt;
 /// writes), so an element a kernel forgot to write fails a bit-exact or tolerance comparison.
 pub const POISON: u32 = 0x7FC0_DEAD;
 
+/// gemv2 fuses the combine up to this many tokens (its last workgroup per 64-column slice sums
+/// M x 64 outputs; the HIP backend's limit too).
+pub const FUSED_COMBINE_MAX_TOKENS: usize = 16;
+
 /// Whether the GEMV prefetches the next block unless `MXMOE_GEMV_PREFETCH` says, and whether its
 /// lanes take words rather than 32-blocks unless `MXMOE_GEMV_WORDS` says: words + prefetch was
 /// the fastest layout on the H200 at 1 and 16 tokens (docs/h200-2026-12-01-perf/README.md).
 pub const DEFAULT_GEMV_PREFETCH: bool = true;
 /// See [`DEFAULT_GEMV_PREFETCH`].
 pub const DEFAULT_GEMV_WORDS: bool = true;
+/// Whether one-token forwards use GEMV pipelines specialized for one-row tiles
+/// (`GemvConfig::one_row`) unless `MXMOE_GEMV_ONE_ROW` says: on the H200, gpt-oss-120b at one
+/// token, gemv1 0.052 -> 0.033 ms on the same binary (0.038 before this branch),
+/// docs/h200-2026-12-01-wgpudecode2.
+pub const DEFAULT_GEMV_ONE_ROW: bool = true;
 
 /// Whether the GEMV runs its wide layout (shaders/moe_gemv_wide.wgsl) unless `MXMOE_GEMV_WIDE`
 /// says: off until the H200 has measured it (docs/wgpu-gemv-wide.md).
@@ -146,6 +155,9 @@ pub struct GemvConfig {
     /// blocks; x of the tile's tokens and the rows' scale bytes are staged per K chunk in
     /// workgroup memory. FP4: same lane order and reductions as the 32-blocks layout.
     pub wide: bool,
+    /// One-token forwards run GEMV pipelines specialized for one-row tiles (GEMV_ONE_ROW: the
+    /// FP4 paths compile the one-token code only, fewer registers).
+    pub one_row: bool,
 }
 
 impl GemvConfig {
@@ -157,6 +169,7 @@ impl GemvConfig {
         words: false,
         split: 1,
         wide: false,
+        one_row: false,
     };
 
     /// The GEMV entry points of this layout (gemv1, gemv2).
@@ -229,6 +242,11 @@ pub struct Context {
     /// Whether gemv1 builds the row lists itself at decode sizes (no `lists` pass);
     /// `MXMOE_GEMV_OWN_LISTS=0` turns it off.
     pub own_lists: AtomicBool,
+    /// Whether gemv2 also does the combine up to [`FUSED_COMBINE_MAX_TOKENS`] tokens
+    /// (GEMV_FUSE_COMBINE in moe_gemv.wgsl: the last workgroup of each column slice sums the
+    /// slots, same order and bits as the combine pass): by default on Vulkan adapters;
+    /// `MXMOE_WGPU_FUSED_COMBINE=0|1` says otherwise.
+    pub fused_combine: AtomicBool,
     /// Whether the prefill GEMM runs on cooperative matrices (shaders/moe_gemm_coop.wgsl): set
     /// when the adapter offers them (f16 16x16x16, f32 accumulation), the subgroups are 32
     /// consecutive invocations and `check_coop` passed; `MXMOE_GEMM=tiled` keeps the tiled
@@ -250,6 +268,13 @@ pub struct Context {
     /// decode and the dot products (GEMV_DIAG_LOADS in moe_gemv.wgsl). Results are WRONG; for
     /// `bench --no-check` timings only.
     pub diag_gemv_loads_only: bool,
+    /// Whether shader modules are built with `create_shader_module_trusted` and no runtime
+    /// checks (`MXMOE_WGPU_TRUSTED=1`): naga then emits no index clamps on workgroup and private
+    /// arrays, no loop-bounding counters and no integer-division guards (storage buffers on
+    /// Vulkan keep the driver's robust buffer access either way). Off by default: a timing
+    /// knob; our shaders index within bounds and divide by non-zero values by construction, and
+    /// the check suite runs with it on as well as off.
+    pub trusted_shaders: bool,
     /// Auto picks the GEMV while the token-expert pairs are at most this many per local expert
     /// (on average); `MXMOE_GEMV_PAIRS` sets it.
     pub gemv_pairs_per_expert: AtomicU64,
@@ -399,11 +424,22 @@ impl Context {
             fp4_register_decode: AtomicBool::new(false),
             gemv: Mutex::new(GemvConfig::SHARED),
             own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
+            // Default on Vulkan only: the pattern (storage barriers at device scope around an
+            // atomic counter) was verified there (NVIDIA H200, lavapipe); Metal's and D3D12's
+            // translations of storageBarrier say less about other workgroups' visibility.
+            fused_combine: AtomicBool::new(
+                match std::env::var("MXMOE_WGPU_FUSED_COMBINE").as_deref() {
+                    Ok("0") => false,
+                    Ok("1") => true,
+                    _ => ainfo.backend == wgpu::Backend::Vulkan,
+                },
+            ),
             own_lists_max: AtomicU64::new(env_u64(
                 "MXMOE_GEMV_OWN_LISTS_MAX",
                 DEFAULT_OWN_LISTS_MAX,
             )),
             diag_gemv_loads_only: std::env::var("MXMOE_DIAG_GEMV_LOADS_ONLY").as_deref() == Ok("1"),
+            trusted_shaders: std::env::var("MXMOE_WGPU_TRUSTED").as_deref() == Ok("1"),
             gemv_pairs_per_expert: AtomicU64::new(env_u64(
                 "MXMOE_GEMV_PAIRS",
                 DEFAULT_GEMV_PAIRS_PER_EXPERT,
@@ -445,6 +481,11 @@ impl Context {
             Ok("1") => true,
             _ => DEFAULT_GEMV_PREFETCH,
         };
+        let one_row = match std::env::var("MXMOE_GEMV_ONE_ROW").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => DEFAULT_GEMV_ONE_ROW,
+        };
         let words = match std::env::var("MXMOE_GEMV_WORDS").as_deref() {
             Ok("0") => false,
             Ok("1") => true,
@@ -466,6 +507,7 @@ impl Context {
             prefetch,
             words,
             wide,
+            one_row,
         });
         if wide && !ctx.gemv_config().wide {
             eprintln!(
@@ -481,6 +523,7 @@ impl Context {
                 prefetch: false,
                 words: false,
                 wide: false,
+                one_row: false,
             };
             coop_why = if ctx.subgroup_size != Some(32) || !ctx.check_subgroup_layout(layout) {
                 Some(format!(
@@ -598,6 +641,7 @@ impl Context {
             prefetch,
             words,
             wide: want.wide,
+            one_row: want.one_row,
             ..GemvConfig::SHARED
         };
         let cfg = if !want.subgroup {
@@ -621,6 +665,7 @@ impl Context {
                         words,
                         split,
                         wide: want.wide,
+                        one_row: want.one_row,
                     };
                     let max = self.limits.max_compute_invocations_per_workgroup;
                     if c.threads() > max {
@@ -817,12 +862,23 @@ impl Context {
                 Some(m) => m.clone(),
                 None => {
                     let src = shader.compose();
-                    let m = self
-                        .device
-                        .create_shader_module(wgpu::ShaderModuleDescriptor {
-                            label: Some(shader.name()),
-                            source: wgpu::ShaderSource::Wgsl(src.into()),
-                        });
+                    let desc = wgpu::ShaderModuleDescriptor {
+                        label: Some(shader.name()),
+                        source: wgpu::ShaderSource::Wgsl(src.into()),
+                    };
+                    let m = if self.trusted_shaders {
+                        // SAFETY: MXMOE_WGPU_TRUSTED=1 (see `trusted_shaders`): every shader of
+                        // this crate indexes its arrays within bounds and never divides by
+                        // zero or loops without end (the check suite runs with it on).
+                        unsafe {
+                            self.device.create_shader_module_trusted(
+                                desc,
+                                wgpu::ShaderRuntimeChecks::unchecked(),
+                            )
+                        }
+                    } else {
+                        self.device.create_shader_module(desc)
+                    };
                     mods.insert(shader, m.clone());
                     m
                 }

@@ -97,6 +97,13 @@ impl WgpuBackend {
                     .to_string(),
             );
         }
+        if self.ctx.trusted_shaders {
+            v.push(
+                "MXMOE_WGPU_TRUSTED=1: shader modules without runtime checks (no index clamps, \
+                 loop bounding or division guards)"
+                    .to_string(),
+            );
+        }
         v.extend([
             format!(
                 "prefill GEMM: {}",
@@ -115,7 +122,7 @@ impl WgpuBackend {
                 }
             ),
             format!(
-                "GEMV layout: 8 rows x {} lanes per group ({}), {} invocations, lane sums {}{}",
+                "GEMV layout: 8 rows x {} lanes per group ({}), {} invocations, lane sums {}{}{}",
                 g.lanes,
                 if g.wide {
                     "wide: 32-blocks per lane, x and scale bytes staged in workgroup memory"
@@ -137,6 +144,11 @@ impl WgpuBackend {
                 },
                 if g.prefetch {
                     ", next block prefetched"
+                } else {
+                    ""
+                },
+                if g.one_row {
+                    "; one-token pipelines for one-row tiles"
                 } else {
                     ""
                 }
@@ -167,6 +179,17 @@ impl WgpuBackend {
     /// `lists` pass runs first.
     pub fn set_gemv_own_lists(&self, on: bool) {
         self.ctx.own_lists.store(on, Ordering::Relaxed);
+    }
+
+    /// Test hook: whether gemv2 does the combine itself up to 16 tokens (GEMV_FUSE_COMBINE;
+    /// default on Vulkan adapters, `MXMOE_WGPU_FUSED_COMBINE=0|1` says otherwise).
+    pub fn set_fused_combine(&self, on: bool) {
+        self.ctx.fused_combine.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether gemv2 does the combine itself up to 16 tokens (see [`Self::set_fused_combine`]).
+    pub fn fused_combine(&self) -> bool {
+        self.ctx.fused_combine.load(Ordering::Relaxed)
     }
 
     /// Test hook: gemv1 builds its own lists up to `pairs` token-expert pairs (when on).

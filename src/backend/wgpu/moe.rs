@@ -7,7 +7,8 @@
 //! weight chunk (bias, router weight) -> combine (slot order, no float atomics). The GEMV path
 //! (tiles of 4 rows) replaces the GEMMs up to `Context::gemv_pairs_per_expert` token-expert pairs
 //! per expert; at decode sizes (up to `Context::own_lists_max` pairs) gemv1 builds the lists
-//! itself and the `lists` pass is not recorded. Everything the caller gets back (output, ids,
+//! itself and the `lists` pass is not recorded, and up to `FUSED_COMBINE_MAX_TOKENS` tokens
+//! gemv2's last workgroup per column slice does the combine (no `combine` pass). Everything the caller gets back (output, ids,
 //! weights, timestamps) comes back in one readback. A layer keeps its last forward's buffers and
 //! bind groups ([`FwdCache`]), so a forward of the same batch size only uploads its inputs and
 //! records the passes.
@@ -19,7 +20,7 @@
 //! bind groups (the forward cache); splitting it per pass would pass that set around. Layer
 //! preparation (weight chunks, resident buffers) is the other third.
 
-use super::context::{host_profile, pod_vec, Context, Timer};
+use super::context::{host_profile, pod_vec, Context, Timer, FUSED_COMBINE_MAX_TOKENS};
 use super::route;
 use super::source::{Shader, FMT_NONE};
 use crate::backend::{ops, BackendError, PassTimes};
@@ -91,6 +92,7 @@ struct FwdKey {
     m: usize,
     gemv: bool,
     own_lists: bool,
+    fuse_combine: bool,
     pipes: Vec<wgpu::ComputePipeline>,
 }
 
@@ -104,7 +106,8 @@ struct FwdCache {
     base_params: wgpu::Buffer,
     logits_b: wgpu::Buffer,
     hidden_b: wgpu::Buffer,
-    /// ids, weights, rows, slot, tiles, intermediate, y, out, xq (sizes in `out_sizes`).
+    /// ids, weights, rows, slot, tiles, intermediate, y, out, xq, the fused combine's slice
+    /// counters (sizes in `out_sizes`).
     bufs: Vec<wgpu::Buffer>,
     out_sizes: Vec<u64>,
     qp: Option<wgpu::Buffer>,
@@ -488,10 +491,16 @@ pub fn forward(
     };
     // Decode sizes: gemv1 builds the row lists itself (no `lists` pass).
     let own_lists = gemv && na <= GEMV_LIST_MAX && ctx.gemv_own_lists(na);
+    // Decode sizes: gemv2 also combines (no `combine` pass).
+    let fuse_combine =
+        gemv && m <= FUSED_COMBINE_MAX_TOKENS && ctx.fused_combine.load(Ordering::Relaxed);
     let mut ov = ov.to_vec();
     if gemv {
         ov.extend(gcfg.overrides());
         ov.push(("GEMV_OWN_LISTS", own_lists as u32));
+        ov.push(("GEMV_FUSE_COMBINE", fuse_combine as u32));
+        // One token: every tile has one row (the token's k experts are distinct).
+        ov.push(("GEMV_ONE_ROW", (gcfg.one_row && m == 1) as u32));
         if ctx.diag_gemv_loads_only {
             ov.push(("GEMV_DIAG_LOADS", 1));
         }
@@ -519,6 +528,7 @@ pub fn forward(
         m,
         gemv,
         own_lists,
+        fuse_combine,
         pipes,
     };
     let cached = g.fwd.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -529,20 +539,21 @@ pub fn forward(
                 ctx.give((*old).into_buffers());
             }
             let out_sizes = vec![
-                bytes(na),                // ids
-                bytes(na),                // weights
-                bytes(na),                // rows
-                bytes(na),                // slot
-                bytes(1 + 3 * max_tiles), // tiles
-                bytes(na * inter),        // intermediate
-                bytes(na * h),            // y
-                bytes(m * h),             // out
-                bytes(m * h),             // xq
+                bytes(na),                   // ids
+                bytes(na),                   // weights
+                bytes(na),                   // rows
+                bytes(na),                   // slot
+                bytes(1 + 3 * max_tiles),    // tiles
+                bytes(na * inter),           // intermediate
+                bytes(na * h),               // y
+                bytes(m * h),                // out
+                bytes(m * h),                // xq
+                bytes(h.div_ceil(TN2_GEMV)), // slice arrivals (fused combine)
             ];
             let bufs: Vec<wgpu::Buffer> = out_sizes.iter().map(|&n| ctx.storage(n)).collect();
-            let (ids, topw, rows, slot, tiles, a2, y2, out, xq) = (
+            let (ids, topw, rows, slot, tiles, a2, y2, out, xq, counts) = (
                 &bufs[0], &bufs[1], &bufs[2], &bufs[3], &bufs[4], &bufs[5], &bufs[6], &bufs[7],
-                &bufs[8],
+                &bufs[8], &bufs[9],
             );
             let rparams = ctx.uniform(bytemuck::cast_slice(&route::params(
                 &l.router,
@@ -624,6 +635,10 @@ pub fn forward(
                             // lists' outputs (bound either way: the pipeline layout holds every
                             // binding the entry point's code names).
                             ents.extend([(1, ids), (2, map), (4, slot)]);
+                        } else {
+                            // gemv2 may combine (GEMV_FUSE_COMBINE): the rows of each pair,
+                            // the MoE output and the slice counters (bound either way).
+                            ents.extend([(4, slot), (15, out), (16, counts)]);
                         }
                     }
                     bg_stages.push(ctx.bind(pipe, &ents));
@@ -652,7 +667,7 @@ pub fn forward(
     for (b, &n) in c.bufs.iter().zip(&c.out_sizes) {
         ctx.maybe_poison(b, n);
     }
-    let (ids, topw, out) = (&c.bufs[0], &c.bufs[1], &c.bufs[7]);
+    let (ids, topw, out, counts) = (&c.bufs[0], &c.bufs[1], &c.bufs[7], &c.bufs[9]);
     host_profile::mark("buffers_uploads");
 
     let mut timer = if timed {
@@ -663,6 +678,10 @@ pub fn forward(
     let mut enc = ctx
         .device
         .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
+    if fuse_combine {
+        // gemv2's slice counters start at zero (its last workgroups also reset them).
+        enc.clear_buffer(counts, 0, None);
+    }
     route::record(
         ctx,
         &mut enc,
@@ -703,7 +722,7 @@ pub fn forward(
             p.dispatch_workgroups(max_tiles as u32, cols.div_ceil(tn) as u32, 1);
         }
     }
-    {
+    if !fuse_combine {
         let mut p = pass(&mut enc, "moe/combine", &mut timer);
         p.set_pipeline(&p_comb);
         p.set_bind_group(0, &c.bg_comb, &[]);
