@@ -99,7 +99,13 @@ MX_DEVICE u32 load_stream_u8(const void* p) {
   asm(MX_LD_STREAM ".u8 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
+MX_DEVICE u32 load_stream_u32(const void* p) {
+  u32 v;
+  asm(MX_LD_STREAM ".u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
 #else
+MX_DEVICE u32 load_stream_u32(const void* p) { return *(const u32*)p; }
 MX_DEVICE mx_u32x4 load_stream16(const void* p) { return *(const mx_u32x4*)p; }
 MX_DEVICE u32 load_stream_u8(const void* p) { return *(const unsigned char*)p; }
 #endif

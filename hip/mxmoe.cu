@@ -826,8 +826,86 @@ MX_DEVICE void gemv_pass_f4(const MoeParams& p, bool is1, u32 e, u32 start, u32 
   }
 }
 
+// v3 (MXMOE_HIP_GEMV=v3; not the default): the ncu profile of v2 (docs/h200-2026-12-01-hipdecode2)
+// shows the v1/v2 layout bound by the L1, not by DRAM: a lane owns a whole 32-block, so a warp's
+// 16-byte x load touches 32 different 128-byte lines. Here four consecutive lanes share a
+// 32-block: lane l takes 4-byte word l % 4 (codes 8 (l % 4) .. + 7) of 32-block b0 + l / 4, so a
+// warp reads 8 consecutive 32-blocks of a row (128 contiguous bytes per weight load) and its x
+// loads cover 8 lines instead of 32. U steps of 8 32-blocks are loaded before any is decoded;
+// each lane's 8-code partial gets the block's scale (the 4 lanes of a 32-block read the same
+// byte). Positions past K read the last 32-block and count zero.
+template <u32 R, u32 U>
+MX_DEVICE void gemv_pass_q(const MoeParams& p, bool is1, u32 e, u32 start, u32 jb, u32 r0, u32 t,
+                           const u32* pair_of_row, const float* x, const u32* wcodes,
+                           const u8* wscales, float* row_sums) {
+  u32 tid = tid_x(), g = tid / 32u, lane = tid % 32u, q = lane & 3u, kl = lane >> 2;
+  u32 K = is1 ? p.hidden : p.inter, kblocks = K / 32u;
+  u32 nrows = is1 ? 2u * p.inter : p.hidden;
+  u64 ebase = (u64)e * nrows * kblocks;  // the expert's first 32-block
+  const u32* wc = wcodes + ebase * 4u + q;
+  const u8* ws = wscales + ebase;
+  u32 roff[R];
+  u32 okmask = 0u;
+#pragma unroll
+  for (u32 i = 0; i < R; ++i) {
+    u32 wr = g + 8u * (r0 + i);
+    u32 row = weight_row(p, is1, wr, jb);
+    bool ok = is1 ? weight_row_ok(p, wr, jb) : row < nrows;
+    roff[i] = ok ? row * kblocks : 0u;
+    okmask |= ok ? 1u << i : 0u;
+  }
+  u64 xo = is1 ? (u64)(pair_of_row[start + t] / p.top_k) * K : (u64)(start + t) * K;
+  const float* xr = x + xo + q * 8u;
+  float acc[R];
+#pragma unroll
+  for (u32 i = 0; i < R; ++i) acc[i] = 0.0f;
+  for (u32 b0 = 0; b0 < kblocks; b0 += 8u * U) {
+    u32 w[U][R], sb[U][R];
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) {
+      u32 b = umin(b0 + 8u * u + kl, kblocks - 1u);
+#pragma unroll
+      for (u32 i = 0; i < R; ++i) {
+        w[u][i] = load_stream_u32(wc + (u64)(roff[i] + b) * 4u);
+        sb[u][i] = load_stream_u8(ws + roff[i] + b);
+      }
+    }
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) {
+      u32 bu = b0 + 8u * u + kl;
+      bool in = bu < kblocks;
+      u32 b = umin(bu, kblocks - 1u);
+      const float4v* xp = (const float4v*)(xr + b * 32u);
+      float4v x0 = xp[0], x1 = xp[1];
+#pragma unroll
+      for (u32 i = 0; i < R; ++i) {
+        float v[8];
+#pragma unroll
+        for (u32 k = 0; k < 4u; ++k) fp4_pair(w[u][i] << (12u - 4u * k), &v[k], &v[k + 4u]);
+        float d = v[0] * x0.x;
+        d = __builtin_fmaf(v[1], x0.y, d);
+        d = __builtin_fmaf(v[2], x0.z, d);
+        d = __builtin_fmaf(v[3], x0.w, d);
+        d = __builtin_fmaf(v[4], x1.x, d);
+        d = __builtin_fmaf(v[5], x1.y, d);
+        d = __builtin_fmaf(v[6], x1.z, d);
+        d = __builtin_fmaf(v[7], x1.w, d);
+        bool use = in && ((okmask >> i) & 1u) != 0u;
+        // FP4 values were decoded times 2^-14 (fp4_pair).
+        acc[i] = use ? __builtin_fmaf(d * 16384.0f, e8m0_value(sb[u][i]), acc[i]) : acc[i];
+      }
+    }
+  }
+#pragma unroll
+  for (u32 i = 0; i < R; ++i) {
+    float s = sum32(acc[i]);
+    if (lane == 0u) row_sums[(g + 8u * (r0 + i)) * 4u + t] = s;
+  }
+}
+
 // V2: gemv_pass_f4 (FP4 only; NC: streaming weight loads) and GV2_OUT_ROWS rows per gemv2 block.
-template <u32 CB, bool V2 = false, bool NC = false>
+// Q (v3): gemv_pass_q instead.
+template <u32 CB, bool V2 = false, bool NC = false, bool Q = false>
 MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                          const float* x, const u32* wcodes, const u8* wscales, u32* out,
                          const float* bias, const float* topw, const i32* row_of_pair,
@@ -853,8 +931,17 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
       if (t < cnt) {
         // 4 rows per pass (64 registers, no spills: four blocks per multiprocessor, 64 KiB of
         // loads in flight per multiprocessor; 8 rows per pass spilled at three blocks).
-        gemv_pass_f4<4, NC>(p, is1, e, start, jb, 0u, t, pair_of_row, x, wcodes, wscales, row_sums);
-        if (is1) gemv_pass_f4<4, NC>(p, true, e, start, jb, 4u, t, pair_of_row, x, wcodes, wscales, row_sums);
+        if (Q) {
+          // gemv1: the block's 64 rows in one pass, 2 steps in flight; gemv2: 32 rows, 4 steps
+          // (16 four-byte weight words per lane either way).
+          if (is1)
+            gemv_pass_q<8, 2>(p, true, e, start, jb, 0u, t, pair_of_row, x, wcodes, wscales, row_sums);
+          else
+            gemv_pass_q<4, 4>(p, false, e, start, jb, 0u, t, pair_of_row, x, wcodes, wscales, row_sums);
+        } else {
+          gemv_pass_f4<4, NC>(p, is1, e, start, jb, 0u, t, pair_of_row, x, wcodes, wscales, row_sums);
+          if (is1) gemv_pass_f4<4, NC>(p, true, e, start, jb, 4u, t, pair_of_row, x, wcodes, wscales, row_sums);
+        }
       } else if (tid < 64u) {
         row_sums[tid * 4u + t] = 0.0f;
       }
@@ -917,11 +1004,24 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
 GEMV_KERNELS(4)
 GEMV_KERNELS(6)
 GEMV_KERNELS(8)
+// Blocks per multiprocessor of the v2 / v3 GEMVs: NVIDIA 4 (v2: 64 registers, no spill in the
+// loop) and 3 (v3: 80 registers, none); AMD keeps v1's 2 (at 4, gfx942 spilled a VGPR; the AMD
+// code is built, not run).
+#if defined(MX_AMD)
+#define GV2_OCC 2
+#define GV3_OCC 2
+#else
+#define GV2_OCC 4
+#define GV3_OCC 3
+#endif
 // v2: streaming weight loads (MXMOE_HIP_GEMV=v2); v2c: the same with plain (L1-cached) loads.
-MX_KERNEL_OCC(GV_THREADS, 4) void moe_gemv1_v2_cb4(GEMV_ARGS) { gemv_body<4, true, true>(p, true, GEMV_PASS); }
-MX_KERNEL_OCC(GV_THREADS, 4) void moe_gemv2_v2_cb4(GEMV_ARGS) { gemv_body<4, true, true>(p, false, GEMV_PASS); }
-MX_KERNEL_OCC(GV_THREADS, 4) void moe_gemv1_v2c_cb4(GEMV_ARGS) { gemv_body<4, true, false>(p, true, GEMV_PASS); }
-MX_KERNEL_OCC(GV_THREADS, 4) void moe_gemv2_v2c_cb4(GEMV_ARGS) { gemv_body<4, true, false>(p, false, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv1_v2_cb4(GEMV_ARGS) { gemv_body<4, true, true>(p, true, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv2_v2_cb4(GEMV_ARGS) { gemv_body<4, true, true>(p, false, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv1_v2c_cb4(GEMV_ARGS) { gemv_body<4, true, false>(p, true, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv2_v2c_cb4(GEMV_ARGS) { gemv_body<4, true, false>(p, false, GEMV_PASS); }
+// v3: gemv_pass_q (MXMOE_HIP_GEMV=v3).
+MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv1_v3_cb4(GEMV_ARGS) { gemv_body<4, true, true, true>(p, true, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv2_v3_cb4(GEMV_ARGS) { gemv_body<4, true, true, true>(p, false, GEMV_PASS); }
 
 // ---- grouped GEMM (prefill) on matrix cores -------------------------------------------------
 // A block = 4 warps (NVIDIA, 128 threads) or 4 wavefronts (AMD, 256), arranged WARPS_M x

@@ -83,7 +83,7 @@ pub const NAMES: [&str; 22] = [
 ];
 /// The GEMV kernels of 8-bit codes (FP8, INT8), the combine, decode's fused route + lists, the
 /// MoE input QDQ, and the v2 decode kernels (`MXMOE_HIP_GEMV`, `MXMOE_HIP_ROUTE`).
-pub const NAMES_MORE: [&str; 12] = [
+pub const NAMES_MORE: [&str; 14] = [
     "mx_qdq_lanes",
     "moe_gemv1_cb8",
     "moe_gemv2_cb8",
@@ -93,6 +93,8 @@ pub const NAMES_MORE: [&str; 12] = [
     "moe_gemv2_v2_cb4",
     "moe_gemv1_v2c_cb4",
     "moe_gemv2_v2c_cb4",
+    "moe_gemv1_v3_cb4",
+    "moe_gemv2_v3_cb4",
     "mx_route_v2",
     "moe_lists_v2",
     "moe_route_lists_v2",

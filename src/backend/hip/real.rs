@@ -55,8 +55,10 @@ fn version_knob(var: &str, default_v2: bool) -> Result<bool, BackendError> {
 
 /// The decode GEMV for MXFP4 weights (`MXMOE_HIP_GEMV`): `v2` (`moe_gemv{1,2}_v2_cb4`: one FMA
 /// per code, per-block scales, 32-row gemv2 blocks, 4 blocks per multiprocessor, weights loaded
-/// past the L1 on NVIDIA), `v2c` (the same with plain loads, `moe_gemv{1,2}_v2c_cb4`) or `v1`;
-/// the kernel-name infix. Other weight formats always run v1.
+/// past the L1 on NVIDIA), `v2c` (the same with plain loads, `moe_gemv{1,2}_v2c_cb4`), `v3`
+/// (`moe_gemv{1,2}_v3_cb4`: four lanes per 32-block, so that a warp's activation loads touch 8
+/// lines instead of 32; not run on a GPU yet) or `v1`; the kernel-name infix. Other weight
+/// formats always run v1.
 const GEMV_DEFAULT: &str = "v2";
 fn gemv_variant() -> Result<&'static str, BackendError> {
     let v = std::env::var("MXMOE_HIP_GEMV").unwrap_or_default();
@@ -64,8 +66,9 @@ fn gemv_variant() -> Result<&'static str, BackendError> {
         "v1" => Ok("v1"),
         "v2" => Ok("v2"),
         "v2c" => Ok("v2c"),
+        "v3" => Ok("v3"),
         _ => Err(BackendError::Device(format!(
-            "MXMOE_HIP_GEMV={v}: expected v1, v2 or v2c (docs/ENVIRONMENT.md)"
+            "MXMOE_HIP_GEMV={v}: expected v1, v2, v2c or v3 (docs/ENVIRONMENT.md)"
         ))),
     }
 }
