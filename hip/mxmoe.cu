@@ -249,8 +249,11 @@ MX_DEVICE void route_weights_serial(const RouteParams& rp, u32 t, const RouteSha
 // Route token t. The work is done by threads lid < R_WG (the same sums in the same order
 // whatever the block size); every thread of the block must call it (barriers). FAST (v2): the
 // arg-max by shuffles (r_argmax_fast) and no softmax-sum tree where no softmax sum is used; the
-// same bits.
-template <bool FAST>
+// same bits. SIMPLE (v3): the router is a softmax or top-k softmax without a correction bias or
+// groups (the host checks), so that the exact scoring, the groups and the sigmoid weights are
+// compiled out: a single block runs this once per token, and the general kernel's 71 KB of code
+// are a suspect for its ~15 k cycles (docs/h200-2026-12-01-hipdecode2). The same bits.
+template <bool FAST, bool SIMPLE = false>
 MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* logits,
                            const u32* bias, i32* ids, float* weights, RouteShared& s) {
   const u32 LW = lid < R_WG ? R_WG : 0u;  // threads past R_WG take no work (loops end at once)
@@ -259,7 +262,7 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
   for (u32 i = lid; i < e && LW; i += R_WG) s.lg[i] = lgt[i];
   sync_threads();
   const float* lg = s.lg;
-  bool exact_softmax = rp.has_bias != 0u && rp.scoring == SCORING_SOFTMAX;
+  bool exact_softmax = (!SIMPLE && rp.has_bias != 0u) && rp.scoring == SCORING_SOFTMAX;
   if (exact_softmax) {
     if (lid == 0u) {
       float mx = lg[0];
@@ -277,20 +280,20 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
     sync_threads();
   }
   for (u32 i = lid; i < e && LW; i += R_WG) {
-    s.key[i] = rp.has_bias != 0u ? add_ftz(r_score(s, rp, i), bias[i]) : lg[i];
+    s.key[i] = (!SIMPLE && rp.has_bias != 0u) ? add_ftz(r_score(s, rp, i), bias[i]) : lg[i];
     s.taken[i] = 0u;
   }
   sync_threads();
   // Groups: each group's score, then the best topk_group groups (ties to the lower group).
   u32 per = e;
-  u32 ng = rp.n_group > 0u ? rp.n_group : 1u;
-  if (rp.n_group > 0u) per = e / rp.n_group;
+  u32 ng = (!SIMPLE && rp.n_group > 0u) ? rp.n_group : 1u;
+  if (!SIMPLE && rp.n_group > 0u) per = e / rp.n_group;
   for (u32 g = lid; g < ng && LW; g += R_WG) {
-    s.gscore[g] = rp.n_group > 0u ? r_group_score(s, rp, g, per) : 0.0f;
-    s.gchosen[g] = rp.n_group > 0u ? 0u : 1u;
+    s.gscore[g] = (!SIMPLE && rp.n_group > 0u) ? r_group_score(s, rp, g, per) : 0.0f;
+    s.gchosen[g] = (!SIMPLE && rp.n_group > 0u) ? 0u : 1u;
   }
   sync_threads();
-  if (rp.n_group > 0u) {
+  if (!SIMPLE && rp.n_group > 0u) {
     for (u32 r = 0; r < rp.topk_group; ++r) {
       i32 bi = -1;
       float bv = 0.0f;
@@ -309,7 +312,7 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
     i32 bi = -1;
     float bv = 0.0f;
     for (u32 i = lid; i < e && LW; i += R_WG) {
-      if (s.taken[i] == 0u && s.gchosen[i / per] != 0u) {
+      if (s.taken[i] == 0u && (SIMPLE || s.gchosen[i / per] != 0u)) {
         if (bi < 0 || key_gt(s.key[i], bv)) {
           bi = (i32)i;
           bv = s.key[i];
@@ -338,7 +341,7 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
     }
   }
   float scaling = u2f(rp.scaling);
-  if (rp.scoring == SCORING_SIGMOID || exact_softmax) {
+  if ((!SIMPLE && rp.scoring == SCORING_SIGMOID) || exact_softmax) {
     if (lid < k) s.sel_score[lid] = r_score(s, rp, s.sel[lid]);
     sync_threads();
     if (lid == 0u) {
@@ -371,6 +374,12 @@ MX_KERNEL(64) void mx_route_v2(RouteParams rp, const float* logits, const u32* b
   MX_SHARED RouteShared s;
   if (bid_x() >= rp.m) return;
   route_token<true>(rp, bid_x(), tid_x(), logits, bias, ids, weights, s);
+}
+MX_KERNEL(64) void mx_route_v3(RouteParams rp, const float* logits, const u32* bias,
+                                         i32* ids, float* weights) {
+  MX_SHARED RouteShared s;
+  if (bid_x() >= rp.m) return;
+  route_token<true, true>(rp, bid_x(), tid_x(), logits, bias, ids, weights, s);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -538,6 +547,15 @@ MX_KERNEL(256) void moe_route_lists_v2(RouteParams rp, MoeParams p, const float*
   MX_SHARED RouteShared s;
   MX_SHARED ListsShared ls;
   for (u32 t = 0; t < rp.m; ++t) route_token<true>(rp, t, tid_x(), logits, bias, ids, weights, s);
+  lists_body<true>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
+}
+MX_KERNEL(256) void moe_route_lists_v3(RouteParams rp, MoeParams p, const float* logits,
+                                                 const u32* bias, i32* ids, float* weights,
+                                                 const i32* expert_map, u32* pair_of_row,
+                                                 i32* row_of_pair, u32* tiles) {
+  MX_SHARED RouteShared s;
+  MX_SHARED ListsShared ls;
+  for (u32 t = 0; t < rp.m; ++t) route_token<true, true>(rp, t, tid_x(), logits, bias, ids, weights, s);
   lists_body<true>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
 }
 

@@ -8,25 +8,27 @@
 # Expects the release binary (built with --features hip) at $MXMOE_BIN (default
 # .dev-hipdecode2/mxmoe). Results under $OUT.
 #
-# PHASE=v3 (not yet run): the same checks and benches for MXMOE_HIP_GEMV=v3 against v2 (the full
-# catalog with v3 first, stopping on a failure), then ncu on v3's 1-token GEMVs with the warp
-# stall reasons of the route+lists kernel (is it instruction-cache misses?).
+# PHASE=v3 (not yet run): MXMOE_HIP_GEMV=v3 MXMOE_HIP_ROUTE=v3 against the v2 defaults (the full
+# catalog with both v3 knobs first, stopping on a failure; then benches of v3/v3, GEMV v3 alone,
+# and v2), then ncu on the 1-token forward with v3/v3 including the warp stall reasons (is the
+# route+lists kernel waiting on instruction fetch?).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 B="${MXMOE_BIN:-.dev-hipdecode2/mxmoe}"
 if [ "${PHASE:-}" = v3 ]; then
-  MXMOE_HIP_GEMV=v3 MXMOE_REQUIRE_HIP=1 timeout 60 $B check --backend hip --suite full > "$OUT/check_hip_v3.txt" 2>&1
-  rc=$?; echo "check hip (MXMOE_HIP_GEMV=v3) rc=$rc"; grep -E "FAIL" "$OUT/check_hip_v3.txt" | head -8; tail -1 "$OUT/check_hip_v3.txt"
+  MXMOE_HIP_GEMV=v3 MXMOE_HIP_ROUTE=v3 MXMOE_REQUIRE_HIP=1 timeout 60 $B check --backend hip --suite full > "$OUT/check_hip_v3.txt" 2>&1
+  rc=$?; echo "check hip (MXMOE_HIP_GEMV=v3 MXMOE_HIP_ROUTE=v3) rc=$rc"; grep -E "FAIL" "$OUT/check_hip_v3.txt" | head -8; tail -1 "$OUT/check_hip_v3.txt"
   [ $rc -ne 0 ] && exit 1
   L="$OUT/bench_hip_v3.log"
-  for v in v3 v2; do
-    echo "## MXMOE_HIP_GEMV=$v" >> "$L"
-    MXMOE_HIP_GEMV=$v timeout 40 $B bench --backend hip --shape gpt-oss-120b --tokens 1,4,16 --iters 20 --no-check --json "$OUT/bench_hip_gptoss_$v.json" >> "$L" 2>&1
-    MXMOE_HIP_GEMV=$v timeout 40 $B bench --backend hip --shape deepseek-r1 --tokens 1,8 --iters 20 --no-check --json "$OUT/bench_hip_dsr1_$v.json" >> "$L" 2>&1
+  for v in "v3 v3" "v3 v2" "v2 v2"; do
+    set -- $v
+    echo "## MXMOE_HIP_GEMV=$1 MXMOE_HIP_ROUTE=$2" >> "$L"
+    MXMOE_HIP_GEMV=$1 MXMOE_HIP_ROUTE=$2 timeout 40 $B bench --backend hip --shape gpt-oss-120b --tokens 1,4,16 --iters 20 --no-check --json "$OUT/bench_hip_gptoss_$1$2.json" >> "$L" 2>&1
+    MXMOE_HIP_GEMV=$1 MXMOE_HIP_ROUTE=$2 timeout 40 $B bench --backend hip --shape deepseek-r1 --tokens 1,8 --iters 20 --no-check >> "$L" 2>&1
   done
   grep -E "^## |M = [0-9]+: (wall|passes)" "$L" | sed 's/^ *//' | cut -c1-200
   if command -v ncu > /dev/null; then
-    MXMOE_HIP_GEMV=v3 timeout 45 ncu --kernel-name regex:'moe_' --launch-skip 9 --launch-count 3 \
+    MXMOE_HIP_GEMV=v3 MXMOE_HIP_ROUTE=v3 timeout 45 ncu --kernel-name regex:'moe_' --launch-skip 9 --launch-count 3 \
       --section SpeedOfLight --section Occupancy --section WarpStateStats \
       $B bench --backend hip --shape gpt-oss-120b --tokens 1 --iters 8 --no-check > "$OUT/ncu_v3.txt" 2>&1
     grep -E "^  moe_|Duration|DRAM Throughput|L1/TEX Cache|Compute \(SM\)|Achieved Occupancy|Stall|stall" "$OUT/ncu_v3.txt" | head -60

@@ -40,15 +40,21 @@ const GEMV_OUT_ROWS: usize = 64;
 /// (the smaller, so the larger count).
 const GEMV2_OUT_ROWS: usize = 32;
 
-/// A kernel generation switch (`MXMOE_HIP_GEMV`, `MXMOE_HIP_ROUTE`): `v1`, `v2`, or unset (the
-/// default); anything else is an error naming the variable.
-fn version_knob(var: &str, default_v2: bool) -> Result<bool, BackendError> {
-    match std::env::var(var).as_deref() {
-        Err(_) | Ok("") => Ok(default_v2),
-        Ok("v1") => Ok(false),
-        Ok("v2") => Ok(true),
-        Ok(v) => Err(BackendError::Device(format!(
-            "{var}={v}: expected v1 or v2 (docs/ENVIRONMENT.md)"
+/// Routing and the expert lists (`MXMOE_HIP_ROUTE`): `v2` (the default; `mx_route_v2`,
+/// `moe_lists_v2`, `moe_route_lists_v2`: arg-max and prefix sums by warp shuffles, 2 barriers per
+/// arg-max instead of 8 and 1 per scan instead of 16; the same bits), `v3` (v2, and for a softmax
+/// or top-k softmax router without a correction bias or groups `mx_route_v3` /
+/// `moe_route_lists_v3`, with the other routers' code compiled out; not run on a GPU yet) or
+/// `v1`. Anything else is an error naming the variable.
+const ROUTE_DEFAULT: &str = "v2";
+fn route_variant() -> Result<&'static str, BackendError> {
+    let v = std::env::var("MXMOE_HIP_ROUTE").unwrap_or_default();
+    match if v.is_empty() { ROUTE_DEFAULT } else { v.as_str() } {
+        "v1" => Ok("v1"),
+        "v2" => Ok("v2"),
+        "v3" => Ok("v3"),
+        _ => Err(BackendError::Device(format!(
+            "MXMOE_HIP_ROUTE={v}: expected v1, v2 or v3 (docs/ENVIRONMENT.md)"
         ))),
     }
 }
@@ -73,13 +79,6 @@ fn gemv_variant() -> Result<&'static str, BackendError> {
     }
 }
 
-/// Routing and the expert lists (`MXMOE_HIP_ROUTE`): v2 (`mx_route_v2`, `moe_lists_v2`,
-/// `moe_route_lists_v2`: arg-max and prefix sums by warp shuffles, 2 barriers per arg-max
-/// instead of 8 and 1 per scan instead of 16; the same bits) or v1.
-const ROUTE_V2_DEFAULT: bool = true;
-fn route_v2() -> Result<bool, BackendError> {
-    version_knob("MXMOE_HIP_ROUTE", ROUTE_V2_DEFAULT)
-}
 /// GEMV while the token-expert pairs are at most this many per local expert (on the H200 the
 /// GEMV wins at 0.25 and 0.5 pairs per expert, the matrix-core GEMM at 2;
 /// docs/h200-2026-12-01-hip, docs/h200-2026-12-01-hipdecode). `MXMOE_HIP_GEMV_PAIRS` overrides.
@@ -424,11 +423,7 @@ impl HipBackend {
             format!(
                 "decode kernels: MXFP4 GEMV {}, route + lists {} (MXMOE_HIP_GEMV, MXMOE_HIP_ROUTE)",
                 gemv_variant().unwrap_or("(MXMOE_HIP_GEMV invalid)"),
-                match route_v2() {
-                    Ok(true) => "v2",
-                    Ok(false) => "v1",
-                    Err(_) => "(MXMOE_HIP_ROUTE invalid)",
-                }
+                route_variant().unwrap_or("(MXMOE_HIP_ROUTE invalid)")
             ),
         ];
         if self.dev.arch == "gfx950" {
@@ -810,7 +805,13 @@ impl HipBackend {
         let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
         let rb = g.route_bias.as_ref().unwrap_or(&g.dummy).ptr;
         let map = g.map.as_ref().unwrap_or(&g.dummy).ptr;
-        let rv = if route_v2()? { "_v2" } else { "" };
+        // rp: [m, experts, top_k, scoring, renormalize, groups, topk_group, scaling, has_bias, ..]
+        let simple = rp[3] != crate::moe::Scoring::Sigmoid.id() && rp[5] == 0 && rp[8] == 0;
+        let (rv, lv) = match route_variant()? {
+            "v1" => ("", ""),
+            "v3" if simple => ("_v3", "_v2"),
+            _ => ("_v2", "_v2"),
+        };
         if m <= fused_route_tokens() {
             // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists).
             run(
@@ -830,7 +831,7 @@ impl HipBackend {
             )?;
             run(
                 "moe/lists",
-                &format!("moe_lists{rv}"),
+                &format!("moe_lists{lv}"),
                 (1, 1),
                 256,
                 &mut args!(p, ids_p, map, rows.ptr, slot.ptr, tiles.ptr),
