@@ -75,6 +75,41 @@ MX_DEVICE float load_coherent(const float* p) {
   return __builtin_bit_cast(float, __atomic_load_n((const u32*)p, __ATOMIC_RELAXED));
 }
 
+// Global loads of read-only data that a kernel streams once (the decode GEMV's weights), 16 bytes
+// and 1 byte. NVIDIA: ld.global.nc with L1::no_allocate (PTX ISA 7.4+, so the sm_90 PTX, which
+// clang writes as ISA 7.8; the sm_80 PTX is ISA 7.0 and gets plain ld.global.nc): the lines do
+// not displace the L1, which keeps the activations every lane re-reads. AMD: plain loads.
+typedef unsigned int mx_u32x4 __attribute__((ext_vector_type(4)));
+#if defined(MX_NV)
+#if __CUDA_ARCH__ >= 900
+#define MX_LD_STREAM "ld.global.nc.L1::no_allocate"
+#else
+#define MX_LD_STREAM "ld.global.nc"
+#endif
+MX_DEVICE mx_u32x4 load_stream16(const void* p) {
+  u32 a, b, c, d;
+  asm(MX_LD_STREAM ".v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+      : "l"(p));
+  mx_u32x4 v = {a, b, c, d};
+  return v;
+}
+MX_DEVICE u32 load_stream_u8(const void* p) {
+  u32 v;
+  asm(MX_LD_STREAM ".u8 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+MX_DEVICE u32 load_stream_u32(const void* p) {
+  u32 v;
+  asm(MX_LD_STREAM ".u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+#else
+MX_DEVICE u32 load_stream_u32(const void* p) { return *(const u32*)p; }
+MX_DEVICE mx_u32x4 load_stream16(const void* p) { return *(const mx_u32x4*)p; }
+MX_DEVICE u32 load_stream_u8(const void* p) { return *(const unsigned char*)p; }
+#endif
+
 // Shared- or global-memory atomics on u32 (relaxed; barriers order them).
 MX_DEVICE u32 atomic_add_u32(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 MX_DEVICE void atomic_max_u32(u32* p, u32 v) { __atomic_fetch_max(p, v, __ATOMIC_RELAXED); }

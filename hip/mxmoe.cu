@@ -192,6 +192,34 @@ MX_DEVICE i32 r_argmax(RouteShared& s, u32 lid, float bv, i32 bi) {
   return w;
 }
 
+// The same winner (the order is total: greater key, then lower index, so the best candidate is
+// unique and any reduction order finds it) with two barriers instead of seven: a butterfly over
+// each 32-lane group by shuffles (NVIDIA warps; AMD's 64-lane wavefront as two halves), then the
+// two groups' winners through shared memory (MXMOE_HIP_ROUTE=v2).
+MX_DEVICE i32 r_argmax_fast(RouteShared& s, u32 lid, float bv, i32 bi) {
+#pragma unroll
+  for (u32 m = 16u; m > 0u; m >>= 1) {
+    float ov = shfl_xor(bv, m);
+    i32 oi = (i32)f2u(shfl_xor(u2f((u32)bi), m));
+    if (r_better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  if (lid < R_WG && (lid & 31u) == 0u) {
+    s.bv[lid >> 5] = bv;
+    s.bi[lid >> 5] = bi;
+  }
+  sync_threads();
+  i32 w = r_better(s.bv[1], s.bi[1], s.bv[0], s.bi[0]) ? s.bi[1] : s.bi[0];
+  sync_threads();
+  return w;
+}
+template <bool FAST>
+MX_DEVICE i32 r_best(RouteShared& s, u32 lid, float bv, i32 bi) {
+  return FAST ? r_argmax_fast(s, lid, bv, bi) : r_argmax(s, lid, bv, bi);
+}
+
 // The weights of the selected experts without exact scores (softmax without a bias,
 // topk_softmax): one thread, in slot order.
 MX_DEVICE void route_weights_serial(const RouteParams& rp, u32 t, const RouteShared& s, float mx,
@@ -219,7 +247,13 @@ MX_DEVICE void route_weights_serial(const RouteParams& rp, u32 t, const RouteSha
 }
 
 // Route token t. The work is done by threads lid < R_WG (the same sums in the same order
-// whatever the block size); every thread of the block must call it (barriers).
+// whatever the block size); every thread of the block must call it (barriers). FAST (v2): the
+// arg-max by shuffles (r_argmax_fast) and no softmax-sum tree where no softmax sum is used; the
+// same bits. SIMPLE (v3): the router is a softmax or top-k softmax without a correction bias or
+// groups (the host checks), so that the exact scoring, the groups and the sigmoid weights are
+// compiled out: a single block runs this once per token, and the general kernel's 71 KB of code
+// are a suspect for its ~15 k cycles (docs/h200-2026-12-01-hipdecode2). The same bits.
+template <bool FAST, bool SIMPLE = false>
 MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* logits,
                            const u32* bias, i32* ids, float* weights, RouteShared& s) {
   const u32 LW = lid < R_WG ? R_WG : 0u;  // threads past R_WG take no work (loops end at once)
@@ -228,7 +262,7 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
   for (u32 i = lid; i < e && LW; i += R_WG) s.lg[i] = lgt[i];
   sync_threads();
   const float* lg = s.lg;
-  bool exact_softmax = rp.has_bias != 0u && rp.scoring == SCORING_SOFTMAX;
+  bool exact_softmax = (!SIMPLE && rp.has_bias != 0u) && rp.scoring == SCORING_SOFTMAX;
   if (exact_softmax) {
     if (lid == 0u) {
       float mx = lg[0];
@@ -246,20 +280,20 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
     sync_threads();
   }
   for (u32 i = lid; i < e && LW; i += R_WG) {
-    s.key[i] = rp.has_bias != 0u ? add_ftz(r_score(s, rp, i), bias[i]) : lg[i];
+    s.key[i] = (!SIMPLE && rp.has_bias != 0u) ? add_ftz(r_score(s, rp, i), bias[i]) : lg[i];
     s.taken[i] = 0u;
   }
   sync_threads();
   // Groups: each group's score, then the best topk_group groups (ties to the lower group).
   u32 per = e;
-  u32 ng = rp.n_group > 0u ? rp.n_group : 1u;
-  if (rp.n_group > 0u) per = e / rp.n_group;
+  u32 ng = (!SIMPLE && rp.n_group > 0u) ? rp.n_group : 1u;
+  if (!SIMPLE && rp.n_group > 0u) per = e / rp.n_group;
   for (u32 g = lid; g < ng && LW; g += R_WG) {
-    s.gscore[g] = rp.n_group > 0u ? r_group_score(s, rp, g, per) : 0.0f;
-    s.gchosen[g] = rp.n_group > 0u ? 0u : 1u;
+    s.gscore[g] = (!SIMPLE && rp.n_group > 0u) ? r_group_score(s, rp, g, per) : 0.0f;
+    s.gchosen[g] = (!SIMPLE && rp.n_group > 0u) ? 0u : 1u;
   }
   sync_threads();
-  if (rp.n_group > 0u) {
+  if (!SIMPLE && rp.n_group > 0u) {
     for (u32 r = 0; r < rp.topk_group; ++r) {
       i32 bi = -1;
       float bv = 0.0f;
@@ -269,7 +303,7 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
           bv = s.gscore[g];
         }
       }
-      i32 w = r_argmax(s, lid, bv, bi);
+      i32 w = r_best<FAST>(s, lid, bv, bi);
       if (lid == 0u && w >= 0) s.gchosen[w] = 1u;
       sync_threads();
     }
@@ -278,14 +312,14 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
     i32 bi = -1;
     float bv = 0.0f;
     for (u32 i = lid; i < e && LW; i += R_WG) {
-      if (s.taken[i] == 0u && s.gchosen[i / per] != 0u) {
+      if (s.taken[i] == 0u && (SIMPLE || s.gchosen[i / per] != 0u)) {
         if (bi < 0 || key_gt(s.key[i], bv)) {
           bi = (i32)i;
           bv = s.key[i];
         }
       }
     }
-    i32 w = r_argmax(s, lid, bv, bi);
+    i32 w = r_best<FAST>(s, lid, bv, bi);
     if (lid == 0u) {
       u32 b = (u32)w;
       s.sel[j] = b;
@@ -297,14 +331,17 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
   float part = 0.0f;
   if (rp.scoring == SCORING_SOFTMAX && !exact_softmax)
     for (u32 i = lid; i < e && LW; i += R_WG) part += fast_exp(lg[i] - mx);
-  if (LW) s.sum[lid] = part;
-  sync_threads();
-  for (u32 st = R_WG / 2u; st > 0u; st /= 2u) {
-    if (lid < st) s.sum[lid] = s.sum[lid] + s.sum[lid + st];
+  // The softmax sum (only the plain softmax without a bias reads it: route_weights_serial).
+  if (!FAST || (rp.scoring == SCORING_SOFTMAX && !exact_softmax)) {
+    if (LW) s.sum[lid] = part;
     sync_threads();
+    for (u32 st = R_WG / 2u; st > 0u; st /= 2u) {
+      if (lid < st) s.sum[lid] = s.sum[lid] + s.sum[lid + st];
+      sync_threads();
+    }
   }
   float scaling = u2f(rp.scaling);
-  if (rp.scoring == SCORING_SIGMOID || exact_softmax) {
+  if ((!SIMPLE && rp.scoring == SCORING_SIGMOID) || exact_softmax) {
     if (lid < k) s.sel_score[lid] = r_score(s, rp, s.sel[lid]);
     sync_threads();
     if (lid == 0u) {
@@ -330,7 +367,19 @@ MX_KERNEL(64) void mx_route(RouteParams rp, const float* logits, const u32* bias
                                       i32* ids, float* weights) {
   MX_SHARED RouteShared s;
   if (bid_x() >= rp.m) return;
-  route_token(rp, bid_x(), tid_x(), logits, bias, ids, weights, s);
+  route_token<false>(rp, bid_x(), tid_x(), logits, bias, ids, weights, s);
+}
+MX_KERNEL(64) void mx_route_v2(RouteParams rp, const float* logits, const u32* bias,
+                                         i32* ids, float* weights) {
+  MX_SHARED RouteShared s;
+  if (bid_x() >= rp.m) return;
+  route_token<true>(rp, bid_x(), tid_x(), logits, bias, ids, weights, s);
+}
+MX_KERNEL(64) void mx_route_v3(RouteParams rp, const float* logits, const u32* bias,
+                                         i32* ids, float* weights) {
+  MX_SHARED RouteShared s;
+  if (bid_x() >= rp.m) return;
+  route_token<true, true>(rp, bid_x(), tid_x(), logits, bias, ids, weights, s);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -366,6 +415,9 @@ struct ListsShared {
   u32 scan_tiles[256];
 };
 
+// FAST (v2): the prefix sums by a shuffle butterfly per 32 lanes and one barrier (the same
+// integers as the 8-step Hillis-Steele scan, which takes 16 barriers).
+template <bool FAST>
 MX_DEVICE void lists_body(const MoeParams& p, const i32* topk_ids, const i32* expert_map,
                           u32* pair_of_row, i32* row_of_pair, u32* tiles, ListsShared& ls) {
   u32* count = ls.count;
@@ -387,21 +439,57 @@ MX_DEVICE void lists_body(const MoeParams& p, const i32* topk_ids, const i32* ex
     rows_here += count[e];
     tiles_here += (count[e] + tm - 1u) / tm;
   }
-  scan_rows[lid] = rows_here;
-  scan_tiles[lid] = tiles_here;
-  for (u32 s = 1u; s < 256u; s <<= 1) {
-    sync_threads();
-    u32 r = 0u, t = 0u;
-    if (lid >= s) {
-      r = scan_rows[lid - s];
-      t = scan_tiles[lid - s];
+  u32 incl_rows, incl_tiles, all_tiles;
+  if (FAST) {
+    // Butterfly scan: after step m, tr / tt are the sums over this lane's aligned run of 2m
+    // lanes and pr / pt the inclusive prefix within it (the partner run lies below when the
+    // lane's bit m is set).
+    u32 pr = rows_here, pt = tiles_here, tr = rows_here, tt = tiles_here;
+#pragma unroll
+    for (u32 m = 1u; m < 32u; m <<= 1) {
+      u32 orr = f2u(shfl_xor(u2f(tr), m)), ot = f2u(shfl_xor(u2f(tt), m));
+      if ((lid & m) != 0u) {
+        pr += orr;
+        pt += ot;
+      }
+      tr += orr;
+      tt += ot;
+    }
+    if ((lid & 31u) == 0u) {
+      scan_rows[lid >> 5] = tr;
+      scan_tiles[lid >> 5] = tt;
     }
     sync_threads();
-    scan_rows[lid] += r;
-    scan_tiles[lid] += t;
+    all_tiles = 0u;
+    for (u32 w = 0u; w < 8u; ++w) {
+      if (w < (lid >> 5)) {
+        pr += scan_rows[w];
+        pt += scan_tiles[w];
+      }
+      all_tiles += scan_tiles[w];
+    }
+    incl_rows = pr;
+    incl_tiles = pt;
+  } else {
+    scan_rows[lid] = rows_here;
+    scan_tiles[lid] = tiles_here;
+    for (u32 s = 1u; s < 256u; s <<= 1) {
+      sync_threads();
+      u32 r = 0u, t = 0u;
+      if (lid >= s) {
+        r = scan_rows[lid - s];
+        t = scan_tiles[lid - s];
+      }
+      sync_threads();
+      scan_rows[lid] += r;
+      scan_tiles[lid] += t;
+    }
+    sync_threads();
+    incl_rows = scan_rows[lid];
+    incl_tiles = scan_tiles[lid];
+    all_tiles = scan_tiles[255];
   }
-  sync_threads();
-  u32 acc = scan_rows[lid] - rows_here, nt = scan_tiles[lid] - tiles_here;
+  u32 acc = incl_rows - rows_here, nt = incl_tiles - tiles_here;
   for (u32 e = e0; e < umin(e0 + 4u, el); ++e) {
     u32 c = count[e];
     offset[e] = acc;
@@ -413,7 +501,7 @@ MX_DEVICE void lists_body(const MoeParams& p, const i32* topk_ids, const i32* ex
     }
     acc += c;
   }
-  if (lid == 255u) tiles[0] = scan_tiles[255];
+  if (lid == 255u) tiles[0] = all_tiles;
   sync_threads();
   for (u32 e = e0; e < umin(e0 + 4u, el); ++e) count[e] = 0u;
   sync_threads();
@@ -433,7 +521,12 @@ MX_DEVICE void lists_body(const MoeParams& p, const i32* topk_ids, const i32* ex
 MX_KERNEL(256) void moe_lists(MoeParams p, const i32* topk_ids, const i32* expert_map,
                                         u32* pair_of_row, i32* row_of_pair, u32* tiles) {
   MX_SHARED ListsShared ls;
-  lists_body(p, topk_ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
+  lists_body<false>(p, topk_ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
+}
+MX_KERNEL(256) void moe_lists_v2(MoeParams p, const i32* topk_ids, const i32* expert_map,
+                                           u32* pair_of_row, i32* row_of_pair, u32* tiles) {
+  MX_SHARED ListsShared ls;
+  lists_body<true>(p, topk_ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
 }
 
 // Decode: route the (few) tokens one after the other, then the lists, in one 256-thread block
@@ -444,16 +537,38 @@ MX_KERNEL(256) void moe_route_lists(RouteParams rp, MoeParams p, const float* lo
                                               i32* row_of_pair, u32* tiles) {
   MX_SHARED RouteShared s;
   MX_SHARED ListsShared ls;
-  for (u32 t = 0; t < rp.m; ++t) route_token(rp, t, tid_x(), logits, bias, ids, weights, s);
-  lists_body(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
+  for (u32 t = 0; t < rp.m; ++t) route_token<false>(rp, t, tid_x(), logits, bias, ids, weights, s);
+  lists_body<false>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
+}
+MX_KERNEL(256) void moe_route_lists_v2(RouteParams rp, MoeParams p, const float* logits,
+                                                 const u32* bias, i32* ids, float* weights,
+                                                 const i32* expert_map, u32* pair_of_row,
+                                                 i32* row_of_pair, u32* tiles) {
+  MX_SHARED RouteShared s;
+  MX_SHARED ListsShared ls;
+  for (u32 t = 0; t < rp.m; ++t) route_token<true>(rp, t, tid_x(), logits, bias, ids, weights, s);
+  lists_body<true>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
+}
+MX_KERNEL(256) void moe_route_lists_v3(RouteParams rp, MoeParams p, const float* logits,
+                                                 const u32* bias, i32* ids, float* weights,
+                                                 const i32* expert_map, u32* pair_of_row,
+                                                 i32* row_of_pair, u32* tiles) {
+  MX_SHARED RouteShared s;
+  MX_SHARED ListsShared ls;
+  for (u32 t = 0; t < rp.m; ++t) route_token<true, true>(rp, t, tid_x(), logits, bias, ids, weights, s);
+  lists_body<true>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
 }
 
-// The tile of this block: (expert, first row, end row); false when the slot is empty.
+// The tile of this block: (expert, first row, end row); false when the slot is empty. The
+// entry is read together with the count (not after it: one memory latency instead of two); the
+// host sizes the list for every slot of the grid, so the read stays inside it.
 MX_DEVICE bool load_tile(const u32* tiles, u32 slot, u32* e, u32* start, u32* cnt) {
-  if (slot >= tiles[0]) return false;
-  *e = tiles[1u + 3u * slot];
-  *start = tiles[2u + 3u * slot];
-  *cnt = tiles[3u + 3u * slot] - *start;
+  u32 n = tiles[0], te = tiles[1u + 3u * slot], ts = tiles[2u + 3u * slot],
+      tn = tiles[3u + 3u * slot];
+  if (slot >= n) return false;
+  *e = te;
+  *start = ts;
+  *cnt = tn - ts;
   return true;
 }
 
@@ -500,8 +615,12 @@ MX_DEVICE u32 code_of(const u32* w, u32 j, u32 cb) {
 // bits 9..11 (exponent e and mantissa m) and the sign to bit 15, an f16 equal to the E2M1 value
 // times 2^-14 exactly (e >= 1: 2^(e-15) (1 + m/2); code 1 lands on the f16 subnormal 2^-15).
 // The caller multiplies the sums by 2^14 (exact). As shaders/moe_gemv_fp4_registers.wgsl.
-MX_DEVICE void fp4_pair(u32 t, float* lo, float* hi) {
-  u32 bits = ((t & 0x00070007u) << 9) | ((t & 0x00080008u) << 12);
+// Here the pair's codes sit at bits 12..15 and 28..31 of v (the word shifted left), so the sign
+// bits are already f16 sign bits and one shift moves both magnitudes (the layout trick of
+// Marlin's FP4 dequantization): 3 integer operations per pair instead of 5, the same bits.
+MX_DEVICE u32 fp4_pair_bits(u32 v) { return (v & 0x80008000u) | ((v & 0x70007000u) >> 3); }
+MX_DEVICE void fp4_pair(u32 v, float* lo, float* hi) {
+  u32 bits = fp4_pair_bits(v);
   *lo = f16_to_f32(bits & 0xFFFFu);
   *hi = f16_to_f32(bits >> 16);
 }
@@ -512,7 +631,7 @@ MX_DEVICE void decode_octet(const u32* w, u32 o, const float* code_value, float*
   if (CB == 4u) {
     u32 x = w[o];
 #pragma unroll
-    for (u32 k = 0; k < 4u; ++k) fp4_pair(x >> (4u * k), &v[k], &v[k + 4u]);
+    for (u32 k = 0; k < 4u; ++k) fp4_pair(x << (12u - 4u * k), &v[k], &v[k + 4u]);
   } else {
 #pragma unroll
     for (u32 q = 0; q < 8u; ++q) v[q] = code_value[code_of(w, o * 8u + q, CB)];
@@ -607,6 +726,7 @@ MX_DEVICE void gemv_pass(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt
 // adds one to its column block's counter; the block that completes it (the counter reaches the
 // number of tiles) sums y over the top-k slots of every token for those columns, in slot order
 // (as moe_combine: the same bits), and resets the counter for the next forward.
+template <u32 OUTR>
 MX_DEVICE void gemv2_combine(const MoeParams& p, const u32* tiles, const i32* row_of_pair,
                              const u32* y, u32* counters, u32* final_out, u32 jb) {
   MX_SHARED u32 last;
@@ -617,8 +737,8 @@ MX_DEVICE void gemv2_combine(const MoeParams& p, const u32* tiles, const i32* ro
   sync_threads();
   if (last == 0u) return;
   fence_device();
-  for (u32 i = tid; i < p.m * GV_OUT_ROWS; i += GV_THREADS) {
-    u32 t = i / GV_OUT_ROWS, n = jb + i % GV_OUT_ROWS;
+  for (u32 i = tid; i < p.m * OUTR; i += GV_THREADS) {
+    u32 t = i / OUTR, n = jb + i % OUTR;
     if (n >= h) continue;
     float acc = 0.0f;
     for (u32 j = 0; j < p.top_k; ++j) {
@@ -630,7 +750,180 @@ MX_DEVICE void gemv2_combine(const MoeParams& p, const u32* tiles, const i32* ro
   if (tid == 0u) counters[bid_y()] = 0u;
 }
 
-template <u32 CB>
+// ---- grouped GEMV v2 (MXMOE_HIP_GEMV=v2; FP4 weights) ---------------------------------------
+// v1's block layout (8 groups of 32 lanes, group g owning rows g + 8i, each lane one whole
+// 32-block of a row at a time, coalesced 16-byte loads) with less work per code and more blocks:
+// all R rows' 16-byte words of a step are loaded before any is decoded; one FMA per code into a
+// per-block partial, the block's scale applied once (v1: a product tree, then two multiplies and
+// an add per octet); row offsets as 32-bit words (v1: 64-bit); gemv2 blocks of GV2_OUT_ROWS = 32
+// output rows (twice v1's blocks: one token's experts then cover the multiprocessors, where v1
+// left half of them with one block), four rows per pass and four blocks per multiprocessor
+// (launch bounds; v1: 8 rows, 2 blocks). The tile
+// list, the row sums in shared memory and the epilogues are v1's. Same contract (fp32
+// accumulation, order not bit-identical to v1: NUMERICS.md 10.3).
+#define GV2_OUT_ROWS 32u  // = 8 groups x 4 rows (gemv_pass_f4<4>)
+
+// Rows g + 8 (r0 + i) (i < R) of the block against token t of the tile. NC: the weights through
+// load_stream16 / load_stream_u8 (NVIDIA: ld.global.nc.L1::no_allocate), else plain loads.
+template <u32 R, bool NC>
+MX_DEVICE void gemv_pass_f4(const MoeParams& p, bool is1, u32 e, u32 start, u32 jb, u32 r0, u32 t,
+                            const u32* pair_of_row, const float* x, const u32* wcodes,
+                            const u8* wscales, float* row_sums) {
+  u32 tid = tid_x(), g = tid / 32u, lane = tid % 32u;
+  u32 K = is1 ? p.hidden : p.inter, kblocks = K / 32u;
+  u32 nrows = is1 ? 2u * p.inter : p.hidden;
+  u64 ebase = (u64)e * nrows * kblocks;          // the expert's first 32-block
+  const uint4v* wc = (const uint4v*)wcodes + ebase;  // one 16-byte word per 32-block (4-bit codes)
+  const u8* ws = wscales + ebase;
+  u32 roff[R];
+  u32 okmask = 0u;
+#pragma unroll
+  for (u32 i = 0; i < R; ++i) {
+    u32 wr = g + 8u * (r0 + i);
+    u32 row = weight_row(p, is1, wr, jb);
+    bool ok = is1 ? weight_row_ok(p, wr, jb) : row < nrows;
+    roff[i] = ok ? row * kblocks : 0u;
+    okmask |= ok ? 1u << i : 0u;
+  }
+  u64 xo = is1 ? (u64)(pair_of_row[start + t] / p.top_k) * K : (u64)(start + t) * K;
+  const float* xr = x + xo;
+  float acc[R];
+#pragma unroll
+  for (u32 i = 0; i < R; ++i) acc[i] = 0.0f;
+  for (u32 b = lane; b < kblocks; b += 32u) {
+    // Unconditional loads (a row outside the matrix reads row 0 and gets scale 0 below): no
+    // branches between them, all R in flight together.
+    uint4v w[R];
+    u32 sb[R];
+#pragma unroll
+    for (u32 i = 0; i < R; ++i) {
+      if (NC) {
+        w[i] = load_stream16(wc + roff[i] + b);
+        sb[i] = load_stream_u8(ws + roff[i] + b);
+      } else {
+        w[i] = wc[roff[i] + b];
+        sb[i] = ws[roff[i] + b];
+      }
+    }
+    float part[R];
+#pragma unroll
+    for (u32 i = 0; i < R; ++i) part[i] = 0.0f;
+#pragma unroll
+    for (u32 o = 0; o < 4u; ++o) {
+      const float4v* xp = (const float4v*)(xr + b * 32u + o * 8u);
+      float4v x0 = xp[0], x1 = xp[1];
+#pragma unroll
+      for (u32 i = 0; i < R; ++i) {
+        u32 word = o == 0u ? w[i].x : o == 1u ? w[i].y : o == 2u ? w[i].z : w[i].w;
+        float v[8];
+#pragma unroll
+        for (u32 k = 0; k < 4u; ++k) fp4_pair(word << (12u - 4u * k), &v[k], &v[k + 4u]);
+        float d = part[i];
+        d = __builtin_fmaf(v[0], x0.x, d);
+        d = __builtin_fmaf(v[1], x0.y, d);
+        d = __builtin_fmaf(v[2], x0.z, d);
+        d = __builtin_fmaf(v[3], x0.w, d);
+        d = __builtin_fmaf(v[4], x1.x, d);
+        d = __builtin_fmaf(v[5], x1.y, d);
+        d = __builtin_fmaf(v[6], x1.z, d);
+        d = __builtin_fmaf(v[7], x1.w, d);
+        part[i] = d;
+      }
+    }
+    // FP4 values were decoded times 2^-14 (fp4_pair); rows outside the matrix have scale 0.
+#pragma unroll
+    for (u32 i = 0; i < R; ++i) {
+      float sc = ((okmask >> i) & 1u) != 0u ? e8m0_value(sb[i]) : 0.0f;
+      acc[i] = __builtin_fmaf(part[i] * 16384.0f, sc, acc[i]);
+    }
+  }
+#pragma unroll
+  for (u32 i = 0; i < R; ++i) {
+    float s = sum32(acc[i]);
+    if (lane == 0u) row_sums[(g + 8u * (r0 + i)) * 4u + t] = s;
+  }
+}
+
+// v3 (MXMOE_HIP_GEMV=v3; not the default): the ncu profile of v2 (docs/h200-2026-12-01-hipdecode2)
+// shows the v1/v2 layout bound by the L1, not by DRAM: a lane owns a whole 32-block, so a warp's
+// 16-byte x load touches 32 different 128-byte lines. Here four consecutive lanes share a
+// 32-block: lane l takes 4-byte word l % 4 (codes 8 (l % 4) .. + 7) of 32-block b0 + l / 4, so a
+// warp reads 8 consecutive 32-blocks of a row (128 contiguous bytes per weight load) and its x
+// loads cover 8 lines instead of 32. U steps of 8 32-blocks are loaded before any is decoded;
+// each lane's 8-code partial gets the block's scale (the 4 lanes of a 32-block read the same
+// byte). Positions past K read the last 32-block and count zero.
+template <u32 R, u32 U>
+MX_DEVICE void gemv_pass_q(const MoeParams& p, bool is1, u32 e, u32 start, u32 jb, u32 r0, u32 t,
+                           const u32* pair_of_row, const float* x, const u32* wcodes,
+                           const u8* wscales, float* row_sums) {
+  u32 tid = tid_x(), g = tid / 32u, lane = tid % 32u, q = lane & 3u, kl = lane >> 2;
+  u32 K = is1 ? p.hidden : p.inter, kblocks = K / 32u;
+  u32 nrows = is1 ? 2u * p.inter : p.hidden;
+  u64 ebase = (u64)e * nrows * kblocks;  // the expert's first 32-block
+  const u32* wc = wcodes + ebase * 4u + q;
+  const u8* ws = wscales + ebase;
+  u32 roff[R];
+  u32 okmask = 0u;
+#pragma unroll
+  for (u32 i = 0; i < R; ++i) {
+    u32 wr = g + 8u * (r0 + i);
+    u32 row = weight_row(p, is1, wr, jb);
+    bool ok = is1 ? weight_row_ok(p, wr, jb) : row < nrows;
+    roff[i] = ok ? row * kblocks : 0u;
+    okmask |= ok ? 1u << i : 0u;
+  }
+  u64 xo = is1 ? (u64)(pair_of_row[start + t] / p.top_k) * K : (u64)(start + t) * K;
+  const float* xr = x + xo + q * 8u;
+  float acc[R];
+#pragma unroll
+  for (u32 i = 0; i < R; ++i) acc[i] = 0.0f;
+  for (u32 b0 = 0; b0 < kblocks; b0 += 8u * U) {
+    u32 w[U][R], sb[U][R];
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) {
+      u32 b = umin(b0 + 8u * u + kl, kblocks - 1u);
+#pragma unroll
+      for (u32 i = 0; i < R; ++i) {
+        w[u][i] = load_stream_u32(wc + (u64)(roff[i] + b) * 4u);
+        sb[u][i] = load_stream_u8(ws + roff[i] + b);
+      }
+    }
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) {
+      u32 bu = b0 + 8u * u + kl;
+      bool in = bu < kblocks;
+      u32 b = umin(bu, kblocks - 1u);
+      const float4v* xp = (const float4v*)(xr + b * 32u);
+      float4v x0 = xp[0], x1 = xp[1];
+#pragma unroll
+      for (u32 i = 0; i < R; ++i) {
+        float v[8];
+#pragma unroll
+        for (u32 k = 0; k < 4u; ++k) fp4_pair(w[u][i] << (12u - 4u * k), &v[k], &v[k + 4u]);
+        float d = v[0] * x0.x;
+        d = __builtin_fmaf(v[1], x0.y, d);
+        d = __builtin_fmaf(v[2], x0.z, d);
+        d = __builtin_fmaf(v[3], x0.w, d);
+        d = __builtin_fmaf(v[4], x1.x, d);
+        d = __builtin_fmaf(v[5], x1.y, d);
+        d = __builtin_fmaf(v[6], x1.z, d);
+        d = __builtin_fmaf(v[7], x1.w, d);
+        bool use = in && ((okmask >> i) & 1u) != 0u;
+        // FP4 values were decoded times 2^-14 (fp4_pair).
+        acc[i] = use ? __builtin_fmaf(d * 16384.0f, e8m0_value(sb[u][i]), acc[i]) : acc[i];
+      }
+    }
+  }
+#pragma unroll
+  for (u32 i = 0; i < R; ++i) {
+    float s = sum32(acc[i]);
+    if (lane == 0u) row_sums[(g + 8u * (r0 + i)) * 4u + t] = s;
+  }
+}
+
+// V2: gemv_pass_f4 (FP4 only; NC: streaming weight loads) and GV2_OUT_ROWS rows per gemv2 block.
+// Q (v3): gemv_pass_q instead.
+template <u32 CB, bool V2 = false, bool NC = false, bool Q = false>
 MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                          const float* x, const u32* wcodes, const u8* wscales, u32* out,
                          const float* bias, const float* topw, const i32* row_of_pair,
@@ -645,11 +938,33 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
   if (tid < 4u) tmax[tid] = 0u;
   sync_threads();
   u32 h = p.hidden, inter = p.inter;
-  u32 jb = is1 ? bid_y() * 32u : bid_y() * 64u;
+  const u32 OUTR = V2 ? GV2_OUT_ROWS : GV_OUT_ROWS;  // gemv2 output rows per block
+  u32 jb = is1 ? bid_y() * 32u : bid_y() * OUTR;
   // One token at a time, 4 of the group's 8 rows per pass (the weights of later tokens' passes
   // come from the cache; several tokens' x in registers left too few loads in flight, and 8
   // rows' codes spilled).
-  if (CB == 4u && cnt == 1u) {
+  if (V2) {
+    static_assert(!V2 || CB == 4u, "the v2 GEMV decodes FP4 only");
+    for (u32 t = 0; t < 4u; ++t) {
+      if (t < cnt) {
+        // 4 rows per pass (64 registers, no spills: four blocks per multiprocessor, 64 KiB of
+        // loads in flight per multiprocessor; 8 rows per pass spilled at three blocks).
+        if (Q) {
+          // gemv1: the block's 64 rows in one pass, 2 steps in flight; gemv2: 32 rows, 4 steps
+          // (16 four-byte weight words per lane either way).
+          if (is1)
+            gemv_pass_q<8, 2>(p, true, e, start, jb, 0u, t, pair_of_row, x, wcodes, wscales, row_sums);
+          else
+            gemv_pass_q<4, 4>(p, false, e, start, jb, 0u, t, pair_of_row, x, wcodes, wscales, row_sums);
+        } else {
+          gemv_pass_f4<4, NC>(p, is1, e, start, jb, 0u, t, pair_of_row, x, wcodes, wscales, row_sums);
+          if (is1) gemv_pass_f4<4, NC>(p, true, e, start, jb, 4u, t, pair_of_row, x, wcodes, wscales, row_sums);
+        }
+      } else if (tid < 64u) {
+        row_sums[tid * 4u + t] = 0.0f;
+      }
+    }
+  } else if (CB == 4u && cnt == 1u) {
     // Decode (one token): all 8 rows in one pass, the most loads in flight.
     gemv_pass<CB, 1, 8>(p, is1, e, start, cnt, jb, 0u, 0u, pair_of_row, x, wcodes, wscales, code_value, row_sums);
     if (tid < 64u) row_sums[tid * 4u + 1u] = row_sums[tid * 4u + 2u] = row_sums[tid * 4u + 3u] = 0.0f;
@@ -687,14 +1002,14 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
       out[(u64)(start + t) * inter + j] = val;
     }
   } else {
-    u32 wr = tid % 64u, t = tid / 64u, n = jb + wr;
+    u32 wr = tid % OUTR, t = tid / OUTR, n = jb + wr;
     if (t < cnt && n < h) {
       float v = row_sums[wr * 4u + t];
       if (p.has_bias2) v += bias[(u64)e * h + n];
       if (!p.on_input) v *= topw[pair_of_row[start + t]];
       out[(u64)(start + t) * h + n] = f2u(bf16_point(p, v));
     }
-    if (counters) gemv2_combine(p, tiles, row_of_pair, out, counters, final_out, jb);
+    if (counters) gemv2_combine<OUTR>(p, tiles, row_of_pair, out, counters, final_out, jb);
   }
 }
 
@@ -707,6 +1022,24 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
 GEMV_KERNELS(4)
 GEMV_KERNELS(6)
 GEMV_KERNELS(8)
+// Blocks per multiprocessor of the v2 / v3 GEMVs: NVIDIA 4 (v2: 64 registers, no spill in the
+// loop) and 3 (v3: 80 registers, none); AMD keeps v1's 2 (at 4, gfx942 spilled a VGPR; the AMD
+// code is built, not run).
+#if defined(MX_AMD)
+#define GV2_OCC 2
+#define GV3_OCC 2
+#else
+#define GV2_OCC 4
+#define GV3_OCC 3
+#endif
+// v2: streaming weight loads (MXMOE_HIP_GEMV=v2); v2c: the same with plain (L1-cached) loads.
+MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv1_v2_cb4(GEMV_ARGS) { gemv_body<4, true, true>(p, true, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv2_v2_cb4(GEMV_ARGS) { gemv_body<4, true, true>(p, false, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv1_v2c_cb4(GEMV_ARGS) { gemv_body<4, true, false>(p, true, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv2_v2c_cb4(GEMV_ARGS) { gemv_body<4, true, false>(p, false, GEMV_PASS); }
+// v3: gemv_pass_q (MXMOE_HIP_GEMV=v3).
+MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv1_v3_cb4(GEMV_ARGS) { gemv_body<4, true, true, true>(p, true, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv2_v3_cb4(GEMV_ARGS) { gemv_body<4, true, true, true>(p, false, GEMV_PASS); }
 
 // ---- grouped GEMM (prefill) on matrix cores -------------------------------------------------
 // A block = 4 warps (NVIDIA, 128 threads) or 4 wavefronts (AMD, 256), arranged WARPS_M x

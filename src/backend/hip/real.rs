@@ -36,6 +36,49 @@ const GEMM_TILE: usize = 64;
 const GEMV_TILE: usize = 4;
 /// gemv2's output rows per block (hip/mxmoe.cu GV_OUT_ROWS; gemv1 blocks: 32 columns).
 const GEMV_OUT_ROWS: usize = 64;
+/// The same for the v2 GEMV (hip/mxmoe.cu GV2_OUT_ROWS); the combine counters are sized for it
+/// (the smaller, so the larger count).
+const GEMV2_OUT_ROWS: usize = 32;
+
+/// Routing and the expert lists (`MXMOE_HIP_ROUTE`): `v2` (the default; `mx_route_v2`,
+/// `moe_lists_v2`, `moe_route_lists_v2`: arg-max and prefix sums by warp shuffles, 2 barriers per
+/// arg-max instead of 8 and 1 per scan instead of 16; the same bits), `v3` (v2, and for a softmax
+/// or top-k softmax router without a correction bias or groups `mx_route_v3` /
+/// `moe_route_lists_v3`, with the other routers' code compiled out; not run on a GPU yet) or
+/// `v1`. Anything else is an error naming the variable.
+const ROUTE_DEFAULT: &str = "v2";
+fn route_variant() -> Result<&'static str, BackendError> {
+    let v = std::env::var("MXMOE_HIP_ROUTE").unwrap_or_default();
+    match if v.is_empty() { ROUTE_DEFAULT } else { v.as_str() } {
+        "v1" => Ok("v1"),
+        "v2" => Ok("v2"),
+        "v3" => Ok("v3"),
+        _ => Err(BackendError::Device(format!(
+            "MXMOE_HIP_ROUTE={v}: expected v1, v2 or v3 (docs/ENVIRONMENT.md)"
+        ))),
+    }
+}
+
+/// The decode GEMV for MXFP4 weights (`MXMOE_HIP_GEMV`): `v2` (`moe_gemv{1,2}_v2_cb4`: one FMA
+/// per code, per-block scales, 32-row gemv2 blocks, 4 blocks per multiprocessor, weights loaded
+/// past the L1 on NVIDIA), `v2c` (the same with plain loads, `moe_gemv{1,2}_v2c_cb4`), `v3`
+/// (`moe_gemv{1,2}_v3_cb4`: four lanes per 32-block, so that a warp's activation loads touch 8
+/// lines instead of 32; not run on a GPU yet) or `v1`; the kernel-name infix. Other weight
+/// formats always run v1.
+const GEMV_DEFAULT: &str = "v2";
+fn gemv_variant() -> Result<&'static str, BackendError> {
+    let v = std::env::var("MXMOE_HIP_GEMV").unwrap_or_default();
+    match if v.is_empty() { GEMV_DEFAULT } else { v.as_str() } {
+        "v1" => Ok("v1"),
+        "v2" => Ok("v2"),
+        "v2c" => Ok("v2c"),
+        "v3" => Ok("v3"),
+        _ => Err(BackendError::Device(format!(
+            "MXMOE_HIP_GEMV={v}: expected v1, v2, v2c or v3 (docs/ENVIRONMENT.md)"
+        ))),
+    }
+}
+
 /// GEMV while the token-expert pairs are at most this many per local expert (on the H200 the
 /// GEMV wins at 0.25 and 0.5 pairs per expert, the matrix-core GEMM at 2;
 /// docs/h200-2026-12-01-hip, docs/h200-2026-12-01-hipdecode). `MXMOE_HIP_GEMV_PAIRS` overrides.
@@ -377,6 +420,11 @@ impl HipBackend {
                  else the grouped GEMM on {mma}",
                 gemv_pairs()
             ),
+            format!(
+                "decode kernels: MXFP4 GEMV {}, route + lists {} (MXMOE_HIP_GEMV, MXMOE_HIP_ROUTE)",
+                gemv_variant().unwrap_or("(MXMOE_HIP_GEMV invalid)"),
+                route_variant().unwrap_or("(MXMOE_HIP_ROUTE invalid)")
+            ),
         ];
         if self.dev.arch == "gfx950" {
             v.push("MX-float schemes: v_mfma_scale_f32_16x16x128_f8f6f4 on the MX codes".into());
@@ -629,7 +677,7 @@ impl HipBackend {
                 .filter(|b| wroute::uses_bias(&layer.config.router, Some(b))))?,
             dummy: self.dev.alloc(16)?,
             counters: {
-                let n = layer.config.hidden.div_ceil(GEMV_OUT_ROWS);
+                let n = layer.config.hidden.div_ceil(GEMV_OUT_ROWS.min(GEMV2_OUT_ROWS));
                 let c = self.dev.alloc(n * 4)?;
                 c.fill(0, n)?;
                 c
@@ -757,11 +805,18 @@ impl HipBackend {
         let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
         let rb = g.route_bias.as_ref().unwrap_or(&g.dummy).ptr;
         let map = g.map.as_ref().unwrap_or(&g.dummy).ptr;
+        // rp: [m, experts, top_k, scoring, renormalize, groups, topk_group, scaling, has_bias, ..]
+        let simple = rp[3] != crate::moe::Scoring::Sigmoid.id() && rp[5] == 0 && rp[8] == 0;
+        let (rv, lv) = match route_variant()? {
+            "v1" => ("", ""),
+            "v3" if simple => ("_v3", "_v2"),
+            _ => ("_v2", "_v2"),
+        };
         if m <= fused_route_tokens() {
             // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists).
             run(
                 "route+lists",
-                "moe_route_lists",
+                &format!("moe_route_lists{rv}"),
                 (1, 1),
                 256,
                 &mut args!(rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr),
@@ -769,14 +824,14 @@ impl HipBackend {
         } else {
             run(
                 "route",
-                "mx_route",
+                &format!("mx_route{rv}"),
                 (m as u32, 1),
                 64,
                 &mut args!(rp, logits_p, rb, ids_p, topw_p),
             )?;
             run(
                 "moe/lists",
-                "moe_lists",
+                &format!("moe_lists{lv}"),
                 (1, 1),
                 256,
                 &mut args!(p, ids_p, map, rows.ptr, slot.ptr, tiles.ptr),
@@ -803,9 +858,22 @@ impl HipBackend {
         let mt = max_tiles as u32;
         let (g1, g2) = ((mt, (inter / 32) as u32), (mt, h.div_ceil(64) as u32));
         if gemv {
-            // hip/mxmoe.cu gemv_body: 32 intermediate columns / GEMV_OUT_ROWS output rows.
-            let g2 = (mt, h.div_ceil(GEMV_OUT_ROWS) as u32);
-            let (k1, k2) = (format!("moe_gemv1_cb{cb}"), format!("moe_gemv2_cb{cb}"));
+            // hip/mxmoe.cu gemv_body: 32 intermediate columns / GEMV_OUT_ROWS (v2:
+            // GEMV2_OUT_ROWS) output rows.
+            let gv = if cb == 4 { gemv_variant()? } else { "v1" };
+            let (g2, k1, k2) = if gv != "v1" {
+                (
+                    (mt, h.div_ceil(GEMV2_OUT_ROWS) as u32),
+                    format!("moe_gemv1_{gv}_cb4"),
+                    format!("moe_gemv2_{gv}_cb4"),
+                )
+            } else {
+                (
+                    (mt, h.div_ceil(GEMV_OUT_ROWS) as u32),
+                    format!("moe_gemv1_cb{cb}"),
+                    format!("moe_gemv2_cb{cb}"),
+                )
+            };
             let none = 0u64;
             run(
                 "moe/gemv1",
