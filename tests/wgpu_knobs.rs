@@ -847,7 +847,7 @@ fn moe_timed_forward() {
     eprintln!("pass times (ms): {times:?}");
     if b.has_timestamps() {
         // At decode sizes gemv1 builds the row lists itself (no `lists` pass) and, where the
-        // combine is fused (Vulkan by default), gemv2 combines (no `combine` pass).
+        // combine is fused (MXMOE_WGPU_FUSED_COMBINE=1), gemv2 combines (no `combine` pass).
         let names: Vec<&str> = times.iter().map(|(n, _)| n.as_str()).collect();
         let mut want = vec!["route", "moe/input_qdq", "moe/gemv1", "moe/gemv2"];
         if !b.fused_combine() {

@@ -244,8 +244,8 @@ pub struct Context {
     pub own_lists: AtomicBool,
     /// Whether gemv2 also does the combine up to [`FUSED_COMBINE_MAX_TOKENS`] tokens
     /// (GEMV_FUSE_COMBINE in moe_gemv.wgsl: the last workgroup of each column slice sums the
-    /// slots, same order and bits as the combine pass): by default on Vulkan adapters;
-    /// `MXMOE_WGPU_FUSED_COMBINE=0|1` says otherwise.
+    /// slots, same order and bits as the combine pass): off by default (not ordered by WGSL's
+    /// memory model; once wrong on the H200), `MXMOE_WGPU_FUSED_COMBINE=1` turns it on.
     pub fused_combine: AtomicBool,
     /// Whether the prefill GEMM runs on cooperative matrices (shaders/moe_gemm_coop.wgsl): set
     /// when the adapter offers them (f16 16x16x16, f32 accumulation), the subgroups are 32
@@ -424,15 +424,13 @@ impl Context {
             fp4_register_decode: AtomicBool::new(false),
             gemv: Mutex::new(GemvConfig::SHARED),
             own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
-            // Default on Vulkan only: the pattern (storage barriers at device scope around an
-            // atomic counter) was verified there (NVIDIA H200, lavapipe); Metal's and D3D12's
-            // translations of storageBarrier say less about other workgroups' visibility.
+            // Default OFF everywhere: the pattern (a workgroup reads other workgroups' slot
+            // stores after an arrival counter, storage barriers on both sides) is not ordered by
+            // WGSL's memory model (relaxed atomics, no device-scope release/acquire for plain
+            // stores), and on the H200 it once gave a wrong DeepSeek-R1 1-token forward (rel-L2
+            // 3.2e-3, docs/h200-2026-12-01-session4). An experiment only: MXMOE_WGPU_FUSED_COMBINE=1.
             fused_combine: AtomicBool::new(
-                match std::env::var("MXMOE_WGPU_FUSED_COMBINE").as_deref() {
-                    Ok("0") => false,
-                    Ok("1") => true,
-                    _ => ainfo.backend == wgpu::Backend::Vulkan,
-                },
+                std::env::var("MXMOE_WGPU_FUSED_COMBINE").as_deref() == Ok("1"),
             ),
             own_lists_max: AtomicU64::new(env_u64(
                 "MXMOE_GEMV_OWN_LISTS_MAX",

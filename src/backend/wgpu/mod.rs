@@ -182,7 +182,7 @@ impl WgpuBackend {
     }
 
     /// Test hook: whether gemv2 does the combine itself up to 16 tokens (GEMV_FUSE_COMBINE;
-    /// default on Vulkan adapters, `MXMOE_WGPU_FUSED_COMBINE=0|1` says otherwise).
+    /// default off: not ordered by WGSL's memory model; `MXMOE_WGPU_FUSED_COMBINE=1`).
     pub fn set_fused_combine(&self, on: bool) {
         self.ctx.fused_combine.store(on, Ordering::Relaxed);
     }
