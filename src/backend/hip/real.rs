@@ -47,21 +47,24 @@ const GEMV2_OUT_ROWS: usize = 32;
 /// `moe_route_lists_v3`, with the other routers' code compiled out; the default: H200 catalog
 /// 583/0/0, gpt-oss 1-token route+lists 0.011 vs 0.015 ms) or
 /// `v1`. Anything else is an error naming the variable.
-const ROUTE_DEFAULT: &str = "v3";
+const ROUTE_VARIANTS: [&str; 3] = ["v3", "v2", "v1"];
 fn route_variant() -> Result<&'static str, BackendError> {
-    let v = std::env::var("MXMOE_HIP_ROUTE").unwrap_or_default();
-    match if v.is_empty() {
-        ROUTE_DEFAULT
-    } else {
-        v.as_str()
-    } {
-        "v1" => Ok("v1"),
-        "v2" => Ok("v2"),
-        "v3" => Ok("v3"),
-        _ => Err(BackendError::Device(format!(
-            "MXMOE_HIP_ROUTE={v}: expected v1, v2 or v3 (docs/ENVIRONMENT.md)"
-        ))),
+    env_variant("MXMOE_HIP_ROUTE", &ROUTE_VARIANTS)
+}
+
+/// The value of the knob `name` among `allowed` (the first is the default, taken when the
+/// variable is unset or empty); anything else is an error naming the variable and the choices.
+fn env_variant(name: &str, allowed: &[&'static str]) -> Result<&'static str, BackendError> {
+    let v = std::env::var(name).unwrap_or_default();
+    if v.is_empty() {
+        return Ok(allowed[0]);
     }
+    allowed.iter().copied().find(|a| *a == v).ok_or_else(|| {
+        BackendError::Device(format!(
+            "{name}={v}: expected one of {} (docs/ENVIRONMENT.md)",
+            allowed.join(", ")
+        ))
+    })
 }
 
 /// The decode GEMV for MXFP4 weights (`MXMOE_HIP_GEMV`): `v2` (`moe_gemv{1,2}_v2_cb4`: one FMA
@@ -71,22 +74,9 @@ fn route_variant() -> Result<&'static str, BackendError> {
 /// lines instead of 32; the default: faster than v2 at every measured decode size on the H200,
 /// docs/h200-2026-12-01-session4) or `v1`; the kernel-name infix. Other weight
 /// formats always run v1.
-const GEMV_DEFAULT: &str = "v3";
+const GEMV_VARIANTS: [&str; 4] = ["v3", "v2", "v2c", "v1"];
 fn gemv_variant() -> Result<&'static str, BackendError> {
-    let v = std::env::var("MXMOE_HIP_GEMV").unwrap_or_default();
-    match if v.is_empty() {
-        GEMV_DEFAULT
-    } else {
-        v.as_str()
-    } {
-        "v1" => Ok("v1"),
-        "v2" => Ok("v2"),
-        "v2c" => Ok("v2c"),
-        "v3" => Ok("v3"),
-        _ => Err(BackendError::Device(format!(
-            "MXMOE_HIP_GEMV={v}: expected v1, v2, v2c or v3 (docs/ENVIRONMENT.md)"
-        ))),
-    }
+    env_variant("MXMOE_HIP_GEMV", &GEMV_VARIANTS)
 }
 
 /// GEMV while the token-expert pairs are at most this many per local expert (on the H200 the
