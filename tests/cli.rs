@@ -747,6 +747,11 @@ fn bench_writes_json_with_floor_ratios() {
         assert!((row["weight_bytes"].as_f64().unwrap() - active * per).abs() < 1e-6);
         assert!(row["ratio_to_floor"].as_f64().unwrap() > 0.0);
         assert_eq!(row["rel_l2_vs_cpu"].as_f64().unwrap(), 0.0);
+        // The check batch is compared before the warm-up and again after the timed loops.
+        assert_eq!(
+            row["checked_forwards"].as_u64().unwrap(),
+            1 + mxmoe::bench::CHECK_REPEATS as u64
+        );
     }
     let bad = run(&["bench", "--backend", "cpu", "--tokens", "1,x"]);
     assert!(!bad.ok && bad.stderr.contains("not a number"));

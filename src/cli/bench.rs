@@ -171,16 +171,18 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     let disagrees = |x: f64| x.is_nan() || x > MOE_REL_L2;
     if let Some(bad) = res.iter().find(|r| r.rel_l2_vs_cpu.is_some_and(disagrees)) {
         bail!(
-            "M = {}: output disagrees with the CPU reference (rel-L2 {:?})",
+            "M = {}: output disagrees with the CPU reference (worst rel-L2 of {} checked forwards: {:?})",
             bad.tokens,
+            bad.checked_forwards,
             bad.rel_l2_vs_cpu
         );
     }
     if let Some(bad) = res.iter().find(|r| r.ids_match == Some(false)) {
         bail!(
-            "M = {}: routing ids differ from the CPU reference on the {} checked token(s)",
+            "M = {}: routing ids differ from the CPU reference on the {} checked token(s) (in at least one of {} checked forwards)",
             bad.tokens,
-            bad.checked_tokens
+            bad.checked_tokens,
+            bad.checked_forwards
         );
     }
     Ok(())
