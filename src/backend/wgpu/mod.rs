@@ -97,6 +97,13 @@ impl WgpuBackend {
                     .to_string(),
             );
         }
+        if self.fused_combine() {
+            v.push(
+                "EXPERIMENTAL MXMOE_WGPU_FUSED_COMBINE=1: gemv2 sums the top-k slots itself; WGSL's \
+                 memory model does not order this, and it gave wrong forwards on an H200"
+                    .to_string(),
+            );
+        }
         if self.ctx.trusted_shaders {
             v.push(
                 "MXMOE_WGPU_TRUSTED=1: shader modules without runtime checks (no index clamps, \
