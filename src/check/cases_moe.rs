@@ -317,6 +317,23 @@ pub fn moe_cases() -> Vec<Case> {
     let mut s = spec(Scheme::OCP_MX[2], Activation::SwigluOai, 4, 96, 96, 2);
     s.bias = true;
     v.push(moe_case(q, &LayerSpec::new(s), 200, 77));
+    // The prefill GEMM with the other operand kinds: every GPU path switches to the GEMM above
+    // a few token-expert pairs per expert (wgpu: 32 by default), and until these the only
+    // catalog case that reached it had MX-quantized activations. Weight-only MXFP4 (unquantized
+    // activations: the hi/lo bf16 split on HIP, f16 hi + lo on cooperative matrices) and 6-bit
+    // weights with 6-bit activations, 80 pairs per expert each.
+    let s = spec(
+        Scheme::new(MxFormat::Fp4E2M1, None),
+        Activation::Silu,
+        4,
+        64,
+        64,
+        2,
+    );
+    v.push(moe_case(q, &LayerSpec::new(s), 160, 79));
+    let mut s = spec(Scheme::OCP_MX[3], Activation::SwigluOai, 4, 64, 96, 2);
+    s.bias = true;
+    v.push(moe_case(q, &LayerSpec::new(s), 160, 83));
     // gpt-oss-like awkward sizes: H = 2880 (90 blocks: not a multiple of the 256-element GEMV
     // chunk nor of the 128-column GEMM2 tile), I = 704, top-k-then-softmax, swigluoai,
     // weight-only MXFP4 with biases.
