@@ -518,46 +518,31 @@ MX_DEVICE void lists_body(const MoeParams& p, const i32* topk_ids, const i32* ex
   }
 }
 
-MX_KERNEL(256) void moe_lists(MoeParams p, const i32* topk_ids, const i32* expert_map,
-                                        u32* pair_of_row, i32* row_of_pair, u32* tiles) {
-  MX_SHARED ListsShared ls;
-  lists_body<false>(p, topk_ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
-}
-MX_KERNEL(256) void moe_lists_v2(MoeParams p, const i32* topk_ids, const i32* expert_map,
-                                           u32* pair_of_row, i32* row_of_pair, u32* tiles) {
-  MX_SHARED ListsShared ls;
-  lists_body<true>(p, topk_ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
-}
-
-// Decode: route the (few) tokens one after the other, then the lists, in one 256-thread block
-// (one launch fewer; the routing threads are mx_route's 64, so the same bits).
-MX_KERNEL(256) void moe_route_lists(RouteParams rp, MoeParams p, const float* logits,
-                                              const u32* bias, i32* ids, float* weights,
-                                              const i32* expert_map, u32* pair_of_row,
-                                              i32* row_of_pair, u32* tiles) {
-  MX_SHARED RouteShared s;
-  MX_SHARED ListsShared ls;
-  for (u32 t = 0; t < rp.m; ++t) route_token<false>(rp, t, tid_x(), logits, bias, ids, weights, s);
-  lists_body<false>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
-}
-MX_KERNEL(256) void moe_route_lists_v2(RouteParams rp, MoeParams p, const float* logits,
-                                                 const u32* bias, i32* ids, float* weights,
-                                                 const i32* expert_map, u32* pair_of_row,
-                                                 i32* row_of_pair, u32* tiles) {
-  MX_SHARED RouteShared s;
-  MX_SHARED ListsShared ls;
-  for (u32 t = 0; t < rp.m; ++t) route_token<true>(rp, t, tid_x(), logits, bias, ids, weights, s);
-  lists_body<true>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
-}
-MX_KERNEL(256) void moe_route_lists_v3(RouteParams rp, MoeParams p, const float* logits,
-                                                 const u32* bias, i32* ids, float* weights,
-                                                 const i32* expert_map, u32* pair_of_row,
-                                                 i32* row_of_pair, u32* tiles) {
-  MX_SHARED RouteShared s;
-  MX_SHARED ListsShared ls;
-  for (u32 t = 0; t < rp.m; ++t) route_token<true, true>(rp, t, tid_x(), logits, bias, ids, weights, s);
-  lists_body<true>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);
-}
+// The lists kernel and, for decode, routing + lists in one 256-thread block (one launch fewer;
+// the routing threads are mx_route's 64, so the same bits: the (few) tokens are routed one
+// after the other, then the lists). Variants: v1 (plain), v2 (FAST: shuffles), v3 (v2 routing
+// with the plain softmax router specialised, route_token's second template argument).
+#define LISTS_KERNEL(NAME, FAST)                                                                  \
+  MX_KERNEL(256) void NAME(MoeParams p, const i32* topk_ids, const i32* expert_map,            \
+                           u32* pair_of_row, i32* row_of_pair, u32* tiles) {                    \
+    MX_SHARED ListsShared ls;                                                                   \
+    lists_body<FAST>(p, topk_ids, expert_map, pair_of_row, row_of_pair, tiles, ls);             \
+  }
+#define ROUTE_LISTS_KERNEL(NAME, FAST, ...)                                                       \
+  MX_KERNEL(256) void NAME(RouteParams rp, MoeParams p, const float* logits, const u32* bias,  \
+                           i32* ids, float* weights, const i32* expert_map, u32* pair_of_row,   \
+                           i32* row_of_pair, u32* tiles) {                                      \
+    MX_SHARED RouteShared s;                                                                    \
+    MX_SHARED ListsShared ls;                                                                   \
+    for (u32 t = 0; t < rp.m; ++t)                                                              \
+      route_token<__VA_ARGS__>(rp, t, tid_x(), logits, bias, ids, weights, s);                  \
+    lists_body<FAST>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);                  \
+  }
+LISTS_KERNEL(moe_lists, false)
+LISTS_KERNEL(moe_lists_v2, true)
+ROUTE_LISTS_KERNEL(moe_route_lists, false, false)
+ROUTE_LISTS_KERNEL(moe_route_lists_v2, true, true)
+ROUTE_LISTS_KERNEL(moe_route_lists_v3, true, true, true)
 
 // The tile of this block: (expert, first row, end row); false when the slot is empty. The
 // entry is read together with the count (not after it: one memory latency instead of two); the

@@ -535,20 +535,10 @@ impl Device {
         }
     }
 
-    /// Launch `func` on a `grid` of `block`-thread blocks; `args` point at each argument's value
+    /// Launch `func` on a `grid` of `block`-thread blocks with `shared` bytes of dynamic shared
+    /// memory per block (0 for most kernels; above 48 KB only after
+    /// [`Device::set_max_dynamic_shared`] for `func`); `args` point at each argument's value
     /// (which the driver copies before returning).
-    pub fn launch(
-        &self,
-        func: Ptr,
-        grid: (u32, u32),
-        block: u32,
-        args: &mut [Ptr],
-    ) -> Result<(), BackendError> {
-        self.launch_shared(func, grid, block, 0, args)
-    }
-
-    /// [`Device::launch`] with `shared` bytes of dynamic shared memory per block (above 48 KB
-    /// only after [`Device::set_max_dynamic_shared`] for `func`).
     pub fn launch_shared(
         &self,
         func: Ptr,

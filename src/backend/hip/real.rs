@@ -510,11 +510,7 @@ impl HipBackend {
         block: u32,
         args: &mut [*mut c_void],
     ) -> Result<(), BackendError> {
-        let f = *self
-            .funcs
-            .get(k)
-            .ok_or_else(|| BackendError::Device(format!("kernel {k} is not in the code object")))?;
-        self.dev.launch(f as *mut c_void, grid, block, args)
+        self.launch_shared(k, grid, block, 0, args)
     }
 
     /// [`HipBackend::launch`] with dynamic shared memory (the v2 GEMM).
