@@ -58,6 +58,14 @@ macro_rules! gpu {
     };
 }
 
+/// A backend of its own (not the shared one: the test changes knobs), or SKIPPED as [`gpu!`].
+macro_rules! fresh_gpu {
+    ($name:expr) => {{
+        let _ = gpu!($name);
+        WgpuBackend::new(None).unwrap()
+    }};
+}
+
 fn spec(scheme: Scheme, act: Activation, e: usize, h: usize, i: usize, k: usize) -> SynthSpec {
     let mut s = SynthSpec::new(scheme, e, h, i, k);
     s.activation = act;
@@ -176,11 +184,7 @@ fn gemm_tiled_and_coop_on_catalog_cases() {
 /// layout is per device context.
 #[test]
 fn gemv_layouts_on_catalog_cases() {
-    if backend().is_none() {
-        println!("SKIPPED gemv_layouts_on_catalog_cases: no wgpu adapter");
-        return;
-    }
-    let b = WgpuBackend::new(None).unwrap();
+    let b = fresh_gpu!("gemv_layouts_on_catalog_cases");
     b.set_poison(true);
     // (subgroup, prefetch, words, gemv1 builds the lists itself, subgroups per lane group,
     // wide)
@@ -252,11 +256,7 @@ fn gemv_layouts_on_catalog_cases() {
 /// Own backend instance.
 #[test]
 fn gemv_one_row_matches_general_pipelines() {
-    if backend().is_none() {
-        println!("SKIPPED gemv_one_row_matches_general_pipelines: no wgpu adapter");
-        return;
-    }
-    let b = WgpuBackend::new(None).unwrap();
+    let b = fresh_gpu!("gemv_one_row_matches_general_pipelines");
     b.set_poison(true);
     let opts = MoeOptions::default();
     let mut reductions = vec![false];
@@ -479,11 +479,7 @@ fn gemv_wide_layout_chunks_match_blocks_layout() {
 /// the other tests.
 #[test]
 fn moe_weights_split_across_buffers() {
-    if backend().is_none() {
-        println!("SKIPPED moe_weights_split_across_buffers: no wgpu adapter");
-        return;
-    }
-    let b = WgpuBackend::new(None).unwrap();
+    let b = fresh_gpu!("moe_weights_split_across_buffers");
     b.set_poison(true);
     let l = LayerSpec::new(spec(Scheme::OCP_MX[3], Activation::Silu, 8, 64, 64, 4));
     let layer = l.build().unwrap();
@@ -531,11 +527,7 @@ fn moe_weights_split_across_buffers() {
 /// backend instance (the cache is per device context; other tests run concurrently).
 #[test]
 fn pipeline_cache_builds_each_pipeline_once() {
-    if backend().is_none() {
-        println!("SKIPPED pipeline_cache_builds_each_pipeline_once: no wgpu adapter");
-        return;
-    }
-    let b = &WgpuBackend::new(None).unwrap();
+    let b = &fresh_gpu!("pipeline_cache_builds_each_pipeline_once");
     b.set_poison(true);
     // Start-up may build the FP4 register-decode and the subgroup-layout check pipelines (and
     // nothing else).
@@ -564,11 +556,7 @@ fn pipeline_cache_builds_each_pipeline_once() {
 /// the same bits on the FP4-weight catalog MoE cases; the start-up check's choice is one of them.
 #[test]
 fn fp4_decode_register_and_table_agree() {
-    if backend().is_none() {
-        println!("SKIPPED fp4_decode_register_and_table_agree: no wgpu adapter");
-        return;
-    }
-    let b = WgpuBackend::new(None).unwrap();
+    let b = fresh_gpu!("fp4_decode_register_and_table_agree");
     eprintln!("{:?}", b.notes());
     for (scheme, act) in [
         (Scheme::OCP_MX[0], Activation::Silu),
@@ -609,11 +597,7 @@ fn fp4_decode_register_and_table_agree() {
 /// forward of its kind on a fresh layer.
 #[test]
 fn forward_cache_reuse_matches_fresh() {
-    if backend().is_none() {
-        println!("SKIPPED forward_cache_reuse_matches_fresh: no wgpu adapter");
-        return;
-    }
-    let b = WgpuBackend::new(None).unwrap();
+    let b = fresh_gpu!("forward_cache_reuse_matches_fresh");
     b.set_poison(true);
     let layer = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 64, 2))
         .build()
@@ -673,11 +657,7 @@ fn forward_cache_reuse_matches_fresh() {
 /// exactly when fused.
 #[test]
 fn gemv_fused_combine_matches_combine_pass() {
-    if backend().is_none() {
-        println!("SKIPPED gemv_fused_combine_matches_combine_pass: no wgpu adapter");
-        return;
-    }
-    let b = WgpuBackend::new(None).unwrap();
+    let b = fresh_gpu!("gemv_fused_combine_matches_combine_pass");
     b.set_poison(true);
     let opts = MoeOptions::default();
     let l = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 96, 64, 2));
@@ -791,11 +771,7 @@ fn large_upload_in_pieces_matches_small_batches() {
 /// (split across submits) and QDQ with and without it give the same bits.
 #[test]
 fn poison_does_not_leak_into_results() {
-    if backend().is_none() {
-        println!("SKIPPED poison_does_not_leak_into_results: no wgpu adapter");
-        return;
-    }
-    let b = WgpuBackend::new(None).unwrap();
+    let b = fresh_gpu!("poison_does_not_leak_into_results");
     let layer = LayerSpec::new(spec(Scheme::OCP_MX[1], Activation::SwigluOai, 8, 64, 64, 2))
         .build()
         .unwrap();
