@@ -17,6 +17,8 @@
 pub mod header;
 
 #[cfg(feature = "hip")]
+mod choice;
+#[cfg(feature = "hip")]
 mod driver;
 #[cfg(feature = "hip")]
 mod kernels;

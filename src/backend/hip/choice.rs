@@ -1,0 +1,206 @@
+//! Which HIP kernels a forward runs, and their shapes: tile heights, the GEMV/GEMM crossover,
+//! the decode fusions, the GEMM, GEMV and route versions, and the `MXMOE_HIP_*` knobs that
+//! override them (docs/ENVIRONMENT.md). Out of `real.rs`, which launches what this decides.
+
+use super::kernels;
+use crate::backend::BackendError;
+
+/// The route and lists kernels' limits (shared arrays).
+pub const MAX_EXPERTS: usize = 1024;
+pub const MAX_TOP_K: usize = 32;
+pub const MAX_GROUPS: usize = MAX_EXPERTS;
+
+/// Rows per tile of the GEMM and the GEMV (hip/mxmoe.cu GT_M, and the GEMV's 4).
+pub(super) const GEMM_TILE: usize = 64;
+pub(super) const GEMV_TILE: usize = 4;
+/// gemv2's output rows per block (hip/mxmoe.cu GV_OUT_ROWS; gemv1 blocks: 32 columns).
+pub(super) const GEMV_OUT_ROWS: usize = 64;
+/// The same for the v2 GEMV (hip/mxmoe.cu GV2_OUT_ROWS); the combine counters are sized for it
+/// (the smaller, so the larger count).
+pub(super) const GEMV2_OUT_ROWS: usize = 32;
+
+/// Routing and the expert lists (`MXMOE_HIP_ROUTE`): `v2` (`mx_route_v2`,
+/// `moe_lists_v2`, `moe_route_lists_v2`: arg-max and prefix sums by warp shuffles, 2 barriers per
+/// arg-max instead of 8 and 1 per scan instead of 16; the same bits), `v3` (v2, and for a softmax
+/// or top-k softmax router without a correction bias or groups `mx_route_v3` /
+/// `moe_route_lists_v3`, with the other routers' code compiled out; the default: H200 catalog
+/// 583/0/0, gpt-oss 1-token route+lists 0.011 vs 0.015 ms) or
+/// `v1`. Anything else is an error naming the variable.
+pub(super) const ROUTE_VARIANTS: [&str; 3] = ["v3", "v2", "v1"];
+pub(super) fn route_variant() -> Result<&'static str, BackendError> {
+    env_variant("MXMOE_HIP_ROUTE", &ROUTE_VARIANTS)
+}
+
+/// The value of the knob `name` among `allowed` (the first is the default, taken when the
+/// variable is unset or empty); anything else is an error naming the variable and the choices.
+pub(super) fn env_variant(
+    name: &str,
+    allowed: &[&'static str],
+) -> Result<&'static str, BackendError> {
+    let v = std::env::var(name).unwrap_or_default();
+    if v.is_empty() {
+        return Ok(allowed[0]);
+    }
+    allowed.iter().copied().find(|a| *a == v).ok_or_else(|| {
+        BackendError::Device(format!(
+            "{name}={v}: expected one of {} (docs/ENVIRONMENT.md)",
+            allowed.join(", ")
+        ))
+    })
+}
+
+/// The decode GEMV for MXFP4 weights (`MXMOE_HIP_GEMV`): `v2` (`moe_gemv{1,2}_v2_cb4`: one FMA
+/// per code, per-block scales, 32-row gemv2 blocks, 4 blocks per multiprocessor, weights loaded
+/// past the L1 on NVIDIA), `v2c` (the same with plain loads, `moe_gemv{1,2}_v2c_cb4`), `v3`
+/// (`moe_gemv{1,2}_v3_cb4`: four lanes per 32-block, so that a warp's activation loads touch 8
+/// lines instead of 32; the default: faster than v2 at every measured decode size on the H200,
+/// docs/h200-2026-12-01-session4) or `v1`; the kernel-name infix. Other weight
+/// formats always run v1.
+pub(super) const GEMV_VARIANTS: [&str; 4] = ["v3", "v2", "v2c", "v1"];
+pub(super) fn gemv_variant() -> Result<&'static str, BackendError> {
+    env_variant("MXMOE_HIP_GEMV", &GEMV_VARIANTS)
+}
+
+/// GEMV while the token-expert pairs are at most this many per local expert (on the H200 the
+/// GEMV wins at 0.25 and 0.5 pairs per expert, the matrix-core GEMM at 2;
+/// docs/h200-2026-12-01-hip, docs/h200-2026-12-01-hipdecode). `MXMOE_HIP_GEMV_PAIRS` overrides.
+pub(super) const GEMV_PAIRS_PER_EXPERT: f64 = 1.0;
+/// Up to this many tokens the GEMV path sums the top-k slots in gemv2's last blocks instead of
+/// a combine kernel (one launch fewer; the last block's share grows with the tokens).
+pub(super) const FUSED_COMBINE_MAX_TOKENS: usize = 16;
+
+/// Up to this many tokens one block routes them (one after the other) and builds the lists:
+/// one launch fewer (`MXMOE_HIP_FUSED_ROUTE` overrides, 0 = never).
+pub(super) const FUSED_ROUTE_MAX_TOKENS: usize = 1;
+
+pub(super) fn fused_route_tokens() -> usize {
+    std::env::var("MXMOE_HIP_FUSED_ROUTE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(FUSED_ROUTE_MAX_TOKENS)
+}
+
+/// The GEMV / GEMM crossover in pairs per local expert (`MXMOE_HIP_GEMV_PAIRS` or the default).
+pub(super) fn gemv_pairs() -> f64 {
+    std::env::var("MXMOE_HIP_GEMV_PAIRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(GEMV_PAIRS_PER_EXPERT)
+}
+
+/// The bf16 matrix-core GEMM's tile (hip/mxmoe.cu): GEMM_TILE pair rows x GEMM_N weight rows,
+/// which in stage 1 are the gate and up rows of GEMM_N / 2 intermediate columns.
+pub(super) const GEMM_N: usize = 128;
+/// Threads per v2 GEMM block (hip/mxmoe.cu V2_THREADS: 4 warps, one weight row of the 128 each);
+/// its column blocks are GEMM_N wide, as v1's.
+pub(super) const V2_THREADS: u32 = 128;
+
+/// A launch's `block` argument of `moe`'s `run`: `threads` per block and `shared` bytes of
+/// dynamic shared memory.
+pub(super) fn with_shared(threads: u32, shared: u32) -> u64 {
+    threads as u64 | (shared as u64) << 32
+}
+
+/// Threads per GEMM block (hip/mxmoe.cu GEMM_THREADS): 4 warps (NVIDIA, 32 lanes) or 4
+/// wavefronts (AMD, 64 lanes).
+pub(super) fn gemm_threads(arch: &str) -> u32 {
+    if arch.starts_with("gfx") {
+        256
+    } else {
+        128
+    }
+}
+
+/// Which bf16 grouped GEMM runs the prefill (`MXMOE_HIP_GEMM`): v1 (`moe_gemm{1,2}[_split]_cb*`),
+/// v2 (`moe_gemm{1,2}_v2_t*`, NVIDIA only, docs/hip-gemm-v2.md) or auto (the default: v2 where it
+/// was measured faster, see [`auto_uses_v2`], v1 elsewhere and wherever v2 is not built).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum GemmVersion {
+    Auto,
+    V1,
+    V2,
+}
+
+pub(super) fn gemm_version() -> Result<GemmVersion, BackendError> {
+    match std::env::var("MXMOE_HIP_GEMM").as_deref() {
+        Err(_) | Ok("") | Ok("auto") => Ok(GemmVersion::Auto),
+        Ok("v1") => Ok(GemmVersion::V1),
+        Ok("v2") => Ok(GemmVersion::V2),
+        Ok(v) => Err(BackendError::Device(format!(
+            "MXMOE_HIP_GEMM={v}: expected auto, v1 or v2 (docs/ENVIRONMENT.md)"
+        ))),
+    }
+}
+
+/// The largest mean token-expert pairs per local expert for which `MXMOE_HIP_GEMM=auto` takes
+/// v2 (with its 16-row tiles). Measured on the H200 (docs/h200-2026-12-01-v2): at 2 pairs per
+/// expert v2 is 21-22 % faster than v1 (gpt-oss-120b 64 tokens 0.859 vs 1.088 ms GPU,
+/// DeepSeek-R1 64 tokens 2.04 vs 2.62); at 8 and more it is slower (gpt-oss 256 tokens 1.93 vs
+/// 1.84, DeepSeek 512 tokens 8.10 vs 6.06, both 2048-token runs 16-24 % slower).
+pub(super) const AUTO_V2_MAX_MEAN_PAIRS: usize = 4;
+
+/// Whether `auto` runs v2 for `pairs` token-expert pairs over `experts` local experts.
+pub(super) fn auto_uses_v2(pairs: usize, experts: usize) -> bool {
+    pairs.div_ceil(experts.max(1)) <= AUTO_V2_MAX_MEAN_PAIRS
+}
+
+/// The v2 GEMM's pair rows per tile for `pairs` token-expert pairs over `experts` local experts:
+/// the narrowest tile (16, 32, 64) that holds the mean pairs per expert, so that a few pairs per
+/// expert do not stream mostly zero rows through the matrix cores. `MXMOE_HIP_GEMM_TM`
+/// (16, 32 or 64) forces one (measurements).
+pub(super) fn v2_tile_m(pairs: usize, experts: usize) -> Result<usize, BackendError> {
+    if let Ok(v) = std::env::var("MXMOE_HIP_GEMM_TM") {
+        return match v.parse::<usize>() {
+            Ok(t) if kernels::V2_TILES.contains(&t) => Ok(t),
+            _ => Err(BackendError::Device(format!(
+                "MXMOE_HIP_GEMM_TM={v}: expected one of {:?}",
+                kernels::V2_TILES
+            ))),
+        };
+    }
+    Ok(v2_tile_for(pairs, experts))
+}
+
+/// The default of [`v2_tile_m`]: the narrowest of 16, 32, 64 that holds the mean pairs per
+/// expert (rounded up), 64 beyond.
+pub(super) fn v2_tile_for(pairs: usize, experts: usize) -> usize {
+    let mean = pairs.div_ceil(experts.max(1));
+    kernels::V2_TILES
+        .iter()
+        .copied()
+        .find(|&t| mean <= t)
+        .unwrap_or(64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The v2 tile for the bench shapes (pairs = tokens x top-k over the experts, by hand) and
+    /// the edges.
+    #[test]
+    fn v2_tile_follows_the_pairs_per_expert() {
+        // gpt-oss-120b (128 experts, top-4): 64, 256, 2048 tokens = 2, 8, 64 pairs per expert.
+        assert_eq!(v2_tile_for(256, 128), 16);
+        assert_eq!(v2_tile_for(1024, 128), 16);
+        assert_eq!(v2_tile_for(8192, 128), 64);
+        // DeepSeek-R1 (256 experts, top-8): 512 and 2048 tokens = 16 and 64 pairs per expert.
+        assert_eq!(v2_tile_for(4096, 256), 16);
+        assert_eq!(v2_tile_for(16384, 256), 64);
+        // 17 and 33 pairs per expert (rounded up) move to the next tile; beyond 64 stays 64.
+        assert_eq!(v2_tile_for(16 * 128 + 1, 128), 32);
+        assert_eq!(v2_tile_for(32 * 128 + 1, 128), 64);
+        assert_eq!(v2_tile_for(1 << 20, 8), 64);
+        assert_eq!(v2_tile_for(0, 0), 16);
+        // auto: v2 at the measured 2 pairs per expert, v1 at 8 and more
+        assert!(auto_uses_v2(256, 128) && auto_uses_v2(512, 256) && auto_uses_v2(512, 128));
+        assert!(!auto_uses_v2(1024, 128) && !auto_uses_v2(4096, 256) && !auto_uses_v2(513, 128));
+    }
+
+    #[test]
+    fn with_shared_keeps_both_halves() {
+        let b = with_shared(V2_THREADS, 116_736);
+        assert_eq!((b as u32, (b >> 32) as u32), (128, 116_736));
+        assert_eq!(with_shared(256, 0), 256);
+    }
+}
