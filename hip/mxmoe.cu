@@ -544,6 +544,95 @@ ROUTE_LISTS_KERNEL(moe_route_lists, false, false)
 ROUTE_LISTS_KERNEL(moe_route_lists_v2, true, true)
 ROUTE_LISTS_KERNEL(moe_route_lists_v3, true, true, true)
 
+// Decode's routing + lists for ONE token and a plain softmax or top-k softmax router (no
+// correction bias, no groups: the host checks, as for v3), in one warp (MXMOE_HIP_ROUTE=v4):
+// no block-wide barriers in the arg-max rounds, no prefix sums. moe_route_lists_v3 spends
+// ~7 us of a ~58 us gpt-oss forward in one 256-thread block, mostly waiting at barriers
+// (docs/h200-2026-12-01-session4). The same bits as v3:
+//   - the k arg-max rounds pick the greatest key (ties to the lower index: a total order, so any
+//     reduction order finds the same winner), each lane scanning experts lane + 32 q in
+//     increasing order as route_token's threads do;
+//   - the softmax sum is route_token's: 64 partial sums (thread v: experts v, v + 64, ... in
+//     order; lane l holds v = l and v = l + 32) reduced by the same tree (v + 32, then 16, 8,
+//     .. 1: a butterfly gives lane 0 exactly the tree's sum; a + b == b + a in IEEE);
+//   - the weights by route_weights_serial itself (lane 0, slot order);
+//   - the lists of one token: its k experts are distinct, so each local expert has at most one
+//     pair, the row of slot j is the number of valid slots with a lower local expert (lists_body
+//     orders the rows by local expert), and each valid slot is one tile.
+MX_KERNEL(32) void moe_route_lists_w1(RouteParams rp, MoeParams p, const float* logits,
+                                      const u32* bias, i32* ids, float* weights,
+                                      const i32* expert_map, u32* pair_of_row, i32* row_of_pair,
+                                      u32* tiles) {
+  MX_SHARED RouteShared s;
+  u32 lane = tid_x(), e = rp.n_experts, k = rp.top_k;
+  for (u32 i = lane; i < e; i += 32u) s.lg[i] = logits[i];
+  sync_threads();
+  u32 taken = 0u;  // bit q: expert lane + 32 q is chosen (e <= 1024)
+  i32 first = -1;
+  for (u32 j = 0; j < k; ++j) {
+    i32 bi = -1;
+    float bv = 0.0f;
+    u32 q = 0u;
+    for (u32 i = lane; i < e; i += 32u, ++q) {
+      if (((taken >> q) & 1u) == 0u && (bi < 0 || key_gt(s.lg[i], bv))) {
+        bi = (i32)i;
+        bv = s.lg[i];
+      }
+    }
+#pragma unroll
+    for (u32 m = 16u; m > 0u; m >>= 1) {
+      float ov = shfl_xor(bv, m);
+      i32 oi = (i32)f2u(shfl_xor(u2f((u32)bi), m));
+      if (r_better(ov, oi, bv, bi)) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+    if (bi >= 0 && ((u32)bi & 31u) == lane) taken |= 1u << ((u32)bi >> 5);
+    if (j == 0u) first = bi;
+    if (lane == 0u) s.sel[j] = (u32)bi;
+  }
+  float mx = s.lg[first];
+  if (rp.scoring == SCORING_SOFTMAX) {
+    float lo = 0.0f, hi = 0.0f;
+    for (u32 i = lane; i < e; i += 64u) lo += fast_exp(s.lg[i] - mx);
+    for (u32 i = lane + 32u; i < e; i += 64u) hi += fast_exp(s.lg[i] - mx);
+    float v = lo + hi;
+#pragma unroll
+    for (u32 m = 16u; m > 0u; m >>= 1) v = v + shfl_xor(v, m);
+    if (lane == 0u) s.sum[0] = v;
+  }
+  if (lane == 0u) route_weights_serial(rp, 0u, s, mx, u2f(rp.scaling), ids, weights);
+  sync_threads();
+  i32 l = -1;
+  if (lane < k) {
+    i32 id = (i32)s.sel[lane];
+    l = p.has_map ? expert_map[id] : id;
+    s.sel_score[lane] = (u32)l;
+  }
+  sync_threads();
+  if (lane < k) {
+    u32 r = 0u, nv = 0u;
+    for (u32 j = 0; j < k; ++j) {
+      i32 o = (i32)s.sel_score[j];
+      if (o >= 0) {
+        nv++;
+        if (o < l) r++;
+      }
+    }
+    if (l >= 0) {
+      pair_of_row[r] = lane;
+      row_of_pair[lane] = (i32)r;
+      tiles[1u + 3u * r] = (u32)l;
+      tiles[2u + 3u * r] = r;
+      tiles[3u + 3u * r] = r + 1u;
+    } else {
+      row_of_pair[lane] = -1;
+    }
+    if (lane == 0u) tiles[0] = nv;
+  }
+}
+
 // The tile of this block: (expert, first row, end row); false when the slot is empty. The
 // entry is read together with the count (not after it: one memory latency instead of two); the
 // host sizes the list for every slot of the grid, so the read stays inside it.

@@ -24,9 +24,10 @@ pub(super) const GEMV2_OUT_ROWS: usize = 32;
 /// arg-max instead of 8 and 1 per scan instead of 16; the same bits), `v3` (v2, and for a softmax
 /// or top-k softmax router without a correction bias or groups `mx_route_v3` /
 /// `moe_route_lists_v3`, with the other routers' code compiled out; the default: H200 catalog
-/// 583/0/0, gpt-oss 1-token route+lists 0.011 vs 0.015 ms) or
-/// `v1`. Anything else is an error naming the variable.
-pub(super) const ROUTE_VARIANTS: [&str; 3] = ["v3", "v2", "v1"];
+/// 583/0/0, gpt-oss 1-token route+lists 0.011 vs 0.015 ms), `v4` (v3, and for one token with
+/// such a router routing and lists in one warp, `moe_route_lists_w1`: no block barriers, the
+/// same bits) or `v1`. Anything else is an error naming the variable.
+pub(super) const ROUTE_VARIANTS: [&str; 4] = ["v3", "v4", "v2", "v1"];
 pub(super) fn route_variant() -> Result<&'static str, BackendError> {
     env_variant("MXMOE_HIP_ROUTE", &ROUTE_VARIANTS)
 }
