@@ -147,9 +147,54 @@ pub fn check_synth(
     )
 }
 
+/// The tile slots of a forward's grouped GEMM / GEMV grid and tile list (both GPU backends): at
+/// most this many tiles of `tm` rows cover `na` token-expert pairs over `el` local experts. Each non-empty expert with
+/// c pairs takes ceil(c / tm) <= (c + tm - 1) / tm tiles and at most min(el, na) experts are
+/// non-empty, so the tiles number at most (na + (tm - 1) min(el, na)) / tm (and never more than
+/// na). The bound used before, ceil(na / tm) + min(el, na), gave one token of gpt-oss-120b five
+/// slots for its four tiles: a fifth of the GEMV's blocks started only to find no tile.
+pub fn max_tiles(na: usize, el: usize, tm: usize) -> usize {
+    (na + (tm - 1) * el.min(na)) / tm
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// max_tiles against every way of spreading the pairs over the experts (small cases,
+    /// counted by hand through the tiles each expert takes): never below the worst spread, and
+    /// equal to it.
+    #[test]
+    fn max_tiles_is_the_worst_spread() {
+        fn worst(na: usize, el: usize, tm: usize, e: usize) -> usize {
+            // the most tiles `na` pairs can take over experts e.. el
+            if na == 0 || e == el {
+                return if na == 0 { 0 } else { usize::MAX };
+            }
+            (0..=na)
+                .filter_map(|c| {
+                    let rest = worst(na - c, el, tm, e + 1);
+                    (rest != usize::MAX).then(|| c.div_ceil(tm) + rest)
+                })
+                .max()
+                .unwrap()
+        }
+        for tm in [1, 4, 16, 64] {
+            for el in 1..=5 {
+                for na in 1..=12 {
+                    assert_eq!(
+                        max_tiles(na, el, tm),
+                        worst(na, el, tm, 0),
+                        "na {na} el {el} tm {tm}"
+                    );
+                }
+            }
+        }
+        // one token of gpt-oss-120b (top-4, GEMV tiles of 4): four slots, not five
+        assert_eq!(max_tiles(4, 128, 4), 4);
+        // DeepSeek-R1 at 2048 tokens (16384 pairs, 256 experts, 64-row tiles)
+        assert_eq!(max_tiles(16384, 256, 64), 16384 / 64 + 63 * 256 / 64);
+    }
 
     #[test]
     fn products_overflow_to_none() {

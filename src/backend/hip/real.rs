@@ -572,7 +572,7 @@ impl HipBackend {
             (false, Some(t)) => t,
             (false, None) => GEMM_TILE,
         };
-        let max_tiles = na.div_ceil(tile_m) + el.min(na);
+        let max_tiles = crate::moe::budget::max_tiles(na, el, tile_m);
         let dev = &self.dev;
         // The inputs in one copy (logits, then the hidden states) through the page-locked
         // staging buffer.

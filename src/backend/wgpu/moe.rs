@@ -439,7 +439,7 @@ pub fn forward(
         }
     };
     let tile_m = if gemv { TG } else { TM };
-    let max_tiles = na.div_ceil(tile_m) + el.min(na);
+    let max_tiles = crate::moe::budget::max_tiles(na, el, tile_m);
     let big = [
         ("hidden_states", (m * h * 4) as u64),
         ("intermediate [M*k, I]", (na * inter * 4) as u64),
