@@ -253,13 +253,18 @@ MX_DEVICE void route_weights_serial(const RouteParams& rp, u32 t, const RouteSha
 // groups (the host checks), so that the exact scoring, the groups and the sigmoid weights are
 // compiled out: a single block runs this once per token, and the general kernel's 71 KB of code
 // are a suspect for its ~15 k cycles (docs/h200-2026-12-01-hipdecode2). The same bits.
-template <bool FAST, bool SIMPLE = false>
+// NK (v4): the threads that share the per-expert work whose results do not depend on the
+// thread count (staging the logits, the exact softmax terms, the scores with the correction
+// bias: DeepSeek's exact sigmoids); the block must have at least NK threads. The arg-max
+// candidates and the sums stay with the first R_WG threads.
+template <bool FAST, bool SIMPLE = false, u32 NK = R_WG>
 MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* logits,
                            const u32* bias, i32* ids, float* weights, RouteShared& s) {
   const u32 LW = lid < R_WG ? R_WG : 0u;  // threads past R_WG take no work (loops end at once)
+  const bool LK = lid < NK;
   u32 e = rp.n_experts, k = rp.top_k;
   const float* lgt = logits + (u64)t * e;
-  for (u32 i = lid; i < e && LW; i += R_WG) s.lg[i] = lgt[i];
+  for (u32 i = lid; i < e && LK; i += NK) s.lg[i] = lgt[i];
   sync_threads();
   const float* lg = s.lg;
   bool exact_softmax = (!SIMPLE && rp.has_bias != 0u) && rp.scoring == SCORING_SOFTMAX;
@@ -270,7 +275,7 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
       s.rmax = mx;
     }
     sync_threads();
-    for (u32 i = lid; i < e && LW; i += R_WG) s.key[i] = u2f(r_exp(s, i));
+    for (u32 i = lid; i < e && LK; i += NK) s.key[i] = u2f(r_exp(s, i));
     sync_threads();
     if (lid == 0u) {
       float total = 0.0f;
@@ -279,7 +284,7 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
     }
     sync_threads();
   }
-  for (u32 i = lid; i < e && LW; i += R_WG) {
+  for (u32 i = lid; i < e && LK; i += NK) {
     s.key[i] = (!SIMPLE && rp.has_bias != 0u) ? add_ftz(r_score(s, rp, i), bias[i]) : lg[i];
     s.taken[i] = 0u;
   }
@@ -374,6 +379,14 @@ MX_KERNEL(64) void mx_route_v2(RouteParams rp, const float* logits, const u32* b
   MX_SHARED RouteShared s;
   if (bid_x() >= rp.m) return;
   route_token<true>(rp, bid_x(), tid_x(), logits, bias, ids, weights, s);
+}
+// v4 for routers with exact scores (a correction bias, sigmoid, groups): 256 threads per token,
+// all of them computing the scores (the same bits as v2).
+MX_KERNEL(256) void mx_route_v4(RouteParams rp, const float* logits, const u32* bias, i32* ids,
+                                float* weights) {
+  MX_SHARED RouteShared s;
+  if (bid_x() >= rp.m) return;
+  route_token<true, false, 256u>(rp, bid_x(), tid_x(), logits, bias, ids, weights, s);
 }
 MX_KERNEL(64) void mx_route_v3(RouteParams rp, const float* logits, const u32* bias,
                                          i32* ids, float* weights) {
@@ -543,6 +556,7 @@ LISTS_KERNEL(moe_lists_v2, true)
 ROUTE_LISTS_KERNEL(moe_route_lists, false, false)
 ROUTE_LISTS_KERNEL(moe_route_lists_v2, true, true)
 ROUTE_LISTS_KERNEL(moe_route_lists_v3, true, true, true)
+ROUTE_LISTS_KERNEL(moe_route_lists_v4, true, true, false, 256u)
 
 // Decode's routing + lists for ONE token and a plain softmax or top-k softmax router (no
 // correction bias, no groups: the host checks, as for v3), in one warp (MXMOE_HIP_ROUTE=v4):

@@ -25,11 +25,58 @@ pub(super) const GEMV2_OUT_ROWS: usize = 32;
 /// or top-k softmax router without a correction bias or groups `mx_route_v3` /
 /// `moe_route_lists_v3`, with the other routers' code compiled out; the default: H200 catalog
 /// 583/0/0, gpt-oss 1-token route+lists 0.011 vs 0.015 ms), `v4` (v3, and for one token with
-/// such a router routing and lists in one warp, `moe_route_lists_w1`: no block barriers, the
-/// same bits) or `v1`. Anything else is an error naming the variable.
+/// such a router routing and lists in one warp, `moe_route_lists_w1`: no block barriers; the
+/// routers with exact scores, DeepSeek's, with all 256 threads of a block computing them,
+/// `moe_route_lists_v4` / `mx_route_v4`, where v2 has 64; the same bits; `route_plan`) or `v1`. Anything else is an error naming the variable.
 pub(super) const ROUTE_VARIANTS: [&str; 4] = ["v3", "v4", "v2", "v1"];
 pub(super) fn route_variant() -> Result<&'static str, BackendError> {
     env_variant("MXMOE_HIP_ROUTE", &ROUTE_VARIANTS)
+}
+
+/// The routing and list kernels of a forward: one block doing both (decode), or the router
+/// (one block of `threads` per token) then the lists.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum RoutePlan {
+    Fused {
+        kernel: String,
+        threads: u64,
+    },
+    Separate {
+        route: String,
+        threads: u64,
+        lists: String,
+    },
+}
+
+/// Which route / lists kernels run (hip/mxmoe.cu): `variant` of `MXMOE_HIP_ROUTE`, `simple` a
+/// (top-k) softmax router without correction bias or groups, `m` tokens, fused up to `fused`
+/// tokens (`MXMOE_HIP_FUSED_ROUTE`). v4: one token with a simple router in one warp
+/// (`moe_route_lists_w1`); the other routers with all 256 threads computing the scores
+/// (`moe_route_lists_v4`, `mx_route_v4`); simple routers of several tokens as v3.
+pub(super) fn route_plan(variant: &str, simple: bool, m: usize, fused: usize) -> RoutePlan {
+    let (rv, lv) = match variant {
+        "v1" => ("", ""),
+        "v3" | "v4" if simple => ("_v3", "_v2"),
+        "v4" => ("_v4", "_v2"),
+        _ => ("_v2", "_v2"),
+    };
+    if m <= fused {
+        if m == 1 && simple && variant == "v4" {
+            return RoutePlan::Fused {
+                kernel: "moe_route_lists_w1".into(),
+                threads: 32,
+            };
+        }
+        return RoutePlan::Fused {
+            kernel: format!("moe_route_lists{rv}"),
+            threads: 256,
+        };
+    }
+    RoutePlan::Separate {
+        route: format!("mx_route{rv}"),
+        threads: if rv == "_v4" { 256 } else { 64 },
+        lists: format!("moe_lists{lv}"),
+    }
 }
 
 /// The value of the knob `name` among `allowed` (the first is the default, taken when the
@@ -196,6 +243,79 @@ mod tests {
         // auto: v2 at the measured 2 pairs per expert, v1 at 8 and more
         assert!(auto_uses_v2(256, 128) && auto_uses_v2(512, 256) && auto_uses_v2(512, 128));
         assert!(!auto_uses_v2(1024, 128) && !auto_uses_v2(4096, 256) && !auto_uses_v2(513, 128));
+    }
+
+    /// The route plans by hand: every kernel named here exists (kernels.rs lists them) and
+    /// the thread counts match their launch bounds (hip/mxmoe.cu).
+    #[test]
+    fn route_plan_names_the_kernels() {
+        let fused = |k: &str, t| RoutePlan::Fused {
+            kernel: k.into(),
+            threads: t,
+        };
+        let sep = |r: &str, t, l: &str| RoutePlan::Separate {
+            route: r.into(),
+            threads: t,
+            lists: l.into(),
+        };
+        assert_eq!(
+            route_plan("v3", true, 1, 1),
+            fused("moe_route_lists_v3", 256)
+        );
+        assert_eq!(
+            route_plan("v3", false, 1, 1),
+            fused("moe_route_lists_v2", 256)
+        );
+        assert_eq!(
+            route_plan("v4", true, 1, 1),
+            fused("moe_route_lists_w1", 32)
+        );
+        assert_eq!(
+            route_plan("v4", false, 1, 1),
+            fused("moe_route_lists_v4", 256)
+        );
+        assert_eq!(
+            route_plan("v4", true, 2, 2),
+            fused("moe_route_lists_v3", 256)
+        );
+        assert_eq!(route_plan("v1", true, 1, 1), fused("moe_route_lists", 256));
+        assert_eq!(
+            route_plan("v3", true, 8, 1),
+            sep("mx_route_v3", 64, "moe_lists_v2")
+        );
+        assert_eq!(
+            route_plan("v4", false, 8, 1),
+            sep("mx_route_v4", 256, "moe_lists_v2")
+        );
+        assert_eq!(
+            route_plan("v2", false, 8, 1),
+            sep("mx_route_v2", 64, "moe_lists_v2")
+        );
+        assert_eq!(
+            route_plan("v1", false, 8, 0),
+            sep("mx_route", 64, "moe_lists")
+        );
+        let all: Vec<&str> = kernels::NAMES
+            .iter()
+            .chain(&kernels::NAMES_MORE)
+            .copied()
+            .collect();
+        for v in ROUTE_VARIANTS {
+            for simple in [false, true] {
+                for (m, f) in [(1, 1), (2, 2), (8, 1), (1, 0)] {
+                    let names = match route_plan(v, simple, m, f) {
+                        RoutePlan::Fused { kernel, .. } => vec![kernel],
+                        RoutePlan::Separate { route, lists, .. } => vec![route, lists],
+                    };
+                    for n in names {
+                        assert!(
+                            all.contains(&n.as_str()),
+                            "{v} {simple} {m} {f}: {n} is not built"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

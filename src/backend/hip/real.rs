@@ -645,43 +645,35 @@ impl HipBackend {
         let map = g.map.as_ref().unwrap_or(&g.dummy).ptr;
         // rp: [m, experts, top_k, scoring, renormalize, groups, topk_group, scaling, has_bias, ..]
         let simple = rp[3] != crate::moe::Scoring::Sigmoid.id() && rp[5] == 0 && rp[8] == 0;
-        let variant = route_variant()?;
-        let (rv, lv) = match variant {
-            "v1" => ("", ""),
-            "v3" | "v4" if simple => ("_v3", "_v2"),
-            _ => ("_v2", "_v2"),
-        };
-        if m <= fused_route_tokens() {
-            // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists); one
-            // token with a plain router under v4: in one warp (moe_route_lists_w1).
-            let w1 = m == 1 && simple && variant == "v4";
-            let (kernel, threads) = if w1 {
-                ("moe_route_lists_w1".to_string(), 32)
-            } else {
-                (format!("moe_route_lists{rv}"), 256)
-            };
-            run(
+        match route_plan(route_variant()?, simple, m, fused_route_tokens()) {
+            RoutePlan::Fused { kernel, threads } => run(
+                // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists*).
                 "route+lists",
                 &kernel,
                 (1, 1),
                 threads,
                 &mut args!(rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr),
-            )?;
-        } else {
-            run(
-                "route",
-                &format!("mx_route{rv}"),
-                (m as u32, 1),
-                64,
-                &mut args!(rp, logits_p, rb, ids_p, topw_p),
-            )?;
-            run(
-                "moe/lists",
-                &format!("moe_lists{lv}"),
-                (1, 1),
-                256,
-                &mut args!(p, ids_p, map, rows.ptr, slot.ptr, tiles.ptr),
-            )?;
+            )?,
+            RoutePlan::Separate {
+                route,
+                threads,
+                lists,
+            } => {
+                run(
+                    "route",
+                    &route,
+                    (m as u32, 1),
+                    threads,
+                    &mut args!(rp, logits_p, rb, ids_p, topw_p),
+                )?;
+                run(
+                    "moe/lists",
+                    &lists,
+                    (1, 1),
+                    256,
+                    &mut args!(p, ids_p, map, rows.ptr, slot.ptr, tiles.ptr),
+                )?;
+            }
         }
         let x_in = match (&xq, l.scheme.activation) {
             (Some(xq), Some(f)) => {
