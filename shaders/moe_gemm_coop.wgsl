@@ -1,6 +1,8 @@
 // moe_gemm_coop.wgsl: the prefill expert passes on cooperative matrices (tensor cores), for
 // adapters with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX offering f16 16x16x16 with f32
-// accumulation. Composed after moe_gemm.wgsl (same tiles, loads and epilogues: gemm1_load,
+// accumulation. Two kernels: k32 (`coop_gemm1`, `coop_gemm2`, described first) and k64
+// (`coop64_gemm1`, `coop64_gemm2`, below: the default where `coop64_check` passes; same tile,
+// epilogues and numerics, cheaper staging). Composed after moe_gemm.wgsl (same tiles, loads and epilogues: gemm1_load,
 // gemm2_load, gemm1_finish, gemm2_finish); only the k-loop differs. The host composes it with
 // `enable f16; enable wgpu_cooperative_matrix;` (src/backend/wgpu/source.rs) and runs it only
 // after `coop_check` (below) passed on the device; elsewhere moe_gemm.wgsl runs.

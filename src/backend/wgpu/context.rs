@@ -59,11 +59,19 @@ pub const DEFAULT_GEMV_SPLIT: u32 = 1;
 /// `lists` pass (7 us) instead; at 4 pairs it saves that pass.
 pub const DEFAULT_OWN_LISTS_MAX: u64 = 16;
 /// Auto takes the GEMV up to this many token-expert pairs per local expert (see
-/// [`Context::gemv_pairs_per_expert`]). Measured on the H200 (gpt-oss-120b,
-/// docs/h200-2026-12-01-wgpudecode): the GEMV took 4.57 ms at 256 tokens (8 pairs per expert)
-/// where the scalar tiled GEMM took 10.75, and 33.8 ms at 2048 (64 per expert) where the GEMM
-/// took 29.3; both grow about linearly, so they cross near 40 pairs per expert.
+/// [`Context::gemv_pairs_for`]). First measured on the H200 against the scalar tiled GEMM
+/// (gpt-oss-120b, docs/h200-2026-12-01-wgpudecode: they cross near 40 pairs per expert);
+/// re-measured against the cooperative GEMM's kernel k64 (docs/h200-2026-12-01s5-wgpu5,
+/// gpt-oss-120b, w_mxfp4: GEMV 7.62 / 15.06 ms, GEMM 10.08 / 14.53 ms at 16 / 32 pairs per
+/// expert: they cross near 29; the weight-only GEMM multiplies hi and lo activation parts).
 pub const DEFAULT_GEMV_PAIRS_PER_EXPERT: u64 = 32;
+/// The crossover where the cooperative GEMM runs and the activations are MX-quantized (one
+/// f16 part, half the matrix instructions of weight-only schemes). Measured on the H200
+/// (docs/h200-2026-12-01s5-wgpu5, DeepSeek-R1, w_mxfp4_a_mxfp4): at 16 pairs per expert the
+/// GEMV took 24.63 ms (docs/h200-2026-12-01-session4) and the GEMM k64 24.92; at 8 the GEMM
+/// took 17.6 and the GEMV ~12.6 (interpolated from 3.64 at 2 and 24.63 at 16): they cross near
+/// 16.
+pub const DEFAULT_GEMV_PAIRS_PER_EXPERT_ACT_QUANT: u64 = 16;
 
 /// Workgroup memory of the cooperative kernel k64 (shaders/moe_gemm_coop.wgsl): activation hi
 /// and lo tiles 2 x 64 x 72 f16, weight tile 64 x 136 f16, hand-out staging 32 x 68 f32, the
@@ -309,8 +317,11 @@ pub struct Context {
     /// the check suite runs with it on as well as off.
     pub trusted_shaders: bool,
     /// Auto picks the GEMV while the token-expert pairs are at most this many per local expert
-    /// (on average); `MXMOE_GEMV_PAIRS` sets it.
+    /// (on average) when `MXMOE_GEMV_PAIRS` sets it (`gemv_pairs_set`); else
+    /// [`Context::gemv_pairs_for`] picks a default per scheme.
     pub gemv_pairs_per_expert: AtomicU64,
+    /// Whether `MXMOE_GEMV_PAIRS` was set (then it holds for every scheme).
+    pub gemv_pairs_set: bool,
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -483,6 +494,9 @@ impl Context {
                 "MXMOE_GEMV_PAIRS",
                 DEFAULT_GEMV_PAIRS_PER_EXPERT,
             )),
+            gemv_pairs_set: std::env::var("MXMOE_GEMV_PAIRS")
+                .ok()
+                .is_some_and(|v| v.trim().parse::<u64>().is_ok()),
             subgroup_size,
             coop_gemm: AtomicBool::new(false),
             coop_ok: false,
@@ -641,6 +655,18 @@ impl Context {
             )));
         }
         Ok(ctx)
+    }
+
+    /// The GEMV / GEMM crossover in token-expert pairs per local expert for a layer whose
+    /// activations are MX-quantized (`act_quant`) or not: `MXMOE_GEMV_PAIRS` where set, else
+    /// [`DEFAULT_GEMV_PAIRS_PER_EXPERT_ACT_QUANT`] for quantized activations on the cooperative
+    /// GEMM and [`DEFAULT_GEMV_PAIRS_PER_EXPERT`] otherwise.
+    pub fn gemv_pairs_for(&self, act_quant: bool) -> u64 {
+        if self.gemv_pairs_set || !(act_quant && self.coop_gemm()) {
+            self.gemv_pairs_per_expert.load(Ordering::Relaxed)
+        } else {
+            DEFAULT_GEMV_PAIRS_PER_EXPERT_ACT_QUANT
+        }
     }
 
     /// Whether the prefill GEMM runs on cooperative matrices now.
@@ -1348,7 +1374,11 @@ pub fn pod_vec<T: bytemuck::Pod + Send>(bytes: &[u8]) -> Vec<T> {
     let sz = std::mem::size_of::<T>();
     let n = bytes.len() / sz;
     let mut out: Vec<T> = vec![T::zeroed(); n];
-    const CHUNK: usize = 1 << 20; // elements per task
+    // Elements per task: small enough that a 2048-token output (23.6 MB for gpt-oss) is spread
+    // over every core (the copy out of the mapped buffer also takes the fresh Vec's page
+    // faults; with 4 MiB tasks it ran at ~6.5 GB/s on the H200's host,
+    // docs/h200-2026-12-01s5-wgpu5).
+    const CHUNK: usize = 1 << 16;
     if n <= CHUNK {
         bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&bytes[..n * sz]);
     } else {

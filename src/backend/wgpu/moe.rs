@@ -5,7 +5,7 @@
 //! Passes: route -> lists (histogram, prefix sum, row lists, tile list) -> input QDQ
 //! (quant.wgsl) -> gemm1 per weight chunk (bias, activation, intermediate QDQ fused) -> gemm2 per
 //! weight chunk (bias, router weight) -> combine (slot order, no float atomics). The GEMV path
-//! (tiles of 4 rows) replaces the GEMMs up to `Context::gemv_pairs_per_expert` token-expert pairs
+//! (tiles of 4 rows) replaces the GEMMs up to `Context::gemv_pairs_for` token-expert pairs
 //! per expert; at decode sizes (up to `Context::own_lists_max` pairs) gemv1 builds the lists
 //! itself and the `lists` pass is not recorded, and up to `FUSED_COMBINE_MAX_TOKENS` tokens
 //! gemv2's last workgroup per column slice does the combine (no `combine` pass). Everything the caller gets back (output, ids,
@@ -434,7 +434,7 @@ pub fn forward(
         MoePath::Gemv => true,
         MoePath::Gemm => false,
         MoePath::Auto => {
-            let per = ctx.gemv_pairs_per_expert.load(Ordering::Relaxed) as usize;
+            let per = ctx.gemv_pairs_for(l.scheme.activation.is_some()) as usize;
             na <= per.saturating_mul(el.max(1)) || m <= 4
         }
     };
