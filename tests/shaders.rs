@@ -438,5 +438,5 @@ fn coop64_workgroup_memory() {
     assert_eq!(g1, COOP64_WORKGROUP_BYTES);
     // gemm2 has no intermediate QDQ (block_amax).
     assert_eq!(g2 + 512, g1);
-    assert!(COOP64_WORKGROUP_BYTES <= 49152);
+    assert!(g1 <= 49152, "{g1} B: over the H200's Vulkan limit");
 }

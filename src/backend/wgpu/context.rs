@@ -390,7 +390,9 @@ impl Context {
         // The cooperative-matrix GEMM: request the experimental feature only where it would be
         // used (MXMOE_GEMM=tiled: never).
         let gemm_env = std::env::var("MXMOE_GEMM").ok().filter(|s| !s.is_empty());
-        let kernel_env = std::env::var("MXMOE_COOP_KERNEL").ok().filter(|s| !s.is_empty());
+        let kernel_env = std::env::var("MXMOE_COOP_KERNEL")
+            .ok()
+            .filter(|s| !s.is_empty());
         if let Some(v) = kernel_env.as_deref() {
             if v != "k32" && v != "k64" && v != "auto" {
                 return Err(BackendError::Device(format!(

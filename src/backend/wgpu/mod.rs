@@ -39,8 +39,7 @@ pub mod source;
 
 pub use context::{
     enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, COOP64_WORKGROUP_BYTES,
-    GEMV_WIDE_WORKGROUP_BYTES, POISON,
-    WRITE_PAR_MIN,
+    GEMV_WIDE_WORKGROUP_BYTES, POISON, WRITE_PAR_MIN,
 };
 pub use moe::{GpuLayer, MoePath};
 
