@@ -1,6 +1,8 @@
 // moe_gemm_coop.wgsl: the prefill expert passes on cooperative matrices (tensor cores), for
 // adapters with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX offering f16 16x16x16 with f32
-// accumulation. Composed after moe_gemm.wgsl (same tiles, loads and epilogues: gemm1_load,
+// accumulation. Two kernels: k32 (`coop_gemm1`, `coop_gemm2`, described first) and k64
+// (`coop64_gemm1`, `coop64_gemm2`, below: the default where `coop64_check` passes; same tile,
+// epilogues and numerics, cheaper staging). Composed after moe_gemm.wgsl (same tiles, loads and epilogues: gemm1_load,
 // gemm2_load, gemm1_finish, gemm2_finish); only the k-loop differs. The host composes it with
 // `enable f16; enable wgpu_cooperative_matrix;` (src/backend/wgpu/source.rs) and runs it only
 // after `coop_check` (below) passed on the device; elsewhere moe_gemm.wgsl runs.
@@ -315,5 +317,416 @@ fn coop_check(@builtin(local_invocation_index) lid: u32) {
     workgroupBarrier();
     for (var i = lid; i < 256u; i = i + 32u) {
         out_bits[i] = bitcast<u32>(coop_c[256u + (i / 16u) * COOP_SC + i % 16u]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel k64 (`coop64_gemm1`, `coop64_gemm2`; the default where `coop64_check` passes,
+// `MXMOE_COOP_KERNEL=k32` keeps the kernel above). Same tile (64 rows x 128 weight columns),
+// same epilogues, same numerics contract (the running exponents ex / ew, exact weight staging,
+// activations as hi + lo); what changes is how the tiles get into workgroup memory and how
+// many matrix instructions each staged byte feeds. Kernel k32 spent ~80 % of its time staging
+// (docs/h200-2026-12-01-wgpucoop): 16-bit stores that hit 4-8 ways of bank conflicts, FP4 codes
+// decoded through a byte table in workgroup memory, and two barriers plus two atomics per K step
+// of only 32, with nothing in flight across them. Here:
+//   * K steps of 64 (two MX blocks): half the barriers, atomics and exponent updates per MMA.
+//   * Layouts chosen so that every 16-bit store of a subgroup writes 64 consecutive bytes
+//     (conflict-free): activations column-major ([k][row], 32 consecutive rows per subgroup,
+//     loaded with coopLoad) and weights row-major ([k][n], 32 consecutive columns per subgroup,
+//     loaded with coopLoadT). Both strides are 16-byte multiples (72 and 136 f16).
+//   * FP4 words decoded in registers (decode_fp4_word, moe_gemv_fp4_registers.wgsl) where the
+//     adapter passed fp4_decode_check (COOP_FP4_REGISTERS); activations and FP4 words are read
+//     as vec4 (one 16-byte load = 4 activations or one whole FP4 block).
+//   * The next step's activations, FP4 words and scale bytes are loaded into registers before
+//     the current step's MMAs, so the global loads are in flight while the tensor cores run.
+//   * Subgroup s owns rows (s % 2) * 32..+31 x columns (s / 2) * 32..+31 (2 x 2 fragments):
+//     every A and B fragment loaded feeds two MMAs (four with the lo part).
+// Invocation roles per K step: activations: row lid % 64, k (lid / 64) * 16..+15; weights:
+// tile column lid % 128, MX block lid / 128 of the step (k 0..31 or 32..63).
+// Workgroup memory: 9216 x 2 + 17408 + 8704 + 1024 (code table) + 512 + 32 = 46 KiB (the H200's
+// Vulkan limit is 48 KiB).
+
+const C64_SAT: u32 = 72u;  // f16 per k row of the activation tiles ([k][row]): 64 + 8
+const C64_SBT: u32 = 136u; // f16 per k row of the weight tile ([k][n]): 128 + 8
+const C64_SC: u32 = 68u;   // f32 per row of the hand-out staging ([32 rows][64 columns]): 64 + 4
+
+// 1: FP4 words are decoded in registers (the host sets it where fp4_decode_check passed), 0:
+// through the code table like every other format.
+override COOP_FP4_REGISTERS: u32 = 0u;
+
+var<workgroup> c64_ah: array<f16, 4608>; // [64 k][C64_SAT]: activation hi, column-major A
+var<workgroup> c64_al: array<f16, 4608>; // [64 k][C64_SAT]: activation lo (weight-only schemes)
+var<workgroup> c64_b: array<f16, 8704>;  // [64 k][C64_SBT]: weights, row-major B
+var<workgroup> c64_c: array<f32, 2176>;  // [32][C64_SC]: zeros, then the hand-out staging
+
+// What one invocation loads for one K step (registers; loaded a step ahead).
+struct C64Raw {
+    x0: vec4<f32>, // activations k .. k + 15 of row lid % 64
+    x1: vec4<f32>,
+    x2: vec4<f32>,
+    x3: vec4<f32>,
+    w: vec4<u32>,  // the FP4 block (COOP_FP4_REGISTERS)
+    byte: u32,     // its E8M0 byte (0 where no block)
+    wok: bool,     // the weight block exists
+}
+
+fn c64_fp4_regs() -> bool {
+    return COOP_FP4_REGISTERS != 0u && mx_spec(WEIGHT_FMT).code_bits == 4u;
+}
+
+// The loads of K step k0: x row at xoff (0xFFFFFFFF: none), weight row wrow (valid wv) block
+// k0 / 32 + blk. Nothing past K (zeros: the staged values there are exact zeros).
+fn c64_fetch(k0: u32, kk_total: u32, xoff: u32, kq: u32, wrow: u32, wv: bool, blk: u32) -> C64Raw {
+    var r = C64Raw(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
+                   vec4<u32>(0u), 0u, false);
+    if (COOP_DIAG & 4u) != 0u {
+        return r;
+    }
+    let k = k0 + kq * 16u;
+    if xoff != 0xFFFFFFFFu && k < kk_total {
+        let v = (xoff + k) / 4u; // xoff and k are multiples of 16
+        r.x0 = x_in_vec4[v];
+        r.x1 = x_in_vec4[v + 1u];
+        r.x2 = x_in_vec4[v + 2u];
+        r.x3 = x_in_vec4[v + 3u];
+    }
+    let kblocks = kk_total / 32u;
+    let kb = k0 / 32u + blk;
+    if wv && kb < kblocks {
+        let sidx = wrow * kblocks + kb;
+        r.byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+        r.wok = true;
+        if c64_fp4_regs() {
+            r.w = w_codes_vec4[sidx]; // an FP4 block is 4 words
+        }
+    }
+    return r;
+}
+
+// Largest finite |x| of the 16 activations (f32 bits; 0 when none).
+fn c64_xmax(r: C64Raw) -> u32 {
+    return max(coop_finite_max(r.x0, r.x1), coop_finite_max(r.x2, r.x3));
+}
+
+// Stage four activations (k = k..k+3 of row `row`) as hi (and lo) into the column-major tiles.
+fn c64_stage_x(k: u32, row: u32, x: vec4<f32>, ex: i32) {
+    let v = ldexp(x, vec4<i32>(COOP_ASH - ex));
+    let finite = (bitcast<vec4<u32>>(x) & vec4<u32>(0x7FFFFFFFu)) < vec4<u32>(0x7F800000u);
+    let hv = select(v, bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) & vec4<u32>(0xFFFFE000u)), finite);
+    let hi = vec4<f16>(hv);
+    let i = k * C64_SAT + row;
+    c64_ah[i] = hi.x;
+    c64_ah[i + C64_SAT] = hi.y;
+    c64_ah[i + 2u * C64_SAT] = hi.z;
+    c64_ah[i + 3u * C64_SAT] = hi.w;
+    if ACT_FMT == FMT_NONE {
+        let lo = vec4<f16>(select(vec4<f32>(0.0), v - hv, finite));
+        c64_al[i] = lo.x;
+        c64_al[i + C64_SAT] = lo.y;
+        c64_al[i + 2u * C64_SAT] = lo.z;
+        c64_al[i + 3u * C64_SAT] = lo.w;
+    }
+}
+
+// Stage eight weights (k = k..k+7 of tile column n), already scaled, into the row-major tile.
+fn c64_stage_w8(k: u32, n: u32, o: Octet, f: f32, nan: bool) {
+    var lo = vec4<f16>(o.lo * f);
+    var hi = vec4<f16>(o.hi * f);
+    if nan {
+        lo = vec4<f16>(vec4<f32>(bitcast<f32>(MX_NAN)));
+        hi = lo;
+    }
+    let i = k * C64_SBT + n;
+    c64_b[i] = lo.x;
+    c64_b[i + C64_SBT] = lo.y;
+    c64_b[i + 2u * C64_SBT] = lo.z;
+    c64_b[i + 3u * C64_SBT] = lo.w;
+    c64_b[i + 4u * C64_SBT] = hi.x;
+    c64_b[i + 5u * C64_SBT] = hi.y;
+    c64_b[i + 6u * C64_SBT] = hi.z;
+    c64_b[i + 7u * C64_SBT] = hi.w;
+}
+
+// The 8 unscaled code values of elements el0..el0+7 of the block at word wb through the code
+// table (decode_weight_octet's path for every format but FP4, which here also takes it when
+// COOP_FP4_REGISTERS is 0; no reference to the FP4 byte table).
+fn c64_octet_table(wb: u32, el0: u32) -> Octet {
+    let cb = mx_spec(WEIGHT_FMT).code_bits;
+    let bit0 = el0 * cb;
+    let wi = wb + bit0 / 32u;
+    let b0 = bit0 % 32u;
+    let end = b0 + 8u * cb;
+    let w0 = w_codes[wi];
+    var w1 = 0u;
+    var w2 = 0u;
+    if end > 32u {
+        w1 = w_codes[wi + 1u];
+    }
+    if end > 64u {
+        w2 = w_codes[wi + 2u];
+    }
+    return Octet(
+        vec4<f32>(
+            code_value[code_in_3_words(w0, w1, w2, b0, cb)],
+            code_value[code_in_3_words(w0, w1, w2, b0 + cb, cb)],
+            code_value[code_in_3_words(w0, w1, w2, b0 + 2u * cb, cb)],
+            code_value[code_in_3_words(w0, w1, w2, b0 + 3u * cb, cb)],
+        ),
+        vec4<f32>(
+            code_value[code_in_3_words(w0, w1, w2, b0 + 4u * cb, cb)],
+            code_value[code_in_3_words(w0, w1, w2, b0 + 5u * cb, cb)],
+            code_value[code_in_3_words(w0, w1, w2, b0 + 6u * cb, cb)],
+            code_value[code_in_3_words(w0, w1, w2, b0 + 7u * cb, cb)],
+        ),
+    );
+}
+
+// Stage this invocation's weight block (32 values of tile column n at k = blk * 32..+31) times
+// 2^(byte - ew + COOP_WSH) (NaN for a NaN block, zeros where there is no block).
+fn c64_stage_w(r: C64Raw, n: u32, blk: u32, wrow: u32, kblocks: u32, kb: u32, ew: i32) {
+    let k = blk * 32u;
+    let nan = r.byte == 255u;
+    if c64_fp4_regs() {
+        // decode_fp4_word gives the values times 2^-14.
+        let f = ldexp(1.0, i32(r.byte) - ew + coop_wsh() + 14);
+        c64_stage_w8(k, n, decode_fp4_word(r.w.x), f, nan);
+        c64_stage_w8(k + 8u, n, decode_fp4_word(r.w.y), f, nan);
+        c64_stage_w8(k + 16u, n, decode_fp4_word(r.w.z), f, nan);
+        c64_stage_w8(k + 24u, n, decode_fp4_word(r.w.w), f, nan);
+        return;
+    }
+    let f = ldexp(1.0, i32(r.byte) - ew + coop_wsh());
+    var o0 = Octet(vec4<f32>(0.0), vec4<f32>(0.0));
+    var o1 = o0;
+    var o2 = o0;
+    var o3 = o0;
+    if r.wok {
+        let wb = (wrow * kblocks + kb) * mx_spec(WEIGHT_FMT).code_bits;
+        o0 = c64_octet_table(wb, 0u);
+        o1 = c64_octet_table(wb, 8u);
+        o2 = c64_octet_table(wb, 16u);
+        o3 = c64_octet_table(wb, 24u);
+    }
+    c64_stage_w8(k, n, o0, f, nan);
+    c64_stage_w8(k + 8u, n, o1, f, nan);
+    c64_stage_w8(k + 16u, n, o2, f, nan);
+    c64_stage_w8(k + 24u, n, o3, f, nan);
+}
+
+// Rows ty*4..+3 of the hand-out staging (tile columns tx*4..+3 and 64 + tx*4..+3) times 2^e.
+// Staging row of tile row r: (r / 32) * 16 + r % 16; column of tile column c: (c / 32) * 16 +
+// c % 16 (see c64_k_loop).
+fn c64_read(ty: u32, tx: u32, e: i32) -> GemmAcc {
+    let r = (ty / 8u) * 16u + (ty % 4u) * 4u;
+    let c = (tx / 8u) * 16u + (tx % 4u) * 4u;
+    let b = r * C64_SC + c;
+    return GemmAcc(
+        c64_read4(b, e), c64_read4(b + 32u, e),
+        c64_read4(b + C64_SC, e), c64_read4(b + C64_SC + 32u, e),
+        c64_read4(b + 2u * C64_SC, e), c64_read4(b + 2u * C64_SC + 32u, e),
+        c64_read4(b + 3u * C64_SC, e), c64_read4(b + 3u * C64_SC + 32u, e),
+    );
+}
+
+fn c64_read4(b: u32, e: i32) -> vec4<f32> {
+    return ldexp(vec4<f32>(c64_c[b], c64_c[b + 1u], c64_c[b + 2u], c64_c[b + 3u]), vec4<i32>(e));
+}
+
+// The k-loop of coop64_gemm1 / coop64_gemm2: x row of this invocation at xoff, weight row wrow
+// (valid wv) of tile column wn (= lid % 128). Ends with the accumulators in the tiled path's
+// per-thread layout (GemmAcc), scaled back.
+fn c64_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wn: u32, wv: bool) -> GemmAcc {
+    let kblocks = kk_total / 32u;
+    let xr = lid % 64u;   // activation row
+    let kq = lid / 64u;   // its k quarter of the step
+    let blk = lid / 128u; // the block of the step of weight tile column wn (= lid % 128)
+    let sg = lid / 32u;
+    let r0 = (sg % 2u) * 32u; // this subgroup's rows
+    let n0 = (sg / 2u) * 32u; // and columns
+    var c00 = coopLoadT<coop_mat16x16<f32, C>>(&c64_c[0], 16u); // zeros (set in the entry)
+    var c01 = c00;
+    var c10 = c00;
+    var c11 = c00;
+    var ex = -127;
+    var ew = 0;
+    let stage = (COOP_DIAG & 4u) == 0u;
+    var raw = c64_fetch(0u, kk_total, xoff, kq, wrow, wv, blk);
+    for (var k0 = 0u; k0 < kk_total; k0 = k0 + 64u) {
+        let slot = (k0 / 64u) & 1u;
+        let gx = subgroupMax(c64_xmax(raw));
+        let gw = subgroupMax(select(raw.byte, 0u, raw.byte == 255u));
+        if lid % 32u == 0u {
+            atomicMax(&coop_xmax[slot], gx);
+            atomicMax(&coop_wmax[slot], gw);
+        }
+        workgroupBarrier();
+        // The other slot was last read before the previous step's second barrier; it is next
+        // written after this step's.
+        if lid == 0u {
+            atomicStore(&coop_xmax[slot ^ 1u], 0u);
+            atomicStore(&coop_wmax[slot ^ 1u], 0u);
+        }
+        let ex_new = max(ex, i32(atomicLoad(&coop_xmax[slot]) >> 23u) - 127);
+        let ew_new = max(ew, i32(atomicLoad(&coop_wmax[slot])));
+        // The same value in every invocation: rescaled only in steps that raise a maximum.
+        if ex_new != ex || ew_new != ew {
+            let f = ldexp(1.0, (ex - ex_new) + (ew - ew_new));
+            c00 = c00 * f;
+            c01 = c01 * f;
+            c10 = c10 * f;
+            c11 = c11 * f;
+        }
+        ex = ex_new;
+        ew = ew_new;
+        if stage {
+            let k = kq * 16u;
+            c64_stage_x(k, xr, raw.x0, ex);
+            c64_stage_x(k + 4u, xr, raw.x1, ex);
+            c64_stage_x(k + 8u, xr, raw.x2, ex);
+            c64_stage_x(k + 12u, xr, raw.x3, ex);
+            c64_stage_w(raw, wn, blk, wrow, kblocks, k0 / 32u + blk, ew);
+        }
+        workgroupBarrier();
+        // The next step's loads, in flight during this step's MMAs.
+        raw = c64_fetch(k0 + 64u, kk_total, xoff, kq, wrow, wv, blk);
+        for (var ks = 0u; (ks < 64u) & ((COOP_DIAG & 2u) == 0u); ks = ks + 16u) {
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT + n0], C64_SBT);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT + n0 + 16u], C64_SBT);
+            let a0 = coopLoad<coop_mat16x16<f16, A>>(&c64_ah[ks * C64_SAT + r0], C64_SAT);
+            let a1 = coopLoad<coop_mat16x16<f16, A>>(&c64_ah[ks * C64_SAT + r0 + 16u], C64_SAT);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            if (ACT_FMT == FMT_NONE) & ((COOP_DIAG & 8u) == 0u) {
+                let l0 = coopLoad<coop_mat16x16<f16, A>>(&c64_al[ks * C64_SAT + r0], C64_SAT);
+                let l1 = coopLoad<coop_mat16x16<f16, A>>(&c64_al[ks * C64_SAT + r0 + 16u], C64_SAT);
+                c00 = coopMultiplyAdd(l0, b0, c00);
+                c01 = coopMultiplyAdd(l0, b1, c01);
+                c10 = coopMultiplyAdd(l1, b0, c10);
+                c11 = coopMultiplyAdd(l1, b1, c11);
+            }
+        }
+    }
+    // Hand the accumulators out in four rounds, one fragment per subgroup each: round j
+    // (c00, c01, c10, c11) holds tile rows with (r / 16) % 2 == j / 2 and columns with
+    // (c / 16) % 2 == j % 2, staged at row (r / 32) * 16 + r % 16, column (c / 32) * 16 + c % 16.
+    // Invocation (ty, tx) finds all its values (rows ty*4..+3; columns tx*4..+3, 64 + tx*4..+3)
+    // in round 2 * ((ty / 4) % 2) + (tx / 4) % 2.
+    let e = ex - COOP_ASH + ew - 127 - coop_wsh();
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    let mine = 2u * ((ty / 4u) % 2u) + (tx / 4u) % 2u;
+    let so = (sg % 2u) * 16u * C64_SC + (sg / 2u) * 16u;
+    var acc = GemmAcc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
+                      vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    workgroupBarrier();
+    coopStoreT(c00, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 0u {
+        acc = c64_read(ty, tx, e);
+    }
+    workgroupBarrier();
+    coopStoreT(c01, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 1u {
+        acc = c64_read(ty, tx, e);
+    }
+    workgroupBarrier();
+    coopStoreT(c10, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 2u {
+        acc = c64_read(ty, tx, e);
+    }
+    workgroupBarrier();
+    coopStoreT(c11, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 3u {
+        acc = c64_read(ty, tx, e);
+    }
+    return acc;
+}
+
+// load_tile without the FP4 byte table (k64 decodes FP4 in registers or through code_value).
+fn c64_load_tile(lid: u32, slot: u32) -> vec4<u32> {
+    code_value[lid] = bitcast<f32>(mx_dequant_bits(WEIGHT_FMT, lid, 127u));
+    c64_c[lid] = 0.0;
+    if lid < 2u {
+        atomicStore(&coop_xmax[lid], 0u);
+        atomicStore(&coop_wmax[lid], 0u);
+    }
+    if lid == 0u {
+        var t = vec4<u32>(0u, 0u, 0u, 0u);
+        if slot < tiles[0] {
+            t = vec4<u32>(tiles[1u + 3u * slot], tiles[2u + 3u * slot], tiles[3u + 3u * slot], 1u);
+        }
+        tile_desc = t;
+    }
+    return workgroupUniformLoad(&tile_desc);
+}
+
+// gemm1 on cooperative matrices, kernel k64 (grid and output as moe_gemm.wgsl's gemm1).
+@compute @workgroup_size(256)
+fn coop64_gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = c64_load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    let jb = wid.y * 64u;
+    let cnt = tile.z - tile.y;
+    // gemm1_load's x row is its argument / 4; its weight row is its argument / 2, which lands
+    // in tile column wr (SiLU) or (wr % 2) * 64 + wr / 2 (interleaved): invert that so that
+    // invocation lid stages tile column lid % 128 (consecutive columns per subgroup).
+    let lx = gemm1_load(4u * (lid % 64u), tile.x, tile.y, cnt, jb);
+    let wn = lid % 128u;
+    let wr = select(2u * (wn % 64u) + wn / 64u, wn, ACTIVATION == ACT_SILU);
+    let lw = gemm1_load(2u * wr, tile.x, tile.y, cnt, jb);
+    let acc = c64_k_loop(lid, params.hidden, lx.xoff, lw.wrow, lw.wcol, lw.wv);
+    gemm1_finish(lid, tile.x, tile.y, cnt, jb, acc);
+}
+
+// gemm2 on cooperative matrices, kernel k64 (grid and output as moe_gemm.wgsl's gemm2).
+@compute @workgroup_size(256)
+fn coop64_gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = c64_load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    let nb = wid.y * 128u;
+    let cnt = tile.z - tile.y;
+    let lx = gemm2_load(4u * (lid % 64u), tile.x, tile.y, cnt, nb);
+    let lw = gemm2_load(2u * (lid % 128u), tile.x, tile.y, cnt, nb);
+    let acc = c64_k_loop(lid, params.inter, lx.xoff, lw.wrow, lw.wcol, lw.wv);
+    gemm2_finish(lid, tile.x, tile.y, cnt, nb, acc);
+}
+
+// The device check of kernel k64's layouts (as coop_check, same product and output): A
+// column-major in c64_ah (stride C64_SAT, coopLoad), B row-major in c64_b (stride C64_SBT,
+// coopLoadT), C stored row-major with stride C64_SC (coopStoreT), the zero load, the scalar
+// multiply.
+@compute @workgroup_size(32)
+fn coop64_check(@builtin(local_invocation_index) lid: u32) {
+    for (var i = lid; i < 512u; i = i + 32u) {
+        let r = i / 32u; // A row / B column
+        let k = i % 32u;
+        c64_ah[k * C64_SAT + r] = f16(f32((3u * r + k) % 7u) - 3.0);
+        c64_b[k * C64_SBT + r] = f16(f32((5u * k + r) % 11u) - 5.0);
+    }
+    for (var i = lid; i < 256u; i = i + 32u) {
+        c64_c[i] = 0.0;
+    }
+    workgroupBarrier();
+    var c = coopLoadT<coop_mat16x16<f32, C>>(&c64_c[0], 16u);
+    for (var ks = 0u; ks < 32u; ks = ks + 16u) {
+        let a = coopLoad<coop_mat16x16<f16, A>>(&c64_ah[ks * C64_SAT], C64_SAT);
+        let b = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT], C64_SBT);
+        c = coopMultiplyAdd(a, b, c);
+    }
+    c = c * 2.0;
+    workgroupBarrier();
+    coopStoreT(c, &c64_c[C64_SC], C64_SC);
+    workgroupBarrier();
+    for (var i = lid; i < 256u; i = i + 32u) {
+        out_bits[i] = bitcast<u32>(c64_c[C64_SC + (i / 16u) * C64_SC + i % 16u]);
     }
 }

@@ -786,6 +786,17 @@ fn gemm_knob_shows_in_info() {
         "{f}"
     );
     assert!(info("auto").contains("prefill GEMM: "));
+    // The cooperative kernel's knob: a bad value is refused by name on every adapter.
+    let o = bin()
+        .env("MXMOE_COOP_KERNEL", "k128")
+        .arg("info")
+        .output()
+        .unwrap();
+    let k = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        k.contains("MXMOE_COOP_KERNEL=k128: expected k32, k64 or auto"),
+        "{k}"
+    );
 }
 
 /// `--backend wgpu` on the CLI: QDQ/quantize bit-identical to the CPU's files, MoE within the

@@ -239,7 +239,10 @@ fn moe_all_variants() {
     afmts.push(source::FMT_NONE);
     for (sh, entries) in [
         (Shader::MoeGemm, &["gemm1", "gemm2"][..]),
-        (Shader::MoeGemmCoop, &["coop_gemm1", "coop_gemm2"][..]),
+        (
+            Shader::MoeGemmCoop,
+            &["coop_gemm1", "coop_gemm2", "coop64_gemm1", "coop64_gemm2"][..],
+        ),
         (
             Shader::MoeGemv {
                 registers: false,
@@ -312,6 +315,22 @@ fn moe_all_variants() {
                     specialise(sh.name(), &m, &i, entry, &[("COOP_B_ROW", brow)]);
                 }
             }
+            // Kernel k64 with FP4 decoded in registers and through the code table, every
+            // weight format (the register decode applies to FP4 only), and its check.
+            for regs in [0u32, 1] {
+                for w in MxFormat::ALL {
+                    for entry in ["coop64_gemm1", "coop64_gemm2"] {
+                        specialise(
+                            sh.name(),
+                            &m,
+                            &i,
+                            entry,
+                            &[("COOP_FP4_REGISTERS", regs), ("WEIGHT_FMT", w.id())],
+                        );
+                    }
+                }
+            }
+            specialise(sh.name(), &m, &i, "coop64_check", &[]);
         }
         // The subgroup GEMV layouts the backend may choose (rows per group x subgroup size).
         if matches!(sh, Shader::MoeGemv { subgroup: true, .. }) {
@@ -401,4 +420,23 @@ fn gemv_wide_workgroup_memory() {
             );
         }
     }
+}
+
+/// The cooperative GEMM's kernel k64: the backend's figure of its workgroup memory
+/// (`COOP64_WORKGROUP_BYTES`, what `check_coop64` compares with the adapter's limit) is naga's
+/// for coop64_gemm1 (gemm2 needs 512 B less), it fits the H200's Vulkan limit (48 KiB), and it holds no FP4 byte
+/// table and none of the tiled GEMM's or kernel k32's tiles (only what its call graph names).
+#[test]
+fn coop64_workgroup_memory() {
+    use mxmoe::backend::wgpu::COOP64_WORKGROUP_BYTES;
+    let sh = Shader::MoeGemmCoop;
+    let (m, i) = validate(sh.name(), &sh.compose());
+    let k32 = workgroup_bytes(&m, &i, "coop_gemm1");
+    let g1 = workgroup_bytes(&m, &i, "coop64_gemm1");
+    let g2 = workgroup_bytes(&m, &i, "coop64_gemm2");
+    println!("coop64_gemm1: {g1} B, coop64_gemm2: {g2} B (coop_gemm1: {k32} B)");
+    assert_eq!(g1, COOP64_WORKGROUP_BYTES);
+    // gemm2 has no intermediate QDQ (block_amax).
+    assert_eq!(g2 + 512, g1);
+    assert!(g1 <= 49152, "{g1} B: over the H200's Vulkan limit");
 }

@@ -143,8 +143,9 @@ fn moe_gemm_and_gemv_paths_on_catalog_cases() {
 
 /// The prefill GEMM's kernels: the tiled f32 GEMM runs everywhere (the test above); where the
 /// adapter offers cooperative matrices (f16 16x16x16, f32 accumulation) and passed
-/// `coop_check`, the cooperative GEMM must satisfy every quick MoE case on the GEMM path too,
-/// and so must the tiled GEMM when switched back. An adapter without them (lavapipe) must
+/// `coop_check`, the cooperative GEMM must satisfy every quick MoE case on the GEMM path too
+/// (both kernels, k64 and k32, where k64 passed `coop64_check`), and so must the tiled GEMM
+/// when switched back. An adapter without them (lavapipe) must
 /// refuse the cooperative GEMM with a reason: never a silent pass. Own backend instance: the
 /// choice is per device context.
 #[test]
@@ -158,9 +159,14 @@ fn gemm_tiled_and_coop_on_catalog_cases() {
             .expect_err("set_coop_gemm(true) accepted on an adapter that did not enable it");
         assert!(why.starts_with("tiled"), "{why}");
         assert!(!b.coop_gemm());
+        b.set_coop_k64(true)
+            .expect_err("set_coop_k64(true) accepted on an adapter without the cooperative GEMM");
         println!("cooperative GEMM not available ({why}); the tiled GEMM is covered above");
         return;
     }
+    // Both cooperative kernels where k64 passed its check (it is then the default).
+    let k64 = b.coop_k64();
+    println!("cooperative GEMM kernel k64: {k64}");
     let mut mat = Materializer::default();
     let cases: Vec<Case> = check::cases(Suite::Quick)
         .into_iter()
@@ -170,6 +176,11 @@ fn gemm_tiled_and_coop_on_catalog_cases() {
     for c in &cases {
         b.set_coop_gemm(true).unwrap();
         check_on(&b, &mut mat, c, &[MoePath::Gemm]);
+        if k64 {
+            b.set_coop_k64(false).unwrap();
+            check_on(&b, &mut mat, c, &[MoePath::Gemm]);
+            b.set_coop_k64(true).unwrap();
+        }
         b.set_coop_gemm(false).unwrap();
         check_on(&b, &mut mat, c, &[MoePath::Gemm]);
     }

@@ -59,11 +59,43 @@ pub const DEFAULT_GEMV_SPLIT: u32 = 1;
 /// `lists` pass (7 us) instead; at 4 pairs it saves that pass.
 pub const DEFAULT_OWN_LISTS_MAX: u64 = 16;
 /// Auto takes the GEMV up to this many token-expert pairs per local expert (see
-/// [`Context::gemv_pairs_per_expert`]). Measured on the H200 (gpt-oss-120b,
-/// docs/h200-2026-12-01-wgpudecode): the GEMV took 4.57 ms at 256 tokens (8 pairs per expert)
-/// where the scalar tiled GEMM took 10.75, and 33.8 ms at 2048 (64 per expert) where the GEMM
-/// took 29.3; both grow about linearly, so they cross near 40 pairs per expert.
+/// [`Context::gemv_pairs_for`]). First measured on the H200 against the scalar tiled GEMM
+/// (gpt-oss-120b, docs/h200-2026-12-01-wgpudecode: they cross near 40 pairs per expert);
+/// re-measured against the cooperative GEMM's kernel k64 (docs/h200-2026-12-01s5-wgpu5,
+/// gpt-oss-120b, w_mxfp4: GEMV 7.62 / 15.06 ms, GEMM 10.08 / 14.53 ms at 16 / 32 pairs per
+/// expert: they cross near 29; the weight-only GEMM multiplies hi and lo activation parts).
 pub const DEFAULT_GEMV_PAIRS_PER_EXPERT: u64 = 32;
+/// The crossover where the cooperative GEMM runs and the activations are MX-quantized (one
+/// f16 part, half the matrix instructions of weight-only schemes). Measured on the H200
+/// (docs/h200-2026-12-01s5-wgpu5, DeepSeek-R1, w_mxfp4_a_mxfp4): at 16 pairs per expert the
+/// GEMV took 24.63 ms (docs/h200-2026-12-01-session4) and the GEMM k64 24.92; at 8 the GEMM
+/// took 17.6 and the GEMV ~12.6 (interpolated from 3.64 at 2 and 24.63 at 16): they cross near
+/// 16.
+pub const DEFAULT_GEMV_PAIRS_PER_EXPERT_ACT_QUANT: u64 = 16;
+
+/// Workgroup memory of the cooperative kernel k64 (shaders/moe_gemm_coop.wgsl): activation hi
+/// and lo tiles 2 x 64 x 72 f16, weight tile 64 x 136 f16, hand-out staging 32 x 68 f32, the
+/// code table 256 f32, block_amax 128 u32, the tile descriptor and the two exponent slot pairs.
+pub const COOP64_WORKGROUP_BYTES: u32 =
+    2 * 64 * 72 * 2 + 64 * 136 * 2 + 32 * 68 * 4 + 1024 + 512 + 16 + 16;
+
+/// `coop_check` / `coop64_check` output: C x 2 of A[i][k] = (3i + k) % 7 - 3 and
+/// B[k][n] = (5k + n) % 11 - 5 (16 x 32 by 32 x 16, small integers: exact), row-major.
+fn check_coop_product(got: &[f32]) -> Result<(), String> {
+    for i in 0..16i64 {
+        for n in 0..16i64 {
+            let want: i64 = (0..32i64)
+                .map(|k| ((3 * i + k) % 7 - 3) * ((5 * k + n) % 11 - 5))
+                .sum::<i64>()
+                * 2;
+            let g = got[(i * 16 + n) as usize];
+            if g != want as f32 {
+                return Err(format!("C[{i}][{n}] = {g}, expected {want}"));
+            }
+        }
+    }
+    Ok(())
+}
 
 /// A non-negative integer from the environment variable `name`, else `default` (also when it
 /// does not parse: a knob for measurements, not a user setting).
@@ -260,6 +292,15 @@ pub struct Context {
     /// `MXMOE_COOP_B_ROW=0|1`, `COOP_DIAG` from `MXMOE_COOP_DIAG`, a bit mask that breaks
     /// results on purpose to time parts of the kernel: see shaders/moe_gemm_coop.wgsl).
     coop_overrides: [(&'static str, u32); 2],
+    /// Which cooperative kernel runs: k64 (`coop64_gemm1/2`: K steps of 64, conflict-free
+    /// staging, FP4 decoded in registers, the next step's loads in flight during the MMAs) where
+    /// `coop64_check` passed, else k32 (`coop_gemm1/2`, the first kernel);
+    /// `MXMOE_COOP_KERNEL=k32|k64` chooses (k64 fails where its check failed).
+    coop_k64: AtomicBool,
+    /// Whether kernel k64 passed its checks (so it may be switched on).
+    coop_k64_ok: bool,
+    /// Why k64 cannot run (empty when it can).
+    coop_k64_note: Mutex<String>,
     /// gemv1 builds the lists itself only up to this many token-expert pairs (its list builder
     /// costs O(pairs) per invocation in every workgroup; past this the one-workgroup `lists`
     /// pass is cheaper); `MXMOE_GEMV_OWN_LISTS_MAX` sets it.
@@ -276,8 +317,11 @@ pub struct Context {
     /// the check suite runs with it on as well as off.
     pub trusted_shaders: bool,
     /// Auto picks the GEMV while the token-expert pairs are at most this many per local expert
-    /// (on average); `MXMOE_GEMV_PAIRS` sets it.
+    /// (on average) when `MXMOE_GEMV_PAIRS` sets it (`gemv_pairs_set`); else
+    /// [`Context::gemv_pairs_for`] picks a default per scheme.
     pub gemv_pairs_per_expert: AtomicU64,
+    /// Whether `MXMOE_GEMV_PAIRS` was set (then it holds for every scheme).
+    pub gemv_pairs_set: bool,
     /// Serializes ops: error scopes and the pool are per-op state.
     pub op_lock: Mutex<()>,
     uncaptured: Arc<Mutex<Option<String>>>,
@@ -346,6 +390,16 @@ impl Context {
         // The cooperative-matrix GEMM: request the experimental feature only where it would be
         // used (MXMOE_GEMM=tiled: never).
         let gemm_env = std::env::var("MXMOE_GEMM").ok().filter(|s| !s.is_empty());
+        let kernel_env = std::env::var("MXMOE_COOP_KERNEL")
+            .ok()
+            .filter(|s| !s.is_empty());
+        if let Some(v) = kernel_env.as_deref() {
+            if v != "k32" && v != "k64" && v != "auto" {
+                return Err(BackendError::Device(format!(
+                    "MXMOE_COOP_KERNEL={v}: expected k32, k64 or auto"
+                )));
+            }
+        }
         let offered: Vec<String> = summary.coop_matrix.clone();
         let mut coop_why: Option<String> = match gemm_env.as_deref() {
             Some("tiled") => Some("MXMOE_GEMM=tiled".into()),
@@ -442,10 +496,16 @@ impl Context {
                 "MXMOE_GEMV_PAIRS",
                 DEFAULT_GEMV_PAIRS_PER_EXPERT,
             )),
+            gemv_pairs_set: std::env::var("MXMOE_GEMV_PAIRS")
+                .ok()
+                .is_some_and(|v| v.trim().parse::<u64>().is_ok()),
             subgroup_size,
             coop_gemm: AtomicBool::new(false),
             coop_ok: false,
             coop_note: Mutex::new(String::new()),
+            coop_k64: AtomicBool::new(false),
+            coop_k64_ok: false,
+            coop_k64_note: Mutex::new(String::new()),
             coop_overrides: [
                 (
                     "COOP_B_ROW",
@@ -536,14 +596,51 @@ impl Context {
         }
         ctx.coop_ok = coop_why.is_none();
         ctx.coop_gemm.store(ctx.coop_ok, Ordering::Relaxed);
+        if ctx.coop_ok {
+            let k64 = ctx.check_coop64();
+            ctx.coop_k64_ok = k64.is_ok();
+            if let Err(e) = &k64 {
+                if kernel_env.as_deref() == Some("k64") {
+                    return Err(BackendError::Device(format!(
+                        "MXMOE_COOP_KERNEL=k64 on {}: coop64_check failed: {e}",
+                        ctx.info.adapter.name
+                    )));
+                }
+                *ctx.coop_k64_note.lock().unwrap() = format!("coop64_check failed: {e}");
+            }
+            ctx.coop_k64.store(
+                ctx.coop_k64_ok && kernel_env.as_deref() != Some("k32"),
+                Ordering::Relaxed,
+            );
+        }
         *ctx.coop_note.lock().unwrap() = match coop_why {
             None => format!(
-                "cooperative matrices (moe_gemm_coop.wgsl: f16 16x16x16, f32 accumulation, B \
-                 {}{}; coop_check passed; MXMOE_GEMM=tiled for the tiled GEMM)",
-                if ctx.coop_overrides[0].1 == 1 {
-                    "row-major"
+                "cooperative matrices (moe_gemm_coop.wgsl: f16 16x16x16, f32 accumulation, {}{}; \
+                 MXMOE_GEMM=tiled for the tiled GEMM)",
+                if ctx.coop_k64() {
+                    format!(
+                        "kernel k64 (K steps of 64, FP4 decoded {}; coop64_check passed; \
+                         MXMOE_COOP_KERNEL=k32 for the first kernel)",
+                        if ctx.fp4_register_decode.load(Ordering::Relaxed) {
+                            "in registers"
+                        } else {
+                            "through the code table"
+                        }
+                    )
                 } else {
-                    "column-major"
+                    format!(
+                        "kernel k32 (K steps of 32, B {}; coop_check passed; k64 not used: {})",
+                        if ctx.coop_overrides[0].1 == 1 {
+                            "row-major"
+                        } else {
+                            "column-major"
+                        },
+                        if ctx.coop_k64_ok {
+                            "MXMOE_COOP_KERNEL=k32".to_string()
+                        } else {
+                            ctx.coop_k64_note.lock().unwrap().clone()
+                        }
+                    )
                 },
                 match ctx.coop_overrides[1].1 {
                     0 => String::new(),
@@ -562,14 +659,71 @@ impl Context {
         Ok(ctx)
     }
 
+    /// The GEMV / GEMM crossover in token-expert pairs per local expert for a layer whose
+    /// activations are MX-quantized (`act_quant`) or not: `MXMOE_GEMV_PAIRS` where set, else
+    /// [`DEFAULT_GEMV_PAIRS_PER_EXPERT_ACT_QUANT`] for quantized activations on the cooperative
+    /// GEMM and [`DEFAULT_GEMV_PAIRS_PER_EXPERT`] otherwise.
+    pub fn gemv_pairs_for(&self, act_quant: bool) -> u64 {
+        if self.gemv_pairs_set || !(act_quant && self.coop_gemm()) {
+            self.gemv_pairs_per_expert.load(Ordering::Relaxed)
+        } else {
+            DEFAULT_GEMV_PAIRS_PER_EXPERT_ACT_QUANT
+        }
+    }
+
     /// Whether the prefill GEMM runs on cooperative matrices now.
     pub fn coop_gemm(&self) -> bool {
         self.coop_gemm.load(Ordering::Relaxed)
     }
 
-    /// The pipeline overrides the cooperative GEMM's entry points take beyond the GEMM's own.
-    pub fn coop_overrides(&self) -> [(&'static str, u32); 2] {
-        self.coop_overrides
+    /// The pipeline overrides the cooperative GEMM's entry points take beyond the GEMM's own
+    /// (those of the kernel that runs now).
+    pub fn coop_overrides(&self) -> Vec<(&'static str, u32)> {
+        if self.coop_k64() {
+            self.coop64_overrides().to_vec()
+        } else {
+            self.coop_overrides.to_vec()
+        }
+    }
+
+    /// Kernel k64's overrides: the diagnostic mask and where FP4 is decoded.
+    fn coop64_overrides(&self) -> [(&'static str, u32); 2] {
+        [
+            self.coop_overrides[1],
+            (
+                "COOP_FP4_REGISTERS",
+                self.fp4_register_decode.load(Ordering::Relaxed) as u32,
+            ),
+        ]
+    }
+
+    /// Whether the cooperative GEMM (when it runs) is kernel k64 (else k32).
+    pub fn coop_k64(&self) -> bool {
+        self.coop_k64.load(Ordering::Relaxed)
+    }
+
+    /// The cooperative GEMM's entry points now: (gemm1, gemm2).
+    pub fn coop_entries(&self) -> (&'static str, &'static str) {
+        if self.coop_k64() {
+            ("coop64_gemm1", "coop64_gemm2")
+        } else {
+            ("coop_gemm1", "coop_gemm2")
+        }
+    }
+
+    /// Use kernel k64 (`true`, only where it passed its checks) or k32 for the cooperative
+    /// GEMM. Err when k64 is asked on a device that cannot run it.
+    pub fn set_coop_k64(&self, on: bool) -> Result<(), String> {
+        if on && !self.coop_k64_ok {
+            let why = self.coop_k64_note.lock().unwrap().clone();
+            return Err(if why.is_empty() {
+                self.gemm_note()
+            } else {
+                why
+            });
+        }
+        self.coop_k64.store(on, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Which GEMM the device chose at start-up and why, in words.
@@ -597,20 +751,34 @@ impl Context {
             .map_err(|e| e.to_string())?;
         let got: Vec<f32> =
             bytemuck::pod_collect_to_vec(&self.run_check(&pipe, 1024).map_err(|e| e.to_string())?);
-        for i in 0..16i64 {
-            for n in 0..16i64 {
-                let want: i64 = (0..32i64)
-                    .map(|k| ((3 * i + k) % 7 - 3) * ((5 * k + n) % 11 - 5))
-                    .sum::<i64>()
-                    * 2;
-                let g = got[(i * 16 + n) as usize];
-                if g != want as f32 {
-                    return Err(format!("C[{i}][{n}] = {g}, expected {want}"));
-                }
-            }
-        }
+        check_coop_product(&got)?;
         for entry in ["coop_gemm1", "coop_gemm2"] {
             self.pipeline(Shader::MoeGemmCoop, entry, &self.coop_overrides)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Kernel k64's device check: `coop64_check` (its layouts: column-major A, row-major B, the
+    /// hand-out stride) must give exactly the product `coop_check` gives, and both k64
+    /// pipelines must build (46 KiB of workgroup memory: an adapter with less refuses here).
+    fn check_coop64(&self) -> Result<(), String> {
+        let need = COOP64_WORKGROUP_BYTES;
+        let have = self.limits.max_compute_workgroup_storage_size;
+        if need > have {
+            return Err(format!(
+                "kernel k64 needs {need} B of workgroup memory, the adapter has {have} B"
+            ));
+        }
+        let pipe = self
+            .pipeline(Shader::MoeGemmCoop, "coop64_check", &[])
+            .map_err(|e| e.to_string())?;
+        let got: Vec<f32> =
+            bytemuck::pod_collect_to_vec(&self.run_check(&pipe, 1024).map_err(|e| e.to_string())?);
+        check_coop_product(&got)?;
+        let ov = self.coop64_overrides();
+        for entry in ["coop64_gemm1", "coop64_gemm2"] {
+            self.pipeline(Shader::MoeGemmCoop, entry, &ov)
                 .map_err(|e| e.to_string())?;
         }
         Ok(())
@@ -1208,7 +1376,11 @@ pub fn pod_vec<T: bytemuck::Pod + Send>(bytes: &[u8]) -> Vec<T> {
     let sz = std::mem::size_of::<T>();
     let n = bytes.len() / sz;
     let mut out: Vec<T> = vec![T::zeroed(); n];
-    const CHUNK: usize = 1 << 20; // elements per task
+    // Elements per task: small enough that a 2048-token output (23.6 MB for gpt-oss) is spread
+    // over every core (the copy out of the mapped buffer also takes the fresh Vec's page
+    // faults; with 4 MiB tasks it ran at ~6.5 GB/s on the H200's host,
+    // docs/h200-2026-12-01s5-wgpu5).
+    const CHUNK: usize = 1 << 16;
     if n <= CHUNK {
         bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&bytes[..n * sz]);
     } else {

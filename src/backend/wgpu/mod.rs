@@ -38,8 +38,8 @@ pub mod route;
 pub mod source;
 
 pub use context::{
-    enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, GEMV_WIDE_WORKGROUP_BYTES, POISON,
-    WRITE_PAR_MIN,
+    enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, COOP64_WORKGROUP_BYTES,
+    GEMV_WIDE_WORKGROUP_BYTES, POISON, WRITE_PAR_MIN,
 };
 pub use moe::{GpuLayer, MoePath};
 
@@ -173,6 +173,17 @@ impl WgpuBackend {
     /// Whether prefill batches run the cooperative-matrix GEMM now.
     pub fn coop_gemm(&self) -> bool {
         self.ctx.coop_gemm()
+    }
+
+    /// Use the cooperative GEMM's kernel k64 (`true`; Err where it did not pass its checks) or
+    /// the first kernel k32 (`false`) when the cooperative GEMM runs.
+    pub fn set_coop_k64(&self, on: bool) -> Result<(), String> {
+        self.ctx.set_coop_k64(on)
+    }
+
+    /// Whether the cooperative GEMM (when it runs) is kernel k64.
+    pub fn coop_k64(&self) -> bool {
+        self.ctx.coop_k64()
     }
 
     /// Test hook: the decode GEMV's layout (subgroup or workgroup-memory reductions, with or

@@ -5,7 +5,7 @@
 //! Passes: route -> lists (histogram, prefix sum, row lists, tile list) -> input QDQ
 //! (quant.wgsl) -> gemm1 per weight chunk (bias, activation, intermediate QDQ fused) -> gemm2 per
 //! weight chunk (bias, router weight) -> combine (slot order, no float atomics). The GEMV path
-//! (tiles of 4 rows) replaces the GEMMs up to `Context::gemv_pairs_per_expert` token-expert pairs
+//! (tiles of 4 rows) replaces the GEMMs up to `Context::gemv_pairs_for` token-expert pairs
 //! per expert; at decode sizes (up to `Context::own_lists_max` pairs) gemv1 builds the lists
 //! itself and the `lists` pass is not recorded, and up to `FUSED_COMBINE_MAX_TOKENS` tokens
 //! gemv2's last workgroup per column slice does the combine (no `combine` pass). Everything the caller gets back (output, ids,
@@ -434,7 +434,7 @@ pub fn forward(
         MoePath::Gemv => true,
         MoePath::Gemm => false,
         MoePath::Auto => {
-            let per = ctx.gemv_pairs_per_expert.load(Ordering::Relaxed) as usize;
+            let per = ctx.gemv_pairs_for(l.scheme.activation.is_some()) as usize;
             na <= per.saturating_mul(el.max(1)) || m <= 4
         }
     };
@@ -484,8 +484,10 @@ pub fn forward(
         let (g1, g2) = gcfg.entries();
         (shader, g1, g2)
     } else if ctx.coop_gemm() {
-        // Cooperative matrices where the device passed coop_check (Context::new).
-        (Shader::MoeGemmCoop, "coop_gemm1", "coop_gemm2")
+        // Cooperative matrices where the device passed coop_check (Context::new): kernel k64
+        // or k32.
+        let (g1, g2) = ctx.coop_entries();
+        (Shader::MoeGemmCoop, g1, g2)
     } else {
         (Shader::MoeGemm, "gemm1", "gemm2")
     };
@@ -494,6 +496,9 @@ pub fn forward(
     // Decode sizes: gemv2 also combines (no `combine` pass).
     let fuse_combine =
         gemv && m <= FUSED_COMBINE_MAX_TOKENS && ctx.fused_combine.load(Ordering::Relaxed);
+    // Kernel k64 of the cooperative GEMM reads activations and FP4 blocks through the vec4
+    // views (bindings 14 and 13) and never through binding 6.
+    let coop64 = !gemv && e1 == "coop64_gemm1";
     let mut ov = ov.to_vec();
     if gemv {
         ov.extend(gcfg.overrides());
@@ -622,6 +627,10 @@ pub fn forward(
                         (10, bias),
                         (11, topw),
                     ];
+                    if coop64 {
+                        ents.extend([(13, w), (14, x)]);
+                        ents.retain(|(i, _)| *i != 6);
+                    }
                     if gemv {
                         // The FP4 path's vec4 views of the same weights and activations; the
                         // wide layout reads x through the vec4 view only (the pipeline layout

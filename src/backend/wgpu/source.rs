@@ -178,7 +178,13 @@ impl Shader {
             Shader::Route => &[EXACT_MATH, ROUTE],
             Shader::MoeLists => &[MX_COMMON, MOE_COMMON, MOE_LISTS],
             Shader::MoeGemm => &[MX_COMMON, MOE_COMMON, MOE_GEMM],
-            Shader::MoeGemmCoop => &[MX_COMMON, MOE_COMMON, MOE_GEMM, MOE_GEMM_COOP],
+            Shader::MoeGemmCoop => &[
+                MX_COMMON,
+                MOE_COMMON,
+                MOE_GEMM,
+                MOE_GEMV_FP4_REGISTERS,
+                MOE_GEMM_COOP,
+            ],
             Shader::MoeGemv {
                 registers: false,
                 subgroup: false,
@@ -241,7 +247,7 @@ impl Shader {
             Shader::MoeGemv {
                 registers: true,
                 ..
-            }
+            } | Shader::MoeGemmCoop
         )
     }
 
