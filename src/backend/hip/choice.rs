@@ -112,13 +112,16 @@ pub(super) fn gemm_threads(arch: &str) -> u32 {
 }
 
 /// Which bf16 grouped GEMM runs the prefill (`MXMOE_HIP_GEMM`): v1 (`moe_gemm{1,2}[_split]_cb*`),
-/// v2 (`moe_gemm{1,2}_v2_t*`, NVIDIA only, docs/hip-gemm-v2.md) or auto (the default: v2 where it
-/// was measured faster, see [`auto_uses_v2`], v1 elsewhere and wherever v2 is not built).
+/// v2 (`moe_gemm{1,2}_v2_t*`, NVIDIA only, docs/hip-gemm-v2.md), mma (`moe_gemm{1,2}_mma_t*`:
+/// swap AB, MXFP4 weights decoded in registers, NVIDIA only, docs/hip-gemm-mma.md; other weight
+/// formats run what auto picks) or auto (the default: v2 where it was measured faster, see
+/// [`auto_uses_v2`], v1 elsewhere and wherever v2 is not built).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum GemmVersion {
     Auto,
     V1,
     V2,
+    Mma,
 }
 
 pub(super) fn gemm_version() -> Result<GemmVersion, BackendError> {
@@ -126,8 +129,9 @@ pub(super) fn gemm_version() -> Result<GemmVersion, BackendError> {
         Err(_) | Ok("") | Ok("auto") => Ok(GemmVersion::Auto),
         Ok("v1") => Ok(GemmVersion::V1),
         Ok("v2") => Ok(GemmVersion::V2),
+        Ok("mma") => Ok(GemmVersion::Mma),
         Ok(v) => Err(BackendError::Device(format!(
-            "MXMOE_HIP_GEMM={v}: expected auto, v1 or v2 (docs/ENVIRONMENT.md)"
+            "MXMOE_HIP_GEMM={v}: expected auto, v1, v2 or mma (docs/ENVIRONMENT.md)"
         ))),
     }
 }
@@ -142,6 +146,16 @@ pub(super) const AUTO_V2_MAX_MEAN_PAIRS: usize = 4;
 /// Whether `auto` runs v2 for `pairs` token-expert pairs over `experts` local experts.
 pub(super) fn auto_uses_v2(pairs: usize, experts: usize) -> bool {
     pairs.div_ceil(experts.max(1)) <= AUTO_V2_MAX_MEAN_PAIRS
+}
+
+/// Threads per mma GEMM block (hip/gemm_mma.h MM_THREADS: 8 warps of 16 weight rows); its column
+/// blocks are GEMM_N = 128 weight rows wide, as v1's.
+pub(super) const MMA_THREADS: u32 = 256;
+
+/// Whether `auto` runs the mma GEMM (MXFP4 weights) for `pairs` token-expert pairs over
+/// `experts` local experts. Not yet: it has not been measured (docs/hip-gemm-mma.md).
+pub(super) fn auto_uses_mma(_pairs: usize, _experts: usize) -> bool {
+    false
 }
 
 /// The v2 GEMM's pair rows per tile for `pairs` token-expert pairs over `experts` local experts:
