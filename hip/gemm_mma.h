@@ -59,6 +59,7 @@ extern MX_SHARED __attribute__((aligned(16))) unsigned char mm_dsmem[];
 template <u32 TP, bool SPLIT>
 struct MmShape {
   static constexpr u32 STAGES = (TP >= 64u && SPLIT) ? 3u : 4u;
+  static constexpr u32 WD = TP >= 64u ? 1u : 2u;  // weight steps in flight (registers)
   static constexpr u32 MNF = TP / 8u;           // n8 fragments per warp
   static constexpr u32 GMAX = SPLIT ? 2u : 4u;
   static constexpr u32 G = MNF < GMAX ? MNF : GMAX;  // fragments per group (skipped past the tile's pairs)
@@ -125,10 +126,17 @@ MX_DEVICE uint4v lds128(const void* p) {
 // The bf16 bits of FP4 codes J (low half) and J + 4 (high half) of word v, times 2^-126: the
 // shift puts them at bits 12..15 and 28..31 (sign already at a bf16 sign bit), the magnitudes
 // move down to bits 6..8 / 22..24 (as fp4_pair_bits, with bf16's exponent position).
+// (volatile: so that LLVM does not hoist the 32 raw pairs of a step above the branch between
+// the one- and two-multiply decodes, which holds them all in registers at once and spills.)
 template <u32 J>
 MX_DEVICE u32 fp4_bf16_pair_raw(u32 v) {
-  u32 x = v << (12u - 4u * J);
-  return (x & 0x80008000u) | ((x >> 6) & 0x01C001C0u);
+  u32 r;
+  asm volatile(
+      "{\n .reg .b32 x, y;\n shl.b32 x, %1, %2;\n shr.b32 y, x, 6;\n and.b32 y, y, 0x01C001C0;\n"
+      " and.b32 x, x, 0x80008000;\n or.b32 %0, x, y;\n}"
+      : "=r"(r)
+      : "r"(v), "n"(12u - 4u * J));
+  return r;
 }
 #define MM_BF16X2_2P126 0x7E807E80u  // 2^126, twice
 #define MM_BF16X2_NEG0 0x80008000u   // -0, twice (a * b + -0 = a * b, signs of zeros included)
@@ -137,12 +145,25 @@ MX_DEVICE u32 e8m0_bf16x2(u32 s) {
   u32 b = s == 0u ? 0x0040u : (s == 255u ? 0x7FC0u : s << 7);
   return b | (b << 16);
 }
-// Pair J of word v as exact bf16 values: code x scale.
-template <u32 J>
-MX_DEVICE u32 fp4_bf16_pair(u32 v, u32 sc2) {
-  u32 r = fma_bf16x2(fp4_bf16_pair_raw<J>(v), MM_BF16X2_2P126, MM_BF16X2_NEG0);
-  return fma_bf16x2(r, sc2, MM_BF16X2_NEG0);
+// Whether b holds on any lane of the warp (vote.sync.any; every lane gets the same answer).
+MX_DEVICE bool mm_warp_any(bool b) {
+  u32 r;
+  asm("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n vote.sync.any.pred q, p, 0xffffffff;\n"
+      " selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(r)
+      : "r"((u32)b));
+  return r != 0u;
 }
+
+// Compile-time values for the generic lambdas below (no <type_traits> here).
+template <bool B>
+struct MmB {
+  static constexpr bool value = B;
+};
+template <u32 J>
+struct MmU {
+  static constexpr u32 value = J;
+};
 
 // A lane's weights of one step: rows g and g + 8, block 4s + t: 4 code words and the scale byte.
 struct MmW {
@@ -238,10 +259,11 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     if (st < steps) issue(st);
     copy_commit();
   }
-  MmW cur, nxt;
-  fetch(0u, cur);
-  for (u32 s = 0; s < steps; ++s) {
-    if (s + 1u < steps) fetch(s + 1u, nxt);
+  // One K step on weights wr (this lane's, loaded WD steps ahead). TWO: the two-multiply
+  // decode (some scale byte of the warp's step > 128, where 2^(s - 1) is no bf16); else one
+  // fma by 2^(s - 1) (exact: raw x 2^(s - 1) = code x 2^(s - 127)), the same bits.
+  auto step = [&](u32 s, const MmW& wr, auto two) __attribute__((always_inline)) {
+    constexpr bool TWO = decltype(two)::value;
     // Step s's group is complete once at most STAGES - 2 newer ones are pending; the barrier
     // publishes every thread's copies and frees slot (s - 1) % STAGES (step s - 1's reads).
     copy_wait_group<(int)S::STAGES - 2>();
@@ -252,19 +274,28 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       copy_commit();
     }
     const unsigned char* bs = ring + (s % S::STAGES) * S::STAGE;
-    u32 sc[2] = {e8m0_bf16x2(cur.s[0]), e8m0_bf16x2(cur.s[1])};
+    u32 m1[2], m2[2];
+#pragma unroll
+    for (u32 i = 0; i < 2u; ++i) {
+      m1[i] = TWO ? MM_BF16X2_2P126 : ((wr.s[i] + 126u) << 7) * 0x10001u;
+      m2[i] = e8m0_bf16x2(wr.s[i]);
+    }
+    auto dec = [&](u32 v, u32 i, auto jc) __attribute__((always_inline)) -> u32 {
+      u32 r = fma_bf16x2(fp4_bf16_pair_raw<decltype(jc)::value>(v), m1[i], MM_BF16X2_NEG0);
+      return TWO ? fma_bf16x2(r, m2[i], MM_BF16X2_NEG0) : r;
+    };
 #pragma unroll
     for (u32 w = 0; w < 4u; ++w) {
       // A registers: {row g, row g + 8} x {pair 0, pair 1} (MMA 0), pairs 2, 3 (MMA 1).
       u32 a0[4], a1[4];
-      a0[0] = fp4_bf16_pair<0>(cur.w[0][w], sc[0]);
-      a0[1] = fp4_bf16_pair<0>(cur.w[1][w], sc[1]);
-      a0[2] = fp4_bf16_pair<1>(cur.w[0][w], sc[0]);
-      a0[3] = fp4_bf16_pair<1>(cur.w[1][w], sc[1]);
-      a1[0] = fp4_bf16_pair<2>(cur.w[0][w], sc[0]);
-      a1[1] = fp4_bf16_pair<2>(cur.w[1][w], sc[1]);
-      a1[2] = fp4_bf16_pair<3>(cur.w[0][w], sc[0]);
-      a1[3] = fp4_bf16_pair<3>(cur.w[1][w], sc[1]);
+      a0[0] = dec(wr.w[0][w], 0u, MmU<0>());
+      a0[1] = dec(wr.w[1][w], 1u, MmU<0>());
+      a0[2] = dec(wr.w[0][w], 0u, MmU<1>());
+      a0[3] = dec(wr.w[1][w], 1u, MmU<1>());
+      a1[0] = dec(wr.w[0][w], 0u, MmU<2>());
+      a1[1] = dec(wr.w[1][w], 1u, MmU<2>());
+      a1[2] = dec(wr.w[0][w], 0u, MmU<3>());
+      a1[3] = dec(wr.w[1][w], 1u, MmU<3>());
 #pragma unroll
       for (u32 q = 0; q < S::MNF / S::G; ++q) {
         if (q * S::G * 8u < cnt) {  // the same for the whole block
@@ -288,7 +319,27 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
         }
       }
     }
-    cur = nxt;
+  };
+  // Weights WD steps ahead in a ring of R = WD + 1 register sets (the loop unrolled by R, so
+  // the ring is registers: no copies, and a load has WD whole steps to land).
+  constexpr u32 R = S::WD + 1u;
+  MmW wr[R];
+#pragma unroll
+  for (u32 d = 0; d < S::WD; ++d)
+    if (d < steps) fetch(d, wr[d]);
+  for (u32 s0 = 0; s0 < steps; s0 += R) {
+#pragma unroll
+    for (u32 d = 0; d < R; ++d) {
+      u32 s = s0 + d;
+      if (s < steps) {
+        if (s + S::WD < steps) fetch(s + S::WD, wr[(d + S::WD) % R]);
+        bool big = wr[d].s[0] > 128u || wr[d].s[1] > 128u;
+        if (mm_warp_any(big))
+          step(s, wr[d], MmB<true>());
+        else
+          step(s, wr[d], MmB<false>());
+      }
+    }
   }
   copy_wait_all();  // (only empty groups remain)
   sync_threads();   // every warp is done with the ring: the epilogue tile overwrites it

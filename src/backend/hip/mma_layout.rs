@@ -38,6 +38,10 @@ fn pair_raw(j: u32, v: u32) -> u32 {
     let x = v << (12 - 4 * j);
     (x & 0x8000_8000) | ((x >> 6) & 0x01C0_01C0)
 }
+/// The step's single multiplier when every scale byte is <= 128: 2^(s - 1) as a bf16.
+fn one_multiplier(s: u32) -> u32 {
+    (s + 126) << 7
+}
 fn e8m0_bf16(s: u32) -> u32 {
     if s == 0 {
         0x0040
@@ -109,6 +113,10 @@ fn fp4_pairs_decode_exactly() {
                             }
                             let want = e2m1(code) * 2f64.powi(s as i32 - 127);
                             assert_eq!(scaled, want, "code {code:#x} scale {s}");
+                            // The one-multiply decode of steps whose scale bytes are <= 128.
+                            if s <= 128 {
+                                assert_eq!(got * bf16(one_multiplier(s)), want, "code {code:#x} scale {s}");
+                            }
                         }
                     }
                 }
