@@ -56,12 +56,17 @@ extern MX_SHARED __attribute__((aligned(16))) unsigned char mm_dsmem[];
 
 // One kernel's dynamic shared memory (bytes): [ring: STAGES x (hi[, lo]) x TP rows x MM_ROWB];
 // the epilogue's f32 [TP][MM_ROWS + 1] (v1's sC layout) reuses it from the start.
-template <u32 TP, bool SPLIT>
+// FM: m16 fragments (16-row groups of weight rows) per warp; the 8 warps are 8 / FM row groups
+// x FM pair groups of TP / FM columns. FM = 2 reads each B fragment for two MMAs of A, half the
+// shared-memory bytes per MMA, and decodes each weight twice (in two warps).
+template <u32 TP, bool SPLIT, u32 FM = 1u>
 struct MmShape {
   static constexpr u32 STAGES = (TP >= 64u && SPLIT) ? 3u : 4u;
   static constexpr u32 WD = TP >= 64u ? 1u : 2u;  // weight steps in flight (registers)
-  static constexpr u32 MNF = TP / 8u;           // n8 fragments per warp
-  static constexpr u32 GMAX = SPLIT ? 2u : 4u;
+  static constexpr u32 WN = FM;                   // warps along the pairs
+  static constexpr u32 WTP = TP / WN;             // pair columns per warp
+  static constexpr u32 MNF = WTP / 8u;            // n8 fragments per warp
+  static constexpr u32 GMAX = (SPLIT ? 2u : 4u) / FM;
   static constexpr u32 G = MNF < GMAX ? MNF : GMAX;  // fragments per group (skipped past the tile's pairs)
   static constexpr u32 TILE = TP * MM_ROWB;    // bytes, one array
   static constexpr u32 STAGE = (SPLIT ? 2u : 1u) * TILE;
@@ -71,6 +76,7 @@ struct MmShape {
   static constexpr u32 SMEM = PIPE > EPI ? PIPE : EPI;
   static constexpr u32 CH = TP * (MM_ROWB / 16u) / MM_THREADS;  // 16-byte chunks per thread and array
   static_assert(TP == 16u || TP == 32u || TP == 64u, "pair tiles");
+  static_assert((FM == 1u || FM == 2u) && WTP % 8u == 0u, "warp tiles");
   static_assert(CH >= 1u && CH * MM_THREADS == TP * (MM_ROWB / 16u), "chunks divide evenly");
   static_assert(MM_THREADS % (MM_ROWB / 16u) == 0u, "a thread's chunks share their column");
   static_assert(MNF % G == 0u, "whole groups");
@@ -165,17 +171,20 @@ struct MmU {
   static constexpr u32 value = J;
 };
 
-// A lane's weights of one step: rows g and g + 8, block 4s + t: 4 code words and the scale byte.
+// A lane's weights of one step: rows g and g + 8 of each of its FM fragments (w[2 m + i]), block
+// 4s + t: 4 code words and the scale byte each.
+template <u32 FM>
 struct MmW {
-  u32 w[2][4];
-  u32 s[2];
+  u32 w[2u * FM][4];
+  u32 s[2u * FM];
 };
 
-template <u32 TP, bool SPLIT>
+template <u32 TP, bool SPLIT, u32 FM>
 MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
                              u32* out, const float* bias, const float* topw) {
-  typedef MmShape<TP, SPLIT> S;
+  typedef MmShape<TP, SPLIT, FM> S;
+  typedef MmW<FM> W;
   // A launch with less dynamic shared memory than the layout would write past it: stop.
   if (dynamic_smem_bytes() < S::SMEM) __builtin_trap();
   MX_SHARED u64 xoff[TP];
@@ -183,6 +192,8 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   unsigned char* ring = mm_dsmem;
   float* sC = (float*)mm_dsmem;
   u32 tid = tid_x(), lane = tid % 32u, warp = tid / 32u, g = lane >> 2, t = lane & 3u;
+  // This warp: weight rows 16 FM rg .. + 16 FM, pair columns pc0 .. pc0 + WTP.
+  const u32 rg = warp / S::WN, pc0 = (warp % S::WN) * S::WTP;
   u32 e, start, cnt;
   if (!load_tile(tiles, bid_y(), &e, &start, &cnt)) return;
   u32 h = p.hidden, inter = p.inter;
@@ -195,14 +206,16 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     xoff[r] = o;
   }
   for (u32 r = tid; r < TP * (MM_ROWS / 64u); r += MM_THREADS) rowmax[r] = 0u;
-  // This lane's weight rows (tile rows 16 warp + g, + 8): their first block (~0: past the matrix).
-  u64 wb[2];
+  // This lane's weight rows (tile rows 16 (FM rg + m) + g, + 8): their row in the weight
+  // tensor, e x rows + row (~0: past the matrix; u32 to save registers: the block index is
+  // formed in 64 bits at each load).
+  u32 wb[2u * FM];
 #pragma unroll
-  for (u32 i = 0; i < 2u; ++i) {
-    u32 tr = 16u * warp + g + 8u * i;
+  for (u32 i = 0; i < 2u * FM; ++i) {
+    u32 tr = 16u * (FM * rg + i / 2u) + g + 8u * (i % 2u);
     u32 row = weight_row(p, is1, tr, jb, MM_ROWS / 2u);
     bool ok = is1 ? weight_row_ok(p, tr, jb, MM_ROWS / 2u) : row < nrows;
-    wb[i] = ok ? ((u64)e * nrows + row) * kblocks : ~0ull;
+    wb[i] = ok ? e * nrows + row : ~0u;
   }
   sync_threads();
   // Activation chunks of this thread: rows tid / 16 + 16 c, chunk tid % 16 (8 bf16); the rows'
@@ -225,16 +238,17 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     }
   };
   // Step st's weights of this lane (zero codes and scale 127 past the matrix or K: +0).
-  auto fetch = [&](u32 st, MmW& r) __attribute__((always_inline)) {
+  auto fetch = [&](u32 st, W& r) __attribute__((always_inline)) {
     u32 b = 4u * st + t;
 #pragma unroll
-    for (u32 i = 0; i < 2u; ++i) {
-      bool ok = wb[i] != ~0ull && b < kblocks;
+    for (u32 i = 0; i < 2u * FM; ++i) {
+      bool ok = wb[i] != ~0u && b < kblocks;
       mx_u32x4 v = {0u, 0u, 0u, 0u};
       u32 s = 127u;
       if (ok) {
-        v = load_stream16(wcodes + (wb[i] + b) * 4u);
-        s = load_stream_u8(wscales + wb[i] + b);
+        u64 blk = (u64)wb[i] * kblocks + b;
+        v = load_stream16(wcodes + blk * 4u);
+        s = load_stream_u8(wscales + blk);
       }
       r.w[i][0] = v.x;
       r.w[i][1] = v.y;
@@ -244,15 +258,18 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     }
   };
 
-  FragC acc[S::MNF];
+  FragC acc[FM][S::MNF];
 #pragma unroll
-  for (u32 j = 0; j < S::MNF; ++j)
+  for (u32 m = 0; m < FM; ++m)
 #pragma unroll
-    for (u32 c = 0; c < FRAG_C; ++c) acc[j].v[c] = 0.0f;
-  // This lane's B offsets (bytes in a stage) for word w of fragment j: row 8j + g, chunk 4t + w.
+    for (u32 j = 0; j < S::MNF; ++j)
+#pragma unroll
+      for (u32 c = 0; c < FRAG_C; ++c) acc[m][j].v[c] = 0.0f;
+  // This lane's B offsets (bytes in a stage) for word w of fragment j: row pc0 + 8j + g (pc0 and
+  // 8j even: the swizzle sees g's parity), chunk 4t + w.
   u32 boff[4];
 #pragma unroll
-  for (u32 w = 0; w < 4u; ++w) boff[w] = g * MM_ROWB + mm_swz(g, 4u * t + w) * 16u;
+  for (u32 w = 0; w < 4u; ++w) boff[w] = (pc0 + g) * MM_ROWB + mm_swz(g, 4u * t + w) * 16u;
   // Prologue: steps 0 .. STAGES - 2 in flight (one group each, empty past the end).
 #pragma unroll
   for (u32 st = 0; st + 1u < S::STAGES; ++st) {
@@ -262,7 +279,7 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   // One K step on weights wr (this lane's, loaded WD steps ahead). TWO: the two-multiply
   // decode (some scale byte of the warp's step > 128, where 2^(s - 1) is no bf16); else one
   // fma by 2^(s - 1) (exact: raw x 2^(s - 1) = code x 2^(s - 127)), the same bits.
-  auto step = [&](u32 s, const MmW& wr, auto two) __attribute__((always_inline)) {
+  auto step = [&](u32 s, const W& wr, auto two) __attribute__((always_inline)) {
     constexpr bool TWO = decltype(two)::value;
     // Step s's group is complete once at most STAGES - 2 newer ones are pending; the barrier
     // publishes every thread's copies and frees slot (s - 1) % STAGES (step s - 1's reads).
@@ -274,9 +291,9 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       copy_commit();
     }
     const unsigned char* bs = ring + (s % S::STAGES) * S::STAGE;
-    u32 m1[2], m2[2];
+    u32 m1[2u * FM], m2[2u * FM];
 #pragma unroll
-    for (u32 i = 0; i < 2u; ++i) {
+    for (u32 i = 0; i < 2u * FM; ++i) {
       m1[i] = TWO ? MM_BF16X2_2P126 : ((wr.s[i] + 126u) << 7) * 0x10001u;
       m2[i] = e8m0_bf16x2(wr.s[i]);
     }
@@ -286,19 +303,24 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     };
 #pragma unroll
     for (u32 w = 0; w < 4u; ++w) {
-      // A registers: {row g, row g + 8} x {pair 0, pair 1} (MMA 0), pairs 2, 3 (MMA 1).
-      u32 a0[4], a1[4];
-      a0[0] = dec(wr.w[0][w], 0u, MmU<0>());
-      a0[1] = dec(wr.w[1][w], 1u, MmU<0>());
-      a0[2] = dec(wr.w[0][w], 0u, MmU<1>());
-      a0[3] = dec(wr.w[1][w], 1u, MmU<1>());
-      a1[0] = dec(wr.w[0][w], 0u, MmU<2>());
-      a1[1] = dec(wr.w[1][w], 1u, MmU<2>());
-      a1[2] = dec(wr.w[0][w], 0u, MmU<3>());
-      a1[3] = dec(wr.w[1][w], 1u, MmU<3>());
+      // A registers of fragment m: {row g, row g + 8} x {pair 0, pair 1} (MMA 0), pairs 2, 3
+      // (MMA 1).
+      u32 a0[FM][4], a1[FM][4];
+#pragma unroll
+      for (u32 m = 0; m < FM; ++m) {
+        u32 i0 = 2u * m, i1 = 2u * m + 1u;
+        a0[m][0] = dec(wr.w[i0][w], i0, MmU<0>());
+        a0[m][1] = dec(wr.w[i1][w], i1, MmU<0>());
+        a0[m][2] = dec(wr.w[i0][w], i0, MmU<1>());
+        a0[m][3] = dec(wr.w[i1][w], i1, MmU<1>());
+        a1[m][0] = dec(wr.w[i0][w], i0, MmU<2>());
+        a1[m][1] = dec(wr.w[i1][w], i1, MmU<2>());
+        a1[m][2] = dec(wr.w[i0][w], i0, MmU<3>());
+        a1[m][3] = dec(wr.w[i1][w], i1, MmU<3>());
+      }
 #pragma unroll
       for (u32 q = 0; q < S::MNF / S::G; ++q) {
-        if (q * S::G * 8u < cnt) {  // the same for the whole block
+        if (pc0 + q * S::G * 8u < cnt) {  // the same for the whole warp
           uint4v bh[S::G], bl[S::G];
 #pragma unroll
           for (u32 jj = 0; jj < S::G; ++jj) {
@@ -307,15 +329,23 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
             if (SPLIT) bl[jj] = lds128(b + S::TILE);
           }
 #pragma unroll
-          for (u32 jj = 0; jj < S::G; ++jj) mma_ab(acc[q * S::G + jj], a0, bh[jj].x, bh[jj].y);
+          for (u32 jj = 0; jj < S::G; ++jj)
+#pragma unroll
+            for (u32 m = 0; m < FM; ++m) mma_ab(acc[m][q * S::G + jj], a0[m], bh[jj].x, bh[jj].y);
           if (SPLIT)
 #pragma unroll
-            for (u32 jj = 0; jj < S::G; ++jj) mma_ab(acc[q * S::G + jj], a0, bl[jj].x, bl[jj].y);
+            for (u32 jj = 0; jj < S::G; ++jj)
 #pragma unroll
-          for (u32 jj = 0; jj < S::G; ++jj) mma_ab(acc[q * S::G + jj], a1, bh[jj].z, bh[jj].w);
+              for (u32 m = 0; m < FM; ++m) mma_ab(acc[m][q * S::G + jj], a0[m], bl[jj].x, bl[jj].y);
+#pragma unroll
+          for (u32 jj = 0; jj < S::G; ++jj)
+#pragma unroll
+            for (u32 m = 0; m < FM; ++m) mma_ab(acc[m][q * S::G + jj], a1[m], bh[jj].z, bh[jj].w);
           if (SPLIT)
 #pragma unroll
-            for (u32 jj = 0; jj < S::G; ++jj) mma_ab(acc[q * S::G + jj], a1, bl[jj].z, bl[jj].w);
+            for (u32 jj = 0; jj < S::G; ++jj)
+#pragma unroll
+              for (u32 m = 0; m < FM; ++m) mma_ab(acc[m][q * S::G + jj], a1[m], bl[jj].z, bl[jj].w);
         }
       }
     }
@@ -323,7 +353,7 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   // Weights WD steps ahead in a ring of R = WD + 1 register sets (the loop unrolled by R, so
   // the ring is registers: no copies, and a load has WD whole steps to land).
   constexpr u32 R = S::WD + 1u;
-  MmW wr[R];
+  W wr[R];
 #pragma unroll
   for (u32 d = 0; d < S::WD; ++d)
     if (d < steps) fetch(d, wr[d]);
@@ -333,8 +363,11 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       u32 s = s0 + d;
       if (s < steps) {
         if (s + S::WD < steps) fetch(s + S::WD, wr[(d + S::WD) % R]);
-        bool big = wr[d].s[0] > 128u || wr[d].s[1] > 128u;
-        if (mm_warp_any(big))
+        bool big = false;
+#pragma unroll
+        for (u32 i = 0; i < 2u * FM; ++i) big = big || wr[d].s[i] > 128u;
+        // (FM = 2: the two-multiply decode only; both paths' registers do not fit there.)
+        if (FM == 2u || mm_warp_any(big))
           step(s, wr[d], MmB<true>());
         else
           step(s, wr[d], MmB<false>());
@@ -345,10 +378,13 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   sync_threads();   // every warp is done with the ring: the epilogue tile overwrites it
   // C: rows = weight rows (tile column of v1's sC), columns = pairs (sC rows).
 #pragma unroll
-  for (u32 j = 0; j < S::MNF; ++j)
+  for (u32 m = 0; m < FM; ++m)
 #pragma unroll
-    for (u32 c = 0; c < FRAG_C; ++c)
-      sC[(8u * j + 2u * t + (c & 1u)) * S::LDC + 16u * warp + g + (c >= 2u ? 8u : 0u)] = acc[j].v[c];
+    for (u32 j = 0; j < S::MNF; ++j)
+#pragma unroll
+      for (u32 c = 0; c < FRAG_C; ++c)
+        sC[(pc0 + 8u * j + 2u * t + (c & 1u)) * S::LDC + 16u * (FM * rg + m) + g + (c >= 2u ? 8u : 0u)] =
+            acc[m][j].v[c];
   sync_threads();
   gemm_epilogue<TP, MM_ROWS, MM_THREADS>(p, is1, e, start, cnt, jb, sC, rowmax, pair_of_row, out, bias, topw);
 }
@@ -356,19 +392,22 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
 // moe_gemm{1,2}_mma_t<TP>[_split]_cb4 and per (TP, split) the dynamic shared memory its launch
 // must give, as a PTX global the host reads (src/backend/hip/kernels.rs dyn_smem). Two blocks
 // per multiprocessor (launch bounds: <= 128 registers).
-#define GEMM_MMA_VARIANT(TP, SPLIT, SFX)                                                          \
+#define GEMM_MMA_VARIANT(TP, FM, SPLIT, SFX)                                                      \
   extern "C" __attribute__((device, used)) const u32 moe_gemm_mma_t##TP##SFX##_cb4_smem =         \
-      MmShape<TP, SPLIT>::SMEM;                                                                   \
+      MmShape<TP, SPLIT, FM>::SMEM;                                                               \
   MX_KERNEL_OCC(MM_THREADS, 2) void moe_gemm1_mma_t##TP##SFX##_cb4(GEMM_BF16_ARGS) {               \
-    gemm_mma_body<TP, SPLIT>(p, true, GEMM_BF16_PASS);                                            \
+    gemm_mma_body<TP, SPLIT, FM>(p, true, GEMM_BF16_PASS);                                        \
   }                                                                                               \
   MX_KERNEL_OCC(MM_THREADS, 2) void moe_gemm2_mma_t##TP##SFX##_cb4(GEMM_BF16_ARGS) {               \
-    gemm_mma_body<TP, SPLIT>(p, false, GEMM_BF16_PASS);                                           \
+    gemm_mma_body<TP, SPLIT, FM>(p, false, GEMM_BF16_PASS);                                       \
   }
-GEMM_MMA_VARIANT(64, false, )
-GEMM_MMA_VARIANT(64, true, _split)
-GEMM_MMA_VARIANT(32, false, )
-GEMM_MMA_VARIANT(32, true, _split)
-GEMM_MMA_VARIANT(16, false, )
-GEMM_MMA_VARIANT(16, true, _split)
+GEMM_MMA_VARIANT(64, 1, false, )
+GEMM_MMA_VARIANT(64, 1, true, _split)
+GEMM_MMA_VARIANT(32, 1, false, )
+GEMM_MMA_VARIANT(32, 1, true, _split)
+GEMM_MMA_VARIANT(16, 1, false, )
+GEMM_MMA_VARIANT(16, 1, true, _split)
+// 32 weight rows per warp (FM = 2; MXMOE_HIP_MMA_WARP=32).
+GEMM_MMA_VARIANT(64, 2, false, _w32)
+GEMM_MMA_VARIANT(64, 2, true, _w32_split)
 #endif

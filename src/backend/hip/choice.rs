@@ -152,6 +152,17 @@ pub(super) fn auto_uses_v2(pairs: usize, experts: usize) -> bool {
 /// blocks are GEMM_N = 128 weight rows wide, as v1's.
 pub(super) const MMA_THREADS: u32 = 256;
 
+/// Weight rows per warp of the mma GEMM's 64-pair tiles (`MXMOE_HIP_MMA_WARP`): 16 (the
+/// default: every warp decodes its own rows, each B fragment feeds 2 MMAs) or 32 (`_w32`
+/// kernels: two warps decode the same rows, each B fragment feeds 4 MMAs: half the shared-memory
+/// bytes per MMA). The narrower tiles always take 16. Anything else is an error.
+pub(super) fn mma_warp_rows() -> Result<u32, BackendError> {
+    Ok(match env_variant("MXMOE_HIP_MMA_WARP", &["16", "32"])? {
+        "32" => 32,
+        _ => 16,
+    })
+}
+
 /// Whether `auto` runs the mma GEMM (MXFP4 weights) for `pairs` token-expert pairs over
 /// `experts` local experts. Not yet: it has not been measured (docs/hip-gemm-mma.md).
 pub(super) fn auto_uses_mma(_pairs: usize, _experts: usize) -> bool {
