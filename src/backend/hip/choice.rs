@@ -163,10 +163,18 @@ pub(super) fn mma_warp_rows() -> Result<u32, BackendError> {
     })
 }
 
-/// Whether `auto` runs the mma GEMM (MXFP4 weights) for `pairs` token-expert pairs over
-/// `experts` local experts. Not yet: it has not been measured (docs/hip-gemm-mma.md).
-pub(super) fn auto_uses_mma(_pairs: usize, _experts: usize) -> bool {
-    false
+/// Whether `auto` runs the mma GEMM (MXFP4 weights, NVIDIA) for `pairs` token-expert pairs over
+/// `experts` local experts: wherever the GEMM runs. Measured on the H200
+/// (docs/h200-2026-12-01s5-hipgemm3; the same 585-case catalog passed with it, also with the
+/// GEMM forced at every size), GPU ms mma vs the previous auto: gpt-oss-120b 64 / 256 / 2048
+/// tokens (2 / 8 / 64 pairs per expert) 0.449 / 0.997 / 4.122 vs 0.848 / 1.818 / 5.091,
+/// DeepSeek-R1 64 / 512 tokens (2 / 16) 1.030 / 3.882 vs 2.030 / 6.007. Not measured: below 2
+/// pairs per expert (the GEMV runs there unless `MXMOE_HIP_GEMV_PAIRS` says otherwise) and
+/// DeepSeek-R1 at 2048 tokens (its bench ran out of the call's time; gpt-oss at the same 64
+/// pairs per expert is 1.24x faster).
+pub(super) fn auto_uses_mma(pairs: usize, experts: usize) -> bool {
+    let _ = (pairs, experts);
+    true
 }
 
 /// The v2 GEMM's pair rows per tile for `pairs` token-expert pairs over `experts` local experts:
@@ -217,7 +225,9 @@ mod tests {
         assert_eq!(v2_tile_for(32 * 128 + 1, 128), 64);
         assert_eq!(v2_tile_for(1 << 20, 8), 64);
         assert_eq!(v2_tile_for(0, 0), 16);
-        // auto: v2 at the measured 2 pairs per expert, v1 at 8 and more
+        // auto, MXFP4 weights: the mma GEMM at every measured size
+        assert!(auto_uses_mma(256, 128) && auto_uses_mma(8192, 128) && auto_uses_mma(4096, 256));
+        // auto, other weights: v2 at the measured 2 pairs per expert, v1 at 8 and more
         assert!(auto_uses_v2(256, 128) && auto_uses_v2(512, 256) && auto_uses_v2(512, 128));
         assert!(!auto_uses_v2(1024, 128) && !auto_uses_v2(4096, 256) && !auto_uses_v2(513, 128));
     }

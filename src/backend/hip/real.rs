@@ -273,8 +273,9 @@ impl HipBackend {
         match gemm_version() {
             Ok(GemmVersion::Auto) => v.push(match &self.v2 {
                 Ok(_) => format!(
-                    "bf16 GEMM: auto (v2 with 16-row tiles up to {AUTO_V2_MAX_MEAN_PAIRS} \
-                     token-expert pairs per local expert, v1 above; MXMOE_HIP_GEMM=v1|v2 forces one)"
+                    "bf16 GEMM: auto (MXFP4 weights: mma; other weights: v2 with 16-row tiles up \
+                     to {AUTO_V2_MAX_MEAN_PAIRS} token-expert pairs per local expert, v1 above; \
+                     MXMOE_HIP_GEMM=v1|v2|mma forces one)"
                 ),
                 Err(e) => format!("bf16 GEMM: v1 (v2 unavailable here: {e})"),
             }),
