@@ -400,16 +400,35 @@ mod tests {
             }
             seen += 1;
             let num_before = |tag: &str| -> u32 {
-                let at = part.find(tag).unwrap_or_else(|| panic!("{name}: no '{tag}' in\n{part}"));
-                part[..at].split_whitespace().last().unwrap().parse().unwrap()
+                let at = part
+                    .find(tag)
+                    .unwrap_or_else(|| panic!("{name}: no '{tag}' in\n{part}"));
+                part[..at]
+                    .split_whitespace()
+                    .last()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
             };
             let spills = num_before(" bytes spill stores");
-            let regs: u32 = part.split("Used ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+            let regs: u32 = part
+                .split("Used ")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
             assert_eq!(spills, 0, "{name}: {spills} bytes of spill stores");
             assert!(regs <= 128, "{name}: {regs} registers");
             eprintln!("{name}: {regs} registers, no spills");
         }
-        assert_eq!(seen, NAMES_MMA.len() - 1, "ptxas reported {seen} mma GEMMs:\n{log}");
+        assert_eq!(
+            seen,
+            NAMES_MMA.len() - 1,
+            "ptxas reported {seen} mma GEMMs:\n{log}"
+        );
     }
 
     /// An llvm tool (objdump, readelf) that knows gfx950.

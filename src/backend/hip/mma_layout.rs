@@ -102,7 +102,11 @@ fn fp4_pairs_decode_exactly() {
                     let r = pair_raw(j, w);
                     for (h, code) in [(0, lo), (1, hi)] {
                         let got = bf16(half(r, h));
-                        assert_eq!(got, e2m1(code) * 2f64.powi(-126), "J {j} code {code:#x} w {w:#x}");
+                        assert_eq!(
+                            got,
+                            e2m1(code) * 2f64.powi(-126),
+                            "J {j} code {code:#x} w {w:#x}"
+                        );
                         assert_eq!(got.is_sign_negative(), code & 8 != 0, "sign of {code:#x}");
                         for s in [0u32, 1, 100, 127, 128, 129, 200, 254, 255] {
                             // bf16 products, as fma.rn.bf16x2 makes them: exact values here.
@@ -115,7 +119,11 @@ fn fp4_pairs_decode_exactly() {
                             assert_eq!(scaled, want, "code {code:#x} scale {s}");
                             // The one-multiply decode of steps whose scale bytes are <= 128.
                             if s <= 128 {
-                                assert_eq!(got * bf16(one_multiplier(s)), want, "code {code:#x} scale {s}");
+                                assert_eq!(
+                                    got * bf16(one_multiplier(s)),
+                                    want,
+                                    "code {code:#x} scale {s}"
+                                );
                             }
                         }
                     }
@@ -238,7 +246,9 @@ fn swapped_product_mismatches(perm: fn(u32) -> u32) -> usize {
                 a1[l] = [dec(g, 2), dec(g + 8, 2), dec(g, 3), dec(g + 8, 3)];
                 // One 16-byte shared load: row g, chunk 4t + w.
                 let at = g * 128 + swz(g as u32, (4 * t + w) as u32) as usize * 8;
-                let q: Vec<u32> = (0..4).map(|i| ring[at + 2 * i] | (ring[at + 2 * i + 1] << 16)).collect();
+                let q: Vec<u32> = (0..4)
+                    .map(|i| ring[at + 2 * i] | (ring[at + 2 * i + 1] << 16))
+                    .collect();
                 b0[l] = [q[0], q[1]];
                 b1[l] = [q[2], q[3]];
             }
@@ -251,7 +261,9 @@ fn swapped_product_mismatches(perm: fn(u32) -> u32) -> usize {
         for col in 0..8 {
             let want: f64 = (0..K)
                 .map(|k| {
-                    e2m1(codes[row][k]) * 2f64.powi(scales[row][k / 32] as i32 - 127) * x[col][k] as f64
+                    e2m1(codes[row][k])
+                        * 2f64.powi(scales[row][k / 32] as i32 - 127)
+                        * x[col][k] as f64
                 })
                 .sum();
             bad += (d[row][col] != want) as usize;

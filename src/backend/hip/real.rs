@@ -200,7 +200,11 @@ impl HipBackend {
         let v2 = if nvidia {
             kernels::NAMES_V2
                 .iter()
-                .chain(kernels::NAMES_MMA.iter().filter(|n| n.starts_with("moe_gemm")))
+                .chain(
+                    kernels::NAMES_MMA
+                        .iter()
+                        .filter(|n| n.starts_with("moe_gemm")),
+                )
                 .map(|&n| {
                     let bytes = kernels::v2_smem(image, n)
                         .ok_or_else(|| format!("{co}: no shared-memory size for {n}"))?;
@@ -563,7 +567,11 @@ impl HipBackend {
         let version = gemm_version()?;
         if matches!(version, GemmVersion::V2 | GemmVersion::Mma) {
             if let Err(e) = &self.v2 {
-                let v = if version == GemmVersion::V2 { "v2" } else { "mma" };
+                let v = if version == GemmVersion::V2 {
+                    "v2"
+                } else {
+                    "mma"
+                };
                 return Err(BackendError::Device(format!("MXMOE_HIP_GEMM={v}: {e}")));
             }
         }
@@ -815,7 +823,11 @@ impl HipBackend {
                 // mma: the same arguments, grid (128 weight rows a block) and tile list
                 // contract (hip/gemm_mma.h), activations from mx_to_bf16_p8.
                 Some(tm) if use_mma => {
-                    let w = if tm == 64 && mma_warp_rows()? == 32 { "_w32" } else { "" };
+                    let w = if tm == 64 && mma_warp_rows()? == 32 {
+                        "_w32"
+                    } else {
+                        ""
+                    };
                     (
                         format!("moe_gemm1_mma_t{tm}{w}{sfx}_cb4"),
                         format!("moe_gemm2_mma_t{tm}{w}{sfx}_cb4"),
@@ -866,7 +878,11 @@ impl HipBackend {
                 None
             };
             let xlp = xl.as_ref().map_or(0u64, |b| b.ptr);
-            let to_bf16 = if use_mma { "mx_to_bf16_p8" } else { "mx_to_bf16" };
+            let to_bf16 = if use_mma {
+                "mx_to_bf16_p8"
+            } else {
+                "mx_to_bf16"
+            };
             run(
                 "moe/to_bf16",
                 to_bf16,
