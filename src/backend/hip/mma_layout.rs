@@ -95,9 +95,9 @@ fn fp4_pairs_decode_exactly() {
     for j in 0..4u32 {
         for lo in 0..16u32 {
             for hi in 0..16u32 {
-                let v = (lo << (4 * j)) | (hi << (4 * j + 16)) | 0x0000_0000;
+                let v = (lo << (4 * j)) | (hi << (4 * j + 16));
                 // Other nibbles set too: they must not leak into the pair.
-                let noise = 0xFFFF_FFFFu32 & !((0xF << (4 * j)) | (0xF << (4 * j + 16)));
+                let noise = !((0xFu32 << (4 * j)) | (0xF << (4 * j + 16)));
                 for w in [v, v | noise] {
                     let r = pair_raw(j, w);
                     for (h, code) in [(0, lo), (1, hi)] {
