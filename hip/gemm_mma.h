@@ -407,7 +407,6 @@ GEMM_MMA_VARIANT(32, 1, false, )
 GEMM_MMA_VARIANT(32, 1, true, _split)
 GEMM_MMA_VARIANT(16, 1, false, )
 GEMM_MMA_VARIANT(16, 1, true, _split)
-// 32 weight rows per warp (FM = 2; MXMOE_HIP_MMA_WARP=32).
-GEMM_MMA_VARIANT(64, 2, false, _w32)
-GEMM_MMA_VARIANT(64, 2, true, _w32_split)
+// (FM = 2, 32 weight rows per warp, was measured slower on the H200 at 64-pair tiles: gpt-oss-120b
+// 2048 tokens 4.81 vs 4.12 ms, docs/h200-2026-12-01s5-hipgemm3; no kernel is built with it.)
 #endif

@@ -152,17 +152,6 @@ pub(super) fn auto_uses_v2(pairs: usize, experts: usize) -> bool {
 /// blocks are GEMM_N = 128 weight rows wide, as v1's.
 pub(super) const MMA_THREADS: u32 = 256;
 
-/// Weight rows per warp of the mma GEMM's 64-pair tiles (`MXMOE_HIP_MMA_WARP`): 16 (the
-/// default: every warp decodes its own rows, each B fragment feeds 2 MMAs) or 32 (`_w32`
-/// kernels: two warps decode the same rows, each B fragment feeds 4 MMAs: half the shared-memory
-/// bytes per MMA). The narrower tiles always take 16. Anything else is an error.
-pub(super) fn mma_warp_rows() -> Result<u32, BackendError> {
-    Ok(match env_variant("MXMOE_HIP_MMA_WARP", &["16", "32"])? {
-        "32" => 32,
-        _ => 16,
-    })
-}
-
 /// Whether `auto` runs the mma GEMM (MXFP4 weights, NVIDIA) for `pairs` token-expert pairs over
 /// `experts` local experts: wherever the GEMM runs. Measured on the H200
 /// (docs/h200-2026-12-01s5-hipgemm3; the same 585-case catalog passed with it, also with the

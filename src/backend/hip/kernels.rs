@@ -147,10 +147,9 @@ pub const NAMES_V2: [&str; 36] = [
 pub const V2_TILES: [usize; 3] = [16, 32, 64];
 
 /// NVIDIA only: the swap-AB GEMM on register-decoded MXFP4 weights (`MXMOE_HIP_GEMM=mma`,
-/// hip/gemm_mma.h, docs/hip-gemm-mma.md), `moe_gemm{1,2}_mma_t<pair cols>[_w32][_split]_cb4`
-/// (`_w32`: 32 weight rows per warp, `MXMOE_HIP_MMA_WARP=32`), and the
+/// hip/gemm_mma.h, docs/hip-gemm-mma.md), `moe_gemm{1,2}_mma_t<pair cols>[_split]_cb4`, and the
 /// conversion to bf16 in the order its B fragments take (`mx_to_bf16_p8`).
-pub const NAMES_MMA: [&str; 17] = [
+pub const NAMES_MMA: [&str; 13] = [
     "moe_gemm1_mma_t64_cb4",
     "moe_gemm2_mma_t64_cb4",
     "moe_gemm1_mma_t64_split_cb4",
@@ -163,10 +162,6 @@ pub const NAMES_MMA: [&str; 17] = [
     "moe_gemm2_mma_t16_cb4",
     "moe_gemm1_mma_t16_split_cb4",
     "moe_gemm2_mma_t16_split_cb4",
-    "moe_gemm1_mma_t64_w32_cb4",
-    "moe_gemm2_mma_t64_w32_cb4",
-    "moe_gemm1_mma_t64_w32_split_cb4",
-    "moe_gemm2_mma_t64_w32_split_cb4",
     "mx_to_bf16_p8",
 ];
 

@@ -822,17 +822,10 @@ impl HipBackend {
             let (k1, k2) = match v2_tm {
                 // mma: the same arguments, grid (128 weight rows a block) and tile list
                 // contract (hip/gemm_mma.h), activations from mx_to_bf16_p8.
-                Some(tm) if use_mma => {
-                    let w = if tm == 64 && mma_warp_rows()? == 32 {
-                        "_w32"
-                    } else {
-                        ""
-                    };
-                    (
-                        format!("moe_gemm1_mma_t{tm}{w}{sfx}_cb4"),
-                        format!("moe_gemm2_mma_t{tm}{w}{sfx}_cb4"),
-                    )
-                }
+                Some(tm) if use_mma => (
+                    format!("moe_gemm1_mma_t{tm}{sfx}_cb4"),
+                    format!("moe_gemm2_mma_t{tm}{sfx}_cb4"),
+                ),
                 // The same arguments, grid and tile list contract as v1 (hip/mxmoe.cu
                 // gemm_v2_body), tiles of tm pair rows.
                 Some(tm) => (
