@@ -32,14 +32,15 @@
 //     through an MmShape::STAGES-deep cp.async ring (one barrier per step), with the 16-byte
 //     chunks XOR-swizzled so that the 8 lanes of a quarter warp hit 8 distinct bank groups;
 //   - the weights need no shared memory and no barrier: each lane loads its own codes one step
-//     ahead into registers.
+//     (64-pair tiles) or two steps (16 / 32) ahead into registers.
 // Exact weights, as v1's w_store: the FP4 magnitude bits at bf16 bits 6..8 and the sign at 15
 // are the E2M1 value times 2^-126 (code 1 = 0.5 lands on the bf16 subnormal 2^-127); times
 // 2^126 (exact), then times the E8M0 scale as a bf16 (2^(s - 127), subnormal for s = 0, NaN for
 // 255) is exact: a product of two powers of two and a value with 2 significant bits is
 // representable unless it overflows (to Inf, as v1's f32 product does) - bf16 has f32's
 // exponent range. fma.rn.bf16x2 with a -0 addend rounds once (no rounding here) and keeps
-// subnormals (PTX ISA, fma: "subnormal numbers are supported" for bf16).
+// subnormals (PTX ISA, fma: "subnormal numbers are supported" for bf16). When every scale byte
+// of a warp's step is <= 128 (a vote), one fma by 2^(s - 1) does both multiplies exactly.
 // The f32 C fragments (rows = weight rows) are staged transposed through shared memory into
 // v1's layout, and v1's gemm_epilogue finishes (bias, router weight, activation, intermediate
 // QDQ, gemm2): the same arithmetic on the same values, so the same bits as v1 wherever v1's f32
