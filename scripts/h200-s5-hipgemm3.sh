@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # hipgemm3 device call: the mma GEMM (MXMOE_HIP_GEMM=mma): catalog, bench vs the default, ncu.
+# As run on 2026-12-01 with the binary of d5740b6 (docs/h200-2026-12-01s5-hipgemm3); since then
+# auto is mma for MXFP4 weights (so "default" below is mma too) and MXMOE_HIP_MMA_WARP is gone.
 # Usage (device tool): binary at .dev-hipgemm3/mxmoe; carry [".gl", ".dev-hipgemm3"];
 # command: bash .dev-hipgemm3/run.sh
 set -uo pipefail
