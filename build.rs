@@ -17,13 +17,14 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SOURCES: [&str; 6] = [
+const SOURCES: [&str; 7] = [
     "hip/mxmoe.cu",
     "hip/mx_compat.h",
     "hip/mx_formats.h",
     "hip/mx_common.h",
     "hip/exact_math.h",
     "hip/mx_fragment.h",
+    "hip/gemm_mma.h",
 ];
 
 struct Target {

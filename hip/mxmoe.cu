@@ -1823,6 +1823,8 @@ GEMM_V2_KERNELS(32, 3)
 GEMM_V2_KERNELS(16, 3)
 #endif
 
+#include "gemm_mma.h"  // the swap-AB GEMM (NVIDIA; MXMOE_HIP_GEMM=mma)
+
 // ---- gfx950: the scaled MFMA on MX operands --------------------------------------------------
 // CDNA4 (MI350 / MI355, gfx950) multiplies MX operands directly: v_mfma_scale_f32_16x16x128_
 // f8f6f4 takes 16 x 128 FP8 / FP6 / FP4 codes of A and B with one E8M0 scale per 32-element block

@@ -334,6 +334,23 @@ pub fn moe_cases() -> Vec<Case> {
     let mut s = spec(Scheme::OCP_MX[3], Activation::SwigluOai, 4, 64, 96, 2);
     s.bias = true;
     v.push(moe_case(q, &LayerSpec::new(s), 160, 83));
+    // Large weights (x 2^4 before quantization: many 32-blocks get E8M0 scale bytes above 128,
+    // the rest not): HIP's mma GEMM decodes a step whose scale bytes are all <= 128 with one
+    // bf16 multiply by 2^(s - 1) and any other with two (hip/gemm_mma.h); the synthetic weights
+    // elsewhere have almost no such blocks. Weight-only MXFP4 (hi + lo activations, 80 pairs per expert: 64-pair
+    // tiles) and MXFP4 activations (12 pairs per expert: 16-pair tiles).
+    for (act, m) in [(None, 160usize), (Some(MxFormat::Fp4E2M1), 24)] {
+        let mut s = spec(
+            Scheme::new(MxFormat::Fp4E2M1, act),
+            Activation::Silu,
+            4,
+            64,
+            64,
+            2,
+        );
+        s.weight_log2 = 4;
+        v.push(moe_case(q, &LayerSpec::new(s), m, 89));
+    }
     // gpt-oss-like awkward sizes: H = 2880 (90 blocks: not a multiple of the 256-element GEMV
     // chunk nor of the 128-column GEMM2 tile), I = 704, top-k-then-softmax, swigluoai,
     // weight-only MXFP4 with biases.
@@ -408,4 +425,38 @@ fn deepseek_shaped(tier: Tier) -> Vec<Case> {
     };
     v.push(moe_case_of(tier, saturated).weights_bit_exact());
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::catalog::Kind;
+
+    /// The large-weight cases do what their comment says: each layer has E8M0 scale bytes
+    /// above 128 (HIP's two-multiply decode) in a tenth or more of its blocks, and bytes at or
+    /// below it (the one-multiply decode), in both weight tensors.
+    #[test]
+    fn large_weight_cases_have_scale_bytes_on_both_sides_of_128() {
+        let mut large = 0;
+        for case in moe_cases() {
+            let Kind::Moe(mc) = &case.kind else { continue };
+            if mc.layer.synth.weight_log2 == 0 {
+                continue;
+            }
+            large += 1;
+            let layer = mc.layer.build().unwrap();
+            let w = &layer.weights;
+            for (name, t) in [("w13", &w.w13), ("w2", &w.w2)] {
+                let a = t.scales.iter().filter(|&&b| b > 128).count();
+                let n = t.scales.len();
+                eprintln!("{}: {name}: {a} of {n} scale bytes above 128", case.id);
+                assert!(
+                    a * 10 >= n && a < n,
+                    "{}: {name}: {a} of {n} above 128",
+                    case.id
+                );
+            }
+        }
+        assert_eq!(large, 2);
+    }
 }

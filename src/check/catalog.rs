@@ -326,6 +326,9 @@ impl LayerSpec {
         if s.bias {
             t += "-bias";
         }
+        if s.weight_log2 != 0 {
+            t += &format!("-wx2e{}", s.weight_log2);
+        }
         if self.act_scale_mode != ScaleMode::Even {
             t += &format!("-act{}", self.act_scale_mode);
         }

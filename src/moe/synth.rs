@@ -54,6 +54,9 @@ pub struct SynthSpec {
     pub bias: bool,
     /// Scale mode used to quantize the weights (weights are quantized offline; `even` is Quark's).
     pub weight_scale_mode: ScaleMode,
+    /// The weights times 2^this before quantization (packed layers: added to the scale bytes);
+    /// 0 by default. The catalog uses it for weights whose E8M0 scale bytes exceed 128.
+    pub weight_log2: i32,
     pub seed: u64,
 }
 
@@ -77,6 +80,7 @@ impl SynthSpec {
             },
             bias: false,
             weight_scale_mode: ScaleMode::Even,
+            weight_log2: 0,
             seed: 1,
         }
     }
@@ -112,8 +116,9 @@ fn heavy_matrix(seed: u64, n: usize, k: usize, std: f64) -> Vec<f32> {
 pub fn synth_layer(spec: &SynthSpec) -> Result<SynthLayer, MoeError> {
     let (e, h, i) = (spec.n_experts, spec.hidden, spec.inter);
     super::budget::check_synth(spec.scheme.weight, e, h, i, false, 0)?;
-    let w13_f32 = heavy_matrix(spec.seed, e * 2 * i, h, 1.0 / (h as f64).sqrt());
-    let w2_f32 = heavy_matrix(spec.seed ^ 0xABCD, e * h, i, 1.0 / (i as f64).sqrt());
+    let gain = 2f64.powi(spec.weight_log2);
+    let w13_f32 = heavy_matrix(spec.seed, e * 2 * i, h, gain / (h as f64).sqrt());
+    let w2_f32 = heavy_matrix(spec.seed ^ 0xABCD, e * h, i, gain / (i as f64).sqrt());
     let wf = spec.scheme.weight;
     let w13 = MxTensor::quantize(wf, spec.weight_scale_mode, &w13_f32, &[e, 2 * i, h])?;
     let w2 = MxTensor::quantize(wf, spec.weight_scale_mode, &w2_f32, &[e, h, i])?;
@@ -188,7 +193,7 @@ pub fn synth_layer_packed(spec: &SynthSpec) -> Result<MoeLayer, MoeError> {
         let mut scales = vec![0u8; blocks];
         // Scale so that |w| ~ 1/sqrt(K) for a mid-range code.
         let target = -(k as f64).log2() / 2.0 - wf.spec().emax_elem as f64 + 1.0;
-        let base = (127.0 + target).round() as i32;
+        let base = (127.0 + target).round() as i32 + spec.weight_log2;
         data.par_chunks_mut(bb * 64)
             .zip(scales.par_chunks_mut(64))
             .enumerate()

@@ -162,13 +162,16 @@ pub(super) fn gemm_threads(arch: &str) -> u32 {
 }
 
 /// Which bf16 grouped GEMM runs the prefill (`MXMOE_HIP_GEMM`): v1 (`moe_gemm{1,2}[_split]_cb*`),
-/// v2 (`moe_gemm{1,2}_v2_t*`, NVIDIA only, docs/hip-gemm-v2.md) or auto (the default: v2 where it
-/// was measured faster, see [`auto_uses_v2`], v1 elsewhere and wherever v2 is not built).
+/// v2 (`moe_gemm{1,2}_v2_t*`, NVIDIA only, docs/hip-gemm-v2.md), mma (`moe_gemm{1,2}_mma_t*`:
+/// swap AB, MXFP4 weights decoded in registers, NVIDIA only, docs/hip-gemm-mma.md; other weight
+/// formats run what auto picks) or auto (the default: v2 where it was measured faster, see
+/// [`auto_uses_v2`], v1 elsewhere and wherever v2 is not built).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum GemmVersion {
     Auto,
     V1,
     V2,
+    Mma,
 }
 
 pub(super) fn gemm_version() -> Result<GemmVersion, BackendError> {
@@ -176,8 +179,9 @@ pub(super) fn gemm_version() -> Result<GemmVersion, BackendError> {
         Err(_) | Ok("") | Ok("auto") => Ok(GemmVersion::Auto),
         Ok("v1") => Ok(GemmVersion::V1),
         Ok("v2") => Ok(GemmVersion::V2),
+        Ok("mma") => Ok(GemmVersion::Mma),
         Ok(v) => Err(BackendError::Device(format!(
-            "MXMOE_HIP_GEMM={v}: expected auto, v1 or v2 (docs/ENVIRONMENT.md)"
+            "MXMOE_HIP_GEMM={v}: expected auto, v1, v2 or mma (docs/ENVIRONMENT.md)"
         ))),
     }
 }
@@ -192,6 +196,24 @@ pub(super) const AUTO_V2_MAX_MEAN_PAIRS: usize = 4;
 /// Whether `auto` runs v2 for `pairs` token-expert pairs over `experts` local experts.
 pub(super) fn auto_uses_v2(pairs: usize, experts: usize) -> bool {
     pairs.div_ceil(experts.max(1)) <= AUTO_V2_MAX_MEAN_PAIRS
+}
+
+/// Threads per mma GEMM block (hip/gemm_mma.h MM_THREADS: 8 warps of 16 weight rows); its column
+/// blocks are GEMM_N = 128 weight rows wide, as v1's.
+pub(super) const MMA_THREADS: u32 = 256;
+
+/// Whether `auto` runs the mma GEMM (MXFP4 weights, NVIDIA) for `pairs` token-expert pairs over
+/// `experts` local experts: wherever the GEMM runs. Measured on the H200
+/// (docs/h200-2026-12-01s5-hipgemm3; the same 585-case catalog passed with it, also with the
+/// GEMM forced at every size), GPU ms mma vs the previous auto: gpt-oss-120b 64 / 256 / 2048
+/// tokens (2 / 8 / 64 pairs per expert) 0.449 / 0.997 / 4.122 vs 0.848 / 1.818 / 5.091,
+/// DeepSeek-R1 64 / 512 tokens (2 / 16) 1.030 / 3.882 vs 2.030 / 6.007. Not measured: below 2
+/// pairs per expert (the GEMV runs there unless `MXMOE_HIP_GEMV_PAIRS` says otherwise) and
+/// DeepSeek-R1 at 2048 tokens (its bench ran out of the call's time; gpt-oss at the same 64
+/// pairs per expert is 1.24x faster).
+pub(super) fn auto_uses_mma(pairs: usize, experts: usize) -> bool {
+    let _ = (pairs, experts);
+    true
 }
 
 /// The v2 GEMM's pair rows per tile for `pairs` token-expert pairs over `experts` local experts:
@@ -242,7 +264,9 @@ mod tests {
         assert_eq!(v2_tile_for(32 * 128 + 1, 128), 64);
         assert_eq!(v2_tile_for(1 << 20, 8), 64);
         assert_eq!(v2_tile_for(0, 0), 16);
-        // auto: v2 at the measured 2 pairs per expert, v1 at 8 and more
+        // auto, MXFP4 weights: the mma GEMM at every measured size
+        assert!(auto_uses_mma(256, 128) && auto_uses_mma(8192, 128) && auto_uses_mma(4096, 256));
+        // auto, other weights: v2 at the measured 2 pairs per expert, v1 at 8 and more
         assert!(auto_uses_v2(256, 128) && auto_uses_v2(512, 256) && auto_uses_v2(512, 128));
         assert!(!auto_uses_v2(1024, 128) && !auto_uses_v2(4096, 256) && !auto_uses_v2(513, 128));
     }

@@ -146,14 +146,37 @@ pub const NAMES_V2: [&str; 36] = [
     "moe_gemm2_v2_t16_split_cb8",
 ];
 
-/// The v2 GEMM's pair-row tiles (hip/mxmoe.cu GEMM_V2_KERNELS).
+/// The v2 GEMM's pair-row tiles (hip/mxmoe.cu GEMM_V2_KERNELS); the mma GEMM has the same.
 pub const V2_TILES: [usize; 3] = [16, 32, 64];
 
-/// The dynamic shared memory (bytes) a v2 GEMM launch must give: the PTX constant
-/// `moe_gemm_v2_t<tm>[_split]_cb<cb>_smem` of `ptx` (hip/mxmoe.cu computes the layout; the
-/// kernel stops on a launch with less). `kernel` is a name of [`NAMES_V2`].
+/// NVIDIA only: the swap-AB GEMM on register-decoded MXFP4 weights (`MXMOE_HIP_GEMM=mma`,
+/// hip/gemm_mma.h, docs/hip-gemm-mma.md), `moe_gemm{1,2}_mma_t<pair cols>[_split]_cb4`, and the
+/// conversion to bf16 in the order its B fragments take (`mx_to_bf16_p8`).
+pub const NAMES_MMA: [&str; 13] = [
+    "moe_gemm1_mma_t64_cb4",
+    "moe_gemm2_mma_t64_cb4",
+    "moe_gemm1_mma_t64_split_cb4",
+    "moe_gemm2_mma_t64_split_cb4",
+    "moe_gemm1_mma_t32_cb4",
+    "moe_gemm2_mma_t32_cb4",
+    "moe_gemm1_mma_t32_split_cb4",
+    "moe_gemm2_mma_t32_split_cb4",
+    "moe_gemm1_mma_t16_cb4",
+    "moe_gemm2_mma_t16_cb4",
+    "moe_gemm1_mma_t16_split_cb4",
+    "moe_gemm2_mma_t16_split_cb4",
+    "mx_to_bf16_p8",
+];
+
+/// The dynamic shared memory (bytes) a v2 or mma GEMM launch must give: the PTX constant
+/// `moe_gemm_v2_t<tm>[_split]_cb<cb>_smem` (`moe_gemm_mma_...`) of `ptx` (hip/mxmoe.cu and
+/// hip/gemm_mma.h compute the layouts; the kernels stop on a launch with less). `kernel` is a
+/// GEMM name of [`NAMES_V2`] or [`NAMES_MMA`].
 pub fn v2_smem(ptx: &[u8], kernel: &str) -> Option<u32> {
-    let key = format!("moe_gemm_v2_{}_smem = ", kernel.split_once("_v2_")?.1);
+    let (ver, rest) = ["_v2_", "_mma_"]
+        .iter()
+        .find_map(|v| kernel.split_once(v).map(|(_, r)| (*v, r)))?;
+    let key = format!("moe_gemm{ver}{rest}_smem = ");
     let text = std::str::from_utf8(ptx).ok()?;
     let at = text.find(&key)? + key.len();
     text[at..].split(';').next()?.trim().parse().ok()
@@ -234,24 +257,41 @@ mod tests {
         for (what, bytes) in [("sm_90", PTX_SM90), ("sm_80", PTX_SM80)] {
             let ptx = std::str::from_utf8(&bytes[..bytes.len() - 1]).unwrap();
             let entries = ptx_entries(ptx);
-            for n in NAMES.iter().chain(&NAMES_MORE).chain(&NAMES_V2) {
+            for n in NAMES
+                .iter()
+                .chain(&NAMES_MORE)
+                .chain(&NAMES_V2)
+                .chain(&NAMES_MMA)
+            {
                 assert!(entries.contains_key(*n), "{what}: kernel {n} missing");
             }
             let gemms: Vec<_> = entries
                 .keys()
                 .filter(|n| n.starts_with("moe_gemm"))
                 .collect();
-            assert_eq!(gemms.len(), 12 + NAMES_V2.len(), "{what}: {gemms:?}");
+            assert_eq!(
+                gemms.len(),
+                12 + NAMES_V2.len() + NAMES_MMA.len() - 1,
+                "{what}: {gemms:?}"
+            );
             for (n, t) in &entries {
                 if n.starts_with("moe_gemm") {
                     assert!(
                         t.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
                         "{what}: {n} has no bf16 mma.sync"
                     );
-                    assert!(
-                        t.contains("ldmatrix.sync.aligned"),
-                        "{what}: {n} has no ldmatrix"
-                    );
+                    if n.contains("_mma_") {
+                        // The mma GEMM: weights decoded in registers from 16-byte global
+                        // loads, bf16 pairs scaled by fma.rn.bf16x2, B by 16-byte shared loads.
+                        for want in ["ld.global.nc", "fma.rn.bf16x2", "ld.shared.v4.u32"] {
+                            assert!(t.contains(want), "{what}: {n} has no {want}");
+                        }
+                    } else {
+                        assert!(
+                            t.contains("ldmatrix.sync.aligned"),
+                            "{what}: {n} has no ldmatrix"
+                        );
+                    }
                 }
                 if hot(n) {
                     assert!(
@@ -292,6 +332,101 @@ mod tests {
         }
         // The v1 kernels have none, a name outside the family gives none.
         assert_eq!(v2_smem(PTX_SM90, "moe_gemm1_cb4"), None);
+    }
+
+    /// Every mma GEMM has its dynamic shared memory in the PTX: hip/gemm_mma.h MmShape, by hand:
+    /// max(stages x (hi[, lo]) x pair cols x 256 bytes, the epilogue's pair cols x 129 f32), 3
+    /// stages for split 64-column tiles, else 4.
+    #[test]
+    fn ptx_mma_gemms_declare_their_shared_memory() {
+        let layout = |tp: u32, split: bool| {
+            let stages = if tp == 64 && split { 3 } else { 4 };
+            let ring = stages * if split { 2 } else { 1 } * tp * 256;
+            ring.max(tp * 129 * 4)
+        };
+        // Spot values: gpt-oss's split 64-column tile 96 KB, DeepSeek's 64 KB.
+        assert_eq!(layout(64, true), 98_304);
+        assert_eq!(layout(64, false), 65_536);
+        for (what, bytes) in [("sm_90", PTX_SM90), ("sm_80", PTX_SM80)] {
+            for n in NAMES_MMA.iter().filter(|n| n.starts_with("moe_gemm")) {
+                let got = v2_smem(bytes, n).unwrap_or_else(|| panic!("{what}: no smem for {n}"));
+                let rest = n.split_once("_mma_t").unwrap().1;
+                let tp: u32 = rest.split('_').next().unwrap().parse().unwrap();
+                assert_eq!(got, layout(tp, n.contains("_split")), "{what}: {n}");
+                assert!(got <= 227 << 10, "{what}: {n}: {got} bytes");
+            }
+        }
+        assert_eq!(v2_smem(PTX_SM90, "mx_to_bf16_p8"), None);
+    }
+
+    /// ptxas (CUDA toolkit; `MXMOE_PTXAS` names one) on the sm_90 PTX: the mma GEMMs fit in 128
+    /// registers (their launch bounds ask for 2 blocks of 256 threads per multiprocessor) with
+    /// no spills. Without ptxas it reports SKIPPED (CI has none), and fails instead with
+    /// `MXMOE_REQUIRE_PTXAS=1`.
+    #[test]
+    fn ptxas_mma_gemms_fit_without_spills() {
+        let ptxas = std::env::var("MXMOE_PTXAS").unwrap_or_else(|_| "ptxas".into());
+        let dir = std::env::temp_dir().join(format!("mxmoe-ptxas-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("sm90.ptx");
+        std::fs::write(&src, &PTX_SM90[..PTX_SM90.len() - 1]).unwrap();
+        let out = Command::new(&ptxas)
+            .args(["-arch=sm_90", "-O3", "-v", "-o"])
+            .arg(dir.join("sm90.cubin"))
+            .arg(&src)
+            .output();
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                assert!(
+                    std::env::var("MXMOE_REQUIRE_PTXAS").map_or(true, |v| v != "1"),
+                    "MXMOE_REQUIRE_PTXAS=1 but {ptxas}: {e}"
+                );
+                eprintln!("SKIPPED: {ptxas}: {e}");
+                return;
+            }
+        };
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "ptxas failed:\n{log}");
+        // "Compiling entry function 'NAME'", then its "N bytes spill stores" and "Used N registers".
+        let mut seen = 0;
+        for part in log.split("Compiling entry function '").skip(1) {
+            let name = part.split('\'').next().unwrap();
+            if !NAMES_MMA.contains(&name) || !name.starts_with("moe_gemm") {
+                continue;
+            }
+            seen += 1;
+            let num_before = |tag: &str| -> u32 {
+                let at = part
+                    .find(tag)
+                    .unwrap_or_else(|| panic!("{name}: no '{tag}' in\n{part}"));
+                part[..at]
+                    .split_whitespace()
+                    .last()
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            };
+            let spills = num_before(" bytes spill stores");
+            let regs: u32 = part
+                .split("Used ")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(spills, 0, "{name}: {spills} bytes of spill stores");
+            assert!(regs <= 128, "{name}: {regs} registers");
+            eprintln!("{name}: {regs} registers, no spills");
+        }
+        assert_eq!(
+            seen,
+            NAMES_MMA.len() - 1,
+            "ptxas reported {seen} mma GEMMs:\n{log}"
+        );
     }
 
     /// An llvm tool (objdump, readelf) that knows gfx950.

@@ -22,6 +22,8 @@ mod choice;
 mod driver;
 #[cfg(feature = "hip")]
 mod kernels;
+#[cfg(all(test, feature = "hip"))]
+mod mma_layout;
 #[cfg(feature = "hip")]
 mod real;
 #[cfg(feature = "hip")]

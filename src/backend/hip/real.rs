@@ -184,6 +184,7 @@ impl HipBackend {
         let nvidia = !dev.arch.starts_with("gfx");
         if nvidia {
             names.extend(kernels::NAMES_V2);
+            names.extend(kernels::NAMES_MMA);
         }
         let funcs: std::collections::HashMap<&'static str, usize> = dev
             .load_module(image, &names)
@@ -199,6 +200,11 @@ impl HipBackend {
         let v2 = if nvidia {
             kernels::NAMES_V2
                 .iter()
+                .chain(
+                    kernels::NAMES_MMA
+                        .iter()
+                        .filter(|n| n.starts_with("moe_gemm")),
+                )
                 .map(|&n| {
                     let bytes = kernels::v2_smem(image, n)
                         .ok_or_else(|| format!("{co}: no shared-memory size for {n}"))?;
@@ -271,8 +277,9 @@ impl HipBackend {
         match gemm_version() {
             Ok(GemmVersion::Auto) => v.push(match &self.v2 {
                 Ok(_) => format!(
-                    "bf16 GEMM: auto (v2 with 16-row tiles up to {AUTO_V2_MAX_MEAN_PAIRS} \
-                     token-expert pairs per local expert, v1 above; MXMOE_HIP_GEMM=v1|v2 forces one)"
+                    "bf16 GEMM: auto (MXFP4 weights: mma; other weights: v2 with 16-row tiles up \
+                     to {AUTO_V2_MAX_MEAN_PAIRS} token-expert pairs per local expert, v1 above; \
+                     MXMOE_HIP_GEMM=v1|v2|mma forces one)"
                 ),
                 Err(e) => format!("bf16 GEMM: v1 (v2 unavailable here: {e})"),
             }),
@@ -283,6 +290,12 @@ impl HipBackend {
                 Err(e) => format!("bf16 GEMM: MXMOE_HIP_GEMM=v2 is set but unavailable: {e}"),
             }),
             Ok(GemmVersion::V1) => v.push("bf16 GEMM: v1".into()),
+            Ok(GemmVersion::Mma) => v.push(match &self.v2 {
+                Ok(_) => "bf16 GEMM: mma (MXMOE_HIP_GEMM=mma: swap AB, MXFP4 weights decoded in \
+                          registers, 16/32/64-pair tiles; other weight formats as auto)"
+                    .into(),
+                Err(e) => format!("bf16 GEMM: MXMOE_HIP_GEMM=mma is set but unavailable: {e}"),
+            }),
             Err(e) => v.push(e.to_string()),
         }
         v
@@ -549,20 +562,37 @@ impl HipBackend {
         let fuse_combine = gemv
             && m <= FUSED_COMBINE_MAX_TOKENS
             && std::env::var("MXMOE_HIP_FUSED_COMBINE").map_or(true, |v| v != "0");
-        // The bf16 GEMM's version and, for v2, its tile (the lists kernel cuts tiles of tile_m).
-        let use_v2 = !gemv
-            && self.scaled_mfma(l).is_none()
-            && match gemm_version()? {
-                GemmVersion::V1 => false,
-                GemmVersion::Auto => self.v2.is_ok() && auto_uses_v2(na, el),
-                GemmVersion::V2 => {
-                    if let Err(e) = &self.v2 {
-                        return Err(BackendError::Device(format!("MXMOE_HIP_GEMM=v2: {e}")));
-                    }
-                    true
-                }
+        // The bf16 GEMM's version and, for v2 and mma, its tile (the lists kernel cuts tiles of
+        // tile_m). mma takes MXFP4 weights only; other formats run what auto picks.
+        let version = gemm_version()?;
+        if matches!(version, GemmVersion::V2 | GemmVersion::Mma) {
+            if let Err(e) = &self.v2 {
+                let v = if version == GemmVersion::V2 {
+                    "v2"
+                } else {
+                    "mma"
+                };
+                return Err(BackendError::Device(format!("MXMOE_HIP_GEMM={v}: {e}")));
+            }
+        }
+        let bf16_gemm = !gemv && self.scaled_mfma(l).is_none();
+        let fp4 = l.scheme.weight == MxFormat::Fp4E2M1;
+        let use_mma = bf16_gemm
+            && fp4
+            && self.v2.is_ok()
+            && match version {
+                GemmVersion::Mma => true,
+                GemmVersion::Auto => auto_uses_mma(na, el),
+                _ => false,
             };
-        let v2_tm = if use_v2 {
+        let use_v2 = bf16_gemm
+            && !use_mma
+            && match version {
+                GemmVersion::V1 => false,
+                GemmVersion::Auto | GemmVersion::Mma => self.v2.is_ok() && auto_uses_v2(na, el),
+                GemmVersion::V2 => true,
+            };
+        let v2_tm = if use_v2 || use_mma {
             Some(v2_tile_m(na, el)?)
         } else {
             None
@@ -790,6 +820,12 @@ impl HipBackend {
             let split = l.scheme.activation.is_none();
             let sfx = if split { "_split" } else { "" };
             let (k1, k2) = match v2_tm {
+                // mma: the same arguments, grid (128 weight rows a block) and tile list
+                // contract (hip/gemm_mma.h), activations from mx_to_bf16_p8.
+                Some(tm) if use_mma => (
+                    format!("moe_gemm1_mma_t{tm}{sfx}_cb4"),
+                    format!("moe_gemm2_mma_t{tm}{sfx}_cb4"),
+                ),
                 // The same arguments, grid and tile list contract as v1 (hip/mxmoe.cu
                 // gemm_v2_body), tiles of tm pair rows.
                 Some(tm) => (
@@ -811,7 +847,8 @@ impl HipBackend {
                     // gemm1 and gemm2 of a variant share the layout (one PTX constant).
                     let (s1, s2) = (smem(&k1)?, smem(&k2)?);
                     debug_assert_eq!(s1, s2);
-                    with_shared(V2_THREADS, s1.max(s2))
+                    let threads = if use_mma { MMA_THREADS } else { V2_THREADS };
+                    with_shared(threads, s1.max(s2))
                 }
                 _ => gemm_threads(&dev.arch) as u64,
             };
@@ -834,9 +871,14 @@ impl HipBackend {
                 None
             };
             let xlp = xl.as_ref().map_or(0u64, |b| b.ptr);
+            let to_bf16 = if use_mma {
+                "mx_to_bf16_p8"
+            } else {
+                "mx_to_bf16"
+            };
             run(
                 "moe/to_bf16",
-                "mx_to_bf16",
+                to_bf16,
                 (n1.div_ceil(256) as u32, 1),
                 256,
                 &mut args!(x_in, xh.ptr, xlp, n1),
@@ -860,7 +902,7 @@ impl HipBackend {
             let alp = al.as_ref().map_or(0u64, |b| b.ptr);
             run(
                 "moe/to_bf16",
-                "mx_to_bf16",
+                to_bf16,
                 (n2.div_ceil(256) as u32, 1),
                 256,
                 &mut args!(a2.ptr, ah.ptr, alp, n2),

@@ -1,0 +1,413 @@
+// gemm_mma.h: the "swap AB" grouped GEMM for prefill (NVIDIA only; MXMOE_HIP_GEMM=mma,
+// docs/hip-gemm-mma.md). Included from mxmoe.cu after the v1 GEMM (it uses its MoeParams,
+// load_tile, weight_row, gemm_epilogue and GEMM_BF16_ARGS). MXFP4 weights only (cb4); MXFP6 /
+// MXFP8 / MXINT8 weights keep v1 / v2.
+//
+// The idea is Marlin's (IST-DASLab/marlin, "Mixed-precision Auto-Regressive LINear kernels",
+// Frantar et al. 2024): the quantized weights are the A operand of mma.sync and are decoded in
+// registers straight from global memory, the activations are the B operand through a cp.async
+// ring in shared memory. Our code is our own; what we take is the idea and the PTX ISA's
+// documented fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point
+// type"): with g = lane / 4 and t = lane % 4, A a0..a7 sit at rows g (a0, a1, a4, a5) and g + 8
+// (a2, a3, a6, a7), columns 2t, 2t + 1 (a0..a3) and 2t + 8, 2t + 9 (a4..a7), packed two per
+// register in that order; B b0..b3 at k 2t, 2t + 1, 2t + 8, 2t + 9 of column g; C c0..c3 at rows
+// g (c0, c1) and g + 8, columns 2t, 2t + 1. A lane holds the same four k indices of A and of B:
+// so any bijection between the MMA's logical k and the stored k that is the same on both
+// sides leaves the product unchanged. We pick one that makes every lane's codes whole words:
+//
+//   - block = 8 warps, MM_ROWS = 128 weight rows (stage 1: the gate and up rows of 64
+//     intermediate columns, as v1) x TP pair columns (token-expert pairs of one tile, 16, 32 or
+//     64); warp w owns weight rows 16w .. 16w + 15 and all TP columns (TP / 8 n8 fragments);
+//   - K in steps of MM_BK = 128 = four 32-blocks; in step s lane (g, t) owns block 4s + t of
+//     weight rows g and g + 8: one 16-byte ld.global.nc per row brings its 32 FP4 codes (4 words);
+//   - word w (codes 8w .. 8w + 7 of the block) feeds two k16 MMAs: code pairs (j, j + 4) are one
+//     bf16x2 register each (the decode below makes pairs (j, j + 4) cheaply), MMA 0 takes pairs
+//     0 and 1 (logical k 2t, 2t+1 <- codes 0, 4; k 2t+8, 2t+9 <- codes 1, 5), MMA 1 pairs 2 and 3;
+//   - the B side must match: lane (g, t) needs, for column g, x[8w + 0], x[8w + 4], x[8w + 1],
+//     x[8w + 5] (MMA 0) and x[8w + 2], x[8w + 6], x[8w + 3], x[8w + 7] (MMA 1) of block 4s + t.
+//     mx_to_bf16_p8 writes the bf16 activations with every group of 8 in that order
+//     (0, 4, 1, 5, 2, 6, 3, 7), so one 16-byte shared load per lane and word gives exactly the
+//     two MMAs' B registers (no ldmatrix, no permute in the loop);
+//   - the activations (TP rows x 128 bf16 a step, hi and, for weight-only schemes, lo) go
+//     through an MmShape::STAGES-deep cp.async ring (one barrier per step), with the 16-byte
+//     chunks XOR-swizzled so that the 8 lanes of a quarter warp hit 8 distinct bank groups;
+//   - the weights need no shared memory and no barrier: each lane loads its own codes one step
+//     (64-pair tiles) or two steps (16 / 32) ahead into registers.
+// Exact weights, as v1's w_store: the FP4 magnitude bits at bf16 bits 6..8 and the sign at 15
+// are the E2M1 value times 2^-126 (code 1 = 0.5 lands on the bf16 subnormal 2^-127); times
+// 2^126 (exact), then times the E8M0 scale as a bf16 (2^(s - 127), subnormal for s = 0, NaN for
+// 255) is exact: a product of two powers of two and a value with 2 significant bits is
+// representable unless it overflows (to Inf, as v1's f32 product does) - bf16 has f32's
+// exponent range. fma.rn.bf16x2 with a -0 addend rounds once (no rounding here) and keeps
+// subnormals (PTX ISA, fma: "subnormal numbers are supported" for bf16). When every scale byte
+// of a warp's step is <= 128 (a vote), one fma by 2^(s - 1) does both multiplies exactly.
+// The f32 C fragments (rows = weight rows) are staged transposed through shared memory into
+// v1's layout, and v1's gemm_epilogue finishes (bias, router weight, activation, intermediate
+// QDQ, gemm2): the same arithmetic on the same values, so the same bits as v1 wherever v1's f32
+// sums are reproduced (the MMA's k order differs: sums agree within f32 rounding, as v1 vs v2).
+#pragma once
+
+#if defined(MX_NV)
+#define MM_ROWS 128u     // weight rows per block
+#define MM_THREADS 256u  // 8 warps, 16 weight rows each
+#define MM_BK 128u       // k per step: four 32-blocks
+#define MM_ROWB 256u     // bytes of one pair row of a ring stage (MM_BK bf16)
+
+extern MX_SHARED __attribute__((aligned(16))) unsigned char mm_dsmem[];
+
+// One kernel's dynamic shared memory (bytes): [ring: STAGES x (hi[, lo]) x TP rows x MM_ROWB];
+// the epilogue's f32 [TP][MM_ROWS + 1] (v1's sC layout) reuses it from the start.
+// FM: m16 fragments (16-row groups of weight rows) per warp; the 8 warps are 8 / FM row groups
+// x FM pair groups of TP / FM columns. FM = 2 reads each B fragment for two MMAs of A, half the
+// shared-memory bytes per MMA, and decodes each weight twice (in two warps).
+template <u32 TP, bool SPLIT, u32 FM = 1u>
+struct MmShape {
+  static constexpr u32 STAGES = (TP >= 64u && SPLIT) ? 3u : 4u;
+  static constexpr u32 WD = TP >= 64u ? 1u : 2u;  // weight steps in flight (registers)
+  static constexpr u32 WN = FM;                   // warps along the pairs
+  static constexpr u32 WTP = TP / WN;             // pair columns per warp
+  static constexpr u32 MNF = WTP / 8u;            // n8 fragments per warp
+  static constexpr u32 GMAX = (SPLIT ? 2u : 4u) / FM;
+  static constexpr u32 G = MNF < GMAX ? MNF : GMAX;  // fragments per group (skipped past the tile's pairs)
+  static constexpr u32 TILE = TP * MM_ROWB;    // bytes, one array
+  static constexpr u32 STAGE = (SPLIT ? 2u : 1u) * TILE;
+  static constexpr u32 PIPE = STAGES * STAGE;
+  static constexpr u32 LDC = MM_ROWS + 1u;
+  static constexpr u32 EPI = TP * LDC * 4u;
+  static constexpr u32 SMEM = PIPE > EPI ? PIPE : EPI;
+  static constexpr u32 CH = TP * (MM_ROWB / 16u) / MM_THREADS;  // 16-byte chunks per thread and array
+  static_assert(TP == 16u || TP == 32u || TP == 64u, "pair tiles");
+  static_assert((FM == 1u || FM == 2u) && WTP % 8u == 0u, "warp tiles");
+  static_assert(CH >= 1u && CH * MM_THREADS == TP * (MM_ROWB / 16u), "chunks divide evenly");
+  static_assert(MM_THREADS % (MM_ROWB / 16u) == 0u, "a thread's chunks share their column");
+  static_assert(MNF % G == 0u, "whole groups");
+  static_assert(STAGES >= 3u, "the step s + STAGES - 1 copies go to the slot step s - 1 used");
+  static_assert(SMEM <= 227u * 1024u, "sm_90's per-block limit");
+};
+
+// The 16-byte chunk c (0..15) of pair row r sits at chunk mm_swz(r, c) of the row: lane (g, t)
+// reads chunk 4t + w of row 8j + g, and a quarter warp (g in {2q, 2q + 1}, t in 0..3) then hits
+// chunks whose low three bits (t & 1, ((w ^ t & 2 ^ g) & 3)) are all distinct: no bank conflict.
+MX_DEVICE u32 mm_swz(u32 r, u32 c) { return c ^ ((c >> 2) & 2u) ^ (r & 1u); }
+
+// Where element q (0..7) of a group of 8 goes in mx_to_bf16_p8's output: 0,1,2,3 -> 0,2,4,6,
+// 4,5,6,7 -> 1,3,5,7 (so stored order is 0, 4, 1, 5, 2, 6, 3, 7).
+MX_DEVICE u32 mm_perm8(u32 q) { return q < 4u ? 2u * q : 2u * (q - 4u) + 1u; }
+
+// mx_to_bf16 (fp32 -> bf16 hi and the bf16 of the remainder lo), each group of 8 written in the
+// order the mma GEMM's B fragments take (mm_perm8). n is a multiple of 8 (rows of 32-blocks).
+MX_KERNEL(256) void mx_to_bf16_p8(const float* x, u16* hi, u16* lo, u64 n) {
+  u64 i = (u64)bid_x() * 256u + tid_x();
+  if (i >= n) return;
+  u64 o = (i & ~7ull) | mm_perm8((u32)(i & 7u));
+  float v = x[i];
+  u32 hb = bf16_bits_rne(v);
+  hi[o] = (u16)hb;
+  if (lo) {
+    float hf = u2f(hb << 16);
+    lo[o] = (u16)bf16_bits_rne((hb & 0x7F80u) == 0x7F80u ? 0.0f : v - hf);
+  }
+}
+
+// d = a * b + c on bf16 pairs (PTX ISA: fma.rn.bf16x2, sm_80+).
+MX_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+// c += a * b, m16n8k16 bf16 -> f32 (not volatile: the compiler may interleave independent MMAs).
+MX_DEVICE void mma_ab(FragC& c, const u32* a, u32 b0, u32 b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c.v[0]), "+f"(c.v[1]), "+f"(c.v[2]), "+f"(c.v[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16 bytes from shared memory in one instruction (LLVM split some into two 8-byte loads).
+MX_DEVICE uint4v lds128(const void* p) {
+  uint4v v;
+  asm("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
+  return v;
+}
+
+// The bf16 bits of FP4 codes J (low half) and J + 4 (high half) of word v, times 2^-126: the
+// shift puts them at bits 12..15 and 28..31 (sign already at a bf16 sign bit), the magnitudes
+// move down to bits 6..8 / 22..24 (as fp4_pair_bits, with bf16's exponent position).
+// (volatile: so that LLVM does not hoist the 32 raw pairs of a step above the branch between
+// the one- and two-multiply decodes, which holds them all in registers at once and spills.)
+template <u32 J>
+MX_DEVICE u32 fp4_bf16_pair_raw(u32 v) {
+  u32 r;
+  asm volatile(
+      "{\n .reg .b32 x, y;\n shl.b32 x, %1, %2;\n shr.b32 y, x, 6;\n and.b32 y, y, 0x01C001C0;\n"
+      " and.b32 x, x, 0x80008000;\n or.b32 %0, x, y;\n}"
+      : "=r"(r)
+      : "r"(v), "n"(12u - 4u * J));
+  return r;
+}
+#define MM_BF16X2_2P126 0x7E807E80u  // 2^126, twice
+#define MM_BF16X2_NEG0 0x80008000u   // -0, twice (a * b + -0 = a * b, signs of zeros included)
+// The E8M0 byte as a bf16 (exact: 2^-127 is a bf16 subnormal; 255 = NaN), twice.
+MX_DEVICE u32 e8m0_bf16x2(u32 s) {
+  u32 b = s == 0u ? 0x0040u : (s == 255u ? 0x7FC0u : s << 7);
+  return b | (b << 16);
+}
+// Whether b holds on any lane of the warp (vote.sync.any; every lane gets the same answer).
+MX_DEVICE bool mm_warp_any(bool b) {
+  u32 r;
+  asm("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n vote.sync.any.pred q, p, 0xffffffff;\n"
+      " selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(r)
+      : "r"((u32)b));
+  return r != 0u;
+}
+
+// Compile-time values for the generic lambdas below (no <type_traits> here).
+template <bool B>
+struct MmB {
+  static constexpr bool value = B;
+};
+template <u32 J>
+struct MmU {
+  static constexpr u32 value = J;
+};
+
+// A lane's weights of one step: rows g and g + 8 of each of its FM fragments (w[2 m + i]), block
+// 4s + t: 4 code words and the scale byte each.
+template <u32 FM>
+struct MmW {
+  u32 w[2u * FM][4];
+  u32 s[2u * FM];
+};
+
+template <u32 TP, bool SPLIT, u32 FM>
+MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
+                             const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
+                             u32* out, const float* bias, const float* topw) {
+  typedef MmShape<TP, SPLIT, FM> S;
+  typedef MmW<FM> W;
+  // A launch with less dynamic shared memory than the layout would write past it: stop.
+  if (dynamic_smem_bytes() < S::SMEM) __builtin_trap();
+  MX_SHARED u64 xoff[TP];
+  MX_SHARED u32 rowmax[TP * (MM_ROWS / 64u)];
+  unsigned char* ring = mm_dsmem;
+  float* sC = (float*)mm_dsmem;
+  u32 tid = tid_x(), lane = tid % 32u, warp = tid / 32u, g = lane >> 2, t = lane & 3u;
+  // This warp: weight rows 16 FM rg .. + 16 FM, pair columns pc0 .. pc0 + WTP.
+  const u32 rg = warp / S::WN, pc0 = (warp % S::WN) * S::WTP;
+  u32 e, start, cnt;
+  if (!load_tile(tiles, bid_y(), &e, &start, &cnt)) return;
+  u32 h = p.hidden, inter = p.inter;
+  u32 K = is1 ? h : inter, kblocks = K / 32u, steps = (kblocks + 3u) / 4u;
+  u32 nrows = is1 ? 2u * inter : h;
+  u32 jb = is1 ? bid_x() * (MM_ROWS / 2u) : bid_x() * MM_ROWS;
+  for (u32 r = tid; r < TP; r += MM_THREADS) {
+    u64 o = ~0ull;
+    if (r < cnt) o = is1 ? (u64)(pair_of_row[start + r] / p.top_k) * K : (u64)(start + r) * K;
+    xoff[r] = o;
+  }
+  for (u32 r = tid; r < TP * (MM_ROWS / 64u); r += MM_THREADS) rowmax[r] = 0u;
+  // This lane's weight rows (tile rows 16 (FM rg + m) + g, + 8): their row in the weight
+  // tensor, e x rows + row (~0: past the matrix; u32 to save registers: the block index is
+  // formed in 64 bits at each load).
+  u32 wb[2u * FM];
+#pragma unroll
+  for (u32 i = 0; i < 2u * FM; ++i) {
+    u32 tr = 16u * (FM * rg + i / 2u) + g + 8u * (i % 2u);
+    u32 row = weight_row(p, is1, tr, jb, MM_ROWS / 2u);
+    bool ok = is1 ? weight_row_ok(p, tr, jb, MM_ROWS / 2u) : row < nrows;
+    wb[i] = ok ? e * nrows + row : ~0u;
+  }
+  sync_threads();
+  // Activation chunks of this thread: rows tid / 16 + 16 c, chunk tid % 16 (8 bf16); the rows'
+  // offsets are read from shared memory at each issue (registers are the scarce resource).
+  const u32 ach = tid % 16u, ar0 = tid / 16u;
+  // Step st's activation copies into ring slot st % STAGES (the caller commits). K is a multiple
+  // of 32: a chunk lies wholly inside or wholly past it (zeros past it, as past the tile's pairs).
+  auto issue = [&](u32 st) __attribute__((always_inline)) {
+    unsigned char* dst = ring + (st % S::STAGES) * S::STAGE;
+    u64 k0 = (u64)st * MM_BK + ach * 8u;
+    bool kin = k0 < K;
+#pragma unroll
+    for (u32 c = 0; c < S::CH; ++c) {
+      u32 r = ar0 + 16u * c;
+      unsigned char* d = dst + r * MM_ROWB + mm_swz(r, ach) * 16u;
+      u64 xo = xoff[r];
+      bool v = kin && xo != ~0ull;
+      copy16_async(d, xh + (v ? xo + k0 : 0ull), v);
+      if (SPLIT) copy16_async(d + S::TILE, xl + (v ? xo + k0 : 0ull), v);
+    }
+  };
+  // Step st's weights of this lane (zero codes and scale 127 past the matrix or K: +0).
+  auto fetch = [&](u32 st, W& r) __attribute__((always_inline)) {
+    u32 b = 4u * st + t;
+#pragma unroll
+    for (u32 i = 0; i < 2u * FM; ++i) {
+      bool ok = wb[i] != ~0u && b < kblocks;
+      mx_u32x4 v = {0u, 0u, 0u, 0u};
+      u32 s = 127u;
+      if (ok) {
+        u64 blk = (u64)wb[i] * kblocks + b;
+        v = load_stream16(wcodes + blk * 4u);
+        s = load_stream_u8(wscales + blk);
+      }
+      r.w[i][0] = v.x;
+      r.w[i][1] = v.y;
+      r.w[i][2] = v.z;
+      r.w[i][3] = v.w;
+      r.s[i] = s;
+    }
+  };
+
+  FragC acc[FM][S::MNF];
+#pragma unroll
+  for (u32 m = 0; m < FM; ++m)
+#pragma unroll
+    for (u32 j = 0; j < S::MNF; ++j)
+#pragma unroll
+      for (u32 c = 0; c < FRAG_C; ++c) acc[m][j].v[c] = 0.0f;
+  // This lane's B offsets (bytes in a stage) for word w of fragment j: row pc0 + 8j + g (pc0 and
+  // 8j even: the swizzle sees g's parity), chunk 4t + w.
+  u32 boff[4];
+#pragma unroll
+  for (u32 w = 0; w < 4u; ++w) boff[w] = (pc0 + g) * MM_ROWB + mm_swz(g, 4u * t + w) * 16u;
+  // Prologue: steps 0 .. STAGES - 2 in flight (one group each, empty past the end).
+#pragma unroll
+  for (u32 st = 0; st + 1u < S::STAGES; ++st) {
+    if (st < steps) issue(st);
+    copy_commit();
+  }
+  // One K step on weights wr (this lane's, loaded WD steps ahead). TWO: the two-multiply
+  // decode (some scale byte of the warp's step > 128, where 2^(s - 1) is no bf16); else one
+  // fma by 2^(s - 1) (exact: raw x 2^(s - 1) = code x 2^(s - 127)), the same bits.
+  auto step = [&](u32 s, const W& wr, auto two) __attribute__((always_inline)) {
+    constexpr bool TWO = decltype(two)::value;
+    // Step s's group is complete once at most STAGES - 2 newer ones are pending; the barrier
+    // publishes every thread's copies and frees slot (s - 1) % STAGES (step s - 1's reads).
+    copy_wait_group<(int)S::STAGES - 2>();
+    sync_threads();
+    {
+      u32 tn = s + S::STAGES - 1u;
+      if (tn < steps) issue(tn);
+      copy_commit();
+    }
+    const unsigned char* bs = ring + (s % S::STAGES) * S::STAGE;
+    u32 m1[2u * FM], m2[2u * FM];
+#pragma unroll
+    for (u32 i = 0; i < 2u * FM; ++i) {
+      m1[i] = TWO ? MM_BF16X2_2P126 : ((wr.s[i] + 126u) << 7) * 0x10001u;
+      m2[i] = e8m0_bf16x2(wr.s[i]);
+    }
+    auto dec = [&](u32 v, u32 i, auto jc) __attribute__((always_inline)) -> u32 {
+      u32 r = fma_bf16x2(fp4_bf16_pair_raw<decltype(jc)::value>(v), m1[i], MM_BF16X2_NEG0);
+      return TWO ? fma_bf16x2(r, m2[i], MM_BF16X2_NEG0) : r;
+    };
+#pragma unroll
+    for (u32 w = 0; w < 4u; ++w) {
+      // A registers of fragment m: {row g, row g + 8} x {pair 0, pair 1} (MMA 0), pairs 2, 3
+      // (MMA 1).
+      u32 a0[FM][4], a1[FM][4];
+#pragma unroll
+      for (u32 m = 0; m < FM; ++m) {
+        u32 i0 = 2u * m, i1 = 2u * m + 1u;
+        a0[m][0] = dec(wr.w[i0][w], i0, MmU<0>());
+        a0[m][1] = dec(wr.w[i1][w], i1, MmU<0>());
+        a0[m][2] = dec(wr.w[i0][w], i0, MmU<1>());
+        a0[m][3] = dec(wr.w[i1][w], i1, MmU<1>());
+        a1[m][0] = dec(wr.w[i0][w], i0, MmU<2>());
+        a1[m][1] = dec(wr.w[i1][w], i1, MmU<2>());
+        a1[m][2] = dec(wr.w[i0][w], i0, MmU<3>());
+        a1[m][3] = dec(wr.w[i1][w], i1, MmU<3>());
+      }
+#pragma unroll
+      for (u32 q = 0; q < S::MNF / S::G; ++q) {
+        if (pc0 + q * S::G * 8u < cnt) {  // the same for the whole warp
+          uint4v bh[S::G], bl[S::G];
+#pragma unroll
+          for (u32 jj = 0; jj < S::G; ++jj) {
+            const unsigned char* b = bs + (q * S::G + jj) * 8u * MM_ROWB + boff[w];
+            bh[jj] = lds128(b);
+            if (SPLIT) bl[jj] = lds128(b + S::TILE);
+          }
+#pragma unroll
+          for (u32 jj = 0; jj < S::G; ++jj)
+#pragma unroll
+            for (u32 m = 0; m < FM; ++m) mma_ab(acc[m][q * S::G + jj], a0[m], bh[jj].x, bh[jj].y);
+          if (SPLIT)
+#pragma unroll
+            for (u32 jj = 0; jj < S::G; ++jj)
+#pragma unroll
+              for (u32 m = 0; m < FM; ++m) mma_ab(acc[m][q * S::G + jj], a0[m], bl[jj].x, bl[jj].y);
+#pragma unroll
+          for (u32 jj = 0; jj < S::G; ++jj)
+#pragma unroll
+            for (u32 m = 0; m < FM; ++m) mma_ab(acc[m][q * S::G + jj], a1[m], bh[jj].z, bh[jj].w);
+          if (SPLIT)
+#pragma unroll
+            for (u32 jj = 0; jj < S::G; ++jj)
+#pragma unroll
+              for (u32 m = 0; m < FM; ++m) mma_ab(acc[m][q * S::G + jj], a1[m], bl[jj].z, bl[jj].w);
+        }
+      }
+    }
+  };
+  // Weights WD steps ahead in a ring of R = WD + 1 register sets (the loop unrolled by R, so
+  // the ring is registers: no copies, and a load has WD whole steps to land).
+  constexpr u32 R = S::WD + 1u;
+  W wr[R];
+#pragma unroll
+  for (u32 d = 0; d < S::WD; ++d)
+    if (d < steps) fetch(d, wr[d]);
+  for (u32 s0 = 0; s0 < steps; s0 += R) {
+#pragma unroll
+    for (u32 d = 0; d < R; ++d) {
+      u32 s = s0 + d;
+      if (s < steps) {
+        if (s + S::WD < steps) fetch(s + S::WD, wr[(d + S::WD) % R]);
+        bool big = false;
+#pragma unroll
+        for (u32 i = 0; i < 2u * FM; ++i) big = big || wr[d].s[i] > 128u;
+        // (FM = 2: the two-multiply decode only; both paths' registers do not fit there.)
+        if (FM == 2u || mm_warp_any(big))
+          step(s, wr[d], MmB<true>());
+        else
+          step(s, wr[d], MmB<false>());
+      }
+    }
+  }
+  copy_wait_all();  // (only empty groups remain)
+  sync_threads();   // every warp is done with the ring: the epilogue tile overwrites it
+  // C: rows = weight rows (tile column of v1's sC), columns = pairs (sC rows).
+#pragma unroll
+  for (u32 m = 0; m < FM; ++m)
+#pragma unroll
+    for (u32 j = 0; j < S::MNF; ++j)
+#pragma unroll
+      for (u32 c = 0; c < FRAG_C; ++c)
+        sC[(pc0 + 8u * j + 2u * t + (c & 1u)) * S::LDC + 16u * (FM * rg + m) + g + (c >= 2u ? 8u : 0u)] =
+            acc[m][j].v[c];
+  sync_threads();
+  gemm_epilogue<TP, MM_ROWS, MM_THREADS>(p, is1, e, start, cnt, jb, sC, rowmax, pair_of_row, out, bias, topw);
+}
+
+// moe_gemm{1,2}_mma_t<TP>[_split]_cb4 and per (TP, split) the dynamic shared memory its launch
+// must give, as a PTX global the host reads (src/backend/hip/kernels.rs dyn_smem). Two blocks
+// per multiprocessor (launch bounds: <= 128 registers).
+#define GEMM_MMA_VARIANT(TP, FM, SPLIT, SFX)                                                      \
+  extern "C" __attribute__((device, used)) const u32 moe_gemm_mma_t##TP##SFX##_cb4_smem =         \
+      MmShape<TP, SPLIT, FM>::SMEM;                                                               \
+  MX_KERNEL_OCC(MM_THREADS, 2) void moe_gemm1_mma_t##TP##SFX##_cb4(GEMM_BF16_ARGS) {               \
+    gemm_mma_body<TP, SPLIT, FM>(p, true, GEMM_BF16_PASS);                                        \
+  }                                                                                               \
+  MX_KERNEL_OCC(MM_THREADS, 2) void moe_gemm2_mma_t##TP##SFX##_cb4(GEMM_BF16_ARGS) {               \
+    gemm_mma_body<TP, SPLIT, FM>(p, false, GEMM_BF16_PASS);                                       \
+  }
+GEMM_MMA_VARIANT(64, 1, false, )
+GEMM_MMA_VARIANT(64, 1, true, _split)
+GEMM_MMA_VARIANT(32, 1, false, )
+GEMM_MMA_VARIANT(32, 1, true, _split)
+GEMM_MMA_VARIANT(16, 1, false, )
+GEMM_MMA_VARIANT(16, 1, true, _split)
+// (FM = 2, 32 weight rows per warp, was measured slower on the H200 at 64-pair tiles: gpt-oss-120b
+// 2048 tokens 4.81 vs 4.12 ms, docs/h200-2026-12-01s5-hipgemm3; no kernel is built with it.)
+#endif
