@@ -102,6 +102,15 @@ pub const NAMES_MORE: [&str; 16] = [
     "moe_route_lists_v3",
 ];
 
+/// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma`,
+/// hip/gemv_mma.h), `moe_gemv{1,2}_mma[_split]_cb4` (`_split`: f32 activations as bf16 hi + lo).
+pub const NAMES_GEMV_MMA: [&str; 4] = [
+    "moe_gemv1_mma_cb4",
+    "moe_gemv2_mma_cb4",
+    "moe_gemv1_mma_split_cb4",
+    "moe_gemv2_mma_split_cb4",
+];
+
 /// NVIDIA only (sm_80 / sm_90 PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
 /// `moe_gemm{1,2}_v2_t<pair rows>[_split]_cb<code bits>`.
 pub const NAMES_V2: [&str; 36] = [
@@ -257,6 +266,47 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// The matrix-core GEMV (hip/gemv_mma.h) is in both PTX targets and only there: bf16
+    /// mma.sync on registers decoded by bf16x2 fma (no ldmatrix: the fragments never pass
+    /// through shared memory), 16-byte streaming weight loads, no local memory (the hot-kernel
+    /// check above); the AMD code objects do not have it.
+    #[test]
+    fn ptx_gemv_mma_uses_mma_sync_on_registers() {
+        for (what, bytes) in [("sm_90", PTX_SM90), ("sm_80", PTX_SM80)] {
+            let ptx = std::str::from_utf8(&bytes[..bytes.len() - 1]).unwrap();
+            let entries = ptx_entries(ptx);
+            for n in NAMES_GEMV_MMA {
+                let t = entries
+                    .get(n)
+                    .unwrap_or_else(|| panic!("{what}: kernel {n} missing"));
+                for want in [
+                    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                    "fma.rn.bf16x2",
+                    "cvt.rn.bf16x2.f32",
+                    "ld.global.nc",
+                    "vote.sync.any.pred",
+                ] {
+                    assert!(t.contains(want), "{what}: {n} has no {want}");
+                }
+                assert!(!t.contains("ldmatrix"), "{what}: {n} uses ldmatrix");
+                assert!(!t.contains(".local"), "{what}: {n} uses local memory");
+            }
+            // gemv1 and gemv2 of the split pair take twice the MMAs of the hi-only pair.
+            let mmas = |n: &str| entries[n].matches("mma.sync").count();
+            assert_eq!(
+                mmas("moe_gemv1_mma_split_cb4"),
+                2 * mmas("moe_gemv1_mma_cb4"),
+                "{what}"
+            );
+        }
+        for (target, bytes) in [("gfx942", GFX942), ("gfx950", GFX950)] {
+            let found = bytes
+                .windows(b"moe_gemv1_mma".len())
+                .any(|w| w == b"moe_gemv1_mma");
+            assert!(!found, "{target}: the NVIDIA-only mma GEMV is in the AMD code object");
         }
     }
 
