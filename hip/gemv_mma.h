@@ -52,6 +52,9 @@
 #define GM_ROWS (16u * GM_R)   // weight rows per block
 #define GM_COLS 8u             // token-expert pairs per tile (the MMA's N)
 
+// The three PTX primitives (hip/test/gemv_mma_emu.cpp, GM_HOST_EMU, defines host twins to run
+// this file's kernels on the CPU, lane by lane).
+#if !defined(GM_HOST_EMU)
 // d = a * b + c on bf16x2 (RNE; subnormals kept).
 MX_DEVICE u32 bf16x2_fma(u32 a, u32 b, u32 c) {
   u32 d;
@@ -73,6 +76,7 @@ MX_DEVICE bool warp_any(bool v) {
       : "r"((u32)v));
   return r != 0u;
 }
+#endif
 // Codes i and i + 4 (i < 4) of word w as bf16x2 (low half: code i), value x 2^-126.
 MX_DEVICE u32 fp4_bf16_pair(u32 w, u32 i) {
   u32 a = w << (12u - 4u * i);

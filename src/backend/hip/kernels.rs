@@ -310,6 +310,46 @@ mod tests {
         }
     }
 
+    /// The matrix-core GEMV's kernels, compiled for the CPU by hip/test/gemv_mma_emu.cpp (one
+    /// OS thread per GPU thread; mma.sync, bf16x2 fma / cvt and vote emulated from the PTX ISA's
+    /// definitions), give the plain matrix product of the exactly decoded weights: both stages,
+    /// hi-only and hi + lo activations, both activation layouts, scale bytes above 128 (the slow
+    /// decode path), rows past the matrix, tiles of 1..8 pairs, an empty tile slot. Needs a
+    /// clang++ with C++20 (the clang the PTX build uses brings one).
+    #[test]
+    fn gemv_mma_runs_on_the_cpu_emulation() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let cxx = ["clang++-19", "clang++-20", "clang++-21", "clang++-22", "clang++"]
+            .into_iter()
+            .find(|c| {
+                Command::new(c)
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            })
+            .expect("no clang++ found (apt-get install clang-19)");
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("gemv_mma_emu");
+        let out = Command::new(cxx)
+            .args(["-std=c++20", "-O1", "-pthread", "-I"])
+            .arg(root.join("hip"))
+            .arg(root.join("hip/test/gemv_mma_emu.cpp"))
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cxx}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run = Command::new(&exe).output().unwrap();
+        let text = String::from_utf8_lossy(&run.stdout);
+        println!("{text}");
+        assert!(run.status.success(), "gemv_mma_emu failed:\n{text}");
+        assert_eq!(text.matches(": ok (0 mismatches)").count(), 5, "{text}");
+    }
+
     /// Every v2 kernel has its dynamic shared memory in the PTX, more than the 48 KB a launch
     /// gets without asking (else v2 would not need the attribute) and within sm_90's 227 KB per
     /// block; the figures are the layout of hip/mxmoe.cu V2Shape, recomputed here by hand.
