@@ -77,66 +77,82 @@ MX_DEVICE bool warp_any(bool v) {
   return r != 0u;
 }
 #endif
+#if !defined(GM_HOST_EMU)
+MX_DEVICE uint4v gm_opaque(uint4v v) {
+  asm volatile("" : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w));
+  return v;
+}
+MX_DEVICE u32 bf16x2_clamp(u32 v) {
+  u32 d;
+  asm("max.bf16x2 %0, %1, %2;\n\tmin.bf16x2 %0, %0, %3;" : "=r"(d) : "r"(v), "r"(0xFF7FFF7Fu), "r"(0x7F7F7F7Fu));
+  return d;
+}
+#endif
 // Codes i and i + 4 (i < 4) of word w as bf16x2 (low half: code i), value x 2^-126.
 MX_DEVICE u32 fp4_bf16_pair(u32 w, u32 i) {
   u32 a = w << (12u - 4u * i);
   return (a & 0x80008000u) | ((a >> 6) & 0x01C001C0u);
 }
-// The remainder x - bf16(x) as bf16 (0 where the bf16 is Inf / NaN, as mx_to_bf16); hb = the
-// bf16 bits of x in the low 16 bits.
-MX_DEVICE float gm_rest(float x, u32 hb) {
-  return (hb & 0x7F80u) == 0x7F80u ? 0.0f : x - u2f(hb << 16);
+// The remainders x - bf16(x) of a bf16x2 pair hb = {x0, x1} (x0 low), as bf16x2 clamped to the
+// finite bf16 range: where hi is infinite (x infinite, or rounding up to inf) the remainder is
+// NaN or -inf and becomes -+max, so that hi + lo stays that infinity (mx_to_bf16 sets lo = 0
+// there; the sums are the same); min / max return the non-NaN operand (PTX ISA).
+MX_DEVICE u32 gm_rest2(float x0, float x1, u32 hb) {
+  u32 lo = bf16x2_pack(x0 - u2f(hb << 16), x1 - u2f(hb & 0xFFFF0000u));
+  return bf16x2_clamp(lo);
 }
 
-// One warp step: the GM_R tiles' codes w (row g, row g + 8), their scale factors (f1, f2: fast
-// path f1 only), the activations at xp (32 f32 of pair g, block b0 + t; null: zeros) into acc.
+// One warp step: the GM_R tiles' codes (row g, row g + 8), their scale factors f, the
+// activations at xp (32 f32 of pair g, block b0 + t; null: zeros) into acc.
 template <bool SPLIT, bool SLOW>
-MX_DEVICE void gm_step(FragC* acc, const uint4v (*w)[2], const u32 (*f1)[2], const u32 (*f2)[2],
-                       const float4v* xp) {
+MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], const float4v* xp) {
+  // Fast path: x f (2^(s - 1)); slow path: x 2^126, then x f (2^(s - 127)).
+  const u32 F1 = 0x7E807E80u;
   const u32 NZ = 0x80008000u;  // -0, -0: fma(a, b, -0) = a * b exactly
-#pragma unroll 1
+  // The words pass through an empty volatile asm in each of the two instances (fast and slow
+  // path): otherwise the compiler hoists the decode shifts of every word above the branch and
+  // keeps them all live (128 registers and spills).
+  uint4v w[GM_R][2];
+#pragma unroll
+  for (u32 r = 0; r < GM_R; ++r)
+#pragma unroll
+    for (u32 hh = 0; hh < 2u; ++hh) w[r][hh] = gm_opaque(wi[r][hh]);
+#pragma unroll
   for (u32 q = 0; q < 4u; ++q) {
+    asm volatile("" ::: "memory");
     float4v x0 = {0.0f, 0.0f, 0.0f, 0.0f}, x1 = x0;
     if (xp) {
       x0 = xp[2u * q];
       x1 = xp[2u * q + 1u];
     }
-    FragB bh[2], bl[2];
-    bh[0].r[0] = bf16x2_pack(x0.x, x1.x);
-    bh[0].r[1] = bf16x2_pack(x0.y, x1.y);
-    bh[1].r[0] = bf16x2_pack(x0.z, x1.z);
-    bh[1].r[1] = bf16x2_pack(x0.w, x1.w);
-    if (SPLIT) {
+    // hh = 0: x[8q + {0, 4}], x[8q + {1, 5}]; hh = 1: x[8q + {2, 6}], x[8q + {3, 7}].
 #pragma unroll
-      for (u32 hh = 0; hh < 2u; ++hh)
+    for (u32 hh = 0; hh < 2u; ++hh) {
+      float l0 = hh ? x0.z : x0.x, h0 = hh ? x1.z : x1.x, l1 = hh ? x0.w : x0.y, h1 = hh ? x1.w : x1.y;
+      FragB bh, bl;
+      bh.r[0] = bf16x2_pack(l0, h0);
+      bh.r[1] = bf16x2_pack(l1, h1);
+      if (SPLIT) {
+        bl.r[0] = gm_rest2(l0, h0, bh.r[0]);
+        bl.r[1] = gm_rest2(l1, h1, bh.r[1]);
+      }
 #pragma unroll
-        for (u32 j = 0; j < 2u; ++j) {
-          u32 c = 2u * hh + j;
-          float xl = c == 0u ? x0.x : c == 1u ? x0.y : c == 2u ? x0.z : x0.w;
-          float xh = c == 0u ? x1.x : c == 1u ? x1.y : c == 2u ? x1.z : x1.w;
-          u32 hb = bh[hh].r[j];
-          bl[hh].r[j] = bf16x2_pack(gm_rest(xl, hb & 0xFFFFu), gm_rest(xh, hb >> 16));
-        }
-    }
-#pragma unroll
-    for (u32 r = 0; r < GM_R; ++r) {
-      u32 w0 = q == 0u ? w[r][0].x : q == 1u ? w[r][0].y : q == 2u ? w[r][0].z : w[r][0].w;
-      u32 w1 = q == 0u ? w[r][1].x : q == 1u ? w[r][1].y : q == 2u ? w[r][1].z : w[r][1].w;
-#pragma unroll
-      for (u32 hh = 0; hh < 2u; ++hh) {
+      for (u32 r = 0; r < GM_R; ++r) {
+        u32 w0 = q == 0u ? w[r][0].x : q == 1u ? w[r][0].y : q == 2u ? w[r][0].z : w[r][0].w;
+        u32 w1 = q == 0u ? w[r][1].x : q == 1u ? w[r][1].y : q == 2u ? w[r][1].z : w[r][1].w;
         FragA a;
-        a.r[0] = bf16x2_fma(fp4_bf16_pair(w0, 2u * hh), f1[r][0], NZ);
-        a.r[1] = bf16x2_fma(fp4_bf16_pair(w1, 2u * hh), f1[r][1], NZ);
-        a.r[2] = bf16x2_fma(fp4_bf16_pair(w0, 2u * hh + 1u), f1[r][0], NZ);
-        a.r[3] = bf16x2_fma(fp4_bf16_pair(w1, 2u * hh + 1u), f1[r][1], NZ);
+        a.r[0] = bf16x2_fma(fp4_bf16_pair(w0, 2u * hh), SLOW ? F1 : f[r][0], NZ);
+        a.r[1] = bf16x2_fma(fp4_bf16_pair(w1, 2u * hh), SLOW ? F1 : f[r][1], NZ);
+        a.r[2] = bf16x2_fma(fp4_bf16_pair(w0, 2u * hh + 1u), SLOW ? F1 : f[r][0], NZ);
+        a.r[3] = bf16x2_fma(fp4_bf16_pair(w1, 2u * hh + 1u), SLOW ? F1 : f[r][1], NZ);
         if (SLOW) {
-          a.r[0] = bf16x2_fma(a.r[0], f2[r][0], NZ);
-          a.r[1] = bf16x2_fma(a.r[1], f2[r][1], NZ);
-          a.r[2] = bf16x2_fma(a.r[2], f2[r][0], NZ);
-          a.r[3] = bf16x2_fma(a.r[3], f2[r][1], NZ);
+          a.r[0] = bf16x2_fma(a.r[0], f[r][0], NZ);
+          a.r[1] = bf16x2_fma(a.r[1], f[r][1], NZ);
+          a.r[2] = bf16x2_fma(a.r[2], f[r][0], NZ);
+          a.r[3] = bf16x2_fma(a.r[3], f[r][1], NZ);
         }
-        mma(acc[r], a, bh[hh]);
-        if (SPLIT) mma(acc[r], a, bl[hh]);
+        mma(acc[r], a, bh);
+        if (SPLIT) mma(acc[r], a, bl);
       }
     }
   }
@@ -192,8 +208,11 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     for (u32 r = 0; r < GM_R; ++r)
 #pragma unroll
       for (u32 hh = 0; hh < 2u; ++hh) {
-        w[r][hh] = load_stream16(wc + roff[r][hh] + b);
-        sb[r][hh] = load_stream_u8(ws + roff[r][hh] + b);
+        // A 32-bit index (roff + b, no wrap: rows x blocks of one expert), so that the compiler
+        // does not keep eight 64-bit row pointers per array alive across the loop.
+        u32 ix = roff[r][hh] + b;
+        w[r][hh] = load_stream16(wc + ix);
+        sb[r][hh] = load_stream_u8(ws + ix);
       }
     // This lane's activations (pair g, block b), read per word inside the step (L1 / L2 hits).
     const float4v* xp = col && kin ? (const float4v*)(xr + (u64)b * 32u) : nullptr;
@@ -210,20 +229,19 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
         big = big || (ok && s > 128u);
       }
     if (warp_any(big)) {
-      // 2^126, then 2^(s - 127) (s > 128; 255: NaN); s <= 128 keeps the fast factor and x 1.
+      // Every row: x 2^126 (the code values), then x 2^(s - 127) as bf16 (0: the subnormal
+      // 2^-127; 255: NaN; 0 outside the matrix).
 #pragma unroll
       for (u32 r = 0; r < GM_R; ++r)
 #pragma unroll
         for (u32 hh = 0; hh < 2u; ++hh) {
           u32 s = sb[r][hh];
           bool ok = kin && ((okmask >> (2u * r + hh)) & 1u) != 0u;
-          bool hi = ok && s > 128u;
-          f2[r][hh] = !hi ? 0x3F803F80u : s == 255u ? 0x7FC07FC0u : s * 0x00800080u;
-          if (hi) f1[r][hh] = 0x7E807E80u;
+          f2[r][hh] = !ok ? 0u : s == 255u ? 0x7FC07FC0u : s == 0u ? 0x00400040u : s * 0x00800080u;
         }
-      gm_step<SPLIT, true>(acc, w, f1, f2, xp);
+      gm_step<SPLIT, true>(acc, w, f2, xp);
     } else {
-      gm_step<SPLIT, false>(acc, w, f1, f2, xp);
+      gm_step<SPLIT, false>(acc, w, f1, xp);
     }
   }
   // The warps' partial tiles, summed in warp order.

@@ -74,41 +74,55 @@ def bf16x2_mul(a, f):
     return out
 
 
-def factors(s, ok=True):
-    """(f1, f2, slow) as gemv_mma_body computes them."""
+def fast_factor(s, ok=True):
+    """The fast path's factor 2^(s - 1) (s <= 128) as bf16x2, 0 outside the matrix."""
+    return ((s + 126) * 0x00800080) & 0xFFFFFFFF if ok else 0
+
+
+def slow_factor(s, ok=True):
+    """The slow path's second factor 2^(s - 127) (after x 2^126), any s."""
     if not ok:
-        return 0, 0x3F803F80, False
-    if s <= 128:
-        return ((s + 126) * 0x00800080) & 0xFFFFFFFF, 0x3F803F80, False
-    f2 = 0x7FC07FC0 if s == 255 else s * 0x00800080
-    return 0x7E807E80, f2, True
+        return 0
+    if s == 255:
+        return 0x7FC07FC0
+    if s == 0:
+        return 0x00400040  # the bf16 subnormal 2^-127
+    return s * 0x00800080
+
+
+SLOW_F1 = 0x7E807E80  # 2^126
+
+
+def decode(w, i, s, slow):
+    """A fragment register: pair i of word w times the block's scale, as gm_step computes it."""
+    if slow:
+        return bf16x2_mul(bf16x2_mul(fp4_bf16_pair(w, i), SLOW_F1), slow_factor(s))
+    return bf16x2_mul(fp4_bf16_pair(w, i), fast_factor(s))
 
 
 def check_decode():
     bad = 0
-    for s in range(255):
-        f1, f2, slow = factors(s)
-        for c in range(16):
-            for c4 in range(16):
-                w = c | (c4 << 16)  # code 0 and code 4 of a word
-                d = bf16x2_mul(fp4_bf16_pair(w, 0), f1)
-                if slow:
-                    d = bf16x2_mul(d, f2)
-                for half, code in ((0, c), (1, c4)):
-                    want = code_value(code) * 2.0 ** (s - 127)
-                    if abs(want) >= 2.0 ** 128:  # w_store's f32 product overflows
-                        want = float("inf") if want > 0 else float("-inf")
-                    got = bf16_value(d >> (16 * half))
-                    if got != want or (got == 0 and str(got) != str(want)):
-                        bad += 1
-                        if bad < 5:
-                            print(f"decode: s={s} code={code}: got {got}, want {want}")
+    for s in range(256):
+        for slow in (False, True) if s <= 128 else (True,):
+            for c in range(16):
+                for c4 in range(16):
+                    w = c | (c4 << 16)  # code 0 and code 4 of a word
+                    d = decode(w, 0, s, slow)
+                    for half, code in ((0, c), (1, c4)):
+                        want = code_value(code) * 2.0 ** (s - 127) if s < 255 else float("nan")
+                        if abs(want) >= 2.0 ** 128:  # w_store's f32 product overflows
+                            want = float("inf") if want > 0 else float("-inf")
+                        got = bf16_value(d >> (16 * half))
+                        same = (got != got and want != want) or (got == want and str(got) == str(want))
+                        if not same:
+                            bad += 1
+                            if bad < 5:
+                                print(f"decode: s={s} slow={slow} code={code}: got {got}, want {want}")
     # every pair position i of a word
     for trial in range(2000):
         w = random.getrandbits(32)
         for i in range(4):
-            f1, _, _ = factors(127)
-            d = bf16x2_mul(fp4_bf16_pair(w, i), f1)
+            d = decode(w, i, 127, False)
             for half, j in ((0, i), (1, i + 4)):
                 want = code_value((w >> (4 * j)) & 15)
                 got = bf16_value(d >> (16 * half))
@@ -153,7 +167,7 @@ def check_step(split):
     else:
         x = [[bf16_value(bf16_rne(random.uniform(-4, 4))) for _ in range(32 * kb)] for _ in range(cols)]
     words = [[[sum(codes[r][b][8 * q + j] << (4 * j) for j in range(8)) for q in range(4)] for b in range(kb)] for r in range(rows)]
-    slow = any(factors(s)[2] for rs in scales for s in rs)
+    slow = any(s > 128 for rs in scales for s in rs)  # the warp's vote
     c = [[0.0] * 4 for _ in range(32)]
     for q in range(4):
         for hh in range(2):
@@ -162,11 +176,7 @@ def check_step(split):
                 g, t = lane // 4, lane % 4
                 regs = []
                 for rr, pi in ((g, 2 * hh), (g + 8, 2 * hh), (g, 2 * hh + 1), (g + 8, 2 * hh + 1)):
-                    f1, f2, _ = factors(scales[rr][t])
-                    d = bf16x2_mul(fp4_bf16_pair(words[rr][t][q], pi), f1)
-                    if slow:
-                        d = bf16x2_mul(d, f2)
-                    regs.append(d)
+                    regs.append(decode(words[rr][t][q], pi, scales[rr][t], slow))
                 a_regs.append(regs)
                 xb = x[g][32 * t:32 * t + 32]
                 bh, bl = [], []

@@ -67,6 +67,17 @@ MX_DEVICE u32 bf16x2_fma(u32 a, u32 b, u32 c) {
   return d;
 }
 MX_DEVICE u32 bf16x2_pack(float lo, float hi) { return bf16_rne(lo) | (bf16_rne(hi) << 16); }
+MX_DEVICE uint4v gm_opaque(uint4v v) { return v; }
+// max.bf16x2 / min.bf16x2 with the finite bf16 range (a NaN operand yields the other one).
+MX_DEVICE u32 bf16x2_clamp(u32 v) {
+  u32 d = 0;
+  for (u32 h = 0; h < 2u; ++h) {
+    float x = bf16f(v >> (16 * h)), lim = bf16f(0x7F7Fu);
+    float y = x != x ? -lim : std::fmin(std::fmax(x, -lim), lim);
+    d |= bf16_rne(y) << (16 * h);
+  }
+  return d;
+}
 
 struct FragA { u32 r[4]; };
 struct FragB { u32 r[2]; };
