@@ -58,8 +58,14 @@ pub(super) fn env_variant(
 /// formats always run v1.
 /// `mma` (NVIDIA only: `moe_gemv{1,2}_mma[_split]_cb4`, hip/gemv_mma.h) runs the GEMV on the
 /// matrix cores: the weights are mma.sync's A operand, up to 8 token-expert pairs of one expert its
-/// N columns, so one decode of a weight fragment serves all of a tile's pairs.
-pub(super) const GEMV_VARIANTS: [&str; 5] = ["v3", "v2", "v2c", "v1", "mma"];
+/// N columns, so one decode of a weight fragment serves all of a tile's pairs; `mmapf` is the same
+/// with two K steps in flight per warp and one block per multiprocessor.
+pub(super) const GEMV_VARIANTS: [&str; 6] = ["v3", "v2", "v2c", "v1", "mma", "mmapf"];
+
+/// Whether a GEMV variant is a matrix-core one (hip/gemv_mma.h, NVIDIA only, tiles of 8 pairs).
+pub(super) fn gemv_is_mma(variant: &str) -> bool {
+    variant.starts_with("mma")
+}
 pub(super) fn gemv_variant() -> Result<&'static str, BackendError> {
     env_variant("MXMOE_HIP_GEMV", &GEMV_VARIANTS)
 }
@@ -76,12 +82,11 @@ pub(super) fn gemv_variant_for(nvidia: bool) -> Result<&'static str, BackendErro
     if !set && nvidia && GEMV_MMA_DEFAULT {
         return Ok("mma");
     }
-    if v == "mma" && !nvidia {
-        return Err(BackendError::Device(
-            "MXMOE_HIP_GEMV=mma: the matrix-core GEMV is built for NVIDIA (mma.sync) only; AMD \
+    if gemv_is_mma(v) && !nvidia {
+        return Err(BackendError::Device(format!(
+            "MXMOE_HIP_GEMV={v}: the matrix-core GEMV is built for NVIDIA (mma.sync) only; AMD \
              runs v3, v2, v2c or v1 (docs/ENVIRONMENT.md)"
-                .into(),
-        ));
+        )));
     }
     Ok(v)
 }
@@ -93,7 +98,7 @@ pub(super) const GEMV_MMA_OUT_ROWS: usize = 64;
 
 /// The GEMV's tile height for a variant.
 pub(super) fn gemv_tile(variant: &str) -> usize {
-    if variant == "mma" {
+    if gemv_is_mma(variant) {
         GEMV_MMA_TILE
     } else {
         GEMV_TILE
@@ -105,11 +110,11 @@ pub(super) fn gemv_tile(variant: &str) -> usize {
 /// unquantized f32 (`split`: hi + lo bf16).
 pub(super) fn gemv_kernels(variant: &str, cb: u32, split: bool) -> (String, String, usize) {
     match variant {
-        "mma" => {
+        v if gemv_is_mma(v) => {
             let sfx = if split { "_split" } else { "" };
             (
-                format!("moe_gemv1_mma{sfx}_cb4"),
-                format!("moe_gemv2_mma{sfx}_cb4"),
+                format!("moe_gemv1_{v}{sfx}_cb4"),
+                format!("moe_gemv2_{v}{sfx}_cb4"),
                 GEMV_MMA_OUT_ROWS,
             )
         }
@@ -158,7 +163,7 @@ pub(super) fn gemv_pairs_for(variant: &str) -> f64 {
     std::env::var("MXMOE_HIP_GEMV_PAIRS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(if variant == "mma" {
+        .unwrap_or(if gemv_is_mma(variant) {
             GEMV_MMA_PAIRS_PER_EXPERT
         } else {
             GEMV_PAIRS_PER_EXPERT
@@ -288,10 +293,10 @@ mod tests {
                 let (k1, k2, rows) = gemv_kernels(v, 4, split);
                 assert!(built(&k1) && built(&k2), "{v}: {k1}, {k2}");
                 assert!(k1.starts_with("moe_gemv1") && k2.starts_with("moe_gemv2"));
-                assert_eq!(k1.contains("_split"), v == "mma" && split, "{k1}");
-                assert_eq!(rows, if v == "v1" || v == "mma" { 64 } else { 32 });
+                assert_eq!(k1.contains("_split"), v.starts_with("mma") && split, "{k1}");
+                assert_eq!(rows, if v == "v1" || v.starts_with("mma") { 64 } else { 32 });
             }
-            assert_eq!(gemv_tile(v), if v == "mma" { 8 } else { 4 });
+            assert_eq!(gemv_tile(v), if v.starts_with("mma") { 8 } else { 4 });
         }
         for cb in [6, 8] {
             let (k1, k2, _) = gemv_kernels("v1", cb, true);

@@ -102,13 +102,18 @@ pub const NAMES_MORE: [&str; 16] = [
     "moe_route_lists_v3",
 ];
 
-/// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma`,
-/// hip/gemv_mma.h), `moe_gemv{1,2}_mma[_split]_cb4` (`_split`: f32 activations as bf16 hi + lo).
-pub const NAMES_GEMV_MMA: [&str; 4] = [
+/// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma|mmapf`,
+/// hip/gemv_mma.h), `moe_gemv{1,2}_mma[pf][_split]_cb4` (`_split`: f32 activations as bf16 hi +
+/// lo; `pf`: two K steps in flight per warp).
+pub const NAMES_GEMV_MMA: [&str; 8] = [
     "moe_gemv1_mma_cb4",
     "moe_gemv2_mma_cb4",
     "moe_gemv1_mma_split_cb4",
     "moe_gemv2_mma_split_cb4",
+    "moe_gemv1_mmapf_cb4",
+    "moe_gemv2_mmapf_cb4",
+    "moe_gemv1_mmapf_split_cb4",
+    "moe_gemv2_mmapf_split_cb4",
 ];
 
 /// NVIDIA only (sm_80 / sm_90 PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
@@ -294,13 +299,17 @@ mod tests {
                 assert!(!t.contains("ldmatrix"), "{what}: {n} uses ldmatrix");
                 assert!(!t.contains(".local"), "{what}: {n} uses local memory");
             }
-            // gemv1 and gemv2 of the split pair take twice the MMAs of the hi-only pair.
+            // The split kernels take twice the MMAs of the hi-only ones.
             let mmas = |n: &str| entries[n].matches("mma.sync").count();
-            assert_eq!(
-                mmas("moe_gemv1_mma_split_cb4"),
-                2 * mmas("moe_gemv1_mma_cb4"),
-                "{what}"
-            );
+            for v in ["mma", "mmapf"] {
+                for s in ["1", "2"] {
+                    let (hi, split) = (
+                        format!("moe_gemv{s}_{v}_cb4"),
+                        format!("moe_gemv{s}_{v}_split_cb4"),
+                    );
+                    assert_eq!(mmas(&split), 2 * mmas(&hi), "{what}: {split}");
+                }
+            }
         }
         for (target, bytes) in [("gfx942", GFX942), ("gfx950", GFX950)] {
             let found = bytes
@@ -347,7 +356,7 @@ mod tests {
         let text = String::from_utf8_lossy(&run.stdout);
         println!("{text}");
         assert!(run.status.success(), "gemv_mma_emu failed:\n{text}");
-        assert_eq!(text.matches(": ok (0 mismatches)").count(), 5, "{text}");
+        assert_eq!(text.matches(": ok (0 mismatches)").count(), 9, "{text}");
     }
 
     /// Every v2 kernel has its dynamic shared memory in the PTX, more than the 48 KB a launch
