@@ -164,6 +164,9 @@ struct Case {
   bool is1, split, pf;
   u32 activation, k, nrows_or_inter;  // gemv1: K = hidden, inter; gemv2: K = inter, hidden
   bool big_scales;
+  bool on_input = false;  // the router weight on gemv1's output (Llama 4), not gemv2's
+  bool bias = true;
+  bool one = false;       // one pair per tile (a 1-token forward's tiles)
 };
 
 static int run_case(const Case& c, std::mt19937& rng) {
@@ -175,14 +178,16 @@ static int run_case(const Case& c, std::mt19937& rng) {
   p.inter = c.is1 ? c.nrows_or_inter : c.k;
   p.n_experts = E;
   p.e_local = E;
-  p.has_bias13 = 1;
-  p.has_bias2 = 1;
+  p.has_bias13 = c.bias;
+  p.has_bias2 = c.bias;
+  p.on_input = c.on_input;
   p.act_fmt = FMT_NONE;
   p.activation = c.activation;
   p.tile_m = GM_COLS;
   u32 K = c.k, kb = K / 32u, nrows = c.is1 ? 2u * p.inter : p.hidden;
   // Expert pair counts 1, 8 + 5 (two tiles), 4: rows in expert order.
   u32 counts[E] = {1, 13, 4};
+  if (c.one) counts[1] = counts[2] = 1;
   std::vector<u32> pair_of_row;
   std::vector<u32> tiles = {0};
   u32 row = 0, ntiles = 0;
@@ -265,13 +270,18 @@ static int run_case(const Case& c, std::mt19937& rng) {
           bool silu = c.activation == ACT_SILU;
           u32 gr = silu ? j : 2u * j, ur = silu ? p.inter + j : 2u * j + 1u;
           double mg, mu;
-          double g = dot(gr, &mg) + bias[(size_t)e * nrows + gr];
-          double u = dot(ur, &mu) + bias[(size_t)e * nrows + ur];
+          double g = dot(gr, &mg) + (c.bias ? bias[(size_t)e * nrows + gr] : 0.0);
+          double u = dot(ur, &mu) + (c.bias ? bias[(size_t)e * nrows + ur] : 0.0);
+          if (c.on_input) {
+            g *= topw[pair_of_row[r]];
+            u *= topw[pair_of_row[r]];
+          }
           want = activate(p, (float)g, (float)u);
-          mag = 8.0 * (mg + mu) + 8.0 * (std::fabs(g) + std::fabs(u));
+          mag = 8.0 * (mg + mu + std::fabs(g) + std::fabs(u)) * (c.on_input ? 1.0 + std::fabs(topw[pair_of_row[r]]) : 1.0);
         } else {
-          want = (dot(j, &mag) + bias[(size_t)e * nrows + j]) * topw[pair_of_row[r]];
-          mag = (mag + std::fabs(want)) * std::fabs(topw[pair_of_row[r]]) + std::fabs(want);
+          double rw = c.on_input ? 1.0 : topw[pair_of_row[r]];
+          want = (dot(j, &mag) + (c.bias ? bias[(size_t)e * nrows + j] : 0.0)) * rw;
+          mag = (mag + std::fabs(want)) * std::fabs(rw) + std::fabs(want);
         }
         float got = u2f(out[(size_t)r * ocols + j]);
         double tol = (c.split ? 3e-5 : 1e-5) * mag + 1e-30;
@@ -299,6 +309,8 @@ int main() {
       {"pf gemv2 hi big scales", false, false, true, ACT_SILU, 32u * 41u, 160u, true},
       {"pf gemv1 silu split", true, true, true, ACT_SILU, 32u * 37u, 64u, false},
       {"pf gemv1 oai hi", true, false, true, ACT_SWIGLUOAI, 32u * 3u, 96u, false},
+      {"gemv1 on-input no-bias one-pair", true, true, false, ACT_SILU, 32u * 45u, 64u, false, true, false, true},
+      {"gemv2 on-input no-bias one-pair", false, true, true, ACT_SILU, 32u * 45u, 96u, false, true, false, true},
   };
   int bad = 0;
   for (const Case& c : cases) bad += run_case(c, rng);

@@ -323,7 +323,8 @@ mod tests {
     /// OS thread per GPU thread; mma.sync, bf16x2 fma / cvt and vote emulated from the PTX ISA's
     /// definitions), give the plain matrix product of the exactly decoded weights: both stages,
     /// hi-only and hi + lo activations, both activation layouts, scale bytes above 128 (the slow
-    /// decode path), rows past the matrix, tiles of 1..8 pairs, an empty tile slot. Needs a
+    /// decode path), rows past the matrix, tiles of 1..8 pairs, an empty tile slot, the router
+    /// weight on the input or the output, with and without biases, both variants (mma, mmapf). Needs a
     /// clang++ with C++20 (the clang the PTX build uses brings one).
     #[test]
     fn gemv_mma_runs_on_the_cpu_emulation() {
@@ -356,7 +357,7 @@ mod tests {
         let text = String::from_utf8_lossy(&run.stdout);
         println!("{text}");
         assert!(run.status.success(), "gemv_mma_emu failed:\n{text}");
-        assert_eq!(text.matches(": ok (0 mismatches)").count(), 9, "{text}");
+        assert_eq!(text.matches(": ok (0 mismatches)").count(), 11, "{text}");
     }
 
     /// Every v2 kernel has its dynamic shared memory in the PTX, more than the 48 KB a launch
