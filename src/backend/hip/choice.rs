@@ -294,7 +294,14 @@ mod tests {
                 assert!(built(&k1) && built(&k2), "{v}: {k1}, {k2}");
                 assert!(k1.starts_with("moe_gemv1") && k2.starts_with("moe_gemv2"));
                 assert_eq!(k1.contains("_split"), v.starts_with("mma") && split, "{k1}");
-                assert_eq!(rows, if v == "v1" || v.starts_with("mma") { 64 } else { 32 });
+                assert_eq!(
+                    rows,
+                    if v == "v1" || v.starts_with("mma") {
+                        64
+                    } else {
+                        32
+                    }
+                );
             }
             assert_eq!(gemv_tile(v), if v.starts_with("mma") { 8 } else { 4 });
         }

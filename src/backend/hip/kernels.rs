@@ -315,7 +315,10 @@ mod tests {
             let found = bytes
                 .windows(b"moe_gemv1_mma".len())
                 .any(|w| w == b"moe_gemv1_mma");
-            assert!(!found, "{target}: the NVIDIA-only mma GEMV is in the AMD code object");
+            assert!(
+                !found,
+                "{target}: the NVIDIA-only mma GEMV is in the AMD code object"
+            );
         }
     }
 
@@ -329,15 +332,21 @@ mod tests {
     #[test]
     fn gemv_mma_runs_on_the_cpu_emulation() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let cxx = ["clang++-19", "clang++-20", "clang++-21", "clang++-22", "clang++"]
-            .into_iter()
-            .find(|c| {
-                Command::new(c)
-                    .arg("--version")
-                    .output()
-                    .is_ok_and(|o| o.status.success())
-            })
-            .expect("no clang++ found (apt-get install clang-19)");
+        let cxx = [
+            "clang++-19",
+            "clang++-20",
+            "clang++-21",
+            "clang++-22",
+            "clang++",
+        ]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("no clang++ found (apt-get install clang-19)");
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("gemv_mma_emu");
         let out = Command::new(cxx)
