@@ -5,7 +5,7 @@
 # with the GEMV forced up to 256 / 64 tokens, the GEMV at 2048 / 512 tokens (crossover), and ncu
 # on the mma kernels at 1 and 16 tokens. Steps in priority order; results in $OUT as they come.
 # Usage (device tool): binary at .dev-hipmma/mxmoe, this script as .dev-hipmma/run.sh; carry
-# [".gl", ".dev-hipmma"]; command: bash .dev-hipmma/run.sh
+# [".dev-hipmma"] (HIP through libcuda needs no Vulkan packages); command: bash .dev-hipmma/run.sh
 set -uo pipefail
 O="${OUT:-/tmp/out}"; S0=$(date +%s); B=.dev-hipmma/mxmoe
 L="$O/steps.txt"; st() { echo "$(( $(date +%s) - S0 ))s $*" | tee -a "$L"; }
