@@ -42,7 +42,10 @@
 // (deterministic), then the v3 epilogues (gemv1: bias, router weight on input, activation,
 // intermediate QDQ; gemv2: bias, router weight, and with `counters` the fused combine).
 // Grid: x = tile slot (tiles of <= 8 pairs: p.tile_m = 8), y = column block (gemv1: 32
-// intermediate columns; gemv2: 64 output rows).
+// intermediate columns; gemv2: 64 output rows). Two variants: `mma` (two blocks per SM, <= 128
+// registers, one step of weight loads in flight per warp) and `mmapf` (PF: the next step's words
+// loaded before this step's decode, one block per SM). hip/test/gemv_mma_emu.cpp runs both on
+// the CPU (GM_HOST_EMU) against a plain product.
 #pragma once
 #if defined(MX_NV)
 

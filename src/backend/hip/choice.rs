@@ -150,7 +150,9 @@ pub(super) fn fused_route_tokens() -> usize {
         .unwrap_or(FUSED_ROUTE_MAX_TOKENS)
 }
 
-/// The same for the `mma` GEMV.
+/// The crossover for the matrix-core GEMV (`mma`, `mmapf`): 1, as the others, until measured
+/// (it decodes a weight fragment once per tile of 8 pairs, so it may win far beyond;
+/// docs/h200-2026-12-01s5-hipmma).
 pub(super) const GEMV_MMA_PAIRS_PER_EXPERT: f64 = 1.0;
 
 /// The GEMV / GEMM crossover in pairs per local expert (`MXMOE_HIP_GEMV_PAIRS` or the default).
