@@ -17,8 +17,9 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SOURCES: [&str; 7] = [
+const SOURCES: [&str; 8] = [
     "hip/mxmoe.cu",
+    "hip/gemv_mma.h",
     "hip/mx_compat.h",
     "hip/mx_formats.h",
     "hip/mx_common.h",

@@ -1128,6 +1128,7 @@ MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv2_v2c_cb4(GEMV_ARGS) { gemv_body
 // v3: gemv_pass_q (MXMOE_HIP_GEMV=v3).
 MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv1_v3_cb4(GEMV_ARGS) { gemv_body<4, true, true, true>(p, true, GEMV_PASS); }
 MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv2_v3_cb4(GEMV_ARGS) { gemv_body<4, true, true, true>(p, false, GEMV_PASS); }
+#include "gemv_mma.h"  // the matrix-core GEMV (NVIDIA; MXMOE_HIP_GEMV=mma)
 
 // ---- grouped GEMM (prefill) on matrix cores -------------------------------------------------
 // A block = 4 warps (NVIDIA, 128 threads) or 4 wavefronts (AMD, 256), arranged WARPS_M x

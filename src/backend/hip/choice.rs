@@ -106,9 +106,79 @@ pub(super) fn env_variant(
 /// lines instead of 32; the default: faster than v2 at every measured decode size on the H200,
 /// docs/h200-2026-12-01-session4) or `v1`; the kernel-name infix. Other weight
 /// formats always run v1.
-pub(super) const GEMV_VARIANTS: [&str; 4] = ["v3", "v2", "v2c", "v1"];
+/// `mma` (NVIDIA only: `moe_gemv{1,2}_mma[_split]_cb4`, hip/gemv_mma.h) runs the GEMV on the
+/// matrix cores: the weights are mma.sync's A operand, up to 8 token-expert pairs of one expert its
+/// N columns, so one decode of a weight fragment serves all of a tile's pairs; `mmapf` is the same
+/// with two K steps in flight per warp and one block per multiprocessor.
+pub(super) const GEMV_VARIANTS: [&str; 6] = ["v3", "v2", "v2c", "v1", "mma", "mmapf"];
+
+/// Whether a GEMV variant is a matrix-core one (hip/gemv_mma.h, NVIDIA only, tiles of 8 pairs).
+pub(super) fn gemv_is_mma(variant: &str) -> bool {
+    variant.starts_with("mma")
+}
 pub(super) fn gemv_variant() -> Result<&'static str, BackendError> {
     env_variant("MXMOE_HIP_GEMV", &GEMV_VARIANTS)
+}
+
+/// Whether NVIDIA devices run the `mma` GEMV when `MXMOE_HIP_GEMV` is unset (AMD: never, it is not
+/// built there).
+pub(super) const GEMV_MMA_DEFAULT: bool = false;
+
+/// The MXFP4 decode GEMV for a device (`nvidia`: the CUDA driver): `MXMOE_HIP_GEMV` when set
+/// (`mma` on AMD is an error naming the variable), else the default of the device.
+pub(super) fn gemv_variant_for(nvidia: bool) -> Result<&'static str, BackendError> {
+    let set = std::env::var("MXMOE_HIP_GEMV").is_ok_and(|v| !v.is_empty());
+    let v = gemv_variant()?;
+    if !set && nvidia && GEMV_MMA_DEFAULT {
+        return Ok("mma");
+    }
+    if gemv_is_mma(v) && !nvidia {
+        return Err(BackendError::Device(format!(
+            "MXMOE_HIP_GEMV={v}: the matrix-core GEMV is built for NVIDIA (mma.sync) only; AMD \
+             runs v3, v2, v2c or v1 (docs/ENVIRONMENT.md)"
+        )));
+    }
+    Ok(v)
+}
+
+/// Pair rows per tile of the `mma` GEMV (the MMA's N; hip/gemv_mma.h GM_COLS) and its gemv2
+/// output rows per block (GM_ROWS; gemv1 blocks: 32 intermediate columns, as every GEMV).
+pub(super) const GEMV_MMA_TILE: usize = 8;
+pub(super) const GEMV_MMA_OUT_ROWS: usize = 64;
+
+/// The GEMV's tile height for a variant.
+pub(super) fn gemv_tile(variant: &str) -> usize {
+    if gemv_is_mma(variant) {
+        GEMV_MMA_TILE
+    } else {
+        GEMV_TILE
+    }
+}
+
+/// The GEMV kernels (gemv1, gemv2) and gemv2's output rows per block for a variant (`v1` for
+/// weight formats other than MXFP4), code bits and, for `mma`, whether the activations are
+/// unquantized f32 (`split`: hi + lo bf16).
+pub(super) fn gemv_kernels(variant: &str, cb: u32, split: bool) -> (String, String, usize) {
+    match variant {
+        v if gemv_is_mma(v) => {
+            let sfx = if split { "_split" } else { "" };
+            (
+                format!("moe_gemv1_{v}{sfx}_cb4"),
+                format!("moe_gemv2_{v}{sfx}_cb4"),
+                GEMV_MMA_OUT_ROWS,
+            )
+        }
+        "v1" => (
+            format!("moe_gemv1_cb{cb}"),
+            format!("moe_gemv2_cb{cb}"),
+            GEMV_OUT_ROWS,
+        ),
+        v => (
+            format!("moe_gemv1_{v}_cb4"),
+            format!("moe_gemv2_{v}_cb4"),
+            GEMV2_OUT_ROWS,
+        ),
+    }
 }
 
 /// GEMV while the token-expert pairs are at most this many per local expert (on the H200 the
@@ -130,12 +200,26 @@ pub(super) fn fused_route_tokens() -> usize {
         .unwrap_or(FUSED_ROUTE_MAX_TOKENS)
 }
 
+/// The crossover for the matrix-core GEMV (`mma`, `mmapf`): 1, as the others, until measured
+/// (it decodes a weight fragment once per tile of 8 pairs, so it may win far beyond;
+/// docs/h200-2026-12-01s5-hipmma).
+pub(super) const GEMV_MMA_PAIRS_PER_EXPERT: f64 = 1.0;
+
 /// The GEMV / GEMM crossover in pairs per local expert (`MXMOE_HIP_GEMV_PAIRS` or the default).
 pub(super) fn gemv_pairs() -> f64 {
+    gemv_pairs_for("v3")
+}
+
+/// The crossover for a GEMV variant (`MXMOE_HIP_GEMV_PAIRS` or the variant's default).
+pub(super) fn gemv_pairs_for(variant: &str) -> f64 {
     std::env::var("MXMOE_HIP_GEMV_PAIRS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(GEMV_PAIRS_PER_EXPERT)
+        .unwrap_or(if gemv_is_mma(variant) {
+            GEMV_MMA_PAIRS_PER_EXPERT
+        } else {
+            GEMV_PAIRS_PER_EXPERT
+        })
 }
 
 /// The bf16 matrix-core GEMM's tile (hip/mxmoe.cu): GEMM_TILE pair rows x GEMM_N weight rows,
@@ -342,6 +426,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every GEMV variant names kernels the code objects have (the mma ones in the NVIDIA list),
+    /// with its tile height and gemv2 block rows.
+    #[test]
+    fn gemv_variants_name_built_kernels() {
+        let built = |n: &str| {
+            kernels::NAMES.contains(&n)
+                || kernels::NAMES_MORE.contains(&n)
+                || kernels::NAMES_GEMV_MMA.contains(&n)
+        };
+        for v in GEMV_VARIANTS {
+            for split in [false, true] {
+                let (k1, k2, rows) = gemv_kernels(v, 4, split);
+                assert!(built(&k1) && built(&k2), "{v}: {k1}, {k2}");
+                assert!(k1.starts_with("moe_gemv1") && k2.starts_with("moe_gemv2"));
+                assert_eq!(k1.contains("_split"), v.starts_with("mma") && split, "{k1}");
+                assert_eq!(
+                    rows,
+                    if v == "v1" || v.starts_with("mma") {
+                        64
+                    } else {
+                        32
+                    }
+                );
+            }
+            assert_eq!(gemv_tile(v), if v.starts_with("mma") { 8 } else { 4 });
+        }
+        for cb in [6, 8] {
+            let (k1, k2, _) = gemv_kernels("v1", cb, true);
+            assert!(built(&k1) && built(&k2), "{k1}, {k2}");
+        }
+        assert!(kernels::NAMES_GEMV_MMA.iter().all(|n| n.contains("_mma")));
     }
 
     #[test]

@@ -105,6 +105,20 @@ pub const NAMES_MORE: [&str; 19] = [
     "moe_route_lists_v4",
 ];
 
+/// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma|mmapf`,
+/// hip/gemv_mma.h), `moe_gemv{1,2}_mma[pf][_split]_cb4` (`_split`: f32 activations as bf16 hi +
+/// lo; `pf`: two K steps in flight per warp).
+pub const NAMES_GEMV_MMA: [&str; 8] = [
+    "moe_gemv1_mma_cb4",
+    "moe_gemv2_mma_cb4",
+    "moe_gemv1_mma_split_cb4",
+    "moe_gemv2_mma_split_cb4",
+    "moe_gemv1_mmapf_cb4",
+    "moe_gemv2_mmapf_cb4",
+    "moe_gemv1_mmapf_split_cb4",
+    "moe_gemv2_mmapf_split_cb4",
+];
+
 /// NVIDIA only (sm_80 / sm_90 PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
 /// `moe_gemm{1,2}_v2_t<pair rows>[_split]_cb<code bits>`.
 pub const NAMES_V2: [&str; 36] = [
@@ -301,6 +315,101 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The matrix-core GEMV (hip/gemv_mma.h) is in both PTX targets and only there: bf16
+    /// mma.sync on registers decoded by bf16x2 fma (no ldmatrix: the fragments never pass
+    /// through shared memory), 16-byte streaming weight loads, no local memory (the hot-kernel
+    /// check above); the AMD code objects do not have it.
+    #[test]
+    fn ptx_gemv_mma_uses_mma_sync_on_registers() {
+        for (what, bytes) in [("sm_90", PTX_SM90), ("sm_80", PTX_SM80)] {
+            let ptx = std::str::from_utf8(&bytes[..bytes.len() - 1]).unwrap();
+            let entries = ptx_entries(ptx);
+            for n in NAMES_GEMV_MMA {
+                let t = entries
+                    .get(n)
+                    .unwrap_or_else(|| panic!("{what}: kernel {n} missing"));
+                for want in [
+                    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                    "fma.rn.bf16x2",
+                    "cvt.rn.bf16x2.f32",
+                    "ld.global.nc",
+                    "vote.sync.any.pred",
+                ] {
+                    assert!(t.contains(want), "{what}: {n} has no {want}");
+                }
+                assert!(!t.contains("ldmatrix"), "{what}: {n} uses ldmatrix");
+                assert!(!t.contains(".local"), "{what}: {n} uses local memory");
+            }
+            // The split kernels take twice the MMAs of the hi-only ones.
+            let mmas = |n: &str| entries[n].matches("mma.sync").count();
+            for v in ["mma", "mmapf"] {
+                for s in ["1", "2"] {
+                    let (hi, split) = (
+                        format!("moe_gemv{s}_{v}_cb4"),
+                        format!("moe_gemv{s}_{v}_split_cb4"),
+                    );
+                    assert_eq!(mmas(&split), 2 * mmas(&hi), "{what}: {split}");
+                }
+            }
+        }
+        for (target, bytes) in [("gfx942", GFX942), ("gfx950", GFX950)] {
+            let found = bytes
+                .windows(b"moe_gemv1_mma".len())
+                .any(|w| w == b"moe_gemv1_mma");
+            assert!(
+                !found,
+                "{target}: the NVIDIA-only mma GEMV is in the AMD code object"
+            );
+        }
+    }
+
+    /// The matrix-core GEMV's kernels, compiled for the CPU by hip/test/gemv_mma_emu.cpp (one
+    /// OS thread per GPU thread; mma.sync, bf16x2 fma / cvt and vote emulated from the PTX ISA's
+    /// definitions), give the plain matrix product of the exactly decoded weights: both stages,
+    /// hi-only and hi + lo activations, both activation layouts, scale bytes above 128 (the slow
+    /// decode path), rows past the matrix, tiles of 1..8 pairs, an empty tile slot, the router
+    /// weight on the input or the output, with and without biases, both variants (mma, mmapf). Needs a
+    /// clang++ with C++20 (the clang the PTX build uses brings one).
+    #[test]
+    fn gemv_mma_runs_on_the_cpu_emulation() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let cxx = [
+            "clang++-19",
+            "clang++-20",
+            "clang++-21",
+            "clang++-22",
+            "clang++",
+        ]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("no clang++ found (apt-get install clang-19)");
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("gemv_mma_emu");
+        let out = Command::new(cxx)
+            .args(["-std=c++20", "-O1", "-pthread", "-I"])
+            .arg(root.join("hip"))
+            .arg(root.join("hip/test/gemv_mma_emu.cpp"))
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cxx}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run = Command::new(&exe).output().unwrap();
+        let text = String::from_utf8_lossy(&run.stdout);
+        println!("{text}");
+        assert!(run.status.success(), "gemv_mma_emu failed:\n{text}");
+        assert_eq!(text.matches(": ok (0 mismatches)").count(), 11, "{text}");
     }
 
     /// Every v2 kernel has its dynamic shared memory in the PTX, more than the 48 KB a launch

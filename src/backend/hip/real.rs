@@ -185,6 +185,7 @@ impl HipBackend {
         if nvidia {
             names.extend(kernels::NAMES_V2);
             names.extend(kernels::NAMES_MMA);
+            names.extend(kernels::NAMES_GEMV_MMA);
         }
         let funcs: std::collections::HashMap<&'static str, usize> = dev
             .load_module(image, &names)
@@ -552,11 +553,18 @@ impl HipBackend {
         let prof = HostProfile::start();
         let (h, inter, k, el) = (l.hidden, l.inter, l.router.top_k, l.local_experts);
         let na = m * k;
+        // The GEMV for these weights (MXFP4: MXMOE_HIP_GEMV or the device's default).
+        let cb = l.scheme.weight.spec().code_bits;
+        let gv = if cb == 4 {
+            gemv_variant_for(!self.dev.arch.starts_with("gfx"))?
+        } else {
+            "v1"
+        };
         // MXMOE_HIP_MOE_PATH=gemm|gemv forces the expert kernels (benchmarks, tests).
         let gemv = match std::env::var("MXMOE_HIP_MOE_PATH").as_deref() {
             Ok("gemm") => false,
             Ok("gemv") => true,
-            _ => na as f64 <= gemv_pairs() * el.max(1) as f64 || m <= 4,
+            _ => na as f64 <= gemv_pairs_for(gv) * el.max(1) as f64 || m <= 4,
         };
         // MXMOE_HIP_FUSED_COMBINE=0 keeps the combine kernel (measurements, diagnosis).
         let fuse_combine = gemv
@@ -598,7 +606,7 @@ impl HipBackend {
             None
         };
         let tile_m = match (gemv, v2_tm) {
-            (true, _) => GEMV_TILE,
+            (true, _) => gemv_tile(gv),
             (false, Some(t)) => t,
             (false, None) => GEMM_TILE,
         };
@@ -722,26 +730,13 @@ impl HipBackend {
         };
         let b13 = g.bias13.as_ref().unwrap_or(&g.dummy).ptr;
         let b2 = g.bias2.as_ref().unwrap_or(&g.dummy).ptr;
-        let cb = l.scheme.weight.spec().code_bits;
         let mt = max_tiles as u32;
         let (g1, g2) = ((mt, (inter / 32) as u32), (mt, h.div_ceil(64) as u32));
         if gemv {
-            // hip/mxmoe.cu gemv_body: 32 intermediate columns / GEMV_OUT_ROWS (v2:
-            // GEMV2_OUT_ROWS) output rows.
-            let gv = if cb == 4 { gemv_variant()? } else { "v1" };
-            let (g2, k1, k2) = if gv != "v1" {
-                (
-                    (mt, h.div_ceil(GEMV2_OUT_ROWS) as u32),
-                    format!("moe_gemv1_{gv}_cb4"),
-                    format!("moe_gemv2_{gv}_cb4"),
-                )
-            } else {
-                (
-                    (mt, h.div_ceil(GEMV_OUT_ROWS) as u32),
-                    format!("moe_gemv1_cb{cb}"),
-                    format!("moe_gemv2_cb{cb}"),
-                )
-            };
+            // hip/mxmoe.cu gemv_body, hip/gemv_mma.h: 32 intermediate columns / `rows2` output
+            // rows per block.
+            let (k1, k2, rows2) = gemv_kernels(gv, cb, l.scheme.activation.is_none());
+            let g2 = (mt, h.div_ceil(rows2) as u32);
             let none = 0u64;
             run(
                 "moe/gemv1",
