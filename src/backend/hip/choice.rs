@@ -103,13 +103,15 @@ pub(super) fn env_variant(
 /// per code, per-block scales, 32-row gemv2 blocks, 4 blocks per multiprocessor, weights loaded
 /// past the L1 on NVIDIA), `v2c` (the same with plain loads, `moe_gemv{1,2}_v2c_cb4`), `v3`
 /// (`moe_gemv{1,2}_v3_cb4`: four lanes per 32-block, so that a warp's activation loads touch 8
-/// lines instead of 32; the default: faster than v2 at every measured decode size on the H200,
-/// docs/h200-2026-12-01-session4) or `v1`; the kernel-name infix. Other weight
+/// lines instead of 32; faster than v2 at every measured decode size on the H200,
+/// docs/h200-2026-12-01-session4; the default on AMD) or `v1`; the kernel-name infix. Other weight
 /// formats always run v1.
 /// `mma` (NVIDIA only: `moe_gemv{1,2}_mma[_split]_cb4`, hip/gemv_mma.h) runs the GEMV on the
 /// matrix cores: the weights are mma.sync's A operand, up to 8 token-expert pairs of one expert its
-/// N columns, so one decode of a weight fragment serves all of a tile's pairs; `mmapf` is the same
-/// with two K steps in flight per warp and one block per multiprocessor.
+/// N columns, so one decode of a weight fragment serves all of a tile's pairs; the default on
+/// NVIDIA (GEMV_MMA_DEFAULT); `mmapf` is the same with two K steps in flight per warp and one
+/// block per multiprocessor (slower on the H200 at every measured size: 1 / 16 / 256 gpt-oss
+/// tokens 0.067 / 0.269 / 1.699 ms against mma's 0.058 / 0.209 / 1.260).
 pub(super) const GEMV_VARIANTS: [&str; 6] = ["v3", "v2", "v2c", "v1", "mma", "mmapf"];
 
 /// Whether a GEMV variant is a matrix-core one (hip/gemv_mma.h, NVIDIA only, tiles of 8 pairs).
@@ -121,8 +123,11 @@ pub(super) fn gemv_variant() -> Result<&'static str, BackendError> {
 }
 
 /// Whether NVIDIA devices run the `mma` GEMV when `MXMOE_HIP_GEMV` is unset (AMD: never, it is not
-/// built there).
-pub(super) const GEMV_MMA_DEFAULT: bool = false;
+/// built there). Yes since its first H200 run (docs/h200-2026-12-01s5-gemvmma): the whole catalog
+/// with the GEMV forced on every MoE case passed (587/0/0) and it beat v3 at 4 to 16 tokens by
+/// 1.7-2.5x (gpt-oss-120b 16 tokens 0.525 -> 0.209 ms; DeepSeek-R1 1 token 0.155 -> 0.137,
+/// 8 tokens 0.878 -> 0.393); at one gpt-oss token it is within 2 us of v3 (0.058 vs 0.056).
+pub(super) const GEMV_MMA_DEFAULT: bool = true;
 
 /// The MXFP4 decode GEMV for a device (`nvidia`: the CUDA driver): `MXMOE_HIP_GEMV` when set
 /// (`mma` on AMD is an error naming the variable), else the default of the device.
@@ -200,9 +205,9 @@ pub(super) fn fused_route_tokens() -> usize {
         .unwrap_or(FUSED_ROUTE_MAX_TOKENS)
 }
 
-/// The crossover for the matrix-core GEMV (`mma`, `mmapf`): 1, as the others, until measured
-/// (it decodes a weight fragment once per tile of 8 pairs, so it may win far beyond;
-/// docs/h200-2026-12-01s5-hipmma).
+/// The crossover for the matrix-core GEMV (`mma`, `mmapf`): 1, as the others: at 2 pairs per
+/// expert the mma GEMM is ahead (H200, GEMV forced vs the default: gpt-oss-120b 64 tokens 0.464
+/// vs 0.448 ms, DeepSeek-R1 64 tokens 1.259 vs 1.015; docs/h200-2026-12-01s5-gemvmma).
 pub(super) const GEMV_MMA_PAIRS_PER_EXPERT: f64 = 1.0;
 
 /// The GEMV / GEMM crossover in pairs per local expert (`MXMOE_HIP_GEMV_PAIRS` or the default).

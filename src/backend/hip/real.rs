@@ -264,11 +264,13 @@ impl HipBackend {
             format!(
                 "expert kernels: grouped GEMV up to {} token-expert pair(s) per local expert, \
                  else the grouped GEMM on {mma}",
-                gemv_pairs()
+                gemv_variant_for(!self.dev.arch.starts_with("gfx"))
+                    .map_or(gemv_pairs(), gemv_pairs_for)
             ),
             format!(
                 "decode kernels: MXFP4 GEMV {}, route + lists {} (MXMOE_HIP_GEMV, MXMOE_HIP_ROUTE)",
-                gemv_variant().unwrap_or("(MXMOE_HIP_GEMV invalid)"),
+                gemv_variant_for(!self.dev.arch.starts_with("gfx"))
+                    .unwrap_or("(MXMOE_HIP_GEMV invalid)"),
                 route_variant().unwrap_or("(MXMOE_HIP_ROUTE invalid)")
             ),
         ];
