@@ -44,6 +44,11 @@ MX_DEVICE float shfl_xor(float v, u32 mask) {
   u32 lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
   return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((int)((lane ^ mask) << 2), __builtin_bit_cast(int, v)));
 }
+// Lane src's v (within the executing group of 32 lanes here: src < 32 read from the same half).
+MX_DEVICE float shfl_idx(float v, u32 src) {
+  u32 lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+  return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((int)(((lane & 32u) | src) << 2), __builtin_bit_cast(int, v)));
+}
 MX_DEVICE float fast_exp2(float x) { return __builtin_amdgcn_exp2f(x); }
 #define WARP 64
 #elif defined(__NVPTX__)
@@ -55,6 +60,11 @@ MX_DEVICE void sync_threads() { __syncthreads(); }
 MX_DEVICE float shfl_xor(float v, u32 mask) {
   float r;
   asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
+  return r;
+}
+MX_DEVICE float shfl_idx(float v, u32 src) {
+  float r;
+  asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(src));
   return r;
 }
 MX_DEVICE float fast_exp2(float x) { return __nvvm_ex2_approx_f(x); }

@@ -246,23 +246,14 @@ MX_DEVICE void route_weights_serial(const RouteParams& rp, u32 t, const RouteSha
   }
 }
 
-// Route token t. The work is done by threads lid < R_WG (the same sums in the same order
-// whatever the block size); every thread of the block must call it (barriers). FAST (v2): the
-// arg-max by shuffles (r_argmax_fast) and no softmax-sum tree where no softmax sum is used; the
-// same bits. SIMPLE (v3): the router is a softmax or top-k softmax without a correction bias or
-// groups (the host checks), so that the exact scoring, the groups and the sigmoid weights are
-// compiled out: a single block runs this once per token, and the general kernel's 71 KB of code
-// are a suspect for its ~15 k cycles (docs/h200-2026-12-01-hipdecode2). The same bits.
-// NK (v4): the threads that share the per-expert work whose results do not depend on the
-// thread count (staging the logits, the exact softmax terms, the scores with the correction
-// bias: DeepSeek's exact sigmoids); the block must have at least NK threads. The arg-max
-// candidates and the sums stay with the first R_WG threads.
-template <bool FAST, bool SIMPLE = false, u32 NK = R_WG>
-MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* logits,
-                           const u32* bias, i32* ids, float* weights, RouteShared& s) {
-  const u32 LW = lid < R_WG ? R_WG : 0u;  // threads past R_WG take no work (loops end at once)
+// The first part of route_token: the logits staged in s.lg, the exact softmax's s.rmax and
+// s.rtotal where it applies, the keys s.key (and s.taken cleared), by the first NK threads;
+// every thread of the block calls it (barriers; the last one publishes the keys).
+template <bool SIMPLE, u32 NK>
+MX_DEVICE void route_scores(const RouteParams& rp, u32 t, u32 lid, const float* logits,
+                            const u32* bias, RouteShared& s) {
   const bool LK = lid < NK;
-  u32 e = rp.n_experts, k = rp.top_k;
+  u32 e = rp.n_experts;
   const float* lgt = logits + (u64)t * e;
   for (u32 i = lid; i < e && LK; i += NK) s.lg[i] = lgt[i];
   sync_threads();
@@ -289,6 +280,27 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
     s.taken[i] = 0u;
   }
   sync_threads();
+}
+
+// Route token t. The work is done by threads lid < R_WG (the same sums in the same order
+// whatever the block size); every thread of the block must call it (barriers). FAST (v2): the
+// arg-max by shuffles (r_argmax_fast) and no softmax-sum tree where no softmax sum is used; the
+// same bits. SIMPLE (v3): the router is a softmax or top-k softmax without a correction bias or
+// groups (the host checks), so that the exact scoring, the groups and the sigmoid weights are
+// compiled out: a single block runs this once per token, and the general kernel's 71 KB of code
+// are a suspect for its ~15 k cycles (docs/h200-2026-12-01-hipdecode2). The same bits.
+// NK (v4): the threads that share the per-expert work whose results do not depend on the
+// thread count (staging the logits, the exact softmax terms, the scores with the correction
+// bias: DeepSeek's exact sigmoids); the block must have at least NK threads. The arg-max
+// candidates and the sums stay with the first R_WG threads.
+template <bool FAST, bool SIMPLE = false, u32 NK = R_WG>
+MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* logits,
+                           const u32* bias, i32* ids, float* weights, RouteShared& s) {
+  const u32 LW = lid < R_WG ? R_WG : 0u;  // threads past R_WG take no work (loops end at once)
+  u32 e = rp.n_experts, k = rp.top_k;
+  route_scores<SIMPLE, NK>(rp, t, lid, logits, bias, s);
+  const float* lg = s.lg;
+  bool exact_softmax = (!SIMPLE && rp.has_bias != 0u) && rp.scoring == SCORING_SOFTMAX;
   // Groups: each group's score, then the best topk_group groups (ties to the lower group).
   u32 per = e;
   u32 ng = (!SIMPLE && rp.n_group > 0u) ? rp.n_group : 1u;
@@ -558,6 +570,55 @@ ROUTE_LISTS_KERNEL(moe_route_lists_v2, true, true)
 ROUTE_LISTS_KERNEL(moe_route_lists_v3, true, true, true)
 ROUTE_LISTS_KERNEL(moe_route_lists_v4, true, true, false, 256u)
 
+// The best (value, index) over 32 lanes (r_better's total order: any reduction order finds the
+// same winner); every lane gets it.
+MX_DEVICE void warp_best(float& bv, i32& bi) {
+#pragma unroll
+  for (u32 m = 16u; m > 0u; m >>= 1) {
+    float ov = shfl_xor(bv, m);
+    i32 oi = (i32)f2u(shfl_xor(u2f((u32)bi), m));
+    if (r_better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+}
+
+// The lists of ONE token whose k experts (s.sel) are distinct: each local expert has at most
+// one pair, the row of slot j is the number of valid slots with a lower local expert (lists_body
+// orders the rows by local expert), and each valid slot is one tile. Threads < k do the work
+// (s.bi as scratch); every thread of the block calls it (barriers).
+MX_DEVICE void lists_one_token(const MoeParams& p, u32 lid, u32 k, const i32* expert_map,
+                               u32* pair_of_row, i32* row_of_pair, u32* tiles, RouteShared& s) {
+  i32 l = -1;
+  if (lid < k) {
+    i32 id = (i32)s.sel[lid];
+    l = p.has_map ? expert_map[id] : id;
+    s.bi[lid] = l;
+  }
+  sync_threads();
+  if (lid < k) {
+    u32 r = 0u, nv = 0u;
+    for (u32 j = 0; j < k; ++j) {
+      i32 o = s.bi[j];
+      if (o >= 0) {
+        nv++;
+        if (o < l) r++;
+      }
+    }
+    if (l >= 0) {
+      pair_of_row[r] = lid;
+      row_of_pair[lid] = (i32)r;
+      tiles[1u + 3u * r] = (u32)l;
+      tiles[2u + 3u * r] = r;
+      tiles[3u + 3u * r] = r + 1u;
+    } else {
+      row_of_pair[lid] = -1;
+    }
+    if (lid == 0u) tiles[0] = nv;
+  }
+}
+
 // Decode's routing + lists for ONE token and a plain softmax or top-k softmax router (no
 // correction bias, no groups: the host checks, as for v3), in one warp (MXMOE_HIP_ROUTE=v4):
 // no block-wide barriers in the arg-max rounds, no prefix sums. moe_route_lists_v3 spends
@@ -593,15 +654,7 @@ MX_KERNEL(32) void moe_route_lists_w1(RouteParams rp, MoeParams p, const float* 
         bv = s.lg[i];
       }
     }
-#pragma unroll
-    for (u32 m = 16u; m > 0u; m >>= 1) {
-      float ov = shfl_xor(bv, m);
-      i32 oi = (i32)f2u(shfl_xor(u2f((u32)bi), m));
-      if (r_better(ov, oi, bv, bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
+    warp_best(bv, bi);
     if (bi >= 0 && ((u32)bi & 31u) == lane) taken |= 1u << ((u32)bi >> 5);
     if (j == 0u) first = bi;
     if (lane == 0u) s.sel[j] = (u32)bi;
@@ -618,33 +671,100 @@ MX_KERNEL(32) void moe_route_lists_w1(RouteParams rp, MoeParams p, const float* 
   }
   if (lane == 0u) route_weights_serial(rp, 0u, s, mx, u2f(rp.scaling), ids, weights);
   sync_threads();
-  i32 l = -1;
-  if (lane < k) {
-    i32 id = (i32)s.sel[lane];
-    l = p.has_map ? expert_map[id] : id;
-    s.sel_score[lane] = (u32)l;
-  }
-  sync_threads();
-  if (lane < k) {
-    u32 r = 0u, nv = 0u;
-    for (u32 j = 0; j < k; ++j) {
-      i32 o = (i32)s.sel_score[j];
-      if (o >= 0) {
-        nv++;
-        if (o < l) r++;
+  lists_one_token(p, lane, k, expert_map, pair_of_row, row_of_pair, tiles, s);
+}
+
+// Decode's routing + lists for ONE token and any router (MXMOE_HIP_ROUTE=v5; meant for the
+// routers with exact scores, DeepSeek's sigmoid with correction bias and groups, whose
+// moe_route_lists_v4 takes ~25 us of a ~140 us forward at 1 token): all 256 threads compute the
+// scores (route_scores, as v4), then ONE warp does the rest with shuffles and no block barrier:
+// the group scores (r_group_score, each lane its groups g = lane + 32 r), the topk_group group
+// rounds and the k expert rounds (warp_best: route_token's winners, its candidates being the
+// same sets), the selected scores, their sum in slot order (lane 0's order through shfl_idx, as
+// route_token's lid 0 loop) and exact division, or route_weights_serial; then the lists of one
+// token. The same bits as route_token.
+MX_KERNEL(256) void moe_route_lists_w1g(RouteParams rp, MoeParams p, const float* logits,
+                                       const u32* bias, i32* ids, float* weights,
+                                       const i32* expert_map, u32* pair_of_row, i32* row_of_pair,
+                                       u32* tiles) {
+  MX_SHARED RouteShared s;
+  u32 lid = tid_x(), e = rp.n_experts, k = rp.top_k;
+  route_scores<false, 256u>(rp, 0u, lid, logits, bias, s);
+  const float* lg = s.lg;
+  bool exact_softmax = rp.has_bias != 0u && rp.scoring == SCORING_SOFTMAX;
+  bool groups = rp.n_group > 0u;
+  u32 per = groups ? e / rp.n_group : e, ng = groups ? rp.n_group : 1u;
+  if (lid < 32u) {
+    u32 lane = lid;
+    u32 elig = groups ? 0u : ~0u;  // bit q: expert lane + 32 q lies in a chosen group
+    if (groups) {
+      for (u32 g = lane; g < ng; g += 32u) s.gscore[g] = r_group_score(s, rp, g, per);
+      u32 gtaken = 0u;  // bit q: group lane + 32 q chosen
+      for (u32 r = 0; r < rp.topk_group; ++r) {
+        i32 bi = -1;
+        float bv = 0.0f;
+        u32 q = 0u;
+        for (u32 g = lane; g < ng; g += 32u, ++q) {
+          if (((gtaken >> q) & 1u) == 0u && (bi < 0 || key_gt(s.gscore[g], bv))) {
+            bi = (i32)g;
+            bv = s.gscore[g];
+          }
+        }
+        warp_best(bv, bi);
+        if (bi < 0) continue;
+        if (((u32)bi & 31u) == lane) gtaken |= 1u << ((u32)bi >> 5);
+        q = 0u;
+        for (u32 i = lane; i < e; i += 32u, ++q)
+          if (i / per == (u32)bi) elig |= 1u << q;
       }
     }
-    if (l >= 0) {
-      pair_of_row[r] = lane;
-      row_of_pair[lane] = (i32)r;
-      tiles[1u + 3u * r] = (u32)l;
-      tiles[2u + 3u * r] = r;
-      tiles[3u + 3u * r] = r + 1u;
-    } else {
-      row_of_pair[lane] = -1;
+    u32 taken = 0u;
+    i32 first = -1, mysel = -1;
+    for (u32 j = 0; j < k; ++j) {
+      i32 bi = -1;
+      float bv = 0.0f;
+      u32 q = 0u;
+      for (u32 i = lane; i < e; i += 32u, ++q) {
+        if (((taken >> q) & 1u) == 0u && ((elig >> q) & 1u) != 0u &&
+            (bi < 0 || key_gt(s.key[i], bv))) {
+          bi = (i32)i;
+          bv = s.key[i];
+        }
+      }
+      warp_best(bv, bi);
+      if (bi >= 0 && ((u32)bi & 31u) == lane) taken |= 1u << ((u32)bi >> 5);
+      if (j == 0u) first = bi;
+      if (j == lane) mysel = bi;
+      if (lane == 0u) s.sel[j] = (u32)bi;
     }
-    if (lane == 0u) tiles[0] = nv;
+    float mx = lg[first];
+    if (rp.scoring == SCORING_SOFTMAX && !exact_softmax) {
+      float lo = 0.0f, hi = 0.0f;
+      for (u32 i = lane; i < e; i += 64u) lo += fast_exp(lg[i] - mx);
+      for (u32 i = lane + 32u; i < e; i += 64u) hi += fast_exp(lg[i] - mx);
+      float v = lo + hi;
+#pragma unroll
+      for (u32 m = 16u; m > 0u; m >>= 1) v = v + shfl_xor(v, m);
+      if (lane == 0u) s.sum[0] = v;
+    }
+    float scaling = u2f(rp.scaling);
+    if (rp.scoring == SCORING_SIGMOID || exact_softmax) {
+      u32 sc = lane < k ? r_score(s, rp, (u32)mysel) : 0u;
+      float total = 0.0f;
+      if (rp.renormalize != 0u)
+        for (u32 j = 0; j < k; ++j) total = total + shfl_idx(u2f(sc), j);
+      if (lane < k) {
+        u32 w = sc;
+        if (rp.renormalize != 0u) w = exact_div(w, f2u(total));
+        ids[lane] = mysel;
+        weights[lane] = u2f(w) * scaling;
+      }
+    } else if (lane == 0u) {
+      route_weights_serial(rp, 0u, s, mx, scaling, ids, weights);
+    }
   }
+  sync_threads();
+  lists_one_token(p, lid, k, expert_map, pair_of_row, row_of_pair, tiles, s);
 }
 
 // The tile of this block: (expert, first row, end row); false when the slot is empty. The

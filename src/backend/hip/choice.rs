@@ -29,8 +29,10 @@ pub(super) const GEMV2_OUT_ROWS: usize = 32;
 /// routers with exact scores, DeepSeek's, with all 256 threads of a block computing them,
 /// `moe_route_lists_v4` / `mx_route_v4`, where v2 has 64; the same bits; `route_plan`; H200
 /// catalog 585/0/0, gpt-oss 1 token 0.059 -> 0.056 ms, DeepSeek-R1 0.161 -> 0.156,
-/// docs/h200-2026-12-01s5-route) or `v1`. Anything else is an error naming the variable.
-pub(super) const ROUTE_VARIANTS: [&str; 4] = ["v4", "v3", "v2", "v1"];
+/// docs/h200-2026-12-01s5-route), `v5` (v4, and one token with any other router in
+/// `moe_route_lists_w1g`: 256 threads compute the scores, then one warp routes with shuffles
+/// only; the same bits) or `v1`. Anything else is an error naming the variable.
+pub(super) const ROUTE_VARIANTS: [&str; 5] = ["v4", "v5", "v3", "v2", "v1"];
 pub(super) fn route_variant() -> Result<&'static str, BackendError> {
     env_variant("MXMOE_HIP_ROUTE", &ROUTE_VARIANTS)
 }
@@ -58,15 +60,21 @@ pub(super) enum RoutePlan {
 pub(super) fn route_plan(variant: &str, simple: bool, m: usize, fused: usize) -> RoutePlan {
     let (rv, lv) = match variant {
         "v1" => ("", ""),
-        "v3" | "v4" if simple => ("_v3", "_v2"),
-        "v4" => ("_v4", "_v2"),
+        "v3" | "v4" | "v5" if simple => ("_v3", "_v2"),
+        "v4" | "v5" => ("_v4", "_v2"),
         _ => ("_v2", "_v2"),
     };
     if m <= fused {
-        if m == 1 && simple && variant == "v4" {
+        if m == 1 && simple && (variant == "v4" || variant == "v5") {
             return RoutePlan::Fused {
                 kernel: "moe_route_lists_w1".into(),
                 threads: 32,
+            };
+        }
+        if m == 1 && variant == "v5" {
+            return RoutePlan::Fused {
+                kernel: "moe_route_lists_w1g".into(),
+                threads: 256,
             };
         }
         return RoutePlan::Fused {
@@ -394,6 +402,22 @@ mod tests {
             fused("moe_route_lists_v3", 256)
         );
         assert_eq!(route_plan("v1", true, 1, 1), fused("moe_route_lists", 256));
+        assert_eq!(
+            route_plan("v5", true, 1, 1),
+            fused("moe_route_lists_w1", 32)
+        );
+        assert_eq!(
+            route_plan("v5", false, 1, 1),
+            fused("moe_route_lists_w1g", 256)
+        );
+        assert_eq!(
+            route_plan("v5", false, 2, 2),
+            fused("moe_route_lists_v4", 256)
+        );
+        assert_eq!(
+            route_plan("v5", false, 8, 1),
+            sep("mx_route_v4", 256, "moe_lists_v2")
+        );
         assert_eq!(
             route_plan("v3", true, 8, 1),
             sep("mx_route_v3", 64, "moe_lists_v2")

@@ -83,7 +83,7 @@ pub const NAMES: [&str; 22] = [
 ];
 /// The GEMV kernels of 8-bit codes (FP8, INT8), the combine, decode's fused route + lists, the
 /// MoE input QDQ, and the v2 decode kernels (`MXMOE_HIP_GEMV`, `MXMOE_HIP_ROUTE`).
-pub const NAMES_MORE: [&str; 19] = [
+pub const NAMES_MORE: [&str; 20] = [
     "mx_qdq_lanes",
     "moe_gemv1_cb8",
     "moe_gemv2_cb8",
@@ -103,6 +103,7 @@ pub const NAMES_MORE: [&str; 19] = [
     "moe_route_lists_w1",
     "mx_route_v4",
     "moe_route_lists_v4",
+    "moe_route_lists_w1g",
 ];
 
 /// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma|mmapf`,
