@@ -42,10 +42,10 @@
 // (deterministic), then the v3 epilogues (gemv1: bias, router weight on input, activation,
 // intermediate QDQ; gemv2: bias, router weight, and with `counters` the fused combine).
 // Grid: x = tile slot (tiles of <= 8 pairs: p.tile_m = 8), y = column block (gemv1: 32
-// intermediate columns; gemv2: 64 output rows). Two variants: `mma` (two blocks per SM, <= 128
-// registers, one step of weight loads in flight per warp) and `mmapf` (PF: the next step's words
-// loaded before this step's decode, one block per SM). hip/test/gemv_mma_emu.cpp runs both on
-// the CPU (GM_HOST_EMU) against a plain product.
+// intermediate columns; gemv2: 64 output rows). Two blocks per SM, <= 128 registers, one step of
+// weight loads in flight per warp (a variant with two steps in flight and one block per SM was
+// slower on the H200 at every measured size and was removed: docs/h200-2026-12-01s5-gemvmma).
+// hip/test/gemv_mma_emu.cpp runs the kernels on the CPU (GM_HOST_EMU) against a plain product.
 #pragma once
 #if defined(MX_NV)
 
@@ -161,7 +161,7 @@ MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], con
   }
 }
 
-template <bool SPLIT, bool PF>
+template <bool SPLIT>
 MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const float* x, const u32* wcodes, const u8* wscales, u32* out,
                              const float* bias, const float* topw, const i32* row_of_pair,
@@ -215,17 +215,11 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
         sv[r][hh] = load_stream_u8(ws + ix);
       }
   };
-  // PF: the next step's words are loaded before this step's decode (two steps in flight).
-  if (PF && 4u * warp < kblocks) load_step(umin(4u * warp + t, kblocks - 1u), w, sb);
   for (u32 b0 = 4u * warp; b0 < kblocks; b0 += 4u * GM_WARPS) {
     u32 bu = b0 + t;
     bool kin = bu < kblocks;
     u32 b = kin ? bu : kblocks - 1u;
-    uint4v wn[GM_R][2];
-    u32 sn[GM_R][2];
-    bool more = b0 + 4u * GM_WARPS < kblocks;
-    if (!PF) load_step(b, w, sb);
-    else if (more) load_step(umin(b0 + 4u * GM_WARPS + t, kblocks - 1u), wn, sn);
+    load_step(b, w, sb);
     // This lane's activations (pair g, block b), read per word inside the step (L1 / L2 hits).
     const float4v* xp = col && kin ? (const float4v*)(xr + (u64)b * 32u) : nullptr;
     // Factors: 2^(s - 1) as bf16x2 (fast path), 0 for rows / blocks outside the matrix.
@@ -254,15 +248,6 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       gm_step<SPLIT, true>(acc, w, f2, xp);
     } else {
       gm_step<SPLIT, false>(acc, w, f1, xp);
-    }
-    if (PF && more) {
-#pragma unroll
-      for (u32 r = 0; r < GM_R; ++r)
-#pragma unroll
-        for (u32 hh = 0; hh < 2u; ++hh) {
-          w[r][hh] = wn[r][hh];
-          sb[r][hh] = sn[r][hh];
-        }
     }
   }
   // The warps' partial tiles, summed in warp order.
@@ -319,18 +304,15 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   }
 }
 
-// mma: two blocks (16 warps) per multiprocessor, <= 128 registers, one step in flight per warp.
-// mmapf: one block (8 warps) per multiprocessor, two steps in flight per warp (PF).
-#define GEMV_MMA_KERNELS(NAME, PF, OCC, SPLIT, SFX)                                            \
-  MX_KERNEL_OCC(GM_THREADS, OCC) void moe_gemv1_##NAME##SFX##_cb4(GEMV_ARGS) {                 \
-    gemv_mma_body<SPLIT, PF>(p, true, GEMV_PASS);                                              \
+// Two blocks (16 warps) per multiprocessor, <= 128 registers.
+#define GEMV_MMA_KERNELS(SPLIT, SFX)                                                           \
+  MX_KERNEL_OCC(GM_THREADS, 2) void moe_gemv1_mma##SFX##_cb4(GEMV_ARGS) {                      \
+    gemv_mma_body<SPLIT>(p, true, GEMV_PASS);                                                  \
   }                                                                                            \
-  MX_KERNEL_OCC(GM_THREADS, OCC) void moe_gemv2_##NAME##SFX##_cb4(GEMV_ARGS) {                 \
-    gemv_mma_body<SPLIT, PF>(p, false, GEMV_PASS);                                             \
+  MX_KERNEL_OCC(GM_THREADS, 2) void moe_gemv2_mma##SFX##_cb4(GEMV_ARGS) {                      \
+    gemv_mma_body<SPLIT>(p, false, GEMV_PASS);                                                 \
   }
-GEMV_MMA_KERNELS(mma, false, 2, false, )
-GEMV_MMA_KERNELS(mma, false, 2, true, _split)
-GEMV_MMA_KERNELS(mmapf, true, 1, false, )
-GEMV_MMA_KERNELS(mmapf, true, 1, true, _split)
+GEMV_MMA_KERNELS(false, )
+GEMV_MMA_KERNELS(true, _split)
 
 #endif

@@ -161,7 +161,7 @@ static const float E2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 
 struct Case {
   const char* name;
-  bool is1, split, pf;
+  bool is1, split, odd;  // odd: a second shape (K steps that end mid-warp)
   u32 activation, k, nrows_or_inter;  // gemv1: K = hidden, inter; gemv2: K = inter, hidden
   bool big_scales;
   bool on_input = false;  // the router weight on gemv1's output (Llama 4), not gemv2's
@@ -232,10 +232,8 @@ static int run_case(const Case& c, std::mt19937& rng) {
       for (u32 t = 0; t < GM_THREADS; ++t)
         th.emplace_back([&, t] {
           g_tid = t;
-          auto f = c.pf ? (c.is1 ? (c.split ? moe_gemv1_mmapf_split_cb4 : moe_gemv1_mmapf_cb4)
-                                 : (c.split ? moe_gemv2_mmapf_split_cb4 : moe_gemv2_mmapf_cb4))
-                        : (c.is1 ? (c.split ? moe_gemv1_mma_split_cb4 : moe_gemv1_mma_cb4)
-                                 : (c.split ? moe_gemv2_mma_split_cb4 : moe_gemv2_mma_cb4));
+          auto f = c.is1 ? (c.split ? moe_gemv1_mma_split_cb4 : moe_gemv1_mma_cb4)
+                         : (c.split ? moe_gemv2_mma_split_cb4 : moe_gemv2_mma_cb4);
           f(p, pair_of_row.data(), tiles.data(), x.data(), wcodes.data(), wscales.data(), out.data(),
             bias.data(), topw.data(), nullptr, nullptr, nullptr);
         });
@@ -305,10 +303,10 @@ int main() {
       {"gemv2 big scales", false, false, false, ACT_SILU, 32u * 9u, 160u, true},
       {"gemv1 silu split", true, true, false, ACT_SILU, 32u * 37u, 64u, false},
       {"gemv1 oai hi big scales", true, false, false, ACT_SWIGLUOAI, 32u * 5u, 96u, true},
-      {"pf gemv2 split", false, true, true, ACT_SILU, 32u * 70u, 96u, false},
-      {"pf gemv2 hi big scales", false, false, true, ACT_SILU, 32u * 41u, 160u, true},
-      {"pf gemv1 silu split", true, true, true, ACT_SILU, 32u * 37u, 64u, false},
-      {"pf gemv1 oai hi", true, false, true, ACT_SWIGLUOAI, 32u * 3u, 96u, false},
+      {"gemv2 split, 41 blocks", false, true, true, ACT_SILU, 32u * 70u, 96u, false},
+      {"gemv2 hi big scales, 41 blocks", false, false, true, ACT_SILU, 32u * 41u, 160u, true},
+      {"gemv1 silu split, 37 blocks", true, true, true, ACT_SILU, 32u * 37u, 64u, false},
+      {"gemv1 oai hi, 3 blocks", true, false, true, ACT_SWIGLUOAI, 32u * 3u, 96u, false},
       {"gemv1 on-input no-bias one-pair", true, true, false, ACT_SILU, 32u * 45u, 64u, false, true, false, true},
       {"gemv2 on-input no-bias one-pair", false, true, true, ACT_SILU, 32u * 45u, 96u, false, true, false, true},
   };

@@ -117,10 +117,10 @@ pub(super) fn env_variant(
 /// `mma` (NVIDIA only: `moe_gemv{1,2}_mma[_split]_cb4`, hip/gemv_mma.h) runs the GEMV on the
 /// matrix cores: the weights are mma.sync's A operand, up to 8 token-expert pairs of one expert its
 /// N columns, so one decode of a weight fragment serves all of a tile's pairs; the default on
-/// NVIDIA (GEMV_MMA_DEFAULT); `mmapf` is the same with two K steps in flight per warp and one
-/// block per multiprocessor (slower on the H200 at every measured size: 1 / 16 / 256 gpt-oss
-/// tokens 0.067 / 0.269 / 1.699 ms against mma's 0.058 / 0.209 / 1.260).
-pub(super) const GEMV_VARIANTS: [&str; 6] = ["v3", "v2", "v2c", "v1", "mma", "mmapf"];
+/// NVIDIA (GEMV_MMA_DEFAULT). (A variant with two K steps in flight per warp and one block per
+/// multiprocessor, `mmapf`, was slower on the H200 at every measured size, 1 / 16 / 256 gpt-oss
+/// tokens 0.067 / 0.269 / 1.699 ms against 0.058 / 0.209 / 1.260, and was removed.)
+pub(super) const GEMV_VARIANTS: [&str; 5] = ["v3", "v2", "v2c", "v1", "mma"];
 
 /// Whether a GEMV variant is a matrix-core one (hip/gemv_mma.h, NVIDIA only, tiles of 8 pairs).
 pub(super) fn gemv_is_mma(variant: &str) -> bool {
@@ -213,7 +213,7 @@ pub(super) fn fused_route_tokens() -> usize {
         .unwrap_or(FUSED_ROUTE_MAX_TOKENS)
 }
 
-/// The crossover for the matrix-core GEMV (`mma`, `mmapf`): 1, as the others: at 2 pairs per
+/// The crossover for the matrix-core GEMV (`mma`): 1, as the others: at 2 pairs per
 /// expert the mma GEMM is ahead (H200, GEMV forced vs the default: gpt-oss-120b 64 tokens 0.464
 /// vs 0.448 ms, DeepSeek-R1 64 tokens 1.259 vs 1.015; docs/h200-2026-12-01s5-gemvmma).
 pub(super) const GEMV_MMA_PAIRS_PER_EXPERT: f64 = 1.0;

@@ -106,18 +106,14 @@ pub const NAMES_MORE: [&str; 20] = [
     "moe_route_lists_w1g",
 ];
 
-/// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma|mmapf`,
-/// hip/gemv_mma.h), `moe_gemv{1,2}_mma[pf][_split]_cb4` (`_split`: f32 activations as bf16 hi +
-/// lo; `pf`: two K steps in flight per warp).
-pub const NAMES_GEMV_MMA: [&str; 8] = [
+/// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma`, the
+/// default there; hip/gemv_mma.h), `moe_gemv{1,2}_mma[_split]_cb4` (`_split`: f32 activations as
+/// bf16 hi + lo).
+pub const NAMES_GEMV_MMA: [&str; 4] = [
     "moe_gemv1_mma_cb4",
     "moe_gemv2_mma_cb4",
     "moe_gemv1_mma_split_cb4",
     "moe_gemv2_mma_split_cb4",
-    "moe_gemv1_mmapf_cb4",
-    "moe_gemv2_mmapf_cb4",
-    "moe_gemv1_mmapf_split_cb4",
-    "moe_gemv2_mmapf_split_cb4",
 ];
 
 /// NVIDIA only (sm_80 / sm_90 PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
@@ -345,7 +341,7 @@ mod tests {
             }
             // The split kernels take twice the MMAs of the hi-only ones.
             let mmas = |n: &str| entries[n].matches("mma.sync").count();
-            for v in ["mma", "mmapf"] {
+            for v in ["mma"] {
                 for s in ["1", "2"] {
                     let (hi, split) = (
                         format!("moe_gemv{s}_{v}_cb4"),
@@ -371,7 +367,7 @@ mod tests {
     /// definitions), give the plain matrix product of the exactly decoded weights: both stages,
     /// hi-only and hi + lo activations, both activation layouts, scale bytes above 128 (the slow
     /// decode path), rows past the matrix, tiles of 1..8 pairs, an empty tile slot, the router
-    /// weight on the input or the output, with and without biases, both variants (mma, mmapf). Needs a
+    /// weight on the input or the output, with and without biases. Needs a
     /// clang++ with C++20 (the clang the PTX build uses brings one).
     #[test]
     fn gemv_mma_runs_on_the_cpu_emulation() {
