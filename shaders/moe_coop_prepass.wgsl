@@ -1,0 +1,195 @@
+// moe_coop_prepass.wgsl: the activation pre-passes of the cooperative GEMM's kernel k64p
+// (`coop64p_gemm1/2` in moe_gemm_coop.wgsl). Composed after moe_common.wgsl (parameters, the
+// row lists, x_in); plain compute, no f16 and no cooperative matrices, so it runs (and is
+// tested) on every adapter, lavapipe included.
+//
+// Kernel k64 converts every activation to f16 inside its k-loop, once per 128-column block
+// (45 times per gpt-oss gemm1), with a running per-tile exponent kept by atomics. k64p converts
+// each stage's activations ONCE per forward, here, into the layout its MMAs load straight from
+// the storage buffer (row-major rows of K f16, one row per GEMM row, coopLoadT):
+//
+//   coopp_prep1: one workgroup per token: its row of x_in (hidden states, or their QDQ for
+//                schemes with MX activations) goes to the GEMM row of each of its top-k pairs
+//                (row_of_pair; -1: an expert of another rank, skipped).
+//   coopp_prep2: one workgroup per GEMM row: its row of the intermediate (what gemm1's epilogue
+//                wrote, after bias, activation and the intermediate QDQ) goes to the same row.
+//                (A second pre-pass rather than gemm1's epilogue writing f16: the row's
+//                exponent needs the whole row, which 45 gemm1 workgroups produce.)
+//
+// Numerics (exact integer arithmetic on the f32 bits; docs/NUMERICS.md 10.3):
+//   * The row exponent e = floor(log2(largest finite |x| of the row)), at least -112 (rows whose
+//     largest finite |x| is below 2^-112, or that have none, use -112), stored in xp_exp.
+//   * v = x * 2^(14 - e) (exact: a power of two; |v| < 2^15 where the row's largest is at
+//     least 2^-112). hi = v with its 13 low significand bits cleared, as f16 (exact where v is an
+//     f16 normal, |v| >= 2^-14; below that rounded to nearest even into f16 subnormals);
+//     lo = v - hi (exact in f32, <= 11 significant bits where hi is normal) rounded to nearest
+//     even into f16: exact where lo is an f16 normal or a multiple of 2^-24. So hi + lo = v
+//     exactly for every x with |x| >= 2^-17 of the row's largest finite |x| (lo is then an f16
+//     normal or zero), and to within 2^-25 (in units of v: 2^-39 of the row's largest) below.
+//     A driver that flushes f16 subnormals in the MMA loses at most 2^-14 of v: < 2^-28 of the
+//     row's largest.
+//   * Schemes with MX activations (ACT_FMT != FMT_NONE) write hi only: their values have at
+//     most 8 significant bits, exact in hi down to 2^-28 of the row's largest.
+//   * NaN x: hi = NaN (quiet, sign kept), lo = +0; +-Inf: hi = +-Inf, lo = +0 (what k64 stages;
+//     they then propagate through the MMA as in k64).
+//   * The GEMM multiplies row r's sums by 2^(e_r - 14) in its epilogue (exact but for f32
+//     over/underflow).
+// Output words: two f16 per u32, element 2j in the low half (the little-endian f16 array the
+// GEMM binds at the same binding numbers).
+
+// [rows][K / 2] words of f16 hi (lo); row exponents [rows].
+@group(0) @binding(17) var<storage, read_write> xp_hi_words: array<u32>;
+@group(0) @binding(18) var<storage, read_write> xp_lo_words: array<u32>;
+@group(0) @binding(19) var<storage, read_write> xp_exp_out: array<i32>;
+
+var<workgroup> prep_max: atomic<u32>;
+
+// The smallest row exponent (see the header).
+const PREP_EMIN: i32 = -112;
+
+// f16 bits of v, rounded to nearest even (f16 subnormals kept; overflow gives +-Inf; NaN gives
+// a quiet NaN with v's sign).
+fn prep_f16_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    let s = (b >> 16u) & 0x8000u;
+    let a = b & 0x7FFFFFFFu;
+    if a > 0x7F800000u {
+        return s | 0x7E00u;
+    }
+    if a == 0x7F800000u {
+        return s | 0x7C00u;
+    }
+    let e = i32(a >> 23u) - 127;
+    if e >= 16 {
+        return s | 0x7C00u;
+    }
+    let m = a & 0x7FFFFFu;
+    if e >= -14 {
+        var h = (u32(e + 15) << 10u) | (m >> 13u);
+        let rem = m & 0x1FFFu;
+        if rem > 0x1000u || (rem == 0x1000u && (h & 1u) == 1u) {
+            h = h + 1u; // a carry into the exponent is the right encoding (0x7BFF + 1 = Inf)
+        }
+        return s | h;
+    }
+    if e < -25 {
+        return s;
+    }
+    // An f16 subnormal: units of 2^-24; |v| = (m | 2^23) * 2^(e - 23).
+    let m24 = m | 0x800000u;
+    let sh = u32(-e - 1); // 14..24
+    var q = m24 >> sh;
+    let rem = m24 & ((1u << sh) - 1u);
+    let half = 1u << (sh - 1u);
+    if rem > half || (rem == half && (q & 1u) == 1u) {
+        q = q + 1u; // 0x400 is the smallest normal: the right encoding
+    }
+    return s | q;
+}
+
+// The value of finite f16 bits h (exact).
+fn prep_f16_value(h: u32) -> f32 {
+    let ex = (h >> 10u) & 0x1Fu;
+    let m = h & 0x3FFu;
+    if ex == 0u {
+        let v = ldexp(f32(m), -24);
+        return select(v, -v, (h & 0x8000u) != 0u);
+    }
+    return bitcast<f32>(((h & 0x8000u) << 16u) | ((ex + 112u) << 23u) | (m << 13u));
+}
+
+// (hi, lo) f16 bits of x in a row of exponent e (see the header).
+fn prep_split(x: f32, e: i32) -> vec2<u32> {
+    if (bitcast<u32>(x) & 0x7FFFFFFFu) >= 0x7F800000u {
+        return vec2<u32>(prep_f16_bits(x), 0u);
+    }
+    let v = ldexp(x, 14 - e);
+    let hi = prep_f16_bits(bitcast<f32>(bitcast<u32>(v) & 0xFFFFE000u));
+    let lo = prep_f16_bits(v - prep_f16_value(hi));
+    return vec2<u32>(hi, lo);
+}
+
+// The exponent of the row x_in[base..base + kk] (every invocation of the workgroup gets it).
+fn prep_row_exponent(lid: u32, base: u32, kk: u32) -> i32 {
+    if lid == 0u {
+        atomicStore(&prep_max, 0u);
+    }
+    workgroupBarrier();
+    var m = 0u;
+    for (var i = lid; i < kk; i = i + 256u) {
+        let a = bitcast<u32>(x_in[base + i]) & 0x7FFFFFFFu;
+        m = max(m, select(0u, a, a < 0x7F800000u));
+    }
+    atomicMax(&prep_max, m);
+    workgroupBarrier();
+    let e = i32(atomicLoad(&prep_max) >> 23u) - 127;
+    return max(e, PREP_EMIN);
+}
+
+// The linear workgroup index of a 2-D grid (Context::grid).
+fn prep_group(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.y * nwg.x + wid.x;
+}
+
+// Grid: one workgroup per token (params.m; 2-D when large). x_in = the stage's input rows
+// [M, H]; output rows: row_of_pair of the token's pairs.
+@compute @workgroup_size(256)
+fn coopp_prep1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = prep_group(wid, nwg);
+    if t >= params.m {
+        return;
+    }
+    let kk = params.hidden;
+    let base = t * kk;
+    let e = prep_row_exponent(lid, base, kk);
+    let k = params.top_k;
+    let words = kk / 2u;
+    for (var w = lid; w < words; w = w + 256u) {
+        let a = prep_split(x_in[base + 2u * w], e);
+        let b = prep_split(x_in[base + 2u * w + 1u], e);
+        for (var s = 0u; s < k; s = s + 1u) {
+            let row = row_of_pair[t * k + s];
+            if row >= 0 {
+                let o = u32(row) * words + w;
+                xp_hi_words[o] = a.x | (b.x << 16u);
+                if ACT_FMT == FMT_NONE {
+                    xp_lo_words[o] = a.y | (b.y << 16u);
+                }
+            }
+        }
+    }
+    if lid < k {
+        let row = row_of_pair[t * k + lid];
+        if row >= 0 {
+            xp_exp_out[u32(row)] = e;
+        }
+    }
+}
+
+// Grid: one workgroup per GEMM row (params.m x params.top_k rows; 2-D when large). x_in = the
+// intermediate [rows, I]; output row = input row.
+@compute @workgroup_size(256)
+fn coopp_prep2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = prep_group(wid, nwg);
+    if r >= params.m * params.top_k {
+        return;
+    }
+    let kk = params.inter;
+    let base = r * kk;
+    let e = prep_row_exponent(lid, base, kk);
+    let words = kk / 2u;
+    for (var w = lid; w < words; w = w + 256u) {
+        let a = prep_split(x_in[base + 2u * w], e);
+        let b = prep_split(x_in[base + 2u * w + 1u], e);
+        let o = r * words + w;
+        xp_hi_words[o] = a.x | (b.x << 16u);
+        if ACT_FMT == FMT_NONE {
+            xp_lo_words[o] = a.y | (b.y << 16u);
+        }
+    }
+    if lid == 0u {
+        xp_exp_out[r] = e;
+    }
+}
