@@ -22,12 +22,14 @@
 //   * v = x * 2^(14 - e) (exact: a power of two; |v| < 2^15 where the row's largest is at
 //     least 2^-112). hi = v with its 13 low significand bits cleared, as f16 (exact where v is an
 //     f16 normal, |v| >= 2^-14; below that rounded to nearest even into f16 subnormals);
-//     lo = v - hi (exact in f32, <= 11 significant bits where hi is normal) rounded to nearest
-//     even into f16: exact where lo is an f16 normal or a multiple of 2^-24. So hi + lo = v
-//     exactly for every x with |x| >= 2^-17 of the row's largest finite |x| (lo is then an f16
-//     normal or zero), and to within 2^-25 (in units of v: 2^-39 of the row's largest) below.
-//     A driver that flushes f16 subnormals in the MMA loses at most 2^-14 of v: < 2^-28 of the
-//     row's largest.
+//     lo = v - hi (exact in f32, at most 13 significant bits) rounded to nearest even into f16
+//     (11 bits). So hi + lo carries about 22 significant bits of x: |hi + lo - v| <=
+//     max(2^-21 |v|, 2^-25), i.e. relative 2^-21 for |x| >= 2^-17 of the row's largest finite
+//     |x| (where lo is an f16 normal) and at most 2^-39 of the row's largest below; x with at
+//     most 22 significant bits (bf16, every MX value) is exact down to 2^-17 of the row's
+//     largest. A driver that flushes f16 subnormals in the MMA loses at most 2^-14 of v:
+//     < 2^-28 of the row's largest. (k64 had the same split against the TILE's running
+//     largest.)
 //   * Schemes with MX activations (ACT_FMT != FMT_NONE) write hi only: their values have at
 //     most 8 significant bits, exact in hi down to 2^-28 of the row's largest.
 //   * NaN x: hi = NaN (quiet, sign kept), lo = +0; +-Inf: hi = +-Inf, lo = +0 (what k64 stages;

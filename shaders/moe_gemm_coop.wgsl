@@ -748,11 +748,12 @@ fn coop64_check(@builtin(local_invocation_index) lid: u32) {
 // intermediate QDQ).
 //
 // Numerics (docs/NUMERICS.md 10.3; the pre-pass header has the activation side):
-//   * A = hi (+ lo) of v = x * 2^(14 - e_r), e_r the row's exponent: hi + lo = v exactly for
-//     |x| >= 2^-17 of the ROW's largest finite |x| (k64: of the TILE's largest, and rescaled
-//     when a later K step raised it), within 2^-39 of the row's largest below that (2^-28 if
-//     the driver flushes f16 subnormals). MX-quantized activations: hi alone, exact down to
-//     2^-28 of the row's largest.
+//   * A = hi (+ lo) of v = x * 2^(14 - e_r), e_r the row's exponent: hi + lo carries about
+//     22 significant bits of x (relative error <= 2^-21) for |x| >= 2^-17 of the ROW's largest
+//     finite |x| (k64: of the TILE's largest so far, the accumulators rescaled when a later K
+//     step raised it), and errs by at most 2^-39 of the row's largest below that (2^-28 if the
+//     driver flushes f16 subnormals). MX-quantized activations: hi alone, exact down to 2^-28
+//     of the row's largest.
 //   * Weights exactly as k64 (staged code x 2^(byte - ew + COOP_WSH), |staged| < 2^15, exact
 //     while an f16 normal; the accumulators are multiplied by the power of two of a change of
 //     ew: exact).
