@@ -338,7 +338,9 @@ fn moe_all_variants() {
                 for w in MxFormat::ALL {
                     for &a in &[source::FMT_NONE, MxFormat::Fp4E2M1.id(), MxFormat::Fp8E4M3.id()] {
                         for act in Activation::ALL {
-                            for entry in ["coop64p_gemm1", "coop64p_gemm2"] {
+                            for entry in
+                                ["coop64p_gemm1", "coop64p_gemm2", "coop64pw_gemm1", "coop64pw_gemm2"]
+                            {
                                 specialise(
                                     sh.name(),
                                     &m,
@@ -357,7 +359,7 @@ fn moe_all_variants() {
                 }
             }
             for diag in [2u32, 4, 8] {
-                for entry in ["coop64p_gemm1", "coop64p_gemm2"] {
+                for entry in ["coop64p_gemm1", "coop64p_gemm2", "coop64pw_gemm1", "coop64pw_gemm2"] {
                     specialise(sh.name(), &m, &i, entry, &[("COOP_DIAG", diag)]);
                 }
             }
@@ -420,7 +422,7 @@ fn entry_bindings(m: &naga::Module, info: &naga::valid::ModuleInfo, entry: &str)
     v
 }
 
-/// Kernel k64p: the bindings the backend names for its GEMMs and pre-passes
+/// Kernels k64p and k64pw: the bindings the backend names for their GEMMs and pre-passes
 /// (src/backend/wgpu/moe.rs) are exactly those naga finds the entry points use (a bind group
 /// naming one more or one fewer fails on the device); its workgroup memory is the backend's
 /// figure (`COOP64P_WORKGROUP_BYTES`, what `check_coop64p` compares with the adapter's limit)
@@ -429,13 +431,20 @@ fn entry_bindings(m: &naga::Module, info: &naga::valid::ModuleInfo, entry: &str)
 #[test]
 fn coop64p_bindings_and_memory() {
     use mxmoe::backend::wgpu::{
-        CoopKernel, COOP64P_BINDINGS, COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES,
-        COOPP_PREP1_BINDINGS, COOPP_PREP2_BINDINGS,
+        CoopKernel, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOP64P_WORKGROUP_BYTES,
+        COOP64_WORKGROUP_BYTES, COOPP_PREP1_BINDINGS, COOPP_PREP2_BINDINGS,
     };
     let sh = Shader::MoeGemmCoop;
     let (m, i) = validate(sh.name(), &sh.compose());
     for entry in ["coop64p_gemm1", "coop64p_gemm2"] {
         assert_eq!(entry_bindings(&m, &i, entry), COOP64P_BINDINGS.to_vec(), "{entry}");
+    }
+    for entry in ["coop64pw_gemm1", "coop64pw_gemm2"] {
+        assert_eq!(entry_bindings(&m, &i, entry), COOP64PW_BINDINGS.to_vec(), "{entry}");
+        // k64pw keeps k64's tiles (A copied into them): the same workgroup memory.
+        let wg = workgroup_bytes(&m, &i, entry);
+        let k64 = workgroup_bytes(&m, &i, &entry.replace("pw", ""));
+        assert_eq!(wg, k64, "{entry}");
     }
     // The check binds its output and the A rows only.
     assert_eq!(entry_bindings(&m, &i, "coop64p_check"), vec![9, 17]);

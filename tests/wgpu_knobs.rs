@@ -11,7 +11,7 @@
 //! does not write fails. Without an adapter the tests print SKIPPED, and FAIL when
 //! `MXMOE_REQUIRE_GPU=1` (CI).
 
-use mxmoe::backend::wgpu::{GemvConfig, MoePath, WgpuBackend};
+use mxmoe::backend::wgpu::{CoopKernel, GemvConfig, MoePath, WgpuBackend};
 use mxmoe::backend::BackendError;
 use mxmoe::check::catalog::{moe_case, LayerSpec, Tier};
 use mxmoe::check::run::{judge, reference, Call, Materializer, Output};
@@ -161,8 +161,13 @@ fn gemm_tiled_and_coop_on_catalog_cases() {
         assert!(!b.coop_gemm());
         b.set_coop_k64(true)
             .expect_err("set_coop_k64(true) accepted on an adapter without the cooperative GEMM");
-        b.set_coop_k64p(true)
-            .expect_err("set_coop_k64p(true) accepted on an adapter without the cooperative GEMM");
+        for k in [CoopKernel::K64p, CoopKernel::K64pw] {
+            let e = b
+                .set_coop_pre(Some(k))
+                .expect_err("a pre-pass kernel accepted on an adapter without the cooperative GEMM");
+            assert!(e.contains(k.name()), "{e}");
+        }
+        b.set_coop_pre(None).unwrap();
         println!("cooperative GEMM not available ({why}); the tiled GEMM is covered above");
         return;
     }
@@ -182,10 +187,15 @@ fn gemm_tiled_and_coop_on_catalog_cases() {
             b.set_coop_k64(false).unwrap();
             check_on(&b, &mut mat, c, &[MoePath::Gemm]);
             b.set_coop_k64(true).unwrap();
-            // Kernel k64p (pre-passes, A from storage): never the default, checked here.
-            b.set_coop_k64p(true).unwrap();
-            check_on(&b, &mut mat, c, &[MoePath::Gemm]);
-            b.set_coop_k64p(false).unwrap();
+            // The pre-pass kernels k64p (A from storage) and k64pw (A copied into workgroup
+            // memory): never the default, checked here.
+            for k in [CoopKernel::K64p, CoopKernel::K64pw] {
+                b.set_coop_pre(Some(k)).unwrap();
+                assert_eq!(b.coop_kernel(), k);
+                check_on(&b, &mut mat, c, &[MoePath::Gemm]);
+            }
+            b.set_coop_pre(None).unwrap();
+            assert_eq!(b.coop_kernel(), CoopKernel::K64);
         }
         b.set_coop_gemm(false).unwrap();
         check_on(&b, &mut mat, c, &[MoePath::Gemm]);
@@ -1184,22 +1194,25 @@ fn coop_prepass_matches_cpu_split() {
 /// each kernel's entry points are its own.
 #[test]
 fn coop_kernel_names_parse() {
-    use mxmoe::backend::wgpu::CoopKernel;
     assert_eq!(CoopKernel::parse("k32"), Ok(Some(CoopKernel::K32)));
     assert_eq!(CoopKernel::parse("k64"), Ok(Some(CoopKernel::K64)));
     assert_eq!(CoopKernel::parse("k64p"), Ok(Some(CoopKernel::K64p)));
     assert_eq!(CoopKernel::parse(" k64p "), Ok(Some(CoopKernel::K64p)));
+    assert_eq!(CoopKernel::parse("k64pw"), Ok(Some(CoopKernel::K64pw)));
     assert_eq!(CoopKernel::parse("auto"), Ok(None));
     assert_eq!(CoopKernel::parse(""), Ok(None));
-    for bad in ["k64P", "k64pp", "K32", "k128", "64"] {
+    for bad in ["k64P", "k64pp", "k64w", "K32", "k128", "64"] {
         let e = CoopKernel::parse(bad).unwrap_err();
         assert_eq!(
             e,
-            format!("MXMOE_COOP_KERNEL={bad}: expected k32, k64, k64p or auto"),
+            format!("MXMOE_COOP_KERNEL={bad}: expected k32, k64, k64p, k64pw or auto"),
             "{bad}"
         );
     }
     assert_eq!(CoopKernel::K64p.entries(), ("coop64p_gemm1", "coop64p_gemm2"));
+    assert_eq!(CoopKernel::K64pw.entries(), ("coop64pw_gemm1", "coop64pw_gemm2"));
+    assert!(CoopKernel::K64p.prepass() && CoopKernel::K64pw.prepass());
+    assert!(!CoopKernel::K64.prepass() && !CoopKernel::K32.prepass());
     assert_eq!(CoopKernel::K64.entries(), ("coop64_gemm1", "coop64_gemm2"));
     assert_eq!(CoopKernel::K32.entries(), ("coop_gemm1", "coop_gemm2"));
     for (n, k) in CoopKernel::NAMES {

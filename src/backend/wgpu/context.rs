@@ -94,14 +94,19 @@ pub enum CoopKernel {
     /// the activations converted to f16 once per forward (one exponent per row) and loaded by
     /// the MMAs straight from storage. Not the default (not yet measured on a device).
     K64p,
+    /// `coop64pw_gemm1/2` after the same pre-passes: k64p's activations copied (16-byte loads,
+    /// no conversion, no atomics) into k64's workgroup tiles each K step, for drivers whose
+    /// cooperative loads from storage are slow. Not the default (not yet measured).
+    K64pw,
 }
 
 impl CoopKernel {
     /// The names `MXMOE_COOP_KERNEL` takes (and `auto`).
-    pub const NAMES: [(&'static str, CoopKernel); 3] = [
+    pub const NAMES: [(&'static str, CoopKernel); 4] = [
         ("k32", CoopKernel::K32),
         ("k64", CoopKernel::K64),
         ("k64p", CoopKernel::K64p),
+        ("k64pw", CoopKernel::K64pw),
     ];
 
     /// The name (`MXMOE_COOP_KERNEL`, notes).
@@ -120,7 +125,7 @@ impl CoopKernel {
             .iter()
             .find(|(n, _)| *n == v)
             .map(|(_, k)| Some(*k))
-            .ok_or_else(|| format!("MXMOE_COOP_KERNEL={v}: expected k32, k64, k64p or auto"))
+            .ok_or_else(|| format!("MXMOE_COOP_KERNEL={v}: expected k32, k64, k64p, k64pw or auto"))
     }
 
     /// The entry points (gemm1, gemm2).
@@ -129,7 +134,13 @@ impl CoopKernel {
             CoopKernel::K32 => ("coop_gemm1", "coop_gemm2"),
             CoopKernel::K64 => ("coop64_gemm1", "coop64_gemm2"),
             CoopKernel::K64p => ("coop64p_gemm1", "coop64p_gemm2"),
+            CoopKernel::K64pw => ("coop64pw_gemm1", "coop64pw_gemm2"),
         }
+    }
+
+    /// Whether the kernel reads activations pre-converted by `coopp_prep1/2`.
+    pub fn prepass(self) -> bool {
+        matches!(self, CoopKernel::K64p | CoopKernel::K64pw)
     }
 }
 
@@ -355,12 +366,10 @@ pub struct Context {
     coop_k64_ok: bool,
     /// Why k64 cannot run (empty when it can).
     coop_k64_note: Mutex<String>,
-    /// Whether the cooperative GEMM (when it runs) is kernel k64p (`MXMOE_COOP_KERNEL=k64p`;
-    /// never the default): the pre-passes of moe_coop_prepass.wgsl, then `coop64p_gemm1/2`.
-    /// Takes precedence over `coop_k64`.
-    coop_k64p: AtomicBool,
-    /// Whether kernel k64p passed its check (`check_coop64p`).
-    coop_k64p_ok: bool,
+    /// The pre-pass kernel when the cooperative GEMM (when it runs) is one
+    /// (`MXMOE_COOP_KERNEL=k64p|k64pw`; never the default): the pre-passes of
+    /// moe_coop_prepass.wgsl, then its GEMMs. Takes precedence over `coop_k64`.
+    coop_pre: Mutex<Option<CoopKernel>>,
     /// gemv1 builds the lists itself only up to this many token-expert pairs (its list builder
     /// costs O(pairs) per invocation in every workgroup; past this the one-workgroup `lists`
     /// pass is cheaper); `MXMOE_GEMV_OWN_LISTS_MAX` sets it.
@@ -560,8 +569,7 @@ impl Context {
             coop_k64: AtomicBool::new(false),
             coop_k64_ok: false,
             coop_k64_note: Mutex::new(String::new()),
-            coop_k64p: AtomicBool::new(false),
-            coop_k64p_ok: false,
+            coop_pre: Mutex::new(None),
             coop_overrides: [
                 (
                     "COOP_B_ROW",
@@ -656,7 +664,10 @@ impl Context {
             let k64 = ctx.check_coop64();
             ctx.coop_k64_ok = k64.is_ok();
             if let Err(e) = &k64 {
-                if matches!(kernel_env, Some(CoopKernel::K64 | CoopKernel::K64p)) {
+                if matches!(
+                    kernel_env,
+                    Some(CoopKernel::K64 | CoopKernel::K64p | CoopKernel::K64pw)
+                ) {
                     return Err(BackendError::Device(format!(
                         "MXMOE_COOP_KERNEL={} on {}: coop64_check failed: {e}",
                         kernel_env.map_or("", |k| k.name()),
@@ -669,27 +680,32 @@ impl Context {
                 ctx.coop_k64_ok && kernel_env != Some(CoopKernel::K32),
                 Ordering::Relaxed,
             );
-            // Kernel k64p is checked (and built) only when asked for: not the default.
-            if ctx.coop_k64_ok && kernel_env == Some(CoopKernel::K64p) {
-                if let Err(e) = ctx.check_coop64p() {
+            // The pre-pass kernels are checked (and built) only when asked for: not the default.
+            if let Some(k) = kernel_env.filter(|k| ctx.coop_k64_ok && k.prepass()) {
+                if let Err(e) = ctx.set_coop_pre(Some(k)) {
                     return Err(BackendError::Device(format!(
-                        "MXMOE_COOP_KERNEL=k64p on {}: {e}",
+                        "MXMOE_COOP_KERNEL={} on {}: {e}",
+                        k.name(),
                         ctx.info.adapter.name
                     )));
                 }
-                ctx.coop_k64p_ok = true;
-                ctx.coop_k64p.store(true, Ordering::Relaxed);
             }
         }
         *ctx.coop_note.lock().unwrap() = match coop_why {
             None => format!(
                 "cooperative matrices (moe_gemm_coop.wgsl: f16 16x16x16, f32 accumulation, {}{}; \
                  MXMOE_GEMM=tiled for the tiled GEMM)",
-                if ctx.coop_k64p() {
+                if let Some(k) = ctx.coop_pre() {
                     format!(
-                        "kernel k64p (k64 with the activations pre-converted once per forward \
-                         by coopp_prep1/2, one exponent per row, A loaded from storage; FP4 \
-                         decoded {}; coop64p_check passed; MXMOE_COOP_KERNEL=k64 for k64)",
+                        "kernel {} (k64 with the activations pre-converted once per forward \
+                         by coopp_prep1/2, one exponent per row, A {}; FP4 decoded {}; \
+                         coop64p_check passed; MXMOE_COOP_KERNEL=k64 for k64)",
+                        k.name(),
+                        if k == CoopKernel::K64p {
+                            "loaded by the MMAs from storage"
+                        } else {
+                            "copied into workgroup memory"
+                        },
                         if ctx.fp4_register_decode.load(Ordering::Relaxed) {
                             "in registers"
                         } else {
@@ -758,7 +774,7 @@ impl Context {
     /// The pipeline overrides the cooperative GEMM's entry points take beyond the GEMM's own
     /// (those of the kernel that runs now).
     pub fn coop_overrides(&self) -> Vec<(&'static str, u32)> {
-        if self.coop_k64() || self.coop_k64p() {
+        if self.coop_k64() || self.coop_pre().is_some() {
             self.coop64_overrides().to_vec()
         } else {
             self.coop_overrides.to_vec()
@@ -788,8 +804,8 @@ impl Context {
 
     /// The cooperative GEMM's kernel now (when it runs).
     pub fn coop_kernel(&self) -> CoopKernel {
-        if self.coop_k64p() {
-            CoopKernel::K64p
+        if let Some(k) = self.coop_pre() {
+            k
         } else if self.coop_k64() {
             CoopKernel::K64
         } else {
@@ -797,32 +813,31 @@ impl Context {
         }
     }
 
-    /// Whether the cooperative GEMM (when it runs) is kernel k64p (its pre-passes run first).
-    pub fn coop_k64p(&self) -> bool {
-        self.coop_k64p.load(Ordering::Relaxed)
+    /// The pre-pass kernel (k64p or k64pw) when the cooperative GEMM runs one.
+    pub fn coop_pre(&self) -> Option<CoopKernel> {
+        *self.coop_pre.lock().unwrap()
     }
 
-    /// Use kernel k64p (`true`; checked on first use: Err where k64 or k64p's check fails)
-    /// or not (`false`: k64 or k32 as chosen before).
-    pub fn set_coop_k64p(&self, on: bool) -> Result<(), String> {
-        if on && !self.coop_k64_ok {
-            return Err(format!(
-                "kernel k64p needs kernel k64's layouts: {}",
-                {
-                    let why = self.coop_k64_note.lock().unwrap().clone();
-                    if why.is_empty() {
-                        self.gemm_note()
-                    } else {
-                        why
-                    }
-                }
-            ));
-        }
-        if on && !self.coop_k64p_ok {
+    /// Use a pre-pass kernel (`Some(K64p | K64pw)`; its device check and pipelines run first:
+    /// Err where they or k64's check failed, or for a kernel without pre-passes) or none
+    /// (`None`: k64 or k32 as chosen before).
+    pub fn set_coop_pre(&self, k: Option<CoopKernel>) -> Result<(), String> {
+        if let Some(k) = k {
+            if !k.prepass() {
+                return Err(format!("kernel {} has no pre-passes", k.name()));
+            }
+            if !self.coop_k64_ok {
+                let why = self.coop_k64_note.lock().unwrap().clone();
+                return Err(format!(
+                    "kernel {} needs kernel k64's layouts: {}",
+                    k.name(),
+                    if why.is_empty() { self.gemm_note() } else { why }
+                ));
+            }
             // Checked on every switch (its pipelines are cached after the first).
             self.check_coop64p()?;
         }
-        self.coop_k64p.store(on, Ordering::Relaxed);
+        *self.coop_pre.lock().unwrap() = k;
         Ok(())
     }
 
@@ -942,7 +957,7 @@ impl Context {
         );
         check_coop_product(&got).map_err(|e| format!("coop64p_check failed: {e}"))?;
         let ov = self.coop64_overrides();
-        for entry in ["coop64p_gemm1", "coop64p_gemm2"] {
+        for entry in ["coop64p_gemm1", "coop64p_gemm2", "coop64pw_gemm1", "coop64pw_gemm2"] {
             self.pipeline(Shader::MoeGemmCoop, entry, &ov)
                 .map_err(|e| e.to_string())?;
         }

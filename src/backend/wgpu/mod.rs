@@ -43,7 +43,7 @@ pub use context::{
     WRITE_PAR_MIN,
 };
 pub use moe::{
-    CoopPrepassOut, GpuLayer, MoePath, COOP64P_BINDINGS, COOPP_PREP1_BINDINGS,
+    CoopPrepassOut, GpuLayer, MoePath, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOPP_PREP1_BINDINGS,
     COOPP_PREP2_BINDINGS,
 };
 
@@ -190,10 +190,11 @@ impl WgpuBackend {
         self.ctx.coop_k64()
     }
 
-    /// Use the cooperative GEMM's kernel k64p (`true`; its device check runs first: Err where
-    /// it or k64's failed, or without the cooperative GEMM) or not (`false`).
-    pub fn set_coop_k64p(&self, on: bool) -> Result<(), String> {
-        self.ctx.set_coop_k64p(on)
+    /// Use one of the cooperative GEMM's pre-pass kernels (`Some(CoopKernel::K64p)` or
+    /// `Some(CoopKernel::K64pw)`; its device check runs first: Err where it or k64's failed, or
+    /// without the cooperative GEMM) or none (`None`).
+    pub fn set_coop_pre(&self, k: Option<CoopKernel>) -> Result<(), String> {
+        self.ctx.set_coop_pre(k)
     }
 
     /// The cooperative GEMM's kernel now (when it runs).

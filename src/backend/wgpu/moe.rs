@@ -63,6 +63,9 @@ pub const MAX_LOCAL_EXPERTS: usize = 1024;
 /// `tests/shaders.rs` checks them against what naga finds the entry points use (a bind group
 /// must name exactly the bindings of the pipeline's derived layout).
 pub const COOP64P_BINDINGS: [u32; 12] = [0, 3, 5, 7, 8, 9, 10, 11, 13, 17, 18, 19];
+/// The bindings of kernel k64pw (`coop64pw_gemm1/2`): k64p's with the vec4 views of the
+/// pre-converted activations (20 hi, 21 lo) instead of their f16 views.
+pub const COOP64PW_BINDINGS: [u32; 12] = [0, 3, 5, 7, 8, 9, 10, 11, 13, 19, 20, 21];
 /// The bindings of the pre-passes `coopp_prep1` (token rows scattered to the pairs' rows:
 /// row_of_pair) and `coopp_prep2` (rows kept).
 pub const COOPP_PREP1_BINDINGS: [u32; 6] = [0, 4, 6, 17, 18, 19];
@@ -519,7 +522,8 @@ pub fn forward(
     let coop64 = !gemv && e1 == "coop64_gemm1";
     // Kernel k64p: the pre-passes convert each stage's activations (coopp_prep1 / 2) and the
     // GEMMs read them from bindings 17-19 (COOP64P_BINDINGS).
-    let prepass = !gemv && e1 == "coop64p_gemm1";
+    let prepass = !gemv && (e1 == "coop64p_gemm1" || e1 == "coop64pw_gemm1");
+    let pw = !gemv && e1 == "coop64pw_gemm1";
     if prepass && xp_bytes > max_binding {
         return Err(BackendError::OutOfMemory(format!(
             "kernel k64p's pre-converted activations need {} but one storage binding holds at \
@@ -684,7 +688,8 @@ pub fn forward(
                     }
                     if prepass {
                         let xl = if weight_only { &bufs[11] } else { &g.dummy };
-                        ents.extend([(13, w), (17, &bufs[10]), (18, xl), (19, &bufs[12])]);
+                        let (ih, il) = if pw { (20, 21) } else { (17, 18) };
+                        ents.extend([(13, w), (ih, &bufs[10]), (il, xl), (19, &bufs[12])]);
                         ents.retain(|(i, _)| *i != 6);
                     }
                     if gemv {
