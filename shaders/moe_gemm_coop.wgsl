@@ -762,6 +762,7 @@ fn coop64_check(@builtin(local_invocation_index) lid: u32) {
 //     exponent within f32's range; the result is exact but for f32 over/underflow).
 //   * NaN/Inf: a NaN activation is a NaN hi, +-Inf an infinite hi (lo 0): they propagate
 //     through the MMA into their row as in k64; NaN scale bytes stage NaN weights.
+//   * COOP_DIAG bit 2 skips the weights' loads and staging only (A is loaded by the MMAs).
 //   * Rows of a tile past its row count (cnt) load whatever the neighbouring rows hold (another
 //     expert's rows, or the buffers' 64 rows of padding): a row of A only reaches the same row
 //     of C, and the epilogues drop rows >= cnt. K steps past K are skipped (no loads).
