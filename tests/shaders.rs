@@ -336,11 +336,18 @@ fn moe_all_variants() {
             // activations, the diagnostic masks, and its check.
             for regs in [0u32, 1] {
                 for w in MxFormat::ALL {
-                    for &a in &[source::FMT_NONE, MxFormat::Fp4E2M1.id(), MxFormat::Fp8E4M3.id()] {
+                    for &a in &[
+                        source::FMT_NONE,
+                        MxFormat::Fp4E2M1.id(),
+                        MxFormat::Fp8E4M3.id(),
+                    ] {
                         for act in Activation::ALL {
-                            for entry in
-                                ["coop64p_gemm1", "coop64p_gemm2", "coop64pw_gemm1", "coop64pw_gemm2"]
-                            {
+                            for entry in [
+                                "coop64p_gemm1",
+                                "coop64p_gemm2",
+                                "coop64pw_gemm1",
+                                "coop64pw_gemm2",
+                            ] {
                                 specialise(
                                     sh.name(),
                                     &m,
@@ -359,7 +366,12 @@ fn moe_all_variants() {
                 }
             }
             for diag in [2u32, 4, 8] {
-                for entry in ["coop64p_gemm1", "coop64p_gemm2", "coop64pw_gemm1", "coop64pw_gemm2"] {
+                for entry in [
+                    "coop64p_gemm1",
+                    "coop64p_gemm2",
+                    "coop64pw_gemm1",
+                    "coop64pw_gemm2",
+                ] {
                     specialise(sh.name(), &m, &i, entry, &[("COOP_DIAG", diag)]);
                 }
             }
@@ -437,10 +449,18 @@ fn coop64p_bindings_and_memory() {
     let sh = Shader::MoeGemmCoop;
     let (m, i) = validate(sh.name(), &sh.compose());
     for entry in ["coop64p_gemm1", "coop64p_gemm2"] {
-        assert_eq!(entry_bindings(&m, &i, entry), COOP64P_BINDINGS.to_vec(), "{entry}");
+        assert_eq!(
+            entry_bindings(&m, &i, entry),
+            COOP64P_BINDINGS.to_vec(),
+            "{entry}"
+        );
     }
     for entry in ["coop64pw_gemm1", "coop64pw_gemm2"] {
-        assert_eq!(entry_bindings(&m, &i, entry), COOP64PW_BINDINGS.to_vec(), "{entry}");
+        assert_eq!(
+            entry_bindings(&m, &i, entry),
+            COOP64PW_BINDINGS.to_vec(),
+            "{entry}"
+        );
         // k64pw keeps k64's tiles (A copied into them): the same workgroup memory.
         let wg = workgroup_bytes(&m, &i, entry);
         let k64 = workgroup_bytes(&m, &i, &entry.replace("pw", ""));
@@ -451,7 +471,10 @@ fn coop64p_bindings_and_memory() {
     for (_, k) in CoopKernel::NAMES {
         let (g1, g2) = k.entries();
         for e in [g1, g2] {
-            assert!(m.entry_points.iter().any(|p| p.name == e), "{k:?}: no entry {e}");
+            assert!(
+                m.entry_points.iter().any(|p| p.name == e),
+                "{k:?}: no entry {e}"
+            );
         }
     }
     let g1 = workgroup_bytes(&m, &i, "coop64p_gemm1");
@@ -459,12 +482,22 @@ fn coop64p_bindings_and_memory() {
     println!("coop64p_gemm1: {g1} B, coop64p_gemm2: {g2} B");
     assert_eq!(g1, COOP64P_WORKGROUP_BYTES);
     assert_eq!(g2 + 512, g1);
-    assert_eq!(COOP64_WORKGROUP_BYTES - g1, 2 * 64 * 72 * 2, "the activation tiles are gone");
+    assert_eq!(
+        COOP64_WORKGROUP_BYTES - g1,
+        2 * 64 * 72 * 2,
+        "the activation tiles are gone"
+    );
     let pp = Shader::MoeCoopPrepass;
     assert!(!pp.needs_coop() && !pp.needs_f16_in_f32() && !pp.needs_subgroup());
     let (m, i) = validate(pp.name(), &pp.compose());
-    assert_eq!(entry_bindings(&m, &i, "coopp_prep1"), COOPP_PREP1_BINDINGS.to_vec());
-    assert_eq!(entry_bindings(&m, &i, "coopp_prep2"), COOPP_PREP2_BINDINGS.to_vec());
+    assert_eq!(
+        entry_bindings(&m, &i, "coopp_prep1"),
+        COOPP_PREP1_BINDINGS.to_vec()
+    );
+    assert_eq!(
+        entry_bindings(&m, &i, "coopp_prep2"),
+        COOPP_PREP2_BINDINGS.to_vec()
+    );
     let mut afmts: Vec<u32> = MxFormat::ALL.iter().map(|f| f.id()).collect();
     afmts.push(source::FMT_NONE);
     for a in afmts {

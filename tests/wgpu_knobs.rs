@@ -162,9 +162,9 @@ fn gemm_tiled_and_coop_on_catalog_cases() {
         b.set_coop_k64(true)
             .expect_err("set_coop_k64(true) accepted on an adapter without the cooperative GEMM");
         for k in [CoopKernel::K64p, CoopKernel::K64pw] {
-            let e = b
-                .set_coop_pre(Some(k))
-                .expect_err("a pre-pass kernel accepted on an adapter without the cooperative GEMM");
+            let e = b.set_coop_pre(Some(k)).expect_err(
+                "a pre-pass kernel accepted on an adapter without the cooperative GEMM",
+            );
             assert!(e.contains(k.name()), "{e}");
         }
         b.set_coop_pre(None).unwrap();
@@ -1107,12 +1107,19 @@ fn coop_prepass_matches_cpu_split() {
                     x[t * kk + k]
                 );
                 let want_lo = if weight_only { lo[k] } else { 0 };
-                assert_eq!(got.lo[r * kk + k], want_lo, "stage 1 token {t} row {r} k {k}: lo");
+                assert_eq!(
+                    got.lo[r * kk + k],
+                    want_lo,
+                    "stage 1 token {t} row {r} k {k}: lo"
+                );
             }
         }
         // Rows no pair names are not written (they start as zeros).
         for r in (0..rows).filter(|&r| !written[r]) {
-            assert!(got.hi[r * kk..(r + 1) * kk].iter().all(|&h| h == 0), "row {r} written");
+            assert!(
+                got.hi[r * kk..(r + 1) * kk].iter().all(|&h| h == 0),
+                "row {r} written"
+            );
         }
     }
     // Stage 2: rows in place (weight-only).
@@ -1124,8 +1131,16 @@ fn coop_prepass_matches_cpu_split() {
         let row = &x2[r * kk..(r + 1) * kk];
         let (e, hi, lo) = prepass_row_cpu(row);
         assert_eq!(got.exp[r], e, "stage 2 row {r}: exponent");
-        assert_eq!(&got.hi[r * kk..(r + 1) * kk], &hi[..], "stage 2 row {r}: hi");
-        assert_eq!(&got.lo[r * kk..(r + 1) * kk], &lo[..], "stage 2 row {r}: lo");
+        assert_eq!(
+            &got.hi[r * kk..(r + 1) * kk],
+            &hi[..],
+            "stage 2 row {r}: hi"
+        );
+        assert_eq!(
+            &got.lo[r * kk..(r + 1) * kk],
+            &lo[..],
+            "stage 2 row {r}: lo"
+        );
         // The contract, in units of v = x * 2^(14 - e) (f64 holds these sums exactly):
         // |hi + lo - v| <= max(2^-21 |v|, 2^-25); exact for x with at most 22 significant bits
         // (checked on x rounded to bf16 below) down to 2^-17 of the row's largest.
@@ -1169,23 +1184,34 @@ fn coop_prepass_matches_cpu_split() {
         .iter()
         .map(|&v| half::bf16::from_f32(v).to_f32())
         .collect();
-    let gb = b.coop_prepass(2, &xb, m, kk, top_k, &[], true).expect("coopp_prep2 bf16");
+    let gb = b
+        .coop_prepass(2, &xb, m, kk, top_k, &[], true)
+        .expect("coopp_prep2 bf16");
     for r in 0..rows {
         let row = &xb[r * kk..(r + 1) * kk];
-        let big = row.iter().filter(|v| v.is_finite()).fold(0f32, |a, v| a.max(v.abs()));
+        let big = row
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0f32, |a, v| a.max(v.abs()));
         let e = gb.exp[r];
         for (k, &x) in row.iter().enumerate() {
             if x.is_finite() && x.abs() >= big * pow2(-17) {
                 let h = half::f16::from_bits(gb.hi[r * kk + k]).to_f64();
                 let l = half::f16::from_bits(gb.lo[r * kk + k]).to_f64();
-                assert_eq!((h + l) * 2f64.powi(e - 14), x as f64, "bf16 row {r} k {k}: {x:e}");
+                assert_eq!(
+                    (h + l) * 2f64.powi(e - 14),
+                    x as f64,
+                    "bf16 row {r} k {k}: {x:e}"
+                );
             }
         }
     }
     // Bad input is refused by name, never run.
     let e = b.coop_prepass(3, &x2, m, kk, top_k, &[], true).unwrap_err();
     assert!(e.to_string().contains("stage 3"), "{e}");
-    let e = b.coop_prepass(2, &x2[1..], m, kk, top_k, &[], true).unwrap_err();
+    let e = b
+        .coop_prepass(2, &x2[1..], m, kk, top_k, &[], true)
+        .unwrap_err();
     assert!(e.to_string().contains("values for"), "{e}");
 }
 
@@ -1209,8 +1235,14 @@ fn coop_kernel_names_parse() {
             "{bad}"
         );
     }
-    assert_eq!(CoopKernel::K64p.entries(), ("coop64p_gemm1", "coop64p_gemm2"));
-    assert_eq!(CoopKernel::K64pw.entries(), ("coop64pw_gemm1", "coop64pw_gemm2"));
+    assert_eq!(
+        CoopKernel::K64p.entries(),
+        ("coop64p_gemm1", "coop64p_gemm2")
+    );
+    assert_eq!(
+        CoopKernel::K64pw.entries(),
+        ("coop64pw_gemm1", "coop64pw_gemm2")
+    );
     assert!(CoopKernel::K64p.prepass() && CoopKernel::K64pw.prepass());
     assert!(!CoopKernel::K64.prepass() && !CoopKernel::K32.prepass());
     assert_eq!(CoopKernel::K64.entries(), ("coop64_gemm1", "coop64_gemm2"));

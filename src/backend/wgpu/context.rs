@@ -111,7 +111,10 @@ impl CoopKernel {
 
     /// The name (`MXMOE_COOP_KERNEL`, notes).
     pub fn name(self) -> &'static str {
-        Self::NAMES.iter().find(|(_, k)| *k == self).map_or("?", |(n, _)| n)
+        Self::NAMES
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map_or("?", |(n, _)| n)
     }
 
     /// Parse `MXMOE_COOP_KERNEL`'s value: Ok(None) for `auto` (or empty), Err naming the
@@ -831,7 +834,11 @@ impl Context {
                 return Err(format!(
                     "kernel {} needs kernel k64's layouts: {}",
                     k.name(),
-                    if why.is_empty() { self.gemm_note() } else { why }
+                    if why.is_empty() {
+                        self.gemm_note()
+                    } else {
+                        why
+                    }
                 ));
             }
             // Checked on every switch (its pipelines are cached after the first).
@@ -952,12 +959,16 @@ impl Context {
             self.give([out]);
             Ok(r.swap_remove(0))
         };
-        let got: Vec<f32> = bytemuck::pod_collect_to_vec(
-            &run().map_err(|e| format!("coop64p_check failed: {e}"))?,
-        );
+        let got: Vec<f32> =
+            bytemuck::pod_collect_to_vec(&run().map_err(|e| format!("coop64p_check failed: {e}"))?);
         check_coop_product(&got).map_err(|e| format!("coop64p_check failed: {e}"))?;
         let ov = self.coop64_overrides();
-        for entry in ["coop64p_gemm1", "coop64p_gemm2", "coop64pw_gemm1", "coop64pw_gemm2"] {
+        for entry in [
+            "coop64p_gemm1",
+            "coop64p_gemm2",
+            "coop64pw_gemm1",
+            "coop64pw_gemm2",
+        ] {
             self.pipeline(Shader::MoeGemmCoop, entry, &ov)
                 .map_err(|e| e.to_string())?;
         }

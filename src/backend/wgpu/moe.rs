@@ -73,6 +73,57 @@ pub const COOPP_PREP2_BINDINGS: [u32; 5] = [0, 6, 17, 18, 19];
 /// Rows of padding after the pre-converted rows: a tile's 64 rows are loaded whole.
 const COOPP_PAD_ROWS: usize = 64;
 
+/// The buffers of a pre-pass (`coopp_prep1` / `coopp_prep2`) or a pre-pass kernel's GEMM
+/// (k64p, k64pw) bind group, by binding number.
+struct PreBufs<'a> {
+    params: &'a wgpu::Buffer,
+    /// pair_of_row (3), row_of_pair (4), tiles (5)
+    rows: &'a wgpu::Buffer,
+    slot: &'a wgpu::Buffer,
+    tiles: &'a wgpu::Buffer,
+    /// x_in (6): the pre-pass's input rows
+    x: &'a wgpu::Buffer,
+    /// weights (7 and their vec4 view 13), scales (8), output (9), bias (10), router weights (11)
+    w: &'a wgpu::Buffer,
+    sc: &'a wgpu::Buffer,
+    out: &'a wgpu::Buffer,
+    bias: &'a wgpu::Buffer,
+    topw: &'a wgpu::Buffer,
+    /// the pre-converted activations: hi (17 / 20), lo (18 / 21), row exponents (19)
+    hi: &'a wgpu::Buffer,
+    lo: &'a wgpu::Buffer,
+    exp: &'a wgpu::Buffer,
+}
+
+impl<'a> PreBufs<'a> {
+    /// Exactly the entries of `bindings` (one of the `COOP*_BINDINGS` lists, which
+    /// `tests/shaders.rs` checks against the entry points' derived layouts).
+    fn entries(&self, bindings: &[u32]) -> Vec<(u32, &'a wgpu::Buffer)> {
+        bindings
+            .iter()
+            .map(|&i| {
+                let b = match i {
+                    0 => self.params,
+                    3 => self.rows,
+                    4 => self.slot,
+                    5 => self.tiles,
+                    6 => self.x,
+                    7 | 13 => self.w,
+                    8 => self.sc,
+                    9 => self.out,
+                    10 => self.bias,
+                    11 => self.topw,
+                    17 | 20 => self.hi,
+                    18 | 21 => self.lo,
+                    19 => self.exp,
+                    _ => unreachable!("binding {i} is in no COOP*_BINDINGS list"),
+                };
+                (i, b)
+            })
+            .collect()
+    }
+}
+
 struct WeightChunk {
     e0: usize,
     e1: usize,
@@ -605,9 +656,9 @@ pub fn forward(
             let mut out_sizes = out_sizes;
             if prepass {
                 out_sizes.extend([
-                    xp_bytes,                                 // xp_hi
-                    if weight_only { xp_bytes } else { 4 },   // xp_lo
-                    bytes(na + COOPP_PAD_ROWS),               // xp_exp
+                    xp_bytes,                               // xp_hi
+                    if weight_only { xp_bytes } else { 4 }, // xp_lo
+                    bytes(na + COOPP_PAD_ROWS),             // xp_exp
                 ]);
             }
             let bufs: Vec<wgpu::Buffer> = out_sizes.iter().map(|&n| ctx.storage(n)).collect();
@@ -687,10 +738,26 @@ pub fn forward(
                         ents.retain(|(i, _)| *i != 6);
                     }
                     if prepass {
-                        let xl = if weight_only { &bufs[11] } else { &g.dummy };
-                        let (ih, il) = if pw { (20, 21) } else { (17, 18) };
-                        ents.extend([(13, w), (ih, &bufs[10]), (il, xl), (19, &bufs[12])]);
-                        ents.retain(|(i, _)| *i != 6);
+                        let pb = PreBufs {
+                            params: cp,
+                            rows,
+                            slot,
+                            tiles,
+                            x,
+                            w,
+                            sc,
+                            out: o,
+                            bias,
+                            topw,
+                            hi: &bufs[10],
+                            lo: if weight_only { &bufs[11] } else { &g.dummy },
+                            exp: &bufs[12],
+                        };
+                        ents = pb.entries(if pw {
+                            &COOP64PW_BINDINGS
+                        } else {
+                            &COOP64P_BINDINGS
+                        });
                     }
                     if gemv {
                         // The FP4 path's vec4 views of the same weights and activations; the
@@ -716,17 +783,25 @@ pub fn forward(
             }
             let bg_comb = ctx.bind(&p_comb, &[(0, &base_params), (4, slot), (9, out), (12, y2)]);
             let bg_prep = p_prep.as_ref().map(|(p1, p2)| {
-                let (xh, xe) = (&bufs[10], &bufs[12]);
-                let xl = if weight_only { &bufs[11] } else { &g.dummy };
+                // Stage 1 reads the input rows, stage 2 the intermediate.
+                let pb = |x| PreBufs {
+                    params: &base_params,
+                    rows,
+                    slot,
+                    tiles,
+                    x,
+                    w: &g.dummy,
+                    sc: &g.dummy,
+                    out: &g.dummy,
+                    bias: &g.dummy,
+                    topw: &g.dummy,
+                    hi: &bufs[10],
+                    lo: if weight_only { &bufs[11] } else { &g.dummy },
+                    exp: &bufs[12],
+                };
                 (
-                    ctx.bind(
-                        p1,
-                        &[(0, &base_params), (4, slot), (6, x_in), (17, xh), (18, xl), (19, xe)],
-                    ),
-                    ctx.bind(
-                        p2,
-                        &[(0, &base_params), (6, a2), (17, xh), (18, xl), (19, xe)],
-                    ),
+                    ctx.bind(p1, &pb(x_in).entries(&COOPP_PREP1_BINDINGS)),
+                    ctx.bind(p2, &pb(a2).entries(&COOPP_PREP2_BINDINGS)),
                 )
             });
             FwdCache {
@@ -916,15 +991,14 @@ pub fn coop_prepass(
     if stage != 1 && stage != 2 {
         return Err(bad(format!("stage {stage}: expected 1 or 2")));
     }
-    if kk == 0 || kk % 32 != 0 || x.len() != n_in * kk || m == 0 || top_k == 0 {
+    if kk == 0 || !kk.is_multiple_of(32) || x.len() != n_in * kk || m == 0 || top_k == 0 {
         return Err(bad(format!(
             "{} values for {n_in} rows of K = {kk} (K a positive multiple of 32)",
             x.len()
         )));
     }
     if stage == 1
-        && (row_of_pair.len() != rows
-            || row_of_pair.iter().any(|&r| r >= rows as i32 || r < -1))
+        && (row_of_pair.len() != rows || row_of_pair.iter().any(|&r| r >= rows as i32 || r < -1))
     {
         return Err(bad(format!(
             "row_of_pair must hold {rows} rows in -1..{rows}, got {:?}",
@@ -932,7 +1006,11 @@ pub fn coop_prepass(
         )));
     }
     let act = if weight_only { FMT_NONE } else { 0 };
-    let entry = if stage == 1 { "coopp_prep1" } else { "coopp_prep2" };
+    let entry = if stage == 1 {
+        "coopp_prep1"
+    } else {
+        "coopp_prep2"
+    };
     let pipe = ctx.pipeline(Shader::MoeCoopPrepass, entry, &[("ACT_FMT", act)])?;
     let mut p = [0u32; 12];
     p[0] = m as u32;
@@ -943,7 +1021,11 @@ pub fn coop_prepass(
     let xb = ctx.upload_owned("coop_prepass_x", bytemuck::cast_slice(x));
     let rop = ctx.upload_owned(
         "coop_prepass_row_of_pair",
-        bytemuck::cast_slice(if row_of_pair.is_empty() { &[0i32][..] } else { row_of_pair }),
+        bytemuck::cast_slice(if row_of_pair.is_empty() {
+            &[0i32][..]
+        } else {
+            row_of_pair
+        }),
     );
     // Pooled buffers (readable back), zeroed: rows no pair writes read back as zeros.
     let zeros = |n: usize| {
@@ -953,11 +1035,28 @@ pub fn coop_prepass(
     };
     let half_bytes = rows * kk * 2;
     let (hi, lo, ex) = (zeros(half_bytes), zeros(half_bytes), zeros(rows * 4));
-    let mut ents = vec![(0, &params), (6, &xb), (17, &hi), (18, &lo), (19, &ex)];
-    if stage == 1 {
-        ents.push((4, &rop));
-    }
-    let bg = ctx.bind(&pipe, &ents);
+    // The forward's own binding lists (PreBufs), so that this hook also checks them.
+    let pb = PreBufs {
+        params: &params,
+        rows: &rop,
+        slot: &rop,
+        tiles: &rop,
+        x: &xb,
+        w: &rop,
+        sc: &rop,
+        out: &rop,
+        bias: &rop,
+        topw: &rop,
+        hi: &hi,
+        lo: &lo,
+        exp: &ex,
+    };
+    let list: &[u32] = if stage == 1 {
+        &COOPP_PREP1_BINDINGS
+    } else {
+        &COOPP_PREP2_BINDINGS
+    };
+    let bg = ctx.bind(&pipe, &pb.entries(list));
     let mut enc = ctx
         .device
         .create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -972,7 +1071,11 @@ pub fn coop_prepass(
     }
     let r = ctx.submit_and_read(
         enc,
-        &[(&hi, half_bytes as u64), (&lo, half_bytes as u64), (&ex, (rows * 4) as u64)],
+        &[
+            (&hi, half_bytes as u64),
+            (&lo, half_bytes as u64),
+            (&ex, (rows * 4) as u64),
+        ],
     )?;
     ctx.give([params, hi, lo, ex]);
     Ok(CoopPrepassOut {
