@@ -1,7 +1,11 @@
-// moe_coop_prepass.wgsl: the activation pre-passes of the cooperative GEMM's kernel k64p
-// (`coop64p_gemm1/2` in moe_gemm_coop.wgsl). Composed after moe_common.wgsl (parameters, the
-// row lists, x_in); plain compute, no f16 and no cooperative matrices, so it runs (and is
-// tested) on every adapter, lavapipe included.
+// moe_coop_prepass.wgsl: the activation pre-passes of the cooperative GEMM's kernels k64p and
+// k64pw (`coop64p_gemm1/2`, `coop64pw_gemm1/2` in moe_gemm_coop.wgsl), and `gemm1_pre_ref`,
+// `gemm2_pre_ref`: the tiled f32 GEMM reading the pre-converted rows (the reference of what
+// the pre-pass kernels compute, bar summation order and the tensor cores' accumulation; it
+// runs the forward's pre-pass plumbing on adapters without cooperative matrices:
+// `Context::set_gemm_pre_ref`, a test hook). Composed after moe_gemm.wgsl (parameters, the
+// row lists, x_in, the tiled GEMM's loads and epilogues); plain compute, no f16 and no
+// cooperative matrices, so it runs (and is tested) on every adapter, lavapipe included.
 //
 // Kernel k64 converts every activation to f16 inside its k-loop, once per 128-column block
 // (45 times per gpt-oss gemm1), with a running per-tile exponent kept by atomics. k64p converts
@@ -89,10 +93,13 @@ fn prep_f16_bits(v: f32) -> u32 {
     return s | q;
 }
 
-// The value of finite f16 bits h (exact).
+// The value of f16 bits h (exact; Inf and NaN too).
 fn prep_f16_value(h: u32) -> f32 {
     let ex = (h >> 10u) & 0x1Fu;
     let m = h & 0x3FFu;
+    if ex == 31u {
+        return bitcast<f32>(((h & 0x8000u) << 16u) | 0x7F800000u | (m << 13u));
+    }
     if ex == 0u {
         let v = ldexp(f32(m), -24);
         return select(v, -v, (h & 0x8000u) != 0u);
@@ -194,4 +201,95 @@ fn coopp_prep2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
     if lid == 0u {
         xp_exp_out[r] = e;
     }
+}
+
+// Four activations of tile row xm (of cnt; zeros past them) at k..k+3 from the pre-converted
+// rows: (hi + lo) x 2^(e_r - 14), exact in f32 (hi + lo has at most 22 significant bits) but
+// for f32 subnormals.
+fn pre_ref_x4(start: u32, cnt: u32, xm: u32, kk: u32, k: u32) -> vec4<f32> {
+    if xm >= cnt {
+        return vec4<f32>(0.0);
+    }
+    let row = start + xm;
+    let w = (row * kk + k) / 2u;
+    let h0 = xp_hi_words[w];
+    let h1 = xp_hi_words[w + 1u];
+    var v = vec4<f32>(prep_f16_value(h0 & 0xFFFFu), prep_f16_value(h0 >> 16u),
+                      prep_f16_value(h1 & 0xFFFFu), prep_f16_value(h1 >> 16u));
+    if ACT_FMT == FMT_NONE {
+        let l0 = xp_lo_words[w];
+        let l1 = xp_lo_words[w + 1u];
+        v = v + vec4<f32>(prep_f16_value(l0 & 0xFFFFu), prep_f16_value(l0 >> 16u),
+                          prep_f16_value(l1 & 0xFFFFu), prep_f16_value(l1 >> 16u));
+    }
+    let e = xp_exp_out[row] - 14; // in -126..113: one exact ldexp
+    return ldexp(v, vec4<i32>(e));
+}
+
+// moe_gemm.wgsl's gemm_k_loop with the x rows from the pre-converted rows (tile rows start..
+// start + cnt) instead of x_in.
+fn pre_ref_k_loop(lid: u32, kk_total: u32, start: u32, cnt: u32, wrow: u32, wcol: u32,
+                  wv: bool) -> GemmAcc {
+    let kblocks = kk_total / 32u;
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    let xm = lid / 4u;
+    let xk = (lid % 4u) * 4u;
+    let wk = (lid % 2u) * 8u;
+    var c = GemmAcc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
+                    vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var k0 = 0u; k0 < kk_total; k0 = k0 + GEMM_K_STEP) {
+        let xv = pre_ref_x4(start, cnt, xm, kk_total, k0 + xk);
+        let xc = xm / 4u;
+        let xs = xm % 4u;
+        tile_x[(xk + 0u) * 16u + xc][xs] = xv.x;
+        tile_x[(xk + 1u) * 16u + xc][xs] = xv.y;
+        tile_x[(xk + 2u) * 16u + xc][xs] = xv.z;
+        tile_x[(xk + 3u) * 16u + xc][xs] = xv.w;
+        stage_weight_octet(wrow, kblocks, k0 + wk, wcol, wv);
+        workgroupBarrier();
+        for (var kk = 0u; kk < GEMM_K_STEP; kk = kk + 1u) {
+            let a = tile_x[kk * 16u + ty];
+            let b0 = tile_w[kk * 32u + tx];
+            let b1 = tile_w[kk * 32u + 16u + tx];
+            c.row0_lo = c.row0_lo + a.x * b0;
+            c.row0_hi = c.row0_hi + a.x * b1;
+            c.row1_lo = c.row1_lo + a.y * b0;
+            c.row1_hi = c.row1_hi + a.y * b1;
+            c.row2_lo = c.row2_lo + a.z * b0;
+            c.row2_hi = c.row2_hi + a.z * b1;
+            c.row3_lo = c.row3_lo + a.w * b0;
+            c.row3_hi = c.row3_hi + a.w * b1;
+        }
+        workgroupBarrier();
+    }
+    return c;
+}
+
+// gemm1 over the pre-converted rows of coopp_prep1 (grid and output as moe_gemm.wgsl's gemm1).
+@compute @workgroup_size(256)
+fn gemm1_pre_ref(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    let jb = wid.y * 64u;
+    let cnt = tile.z - tile.y;
+    let ld = gemm1_load(lid, tile.x, tile.y, cnt, jb);
+    let acc = pre_ref_k_loop(lid, params.hidden, tile.y, cnt, ld.wrow, ld.wcol, ld.wv);
+    gemm1_finish(lid, tile.x, tile.y, cnt, jb, acc);
+}
+
+// gemm2 over the pre-converted rows of coopp_prep2 (grid and output as moe_gemm.wgsl's gemm2).
+@compute @workgroup_size(256)
+fn gemm2_pre_ref(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    let nb = wid.y * 128u;
+    let cnt = tile.z - tile.y;
+    let ld = gemm2_load(lid, tile.x, tile.y, cnt, nb);
+    let acc = pre_ref_k_loop(lid, params.inter, tile.y, cnt, ld.wrow, ld.wcol, ld.wv);
+    gemm2_finish(lid, tile.x, tile.y, cnt, nb, acc);
 }

@@ -444,7 +444,7 @@ fn entry_bindings(m: &naga::Module, info: &naga::valid::ModuleInfo, entry: &str)
 fn coop64p_bindings_and_memory() {
     use mxmoe::backend::wgpu::{
         CoopKernel, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOP64P_WORKGROUP_BYTES,
-        COOP64_WORKGROUP_BYTES, COOPP_PREP1_BINDINGS, COOPP_PREP2_BINDINGS,
+        COOP64_WORKGROUP_BYTES, COOPP_PREP1_BINDINGS, COOPP_PREP2_BINDINGS, GEMM_PRE_REF_BINDINGS,
     };
     let sh = Shader::MoeGemmCoop;
     let (m, i) = validate(sh.name(), &sh.compose());
@@ -498,6 +498,30 @@ fn coop64p_bindings_and_memory() {
         entry_bindings(&m, &i, "coopp_prep2"),
         COOPP_PREP2_BINDINGS.to_vec()
     );
+    for entry in ["gemm1_pre_ref", "gemm2_pre_ref"] {
+        assert_eq!(
+            entry_bindings(&m, &i, entry),
+            GEMM_PRE_REF_BINDINGS.to_vec(),
+            "{entry}"
+        );
+        for w in MxFormat::ALL {
+            for &a in &[source::FMT_NONE, MxFormat::Fp4E2M1.id()] {
+                for act in Activation::ALL {
+                    specialise(
+                        pp.name(),
+                        &m,
+                        &i,
+                        entry,
+                        &[
+                            ("WEIGHT_FMT", w.id()),
+                            ("ACT_FMT", a),
+                            ("ACTIVATION", act.id()),
+                        ],
+                    );
+                }
+            }
+        }
+    }
     let mut afmts: Vec<u32> = MxFormat::ALL.iter().map(|f| f.id()).collect();
     afmts.push(source::FMT_NONE);
     for a in afmts {

@@ -373,6 +373,10 @@ pub struct Context {
     /// (`MXMOE_COOP_KERNEL=k64p|k64pw`; never the default): the pre-passes of
     /// moe_coop_prepass.wgsl, then its GEMMs. Takes precedence over `coop_k64`.
     coop_pre: Mutex<Option<CoopKernel>>,
+    /// Test hook (`set_gemm_pre_ref`): where the tiled GEMM runs, run it over the pre-pass
+    /// kernels' pre-converted rows (`gemm1_pre_ref`, `gemm2_pre_ref` after `coopp_prep1/2`),
+    /// so that adapters without cooperative matrices exercise the pre-passes inside a forward.
+    pub gemm_pre_ref: AtomicBool,
     /// gemv1 builds the lists itself only up to this many token-expert pairs (its list builder
     /// costs O(pairs) per invocation in every workgroup; past this the one-workgroup `lists`
     /// pass is cheaper); `MXMOE_GEMV_OWN_LISTS_MAX` sets it.
@@ -573,6 +577,7 @@ impl Context {
             coop_k64_ok: false,
             coop_k64_note: Mutex::new(String::new()),
             coop_pre: Mutex::new(None),
+            gemm_pre_ref: AtomicBool::new(false),
             coop_overrides: [
                 (
                     "COOP_B_ROW",

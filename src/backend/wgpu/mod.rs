@@ -44,7 +44,7 @@ pub use context::{
 };
 pub use moe::{
     CoopPrepassOut, GpuLayer, MoePath, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOPP_PREP1_BINDINGS,
-    COOPP_PREP2_BINDINGS,
+    COOPP_PREP2_BINDINGS, GEMM_PRE_REF_BINDINGS,
 };
 
 use super::{BackendError, Op, PassTimes, Support};
@@ -195,6 +195,14 @@ impl WgpuBackend {
     /// without the cooperative GEMM) or none (`None`).
     pub fn set_coop_pre(&self, k: Option<CoopKernel>) -> Result<(), String> {
         self.ctx.set_coop_pre(k)
+    }
+
+    /// Test hook: where the tiled GEMM runs (no cooperative matrices, or switched off), run it
+    /// over the pre-pass kernels' pre-converted rows (`coopp_prep1/2`, then `gemm1_pre_ref`,
+    /// `gemm2_pre_ref` in moe_coop_prepass.wgsl): the forward's pre-pass plumbing on any
+    /// adapter.
+    pub fn set_gemm_pre_ref(&self, on: bool) {
+        self.ctx.gemm_pre_ref.store(on, Ordering::Relaxed);
     }
 
     /// The cooperative GEMM's kernel now (when it runs).

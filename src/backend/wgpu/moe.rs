@@ -66,6 +66,9 @@ pub const COOP64P_BINDINGS: [u32; 12] = [0, 3, 5, 7, 8, 9, 10, 11, 13, 17, 18, 1
 /// The bindings of kernel k64pw (`coop64pw_gemm1/2`): k64p's with the vec4 views of the
 /// pre-converted activations (20 hi, 21 lo) instead of their f16 views.
 pub const COOP64PW_BINDINGS: [u32; 12] = [0, 3, 5, 7, 8, 9, 10, 11, 13, 19, 20, 21];
+/// The bindings of `gemm1_pre_ref` / `gemm2_pre_ref` (the tiled GEMM over the pre-converted
+/// rows; `Context::gemm_pre_ref`).
+pub const GEMM_PRE_REF_BINDINGS: [u32; 11] = [0, 3, 5, 7, 8, 9, 10, 11, 17, 18, 19];
 /// The bindings of the pre-passes `coopp_prep1` (token rows scattered to the pairs' rows:
 /// row_of_pair) and `coopp_prep2` (rows kept).
 pub const COOPP_PREP1_BINDINGS: [u32; 6] = [0, 4, 6, 17, 18, 19];
@@ -448,7 +451,14 @@ pub fn forward(
         .and_then(|(a, b)| u64::try_from(a.max(b).max(h)).ok()?.checked_mul(4));
     let wg_max = ctx.limits.max_compute_workgroups_per_dimension as usize;
     let by_grid = (wg_max.saturating_sub(l.local_experts).saturating_mul(TG) / k).max(1);
-    let max_tokens = per_token.map_or(0, |p| ((max_binding / p) as usize).min(by_grid));
+    let mut max_tokens = per_token.map_or(0, |p| ((max_binding / p) as usize).min(by_grid));
+    if ctx.coop_pre().is_some() || ctx.gemm_pre_ref.load(Ordering::Relaxed) {
+        // The pre-pass kernels' f16 rows carry COOPP_PAD_ROWS rows of padding: they must fit
+        // one binding too (only small bindings feel it; the f32 rows are twice as large).
+        let row = (h.max(inter) * 2) as u64;
+        let rows = (max_binding / row).saturating_sub(COOPP_PAD_ROWS as u64);
+        max_tokens = max_tokens.min((rows / k as u64) as usize);
+    }
     if max_tokens == 0 {
         return Err(BackendError::OutOfMemory(format!(
             "one token's activations (H {h}, I {inter}, top-{k}) need {} but one storage binding \
@@ -560,6 +570,9 @@ pub fn forward(
         // or k32.
         let (g1, g2) = ctx.coop_entries();
         (Shader::MoeGemmCoop, g1, g2)
+    } else if ctx.gemm_pre_ref.load(Ordering::Relaxed) {
+        // Test hook: the tiled GEMM over the pre-passes' rows.
+        (Shader::MoeCoopPrepass, "gemm1_pre_ref", "gemm2_pre_ref")
     } else {
         (Shader::MoeGemm, "gemm1", "gemm2")
     };
@@ -573,8 +586,12 @@ pub fn forward(
     let coop64 = !gemv && e1 == "coop64_gemm1";
     // Kernel k64p: the pre-passes convert each stage's activations (coopp_prep1 / 2) and the
     // GEMMs read them from bindings 17-19 (COOP64P_BINDINGS).
-    let prepass = !gemv && (e1 == "coop64p_gemm1" || e1 == "coop64pw_gemm1");
-    let pw = !gemv && e1 == "coop64pw_gemm1";
+    let prepass = !gemv && ["coop64p_gemm1", "coop64pw_gemm1", "gemm1_pre_ref"].contains(&e1);
+    let pre_bindings: &[u32] = match e1 {
+        "coop64pw_gemm1" => &COOP64PW_BINDINGS,
+        "gemm1_pre_ref" => &GEMM_PRE_REF_BINDINGS,
+        _ => &COOP64P_BINDINGS,
+    };
     if prepass && xp_bytes > max_binding {
         return Err(BackendError::OutOfMemory(format!(
             "kernel k64p's pre-converted activations need {} but one storage binding holds at \
@@ -656,9 +673,12 @@ pub fn forward(
             let mut out_sizes = out_sizes;
             if prepass {
                 out_sizes.extend([
-                    xp_bytes,                               // xp_hi
-                    if weight_only { xp_bytes } else { 4 }, // xp_lo
-                    bytes(na + COOPP_PAD_ROWS),             // xp_exp
+                    xp_bytes, // xp_hi
+                    // xp_lo; MX activations: never written nor read, but bound (one vec4;
+                    // not the layer's dummy, which may sit in a read-only binding of the
+                    // same dispatch)
+                    if weight_only { xp_bytes } else { 16 },
+                    bytes(na + COOPP_PAD_ROWS), // xp_exp
                 ]);
             }
             let bufs: Vec<wgpu::Buffer> = out_sizes.iter().map(|&n| ctx.storage(n)).collect();
@@ -750,14 +770,10 @@ pub fn forward(
                             bias,
                             topw,
                             hi: &bufs[10],
-                            lo: if weight_only { &bufs[11] } else { &g.dummy },
+                            lo: &bufs[11],
                             exp: &bufs[12],
                         };
-                        ents = pb.entries(if pw {
-                            &COOP64PW_BINDINGS
-                        } else {
-                            &COOP64P_BINDINGS
-                        });
+                        ents = pb.entries(pre_bindings);
                     }
                     if gemv {
                         // The FP4 path's vec4 views of the same weights and activations; the
@@ -796,7 +812,7 @@ pub fn forward(
                     bias: &g.dummy,
                     topw: &g.dummy,
                     hi: &bufs[10],
-                    lo: if weight_only { &bufs[11] } else { &g.dummy },
+                    lo: &bufs[11],
                     exp: &bufs[12],
                 };
                 (

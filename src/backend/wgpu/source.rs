@@ -107,7 +107,9 @@ pub enum Shader {
     /// the GEMM on cooperative matrices (f16, f32 accumulation; needs SHADER_F16, SUBGROUP and
     /// EXPERIMENTAL_COOPERATIVE_MATRIX).
     MoeGemmCoop,
-    /// `coopp_prep1`, `coopp_prep2` (override `ACT_FMT`): kernel k64p's activation pre-passes
+    /// `coopp_prep1`, `coopp_prep2` (override `ACT_FMT`): the activation pre-passes of the
+    /// cooperative GEMM's kernels k64p and k64pw, and `gemm1_pre_ref`, `gemm2_pre_ref` (the
+    /// overrides of [`Shader::MoeGemm`]): the tiled GEMM over the pre-converted rows
     /// (moe_coop_prepass.wgsl; plain compute, every adapter).
     MoeCoopPrepass,
     /// `gemv1`, `gemv2` and the wide layout's `gemv1_wide`, `gemv2_wide` (the overrides of
@@ -194,7 +196,7 @@ impl Shader {
                 MOE_GEMV_FP4_REGISTERS,
                 MOE_GEMM_COOP,
             ],
-            Shader::MoeCoopPrepass => &[MX_COMMON, MOE_COMMON, MOE_COOP_PREPASS],
+            Shader::MoeCoopPrepass => &[MX_COMMON, MOE_COMMON, MOE_GEMM, MOE_COOP_PREPASS],
             Shader::MoeGemv {
                 registers: false,
                 subgroup: false,
