@@ -363,7 +363,8 @@ pub struct Context {
     /// Which cooperative kernel runs: k64 (`coop64_gemm1/2`: K steps of 64, conflict-free
     /// staging, FP4 decoded in registers, the next step's loads in flight during the MMAs) where
     /// `coop64_check` passed, else k32 (`coop_gemm1/2`, the first kernel);
-    /// `MXMOE_COOP_KERNEL=k32|k64` chooses (k64 fails where its check failed).
+    /// `MXMOE_COOP_KERNEL=k32|k64` chooses (k64 fails where its check failed; `k64p|k64pw`:
+    /// `coop_pre`).
     coop_k64: AtomicBool,
     /// Whether kernel k64 passed its checks (so it may be switched on).
     coop_k64_ok: bool,
