@@ -730,3 +730,489 @@ fn coop64_check(@builtin(local_invocation_index) lid: u32) {
         out_bits[i] = bitcast<u32>(c64_c[C64_SC + (i / 16u) * C64_SC + i % 16u]);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Kernel k64p (`coop64p_gemm1`, `coop64p_gemm2`; `MXMOE_COOP_KERNEL=k64p`, not the default):
+// kernel k64 with the activation staging taken out of the k-loop. On the H200 (gpt-oss-120b,
+// 2048 tokens, docs/h200-2026-12-01s5-route) k64's global loads and f16 staging took ~12 of
+// its 18 ms, and gemm1 converts every activation row once per 128-column block (45 times for
+// gpt-oss) with an atomic per subgroup and K step for the running exponent ex. Here the
+// pre-passes of moe_coop_prepass.wgsl convert each stage's activations once per forward into
+// f16 hi (+ lo for weight-only schemes) rows with one power-of-two exponent per ROW (xp_hi,
+// xp_lo, xp_exp; bindings 17-19), in GEMM row order, and the k-loop loads its A fragments
+// straight from those storage buffers (coopLoadT: row-major, stride K; naga 30 takes any
+// pointer to scalars, storage included, for OpCooperativeMatrixLoadKHR). Weights keep k64's
+// staging (FP4 decoded in registers or through the code table, running exponent ew, row-major
+// B in workgroup memory, the next step's blocks loaded during the MMAs), and the same
+// hand-out and epilogues (gemm1_finish, gemm2_finish: bias, router weight, activation,
+// intermediate QDQ).
+//
+// Numerics (docs/NUMERICS.md 10.3; the pre-pass header has the activation side):
+//   * A = hi (+ lo) of v = x * 2^(14 - e_r), e_r the row's exponent: hi + lo carries about
+//     22 significant bits of x (relative error <= 2^-21) for |x| >= 2^-17 of the ROW's largest
+//     finite |x| (k64: of the TILE's largest so far, the accumulators rescaled when a later K
+//     step raised it), and errs by at most 2^-39 of the row's largest below that (2^-28 if the
+//     driver flushes f16 subnormals). MX-quantized activations: hi alone, exact down to 2^-28
+//     of the row's largest.
+//   * Weights exactly as k64 (staged code x 2^(byte - ew + COOP_WSH), |staged| < 2^15, exact
+//     while an f16 normal; the accumulators are multiplied by the power of two of a change of
+//     ew: exact).
+//   * f16 x f16 products are exact in f32; the tensor cores accumulate in f32. The hand-out
+//     multiplies row r by 2^(e_r - 14 + ew - 127 - COOP_WSH) in two exact ldexp steps (each
+//     exponent within f32's range; the result is exact but for f32 over/underflow).
+//   * NaN/Inf: a NaN activation is a NaN hi, +-Inf an infinite hi (lo 0): they propagate
+//     through the MMA into their row as in k64; NaN scale bytes stage NaN weights.
+//   * COOP_DIAG bit 2 skips the weights' loads and staging only (A is loaded by the MMAs).
+//   * Rows of a tile past its row count (cnt) load whatever the neighbouring rows hold (another
+//     expert's rows, or the buffers' 64 rows of padding): a row of A only reaches the same row
+//     of C, and the epilogues drop rows >= cnt. K steps past K are skipped (no loads).
+// Workgroup memory: k64's without the activation tiles (the weight tile 17408, the hand-out
+// staging 8704, the code table 1024, block_amax 512, the tile descriptor and exponent slots).
+
+@group(0) @binding(17) var<storage, read> xp_hi: array<f16>;  // [rows (+64)][K]
+@group(0) @binding(18) var<storage, read> xp_lo: array<f16>;  // [rows (+64)][K] (weight-only)
+@group(0) @binding(19) var<storage, read> xp_exp: array<i32>; // [rows]: e_r
+
+// k64's weight loads of K step k0 (no activations: they come from xp_hi / xp_lo).
+fn c64p_fetch(k0: u32, kk_total: u32, wrow: u32, wv: bool, blk: u32) -> C64Raw {
+    var r = C64Raw(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
+                   vec4<u32>(0u), 0u, false);
+    if (COOP_DIAG & 4u) != 0u {
+        return r;
+    }
+    let kblocks = kk_total / 32u;
+    let kb = k0 / 32u + blk;
+    if wv && kb < kblocks {
+        let sidx = wrow * kblocks + kb;
+        r.byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+        r.wok = true;
+        if c64_fp4_regs() {
+            r.w = w_codes_vec4[sidx]; // an FP4 block is 4 words
+        }
+    }
+    return r;
+}
+
+// v x 2^e in two exact steps (ldexp's exponent stays within f32's range in each).
+fn c64p_scale(v: vec4<f32>, e: i32) -> vec4<f32> {
+    let a = clamp(e, -126, 127);
+    return ldexp(ldexp(v, vec4<i32>(a)), vec4<i32>(e - a));
+}
+
+// Rows ty*4..+3 of the hand-out staging (as c64_read), row i times 2^e[i].
+fn c64p_read(ty: u32, tx: u32, e: vec4<i32>) -> GemmAcc {
+    let r = (ty / 8u) * 16u + (ty % 4u) * 4u;
+    let c = (tx / 8u) * 16u + (tx % 4u) * 4u;
+    let b = r * C64_SC + c;
+    return GemmAcc(
+        c64p_scale(c64p_stage4(b), e.x), c64p_scale(c64p_stage4(b + 32u), e.x),
+        c64p_scale(c64p_stage4(b + C64_SC), e.y), c64p_scale(c64p_stage4(b + C64_SC + 32u), e.y),
+        c64p_scale(c64p_stage4(b + 2u * C64_SC), e.z),
+        c64p_scale(c64p_stage4(b + 2u * C64_SC + 32u), e.z),
+        c64p_scale(c64p_stage4(b + 3u * C64_SC), e.w),
+        c64p_scale(c64p_stage4(b + 3u * C64_SC + 32u), e.w),
+    );
+}
+
+fn c64p_stage4(b: u32) -> vec4<f32> {
+    return vec4<f32>(c64_c[b], c64_c[b + 1u], c64_c[b + 2u], c64_c[b + 3u]);
+}
+
+// The exponent of tile row r (0 past the tile's rows: those are dropped).
+fn c64p_row_exp(start: u32, cnt: u32, r: u32) -> i32 {
+    if r < cnt {
+        return xp_exp[start + r];
+    }
+    return 0;
+}
+
+// The k-loop of coop64p_gemm1 / coop64p_gemm2: the tile's rows start at GEMM row `start` of the
+// pre-converted activations (cnt of them); weight row wrow (valid wv) of tile column wn
+// (= lid % 128). Ends with the accumulators in the tiled path's per-thread layout (GemmAcc),
+// each row scaled back by its own exponent.
+fn c64p_k_loop(lid: u32, kk_total: u32, start: u32, cnt: u32, wrow: u32, wn: u32,
+               wv: bool) -> GemmAcc {
+    let kblocks = kk_total / 32u;
+    let blk = lid / 128u; // the block of the step of weight tile column wn (= lid % 128)
+    let sg = lid / 32u;
+    let r0 = (sg % 2u) * 32u; // this subgroup's rows
+    let n0 = (sg / 2u) * 32u; // and columns
+    let a0_at = (start + r0) * kk_total; // f16 index of its first row in xp_hi / xp_lo
+    let a1_at = a0_at + 16u * kk_total;
+    var c00 = coopLoadT<coop_mat16x16<f32, C>>(&c64_c[0], 16u); // zeros (set in the entry)
+    var c01 = c00;
+    var c10 = c00;
+    var c11 = c00;
+    var ew = 0;
+    let stage = (COOP_DIAG & 4u) == 0u;
+    var raw = c64p_fetch(0u, kk_total, wrow, wv, blk);
+    for (var k0 = 0u; k0 < kk_total; k0 = k0 + 64u) {
+        let slot = (k0 / 64u) & 1u;
+        let gw = subgroupMax(select(raw.byte, 0u, raw.byte == 255u));
+        if lid % 32u == 0u {
+            atomicMax(&coop_wmax[slot], gw);
+        }
+        workgroupBarrier();
+        // The other slot was last read before the previous step's second barrier; it is next
+        // written after this step's.
+        if lid == 0u {
+            atomicStore(&coop_wmax[slot ^ 1u], 0u);
+        }
+        let ew_new = max(ew, i32(atomicLoad(&coop_wmax[slot])));
+        // The same value in every invocation: rescaled only in steps that raise the maximum.
+        if ew_new != ew {
+            let f = ldexp(1.0, ew - ew_new);
+            c00 = c00 * f;
+            c01 = c01 * f;
+            c10 = c10 * f;
+            c11 = c11 * f;
+        }
+        ew = ew_new;
+        if stage {
+            c64_stage_w(raw, wn, blk, wrow, kblocks, k0 / 32u + blk, ew);
+        }
+        workgroupBarrier();
+        // The next step's weight loads, in flight during this step's MMAs.
+        raw = c64p_fetch(k0 + 64u, kk_total, wrow, wv, blk);
+        for (var ks = 0u; (ks < 64u) & ((COOP_DIAG & 2u) == 0u); ks = ks + 16u) {
+            if k0 + ks >= kk_total {
+                break; // K is a multiple of 32: the step's second half may lie past K
+            }
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT + n0], C64_SBT);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT + n0 + 16u], C64_SBT);
+            let k = k0 + ks;
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&xp_hi[a0_at + k], kk_total);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&xp_hi[a1_at + k], kk_total);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            if (ACT_FMT == FMT_NONE) & ((COOP_DIAG & 8u) == 0u) {
+                let l0 = coopLoadT<coop_mat16x16<f16, A>>(&xp_lo[a0_at + k], kk_total);
+                let l1 = coopLoadT<coop_mat16x16<f16, A>>(&xp_lo[a1_at + k], kk_total);
+                c00 = coopMultiplyAdd(l0, b0, c00);
+                c01 = coopMultiplyAdd(l0, b1, c01);
+                c10 = coopMultiplyAdd(l1, b0, c10);
+                c11 = coopMultiplyAdd(l1, b1, c11);
+            }
+        }
+    }
+    // Hand the accumulators out as k64 does (four rounds; see c64_k_loop), each row times
+    // 2^(e_r - 14 + ew - 127 - COOP_WSH).
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    let ec = -COOP_ASH + ew - 127 - coop_wsh();
+    let e = vec4<i32>(
+        c64p_row_exp(start, cnt, ty * 4u) + ec,
+        c64p_row_exp(start, cnt, ty * 4u + 1u) + ec,
+        c64p_row_exp(start, cnt, ty * 4u + 2u) + ec,
+        c64p_row_exp(start, cnt, ty * 4u + 3u) + ec,
+    );
+    let mine = 2u * ((ty / 4u) % 2u) + (tx / 4u) % 2u;
+    let so = (sg % 2u) * 16u * C64_SC + (sg / 2u) * 16u;
+    var acc = GemmAcc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
+                      vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    workgroupBarrier();
+    coopStoreT(c00, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 0u {
+        acc = c64p_read(ty, tx, e);
+    }
+    workgroupBarrier();
+    coopStoreT(c01, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 1u {
+        acc = c64p_read(ty, tx, e);
+    }
+    workgroupBarrier();
+    coopStoreT(c10, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 2u {
+        acc = c64p_read(ty, tx, e);
+    }
+    workgroupBarrier();
+    coopStoreT(c11, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 3u {
+        acc = c64p_read(ty, tx, e);
+    }
+    return acc;
+}
+
+// gemm1 on cooperative matrices, kernel k64p (grid and output as moe_gemm.wgsl's gemm1; the
+// activations are xp_hi / xp_lo from coopp_prep1).
+@compute @workgroup_size(256)
+fn coop64p_gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = c64_load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    let jb = wid.y * 64u;
+    let cnt = tile.z - tile.y;
+    // Weight tile column lid % 128 as in coop64_gemm1.
+    let wn = lid % 128u;
+    let wr = select(2u * (wn % 64u) + wn / 64u, wn, ACTIVATION == ACT_SILU);
+    let lw = gemm1_load(2u * wr, tile.x, tile.y, cnt, jb);
+    let acc = c64p_k_loop(lid, params.hidden, tile.y, cnt, lw.wrow, lw.wcol, lw.wv);
+    gemm1_finish(lid, tile.x, tile.y, cnt, jb, acc);
+}
+
+// gemm2 on cooperative matrices, kernel k64p (grid and output as moe_gemm.wgsl's gemm2; the
+// activations are xp_hi / xp_lo from coopp_prep2).
+@compute @workgroup_size(256)
+fn coop64p_gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = c64_load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    let nb = wid.y * 128u;
+    let cnt = tile.z - tile.y;
+    let lw = gemm2_load(2u * (lid % 128u), tile.x, tile.y, cnt, nb);
+    let acc = c64p_k_loop(lid, params.inter, tile.y, cnt, lw.wrow, lw.wcol, lw.wv);
+    gemm2_finish(lid, tile.x, tile.y, cnt, nb, acc);
+}
+
+// The device check of kernel k64p's A loads: as coop64_check (same product, same output), but
+// A comes from the storage buffer xp_hi (the host writes A[i][k] = (3i + k) % 7 - 3 there as
+// f16, row-major with stride 40: a stride and a row offset like the GEMM's, multiples of 16
+// bytes) through coopLoadT, as the k-loop loads it.
+@compute @workgroup_size(32)
+fn coop64p_check(@builtin(local_invocation_index) lid: u32) {
+    for (var i = lid; i < 512u; i = i + 32u) {
+        let r = i / 32u; // B column
+        let k = i % 32u;
+        c64_b[k * C64_SBT + r] = f16(f32((5u * k + r) % 11u) - 5.0);
+    }
+    for (var i = lid; i < 256u; i = i + 32u) {
+        c64_c[i] = 0.0;
+    }
+    workgroupBarrier();
+    var c = coopLoadT<coop_mat16x16<f32, C>>(&c64_c[0], 16u);
+    for (var ks = 0u; ks < 32u; ks = ks + 16u) {
+        // Row 0 of A sits at row 1 of the buffer (offset 40 f16 = 80 bytes).
+        let a = coopLoadT<coop_mat16x16<f16, A>>(&xp_hi[40u + ks], 40u);
+        let b = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT], C64_SBT);
+        c = coopMultiplyAdd(a, b, c);
+    }
+    c = c * 2.0;
+    workgroupBarrier();
+    coopStoreT(c, &c64_c[C64_SC], C64_SC);
+    workgroupBarrier();
+    for (var i = lid; i < 256u; i = i + 32u) {
+        out_bits[i] = bitcast<u32>(c64_c[C64_SC + (i / 16u) * C64_SC + i % 16u]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel k64pw (`coop64pw_gemm1`, `coop64pw_gemm2`; `MXMOE_COOP_KERNEL=k64pw`, not the
+// default): k64p's pre-converted activations (same pre-passes, same numerics, same per-row
+// exponents, same weights and hand-out), but copied into workgroup memory each K step
+// instead of loaded by the MMAs from storage: for a driver whose cooperative loads from
+// storage are slow. The copy is k64's activation staging without its work: each invocation
+// loads 32 contiguous bytes of hi (and of lo) of row lid % 64, k (lid / 64) * 16..+15 (two
+// 16-byte loads through vec4<u32> views of the same buffers, bindings 20 and 21; the next
+// step's in flight during this step's MMAs) and stores them, unconverted and with no atomics,
+// into k64's column-major tiles (conflict-free 16-bit stores; the words are split with
+// unpack2x16float, exact for every f16); the MMAs then load A as k64 does. Rows past the
+// tile's row count and K past K are staged as zeros (no padding read).
+
+@group(0) @binding(20) var<storage, read> xp_hi_v4: array<vec4<u32>>; // xp_hi, 8 f16 each
+@group(0) @binding(21) var<storage, read> xp_lo_v4: array<vec4<u32>>; // xp_lo, 8 f16 each
+
+// One invocation's activations of one K step: 16 f16 of hi (and lo), as words.
+struct C64pwA {
+    h0: vec4<u32>,
+    h1: vec4<u32>,
+    l0: vec4<u32>,
+    l1: vec4<u32>,
+}
+
+// The activations of K step k0 for tile row xr (of cnt) at k (lid / 64) * 16: zeros past the
+// rows or past K.
+fn c64pw_fetch(k0: u32, kk_total: u32, start: u32, cnt: u32, xr: u32, kq: u32) -> C64pwA {
+    var a = C64pwA(vec4<u32>(0u), vec4<u32>(0u), vec4<u32>(0u), vec4<u32>(0u));
+    let k = k0 + kq * 16u;
+    if (COOP_DIAG & 4u) != 0u || xr >= cnt || k >= kk_total {
+        return a;
+    }
+    let v = ((start + xr) * kk_total + k) / 8u; // K and k are multiples of 16
+    a.h0 = xp_hi_v4[v];
+    a.h1 = xp_hi_v4[v + 1u];
+    if ACT_FMT == FMT_NONE {
+        a.l0 = xp_lo_v4[v];
+        a.l1 = xp_lo_v4[v + 1u];
+    }
+    return a;
+}
+
+// Store 8 f16 (words w, element 2j in the low half: unpack2x16float's order) at k..k+7 of row
+// `row` of a column-major tile (c64_ah when lo is false, else c64_al).
+fn c64pw_store8(k: u32, row: u32, w: vec4<u32>, lo: bool) {
+    let i = k * C64_SAT + row;
+    // naga 30 has no size-changing bitcast (u32 -> vec2<f16>): through f32, exact for every
+    // f16 (a driver that flushes f16 subnormals: see the header).
+    let p0 = vec2<f16>(unpack2x16float(w.x));
+    let p1 = vec2<f16>(unpack2x16float(w.y));
+    let p2 = vec2<f16>(unpack2x16float(w.z));
+    let p3 = vec2<f16>(unpack2x16float(w.w));
+    if lo {
+        c64_al[i] = p0.x;
+        c64_al[i + C64_SAT] = p0.y;
+        c64_al[i + 2u * C64_SAT] = p1.x;
+        c64_al[i + 3u * C64_SAT] = p1.y;
+        c64_al[i + 4u * C64_SAT] = p2.x;
+        c64_al[i + 5u * C64_SAT] = p2.y;
+        c64_al[i + 6u * C64_SAT] = p3.x;
+        c64_al[i + 7u * C64_SAT] = p3.y;
+    } else {
+        c64_ah[i] = p0.x;
+        c64_ah[i + C64_SAT] = p0.y;
+        c64_ah[i + 2u * C64_SAT] = p1.x;
+        c64_ah[i + 3u * C64_SAT] = p1.y;
+        c64_ah[i + 4u * C64_SAT] = p2.x;
+        c64_ah[i + 5u * C64_SAT] = p2.y;
+        c64_ah[i + 6u * C64_SAT] = p3.x;
+        c64_ah[i + 7u * C64_SAT] = p3.y;
+    }
+}
+
+// The k-loop of coop64pw_gemm1 / coop64pw_gemm2 (arguments as c64p_k_loop).
+fn c64pw_k_loop(lid: u32, kk_total: u32, start: u32, cnt: u32, wrow: u32, wn: u32,
+                wv: bool) -> GemmAcc {
+    let kblocks = kk_total / 32u;
+    let xr = lid % 64u;   // activation row
+    let kq = lid / 64u;   // its k quarter of the step
+    let blk = lid / 128u; // the block of the step of weight tile column wn (= lid % 128)
+    let sg = lid / 32u;
+    let r0 = (sg % 2u) * 32u; // this subgroup's rows
+    let n0 = (sg / 2u) * 32u; // and columns
+    var c00 = coopLoadT<coop_mat16x16<f32, C>>(&c64_c[0], 16u); // zeros (set in the entry)
+    var c01 = c00;
+    var c10 = c00;
+    var c11 = c00;
+    var ew = 0;
+    let stage = (COOP_DIAG & 4u) == 0u;
+    var raw = c64p_fetch(0u, kk_total, wrow, wv, blk);
+    var xa = c64pw_fetch(0u, kk_total, start, cnt, xr, kq);
+    for (var k0 = 0u; k0 < kk_total; k0 = k0 + 64u) {
+        let slot = (k0 / 64u) & 1u;
+        let gw = subgroupMax(select(raw.byte, 0u, raw.byte == 255u));
+        if lid % 32u == 0u {
+            atomicMax(&coop_wmax[slot], gw);
+        }
+        workgroupBarrier();
+        if lid == 0u {
+            atomicStore(&coop_wmax[slot ^ 1u], 0u);
+        }
+        let ew_new = max(ew, i32(atomicLoad(&coop_wmax[slot])));
+        if ew_new != ew {
+            let f = ldexp(1.0, ew - ew_new);
+            c00 = c00 * f;
+            c01 = c01 * f;
+            c10 = c10 * f;
+            c11 = c11 * f;
+        }
+        ew = ew_new;
+        if stage {
+            let k = kq * 16u;
+            c64pw_store8(k, xr, xa.h0, false);
+            c64pw_store8(k + 8u, xr, xa.h1, false);
+            if ACT_FMT == FMT_NONE {
+                c64pw_store8(k, xr, xa.l0, true);
+                c64pw_store8(k + 8u, xr, xa.l1, true);
+            }
+            c64_stage_w(raw, wn, blk, wrow, kblocks, k0 / 32u + blk, ew);
+        }
+        workgroupBarrier();
+        // The next step's loads, in flight during this step's MMAs.
+        raw = c64p_fetch(k0 + 64u, kk_total, wrow, wv, blk);
+        xa = c64pw_fetch(k0 + 64u, kk_total, start, cnt, xr, kq);
+        for (var ks = 0u; (ks < 64u) & ((COOP_DIAG & 2u) == 0u); ks = ks + 16u) {
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT + n0], C64_SBT);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT + n0 + 16u], C64_SBT);
+            let a0 = coopLoad<coop_mat16x16<f16, A>>(&c64_ah[ks * C64_SAT + r0], C64_SAT);
+            let a1 = coopLoad<coop_mat16x16<f16, A>>(&c64_ah[ks * C64_SAT + r0 + 16u], C64_SAT);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            if (ACT_FMT == FMT_NONE) & ((COOP_DIAG & 8u) == 0u) {
+                let l0 = coopLoad<coop_mat16x16<f16, A>>(&c64_al[ks * C64_SAT + r0], C64_SAT);
+                let l1 = coopLoad<coop_mat16x16<f16, A>>(&c64_al[ks * C64_SAT + r0 + 16u], C64_SAT);
+                c00 = coopMultiplyAdd(l0, b0, c00);
+                c01 = coopMultiplyAdd(l0, b1, c01);
+                c10 = coopMultiplyAdd(l1, b0, c10);
+                c11 = coopMultiplyAdd(l1, b1, c11);
+            }
+        }
+    }
+    // Hand-out as k64p (per-row exponents).
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    let ec = -COOP_ASH + ew - 127 - coop_wsh();
+    let e = vec4<i32>(
+        c64p_row_exp(start, cnt, ty * 4u) + ec,
+        c64p_row_exp(start, cnt, ty * 4u + 1u) + ec,
+        c64p_row_exp(start, cnt, ty * 4u + 2u) + ec,
+        c64p_row_exp(start, cnt, ty * 4u + 3u) + ec,
+    );
+    let mine = 2u * ((ty / 4u) % 2u) + (tx / 4u) % 2u;
+    let so = (sg % 2u) * 16u * C64_SC + (sg / 2u) * 16u;
+    var acc = GemmAcc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
+                      vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    workgroupBarrier();
+    coopStoreT(c00, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 0u {
+        acc = c64p_read(ty, tx, e);
+    }
+    workgroupBarrier();
+    coopStoreT(c01, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 1u {
+        acc = c64p_read(ty, tx, e);
+    }
+    workgroupBarrier();
+    coopStoreT(c10, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 2u {
+        acc = c64p_read(ty, tx, e);
+    }
+    workgroupBarrier();
+    coopStoreT(c11, &c64_c[so], C64_SC);
+    workgroupBarrier();
+    if mine == 3u {
+        acc = c64p_read(ty, tx, e);
+    }
+    return acc;
+}
+
+// gemm1, kernel k64pw (as coop64p_gemm1).
+@compute @workgroup_size(256)
+fn coop64pw_gemm1(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = c64_load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    let jb = wid.y * 64u;
+    let cnt = tile.z - tile.y;
+    let wn = lid % 128u;
+    let wr = select(2u * (wn % 64u) + wn / 64u, wn, ACTIVATION == ACT_SILU);
+    let lw = gemm1_load(2u * wr, tile.x, tile.y, cnt, jb);
+    let acc = c64pw_k_loop(lid, params.hidden, tile.y, cnt, lw.wrow, lw.wcol, lw.wv);
+    gemm1_finish(lid, tile.x, tile.y, cnt, jb, acc);
+}
+
+// gemm2, kernel k64pw (as coop64p_gemm2).
+@compute @workgroup_size(256)
+fn coop64pw_gemm2(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tile = c64_load_tile(lid, wid.x);
+    if tile.w == 0u || tile.x < params.e0 || tile.x >= params.e1 {
+        return;
+    }
+    let nb = wid.y * 128u;
+    let cnt = tile.z - tile.y;
+    let lw = gemm2_load(2u * (lid % 128u), tile.x, tile.y, cnt, nb);
+    let acc = c64pw_k_loop(lid, params.inter, tile.y, cnt, lw.wrow, lw.wcol, lw.wv);
+    gemm2_finish(lid, tile.x, tile.y, cnt, nb, acc);
+}

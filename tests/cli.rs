@@ -794,7 +794,18 @@ fn gemm_knob_shows_in_info() {
         .unwrap();
     let k = String::from_utf8_lossy(&o.stdout);
     assert!(
-        k.contains("MXMOE_COOP_KERNEL=k128: expected k32, k64 or auto"),
+        k.contains("MXMOE_COOP_KERNEL=k128: expected k32, k64, k64p, k64pw or auto"),
+        "{k}"
+    );
+    // k64p is a name, not a prefix: a near miss is refused too.
+    let o = bin()
+        .env("MXMOE_COOP_KERNEL", "k64q")
+        .arg("info")
+        .output()
+        .unwrap();
+    let k = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        k.contains("MXMOE_COOP_KERNEL=k64q: expected k32, k64, k64p, k64pw or auto"),
         "{k}"
     );
 }

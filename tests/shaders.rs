@@ -331,6 +331,51 @@ fn moe_all_variants() {
                 }
             }
             specialise(sh.name(), &m, &i, "coop64_check", &[]);
+            // Kernel k64p (A from the pre-converted storage rows): every weight format, FP4
+            // in registers and through the table, weight-only and MX activations, both
+            // activations, the diagnostic masks, and its check.
+            for regs in [0u32, 1] {
+                for w in MxFormat::ALL {
+                    for &a in &[
+                        source::FMT_NONE,
+                        MxFormat::Fp4E2M1.id(),
+                        MxFormat::Fp8E4M3.id(),
+                    ] {
+                        for act in Activation::ALL {
+                            for entry in [
+                                "coop64p_gemm1",
+                                "coop64p_gemm2",
+                                "coop64pw_gemm1",
+                                "coop64pw_gemm2",
+                            ] {
+                                specialise(
+                                    sh.name(),
+                                    &m,
+                                    &i,
+                                    entry,
+                                    &[
+                                        ("COOP_FP4_REGISTERS", regs),
+                                        ("WEIGHT_FMT", w.id()),
+                                        ("ACT_FMT", a),
+                                        ("ACTIVATION", act.id()),
+                                    ],
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            for diag in [2u32, 4, 8] {
+                for entry in [
+                    "coop64p_gemm1",
+                    "coop64p_gemm2",
+                    "coop64pw_gemm1",
+                    "coop64pw_gemm2",
+                ] {
+                    specialise(sh.name(), &m, &i, entry, &[("COOP_DIAG", diag)]);
+                }
+            }
+            specialise(sh.name(), &m, &i, "coop64p_check", &[]);
         }
         // The subgroup GEMV layouts the backend may choose (rows per group x subgroup size).
         if matches!(sh, Shader::MoeGemv { subgroup: true, .. }) {
@@ -369,6 +414,123 @@ fn moe_all_variants() {
 
 /// Bytes of workgroup memory entry point `entry` of `m` uses (the sizes of the workgroup
 /// variables its code reaches, naga's layout).
+/// The bindings (group 0) an entry point uses, sorted: what wgpu's derived pipeline layout
+/// holds, so what a bind group for it must name exactly.
+fn entry_bindings(m: &naga::Module, info: &naga::valid::ModuleInfo, entry: &str) -> Vec<u32> {
+    let (i, _) = m
+        .entry_points
+        .iter()
+        .enumerate()
+        .find(|(_, e)| e.name == entry)
+        .unwrap_or_else(|| panic!("no entry point {entry}"));
+    let fi = info.get_entry_point(i);
+    let mut v: Vec<u32> = m
+        .global_variables
+        .iter()
+        .filter(|(h, _)| !fi[*h].is_empty())
+        .filter_map(|(_, g)| g.binding.as_ref().map(|b| b.binding))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Kernels k64p and k64pw: the bindings the backend names for their GEMMs and pre-passes
+/// (src/backend/wgpu/moe.rs) are exactly those naga finds the entry points use (a bind group
+/// naming one more or one fewer fails on the device); its workgroup memory is the backend's
+/// figure (`COOP64P_WORKGROUP_BYTES`, what `check_coop64p` compares with the adapter's limit)
+/// and holds no activation tile; every kernel's entry points exist in the shader; the
+/// pre-passes need no f16.
+#[test]
+fn coop64p_bindings_and_memory() {
+    use mxmoe::backend::wgpu::{
+        CoopKernel, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOP64P_WORKGROUP_BYTES,
+        COOP64_WORKGROUP_BYTES, COOPP_PREP1_BINDINGS, COOPP_PREP2_BINDINGS, GEMM_PRE_REF_BINDINGS,
+    };
+    let sh = Shader::MoeGemmCoop;
+    let (m, i) = validate(sh.name(), &sh.compose());
+    for entry in ["coop64p_gemm1", "coop64p_gemm2"] {
+        assert_eq!(
+            entry_bindings(&m, &i, entry),
+            COOP64P_BINDINGS.to_vec(),
+            "{entry}"
+        );
+    }
+    for entry in ["coop64pw_gemm1", "coop64pw_gemm2"] {
+        assert_eq!(
+            entry_bindings(&m, &i, entry),
+            COOP64PW_BINDINGS.to_vec(),
+            "{entry}"
+        );
+        // k64pw keeps k64's tiles (A copied into them): the same workgroup memory.
+        let wg = workgroup_bytes(&m, &i, entry);
+        let k64 = workgroup_bytes(&m, &i, &entry.replace("pw", ""));
+        assert_eq!(wg, k64, "{entry}");
+    }
+    // The check binds its output and the A rows only.
+    assert_eq!(entry_bindings(&m, &i, "coop64p_check"), vec![9, 17]);
+    for (_, k) in CoopKernel::NAMES {
+        let (g1, g2) = k.entries();
+        for e in [g1, g2] {
+            assert!(
+                m.entry_points.iter().any(|p| p.name == e),
+                "{k:?}: no entry {e}"
+            );
+        }
+    }
+    let g1 = workgroup_bytes(&m, &i, "coop64p_gemm1");
+    let g2 = workgroup_bytes(&m, &i, "coop64p_gemm2");
+    println!("coop64p_gemm1: {g1} B, coop64p_gemm2: {g2} B");
+    assert_eq!(g1, COOP64P_WORKGROUP_BYTES);
+    assert_eq!(g2 + 512, g1);
+    assert_eq!(
+        COOP64_WORKGROUP_BYTES - g1,
+        2 * 64 * 72 * 2,
+        "the activation tiles are gone"
+    );
+    let pp = Shader::MoeCoopPrepass;
+    assert!(!pp.needs_coop() && !pp.needs_f16_in_f32() && !pp.needs_subgroup());
+    let (m, i) = validate(pp.name(), &pp.compose());
+    assert_eq!(
+        entry_bindings(&m, &i, "coopp_prep1"),
+        COOPP_PREP1_BINDINGS.to_vec()
+    );
+    assert_eq!(
+        entry_bindings(&m, &i, "coopp_prep2"),
+        COOPP_PREP2_BINDINGS.to_vec()
+    );
+    for entry in ["gemm1_pre_ref", "gemm2_pre_ref"] {
+        assert_eq!(
+            entry_bindings(&m, &i, entry),
+            GEMM_PRE_REF_BINDINGS.to_vec(),
+            "{entry}"
+        );
+        for w in MxFormat::ALL {
+            for &a in &[source::FMT_NONE, MxFormat::Fp4E2M1.id()] {
+                for act in Activation::ALL {
+                    specialise(
+                        pp.name(),
+                        &m,
+                        &i,
+                        entry,
+                        &[
+                            ("WEIGHT_FMT", w.id()),
+                            ("ACT_FMT", a),
+                            ("ACTIVATION", act.id()),
+                        ],
+                    );
+                }
+            }
+        }
+    }
+    let mut afmts: Vec<u32> = MxFormat::ALL.iter().map(|f| f.id()).collect();
+    afmts.push(source::FMT_NONE);
+    for a in afmts {
+        for entry in ["coopp_prep1", "coopp_prep2"] {
+            specialise(pp.name(), &m, &i, entry, &[("ACT_FMT", a)]);
+        }
+    }
+}
+
 fn workgroup_bytes(m: &naga::Module, info: &naga::valid::ModuleInfo, entry: &str) -> u32 {
     let mut lay = naga::proc::Layouter::default();
     lay.update(m.to_ctx()).unwrap();

@@ -11,7 +11,7 @@
 //! does not write fails. Without an adapter the tests print SKIPPED, and FAIL when
 //! `MXMOE_REQUIRE_GPU=1` (CI).
 
-use mxmoe::backend::wgpu::{GemvConfig, MoePath, WgpuBackend};
+use mxmoe::backend::wgpu::{CoopKernel, GemvConfig, MoePath, WgpuBackend};
 use mxmoe::backend::BackendError;
 use mxmoe::check::catalog::{moe_case, LayerSpec, Tier};
 use mxmoe::check::run::{judge, reference, Call, Materializer, Output};
@@ -161,6 +161,13 @@ fn gemm_tiled_and_coop_on_catalog_cases() {
         assert!(!b.coop_gemm());
         b.set_coop_k64(true)
             .expect_err("set_coop_k64(true) accepted on an adapter without the cooperative GEMM");
+        for k in [CoopKernel::K64p, CoopKernel::K64pw] {
+            let e = b.set_coop_pre(Some(k)).expect_err(
+                "a pre-pass kernel accepted on an adapter without the cooperative GEMM",
+            );
+            assert!(e.contains(k.name()), "{e}");
+        }
+        b.set_coop_pre(None).unwrap();
         println!("cooperative GEMM not available ({why}); the tiled GEMM is covered above");
         return;
     }
@@ -180,6 +187,15 @@ fn gemm_tiled_and_coop_on_catalog_cases() {
             b.set_coop_k64(false).unwrap();
             check_on(&b, &mut mat, c, &[MoePath::Gemm]);
             b.set_coop_k64(true).unwrap();
+            // The pre-pass kernels k64p (A from storage) and k64pw (A copied into workgroup
+            // memory): never the default, checked here.
+            for k in [CoopKernel::K64p, CoopKernel::K64pw] {
+                b.set_coop_pre(Some(k)).unwrap();
+                assert_eq!(b.coop_kernel(), k);
+                check_on(&b, &mut mat, c, &[MoePath::Gemm]);
+            }
+            b.set_coop_pre(None).unwrap();
+            assert_eq!(b.coop_kernel(), CoopKernel::K64);
         }
         b.set_coop_gemm(false).unwrap();
         check_on(&b, &mut mat, c, &[MoePath::Gemm]);
@@ -961,4 +977,367 @@ fn adapters_are_listed() {
     assert!(chosen.compute);
     assert!(chosen.max_storage_buffer_binding_size >= 128 << 20);
     eprintln!("enabled features: {:?}", b.info().enabled_features);
+}
+
+/// 2^n as an f32 (exact; n within the normal range).
+fn pow2(n: i32) -> f32 {
+    assert!((-126..=127).contains(&n));
+    f32::from_bits(((127 + n) as u32) << 23)
+}
+
+/// The contract of kernel k64p's pre-pass (shaders/moe_coop_prepass.wgsl header), computed on
+/// the CPU with the `half` crate's f16 conversion (round to nearest even): the row exponent
+/// e = max(floor(log2(largest finite |x|)), -112); v = x * 2^(14 - e); hi = f16(v with its 13
+/// low significand bits cleared); lo = f16(v - hi); non-finite x: hi = x (NaN: 0x7E00 with the
+/// sign), lo = 0.
+fn prepass_row_cpu(row: &[f32]) -> (i32, Vec<u16>, Vec<u16>) {
+    let m = row
+        .iter()
+        .map(|x| x.to_bits() & 0x7FFF_FFFF)
+        .filter(|&a| a < 0x7F80_0000)
+        .max()
+        .unwrap_or(0);
+    let e = ((m >> 23) as i32 - 127).max(-112);
+    let mut hi = Vec::new();
+    let mut lo = Vec::new();
+    for &x in row {
+        if x.is_nan() {
+            hi.push(0x7E00 | ((x.to_bits() >> 16) as u16 & 0x8000));
+            lo.push(0);
+        } else if x.is_infinite() {
+            hi.push(half::f16::from_f32(x).to_bits());
+            lo.push(0);
+        } else {
+            let v = x * pow2(14 - e);
+            let h = half::f16::from_f32(f32::from_bits(v.to_bits() & 0xFFFF_E000));
+            hi.push(h.to_bits());
+            lo.push(half::f16::from_f32(v - h.to_f32()).to_bits());
+        }
+    }
+    (e, hi, lo)
+}
+
+/// Rows that reach the edges of the pre-pass: hand-picked values (an RNE tie in lo, values
+/// 2^-17 and far below the row's largest, f16-subnormal v, NaN, +-Inf, zeros, a row of NaN,
+/// a row whose largest is below 2^-112), then pseudo-random magnitudes over 40 binades.
+fn prepass_rows(n: usize, kk: usize) -> Vec<f32> {
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut rnd = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut x = vec![0f32; n * kk];
+    for r in 0..n {
+        let row = &mut x[r * kk..(r + 1) * kk];
+        for v in row.iter_mut() {
+            let b = rnd();
+            let mant = 1.0 + (b & 0xFFFFF) as f32 / 1048576.0;
+            let e = (b >> 20) % 40;
+            let sign = if (b >> 30) & 1 == 1 { -1.0 } else { 1.0 };
+            *v = sign * mant * pow2(5 - e as i32);
+        }
+        match r % 6 {
+            0 => {
+                row.iter_mut().for_each(|v| *v *= pow2(-2)); // below 16: 40 is the largest
+                row[0] = 1.0 / 3.0;
+                row[1] = f32::NAN;
+                row[2] = f32::NEG_INFINITY;
+                row[3] = f32::INFINITY;
+                row[4] = -0.0;
+                row[5] = 40.0; // the row's largest: e = 5
+                row[6] = 40.0 * pow2(-17);
+                row[7] = 40.0 * pow2(-17) * 1.337;
+                row[8] = 40.0 * pow2(-31) * 1.5; // v in f16 subnormals
+                row[9] = 40.0 * pow2(-45); // below every f16 of v: hi = lo = 0
+            }
+            1 => row.iter_mut().for_each(|v| *v = 0.0),
+            // Largest below 2^-112 (and no f32 subnormal): e = -112.
+            2 => row
+                .iter_mut()
+                .for_each(|v| *v = v.signum() * (1.0 + v.abs().fract() / 2.0) * pow2(-118)),
+            3 => row.iter_mut().for_each(|v| *v = f32::NAN),
+            _ => {}
+        }
+    }
+    x
+}
+
+/// Kernel k64p's activation pre-passes (plain compute: they run here on every adapter,
+/// lavapipe included, although the GEMM that reads them needs cooperative matrices): stage 1
+/// scatters each token row to its pairs' GEMM rows (row_of_pair, -1 skipped), stage 2 converts
+/// rows in place; every row's exponent and f16 hi / lo bits equal the contract computed on the
+/// CPU; hand-written bits for a few values; hi + lo reconstructs every finite x down to 2^-17
+/// of its row's largest exactly; schemes with MX activations write no lo.
+#[test]
+fn coop_prepass_matches_cpu_split() {
+    let b = gpu!("coop_prepass_matches_cpu_split");
+    let (m, kk, top_k) = (7usize, 320usize, 3usize);
+    // Stage 1: token rows -> pair rows; pairs of token 4 belong to another rank (-1).
+    let x = prepass_rows(m, kk);
+    let rows = m * top_k;
+    let mut row_of_pair = vec![-1i32; rows];
+    let mut next = 0i32;
+    for p in (0..rows).rev() {
+        if p / top_k != 4 {
+            row_of_pair[p] = next;
+            next += 1;
+        }
+    }
+    for weight_only in [true, false] {
+        let got = b
+            .coop_prepass(1, &x, m, kk, top_k, &row_of_pair, weight_only)
+            .expect("coopp_prep1");
+        let mut written = vec![false; rows];
+        for (p, &r) in row_of_pair.iter().enumerate() {
+            if r < 0 {
+                continue;
+            }
+            let r = r as usize;
+            written[r] = true;
+            let t = p / top_k;
+            let (e, hi, lo) = prepass_row_cpu(&x[t * kk..(t + 1) * kk]);
+            assert_eq!(got.exp[r], e, "stage 1 token {t} row {r}: exponent");
+            for k in 0..kk {
+                assert_eq!(
+                    got.hi[r * kk + k],
+                    hi[k],
+                    "stage 1 token {t} row {r} k {k}: hi of {:e} (e {e})",
+                    x[t * kk + k]
+                );
+                let want_lo = if weight_only { lo[k] } else { 0 };
+                assert_eq!(
+                    got.lo[r * kk + k],
+                    want_lo,
+                    "stage 1 token {t} row {r} k {k}: lo"
+                );
+            }
+        }
+        // Rows no pair names are not written (they start as zeros).
+        for r in (0..rows).filter(|&r| !written[r]) {
+            assert!(
+                got.hi[r * kk..(r + 1) * kk].iter().all(|&h| h == 0),
+                "row {r} written"
+            );
+        }
+    }
+    // Stage 2: rows in place (weight-only).
+    let x2 = prepass_rows(rows, kk);
+    let got = b
+        .coop_prepass(2, &x2, m, kk, top_k, &[], true)
+        .expect("coopp_prep2");
+    for r in 0..rows {
+        let row = &x2[r * kk..(r + 1) * kk];
+        let (e, hi, lo) = prepass_row_cpu(row);
+        assert_eq!(got.exp[r], e, "stage 2 row {r}: exponent");
+        assert_eq!(
+            &got.hi[r * kk..(r + 1) * kk],
+            &hi[..],
+            "stage 2 row {r}: hi"
+        );
+        assert_eq!(
+            &got.lo[r * kk..(r + 1) * kk],
+            &lo[..],
+            "stage 2 row {r}: lo"
+        );
+        // The contract, in units of v = x * 2^(14 - e) (f64 holds these sums exactly):
+        // |hi + lo - v| <= max(2^-21 |v|, 2^-25); exact for x with at most 22 significant bits
+        // (checked on x rounded to bf16 below) down to 2^-17 of the row's largest.
+        for (k, &x) in row.iter().enumerate() {
+            if x.is_finite() {
+                let h = half::f16::from_bits(got.hi[r * kk + k]).to_f64();
+                let l = half::f16::from_bits(got.lo[r * kk + k]).to_f64();
+                let v = x as f64 * 2f64.powi(14 - e);
+                let err = (h + l - v).abs();
+                assert!(
+                    err <= (v.abs() * 2f64.powi(-21)).max(2f64.powi(-25)),
+                    "stage 2 row {r} k {k}: hi + lo of {x:e} off by {err:e} (v {v:e})"
+                );
+            }
+        }
+    }
+    // Hand-written bits (row 0 of stage 2: largest finite 40 -> e = 5).
+    let r0 = &got;
+    assert_eq!(r0.exp[0], 5);
+    // 1/3 (0x3EAAAAAB) * 2^9 = 11184811 / 65536 = 170.66667175...: hi = 170.625 (0x5955),
+    // lo = 2731 / 65536 = 1.33349609375 * 2^-5: an f16 mantissa of 341.5 ulps, a tie, to
+    // even 342: 0x2956.
+    assert_eq!((r0.hi[0], r0.lo[0]), (0x5955, 0x2956), "1/3");
+    assert_eq!((r0.hi[1], r0.lo[1]), (0x7E00, 0), "NaN");
+    assert_eq!((r0.hi[2], r0.lo[2]), (0xFC00, 0), "-Inf");
+    assert_eq!((r0.hi[3], r0.lo[3]), (0x7C00, 0), "+Inf");
+    assert_eq!((r0.hi[4], r0.lo[4]), (0x8000, 0), "-0");
+    // 40 * 2^9 = 20480 = 1.25 * 2^14: 0x7500.
+    assert_eq!((r0.hi[5], r0.lo[5]), (0x7500, 0), "40");
+    // 40 * 2^-17 * 2^9 = 1.25 * 2^-3: 0x3100.
+    assert_eq!((r0.hi[6], r0.lo[6]), (0x3100, 0), "40 * 2^-17");
+    // 40 * 2^-31 * 1.5 * 2^9 = 1.875 * 2^-17: an f16 subnormal, 240 * 2^-24: 0x00F0.
+    assert_eq!((r0.hi[8], r0.lo[8]), (0x00F0, 0), "f16 subnormal");
+    assert_eq!((r0.hi[9], r0.lo[9]), (0, 0), "below f16");
+    assert_eq!(r0.exp[1], -112, "zero row");
+    assert_eq!(r0.exp[3], -112, "NaN row");
+    assert_eq!(r0.exp[2], -112, "row whose largest is below 2^-112");
+    // Values of at most 22 significant bits (here: bf16) come back exactly down to 2^-17 of
+    // the row's largest.
+    let xb: Vec<f32> = x2
+        .iter()
+        .map(|&v| half::bf16::from_f32(v).to_f32())
+        .collect();
+    let gb = b
+        .coop_prepass(2, &xb, m, kk, top_k, &[], true)
+        .expect("coopp_prep2 bf16");
+    for r in 0..rows {
+        let row = &xb[r * kk..(r + 1) * kk];
+        let big = row
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0f32, |a, v| a.max(v.abs()));
+        let e = gb.exp[r];
+        for (k, &x) in row.iter().enumerate() {
+            if x.is_finite() && x.abs() >= big * pow2(-17) {
+                let h = half::f16::from_bits(gb.hi[r * kk + k]).to_f64();
+                let l = half::f16::from_bits(gb.lo[r * kk + k]).to_f64();
+                assert_eq!(
+                    (h + l) * 2f64.powi(e - 14),
+                    x as f64,
+                    "bf16 row {r} k {k}: {x:e}"
+                );
+            }
+        }
+    }
+    // Bad input is refused by name, never run.
+    let e = b.coop_prepass(3, &x2, m, kk, top_k, &[], true).unwrap_err();
+    assert!(e.to_string().contains("stage 3"), "{e}");
+    let e = b
+        .coop_prepass(2, &x2[1..], m, kk, top_k, &[], true)
+        .unwrap_err();
+    assert!(e.to_string().contains("values for"), "{e}");
+}
+
+/// `MXMOE_COOP_KERNEL`'s values (no adapter needed): every kernel by its name, `auto` and
+/// empty for the default, anything else refused with the variable, the value and the names;
+/// each kernel's entry points are its own.
+#[test]
+fn coop_kernel_names_parse() {
+    assert_eq!(CoopKernel::parse("k32"), Ok(Some(CoopKernel::K32)));
+    assert_eq!(CoopKernel::parse("k64"), Ok(Some(CoopKernel::K64)));
+    assert_eq!(CoopKernel::parse("k64p"), Ok(Some(CoopKernel::K64p)));
+    assert_eq!(CoopKernel::parse(" k64p "), Ok(Some(CoopKernel::K64p)));
+    assert_eq!(CoopKernel::parse("k64pw"), Ok(Some(CoopKernel::K64pw)));
+    assert_eq!(CoopKernel::parse("auto"), Ok(None));
+    assert_eq!(CoopKernel::parse(""), Ok(None));
+    for bad in ["k64P", "k64pp", "k64w", "K32", "k128", "64"] {
+        let e = CoopKernel::parse(bad).unwrap_err();
+        assert_eq!(
+            e,
+            format!("MXMOE_COOP_KERNEL={bad}: expected k32, k64, k64p, k64pw or auto"),
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        CoopKernel::K64p.entries(),
+        ("coop64p_gemm1", "coop64p_gemm2")
+    );
+    assert_eq!(
+        CoopKernel::K64pw.entries(),
+        ("coop64pw_gemm1", "coop64pw_gemm2")
+    );
+    assert!(CoopKernel::K64p.prepass() && CoopKernel::K64pw.prepass());
+    assert!(!CoopKernel::K64.prepass() && !CoopKernel::K32.prepass());
+    assert_eq!(CoopKernel::K64.entries(), ("coop64_gemm1", "coop64_gemm2"));
+    assert_eq!(CoopKernel::K32.entries(), ("coop_gemm1", "coop_gemm2"));
+    for (n, k) in CoopKernel::NAMES {
+        assert_eq!(k.name(), n);
+    }
+}
+
+/// The pre-pass kernels' forward plumbing on every adapter: with `set_gemm_pre_ref` the tiled
+/// GEMM reads the rows the pre-passes converted (`coopp_prep1` scatters the token rows to the
+/// pairs' GEMM rows, `coopp_prep2` converts the intermediate, `gemm1_pre_ref` / `gemm2_pre_ref`
+/// apply each row's exponent) in a real forward: the pass sequence is the pre-pass kernels'
+/// (timestamps, where offered), and every quick MoE case of the catalog (all schemes, both
+/// activations, biases, expert maps, the router weight on the input, bf16 intermediates,
+/// partial tiles; poisoned buffers) must satisfy its judge through it, as must a layer whose
+/// weights are split across buffers. Own backend instance (the hook is per context).
+#[test]
+fn gemm_pre_ref_on_catalog_cases() {
+    let b = fresh_gpu!("gemm_pre_ref_on_catalog_cases");
+    b.set_poison(true);
+    if b.coop_gemm() {
+        b.set_coop_gemm(false).unwrap(); // the hook replaces the tiled GEMM only
+    }
+    b.set_gemm_pre_ref(true);
+    let layer = LayerSpec::new(SynthSpec::new(Scheme::OCP_MX[0], 8, 64, 64, 2))
+        .build()
+        .unwrap();
+    let (hs, logits) = synth_batch(9, 64, 8, 3);
+    let g = b.prepare(&layer).unwrap();
+    let opts = MoeOptions {
+        accumulate: Accumulate::F32,
+        intermediate: Intermediate::F32,
+        taps: false,
+        profile: mxmoe::format::ProfileId::Contract,
+    };
+    let (_, times) = b
+        .moe_path(&g, &hs, &logits, opts, MoePath::Gemm, true)
+        .unwrap();
+    if b.has_timestamps() {
+        let names: Vec<String> = times
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "route",
+                "moe/lists",
+                "moe/input_qdq",
+                "moe/prep1",
+                "moe/gemm1_pre_ref",
+                "moe/prep2",
+                "moe/gemm2_pre_ref",
+                "moe/combine"
+            ]
+        );
+    } else {
+        println!(
+            "UNSUPPORTED timestamps on {} (pass names not checked)",
+            b.adapter()
+        );
+    }
+    let mut mat = Materializer::default();
+    let cases: Vec<Case> = check::cases(Suite::Quick)
+        .into_iter()
+        .filter(Case::is_moe)
+        .collect();
+    assert!(cases.len() > 50);
+    for c in &cases {
+        check_on(&b, &mut mat, c, &[MoePath::Gemm]);
+    }
+    // Weights split across buffers (the GEMMs run once per chunk over the same converted
+    // rows) and batches across submits (the bindings hold 18 tokens' rows).
+    let l = LayerSpec::new(SynthSpec::new(Scheme::OCP_MX[3], 8, 64, 64, 4));
+    let layer = l.build().unwrap();
+    let per_expert = (layer.weights.w13.data.len() / 8).max(layer.weights.w2.data.len() / 8) as u64;
+    b.set_max_chunk_bytes(per_expert * 3);
+    assert_eq!(
+        b.prepare(&layer).unwrap().chunks(),
+        3,
+        "8 experts, 3 per chunk"
+    );
+    check_on(
+        &b,
+        &mut mat,
+        &moe_case(Tier::Quick, &l, 17, 61),
+        &[MoePath::Gemm],
+    );
+    check_on(
+        &b,
+        &mut mat,
+        &moe_case(Tier::Quick, &l, 40, 62),
+        &[MoePath::Gemm],
+    );
+    b.set_max_chunk_bytes(0);
 }

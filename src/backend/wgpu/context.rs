@@ -78,6 +78,74 @@ pub const DEFAULT_GEMV_PAIRS_PER_EXPERT_ACT_QUANT: u64 = 16;
 /// code table 256 f32, block_amax 128 u32, the tile descriptor and the two exponent slot pairs.
 pub const COOP64_WORKGROUP_BYTES: u32 =
     2 * 64 * 72 * 2 + 64 * 136 * 2 + 32 * 68 * 4 + 1024 + 512 + 16 + 16;
+/// Workgroup memory of kernel k64p: k64's without the activation tiles (its A fragments come
+/// from the pre-converted storage buffers).
+pub const COOP64P_WORKGROUP_BYTES: u32 = COOP64_WORKGROUP_BYTES - 2 * 64 * 72 * 2;
+
+/// The cooperative GEMM's kernels (`MXMOE_COOP_KERNEL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoopKernel {
+    /// `coop_gemm1/2`: the first kernel (K steps of 32).
+    K32,
+    /// `coop64_gemm1/2`: K steps of 64, conflict-free staging (the default where its check
+    /// passed).
+    K64,
+    /// `coop64p_gemm1/2` after the pre-passes `coopp_prep1/2` (moe_coop_prepass.wgsl): k64 with
+    /// the activations converted to f16 once per forward (one exponent per row) and loaded by
+    /// the MMAs straight from storage. Not the default (not yet measured on a device).
+    K64p,
+    /// `coop64pw_gemm1/2` after the same pre-passes: k64p's activations copied (16-byte loads,
+    /// no conversion, no atomics) into k64's workgroup tiles each K step, for drivers whose
+    /// cooperative loads from storage are slow. Not the default (not yet measured).
+    K64pw,
+}
+
+impl CoopKernel {
+    /// The names `MXMOE_COOP_KERNEL` takes (and `auto`).
+    pub const NAMES: [(&'static str, CoopKernel); 4] = [
+        ("k32", CoopKernel::K32),
+        ("k64", CoopKernel::K64),
+        ("k64p", CoopKernel::K64p),
+        ("k64pw", CoopKernel::K64pw),
+    ];
+
+    /// The name (`MXMOE_COOP_KERNEL`, notes).
+    pub fn name(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map_or("?", |(n, _)| n)
+    }
+
+    /// Parse `MXMOE_COOP_KERNEL`'s value: Ok(None) for `auto` (or empty), Err naming the
+    /// variable, the value and the accepted names.
+    pub fn parse(v: &str) -> Result<Option<CoopKernel>, String> {
+        let v = v.trim();
+        if v.is_empty() || v == "auto" {
+            return Ok(None);
+        }
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == v)
+            .map(|(_, k)| Some(*k))
+            .ok_or_else(|| format!("MXMOE_COOP_KERNEL={v}: expected k32, k64, k64p, k64pw or auto"))
+    }
+
+    /// The entry points (gemm1, gemm2).
+    pub fn entries(self) -> (&'static str, &'static str) {
+        match self {
+            CoopKernel::K32 => ("coop_gemm1", "coop_gemm2"),
+            CoopKernel::K64 => ("coop64_gemm1", "coop64_gemm2"),
+            CoopKernel::K64p => ("coop64p_gemm1", "coop64p_gemm2"),
+            CoopKernel::K64pw => ("coop64pw_gemm1", "coop64pw_gemm2"),
+        }
+    }
+
+    /// Whether the kernel reads activations pre-converted by `coopp_prep1/2`.
+    pub fn prepass(self) -> bool {
+        matches!(self, CoopKernel::K64p | CoopKernel::K64pw)
+    }
+}
 
 /// `coop_check` / `coop64_check` output: C x 2 of A[i][k] = (3i + k) % 7 - 3 and
 /// B[k][n] = (5k + n) % 11 - 5 (16 x 32 by 32 x 16, small integers: exact), row-major.
@@ -295,12 +363,21 @@ pub struct Context {
     /// Which cooperative kernel runs: k64 (`coop64_gemm1/2`: K steps of 64, conflict-free
     /// staging, FP4 decoded in registers, the next step's loads in flight during the MMAs) where
     /// `coop64_check` passed, else k32 (`coop_gemm1/2`, the first kernel);
-    /// `MXMOE_COOP_KERNEL=k32|k64` chooses (k64 fails where its check failed).
+    /// `MXMOE_COOP_KERNEL=k32|k64` chooses (k64 fails where its check failed; `k64p|k64pw`:
+    /// `coop_pre`).
     coop_k64: AtomicBool,
     /// Whether kernel k64 passed its checks (so it may be switched on).
     coop_k64_ok: bool,
     /// Why k64 cannot run (empty when it can).
     coop_k64_note: Mutex<String>,
+    /// The pre-pass kernel when the cooperative GEMM (when it runs) is one
+    /// (`MXMOE_COOP_KERNEL=k64p|k64pw`; never the default): the pre-passes of
+    /// moe_coop_prepass.wgsl, then its GEMMs. Takes precedence over `coop_k64`.
+    coop_pre: Mutex<Option<CoopKernel>>,
+    /// Test hook (`set_gemm_pre_ref`): where the tiled GEMM runs, run it over the pre-pass
+    /// kernels' pre-converted rows (`gemm1_pre_ref`, `gemm2_pre_ref` after `coopp_prep1/2`),
+    /// so that adapters without cooperative matrices exercise the pre-passes inside a forward.
+    pub gemm_pre_ref: AtomicBool,
     /// gemv1 builds the lists itself only up to this many token-expert pairs (its list builder
     /// costs O(pairs) per invocation in every workgroup; past this the one-workgroup `lists`
     /// pass is cheaper); `MXMOE_GEMV_OWN_LISTS_MAX` sets it.
@@ -390,16 +467,10 @@ impl Context {
         // The cooperative-matrix GEMM: request the experimental feature only where it would be
         // used (MXMOE_GEMM=tiled: never).
         let gemm_env = std::env::var("MXMOE_GEMM").ok().filter(|s| !s.is_empty());
-        let kernel_env = std::env::var("MXMOE_COOP_KERNEL")
-            .ok()
-            .filter(|s| !s.is_empty());
-        if let Some(v) = kernel_env.as_deref() {
-            if v != "k32" && v != "k64" && v != "auto" {
-                return Err(BackendError::Device(format!(
-                    "MXMOE_COOP_KERNEL={v}: expected k32, k64 or auto"
-                )));
-            }
-        }
+        let kernel_env = match std::env::var("MXMOE_COOP_KERNEL") {
+            Ok(v) => CoopKernel::parse(&v).map_err(BackendError::Device)?,
+            Err(_) => None,
+        };
         let offered: Vec<String> = summary.coop_matrix.clone();
         let mut coop_why: Option<String> = match gemm_env.as_deref() {
             Some("tiled") => Some("MXMOE_GEMM=tiled".into()),
@@ -506,6 +577,8 @@ impl Context {
             coop_k64: AtomicBool::new(false),
             coop_k64_ok: false,
             coop_k64_note: Mutex::new(String::new()),
+            coop_pre: Mutex::new(None),
+            gemm_pre_ref: AtomicBool::new(false),
             coop_overrides: [
                 (
                     "COOP_B_ROW",
@@ -600,24 +673,55 @@ impl Context {
             let k64 = ctx.check_coop64();
             ctx.coop_k64_ok = k64.is_ok();
             if let Err(e) = &k64 {
-                if kernel_env.as_deref() == Some("k64") {
+                if matches!(
+                    kernel_env,
+                    Some(CoopKernel::K64 | CoopKernel::K64p | CoopKernel::K64pw)
+                ) {
                     return Err(BackendError::Device(format!(
-                        "MXMOE_COOP_KERNEL=k64 on {}: coop64_check failed: {e}",
+                        "MXMOE_COOP_KERNEL={} on {}: coop64_check failed: {e}",
+                        kernel_env.map_or("", |k| k.name()),
                         ctx.info.adapter.name
                     )));
                 }
                 *ctx.coop_k64_note.lock().unwrap() = format!("coop64_check failed: {e}");
             }
             ctx.coop_k64.store(
-                ctx.coop_k64_ok && kernel_env.as_deref() != Some("k32"),
+                ctx.coop_k64_ok && kernel_env != Some(CoopKernel::K32),
                 Ordering::Relaxed,
             );
+            // The pre-pass kernels are checked (and built) only when asked for: not the default.
+            if let Some(k) = kernel_env.filter(|k| ctx.coop_k64_ok && k.prepass()) {
+                if let Err(e) = ctx.set_coop_pre(Some(k)) {
+                    return Err(BackendError::Device(format!(
+                        "MXMOE_COOP_KERNEL={} on {}: {e}",
+                        k.name(),
+                        ctx.info.adapter.name
+                    )));
+                }
+            }
         }
         *ctx.coop_note.lock().unwrap() = match coop_why {
             None => format!(
                 "cooperative matrices (moe_gemm_coop.wgsl: f16 16x16x16, f32 accumulation, {}{}; \
                  MXMOE_GEMM=tiled for the tiled GEMM)",
-                if ctx.coop_k64() {
+                if let Some(k) = ctx.coop_pre() {
+                    format!(
+                        "kernel {} (k64 with the activations pre-converted once per forward \
+                         by coopp_prep1/2, one exponent per row, A {}; FP4 decoded {}; \
+                         coop64p_check passed; MXMOE_COOP_KERNEL=k64 for k64)",
+                        k.name(),
+                        if k == CoopKernel::K64p {
+                            "loaded by the MMAs from storage"
+                        } else {
+                            "copied into workgroup memory"
+                        },
+                        if ctx.fp4_register_decode.load(Ordering::Relaxed) {
+                            "in registers"
+                        } else {
+                            "through the code table"
+                        }
+                    )
+                } else if ctx.coop_k64() {
                     format!(
                         "kernel k64 (K steps of 64, FP4 decoded {}; coop64_check passed; \
                          MXMOE_COOP_KERNEL=k32 for the first kernel)",
@@ -679,7 +783,7 @@ impl Context {
     /// The pipeline overrides the cooperative GEMM's entry points take beyond the GEMM's own
     /// (those of the kernel that runs now).
     pub fn coop_overrides(&self) -> Vec<(&'static str, u32)> {
-        if self.coop_k64() {
+        if self.coop_k64() || self.coop_pre().is_some() {
             self.coop64_overrides().to_vec()
         } else {
             self.coop_overrides.to_vec()
@@ -704,11 +808,50 @@ impl Context {
 
     /// The cooperative GEMM's entry points now: (gemm1, gemm2).
     pub fn coop_entries(&self) -> (&'static str, &'static str) {
-        if self.coop_k64() {
-            ("coop64_gemm1", "coop64_gemm2")
+        self.coop_kernel().entries()
+    }
+
+    /// The cooperative GEMM's kernel now (when it runs).
+    pub fn coop_kernel(&self) -> CoopKernel {
+        if let Some(k) = self.coop_pre() {
+            k
+        } else if self.coop_k64() {
+            CoopKernel::K64
         } else {
-            ("coop_gemm1", "coop_gemm2")
+            CoopKernel::K32
         }
+    }
+
+    /// The pre-pass kernel (k64p or k64pw) when the cooperative GEMM runs one.
+    pub fn coop_pre(&self) -> Option<CoopKernel> {
+        *self.coop_pre.lock().unwrap()
+    }
+
+    /// Use a pre-pass kernel (`Some(K64p | K64pw)`; its device check and pipelines run first:
+    /// Err where they or k64's check failed, or for a kernel without pre-passes) or none
+    /// (`None`: k64 or k32 as chosen before).
+    pub fn set_coop_pre(&self, k: Option<CoopKernel>) -> Result<(), String> {
+        if let Some(k) = k {
+            if !k.prepass() {
+                return Err(format!("kernel {} has no pre-passes", k.name()));
+            }
+            if !self.coop_k64_ok {
+                let why = self.coop_k64_note.lock().unwrap().clone();
+                return Err(format!(
+                    "kernel {} needs kernel k64's layouts: {}",
+                    k.name(),
+                    if why.is_empty() {
+                        self.gemm_note()
+                    } else {
+                        why
+                    }
+                ));
+            }
+            // Checked on every switch (its pipelines are cached after the first).
+            self.check_coop64p()?;
+        }
+        *self.coop_pre.lock().unwrap() = k;
+        Ok(())
     }
 
     /// Use kernel k64 (`true`, only where it passed its checks) or k32 for the cooperative
@@ -779,6 +922,64 @@ impl Context {
         let ov = self.coop64_overrides();
         for entry in ["coop64_gemm1", "coop64_gemm2"] {
             self.pipeline(Shader::MoeGemmCoop, entry, &ov)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Kernel k64p's device check: `coop64p_check` loads A with coopLoadT from a storage buffer
+    /// (f16 rows of stride 40 at a row offset, as the k-loop loads xp_hi) and must give exactly
+    /// the product `coop_check` gives; then its pipelines and the pre-passes must build.
+    fn check_coop64p(&self) -> Result<(), String> {
+        let need = COOP64P_WORKGROUP_BYTES;
+        let have = self.limits.max_compute_workgroup_storage_size;
+        if need > have {
+            return Err(format!(
+                "kernel k64p needs {need} B of workgroup memory, the adapter has {have} B"
+            ));
+        }
+        let run = || -> Result<Vec<u8>, BackendError> {
+            let pipe = self.pipeline(Shader::MoeGemmCoop, "coop64p_check", &[])?;
+            // A[i][k] = (3i + k) % 7 - 3 at row i + 1 of a [17][40] f16 buffer.
+            let mut a = vec![half::f16::ZERO; 17 * 40];
+            for i in 0..16usize {
+                for k in 0..32usize {
+                    a[(i + 1) * 40 + k] = half::f16::from_f32(((3 * i + k) % 7) as f32 - 3.0);
+                }
+            }
+            let xa = self.upload_owned("coop64p_check_a", bytemuck::cast_slice(&a));
+            let out = self.storage(1024);
+            let bg = self.bind(&pipe, &[(9, &out), (17, &xa)]);
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("coop64p_check"),
+                });
+            {
+                let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                p.set_pipeline(&pipe);
+                p.set_bind_group(0, &bg, &[]);
+                p.dispatch_workgroups(1, 1, 1);
+            }
+            let mut r = self.submit_and_read(enc, &[(&out, 1024)])?;
+            self.give([out]);
+            Ok(r.swap_remove(0))
+        };
+        let got: Vec<f32> =
+            bytemuck::pod_collect_to_vec(&run().map_err(|e| format!("coop64p_check failed: {e}"))?);
+        check_coop_product(&got).map_err(|e| format!("coop64p_check failed: {e}"))?;
+        let ov = self.coop64_overrides();
+        for entry in [
+            "coop64p_gemm1",
+            "coop64p_gemm2",
+            "coop64pw_gemm1",
+            "coop64pw_gemm2",
+        ] {
+            self.pipeline(Shader::MoeGemmCoop, entry, &ov)
+                .map_err(|e| e.to_string())?;
+        }
+        for entry in ["coopp_prep1", "coopp_prep2"] {
+            self.pipeline(Shader::MoeCoopPrepass, entry, &[])
                 .map_err(|e| e.to_string())?;
         }
         Ok(())

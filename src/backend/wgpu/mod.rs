@@ -38,10 +38,14 @@ pub mod route;
 pub mod source;
 
 pub use context::{
-    enumerate_adapters, AdapterSummary, ContextInfo, GemvConfig, COOP64_WORKGROUP_BYTES,
-    GEMV_WIDE_WORKGROUP_BYTES, POISON, WRITE_PAR_MIN,
+    enumerate_adapters, AdapterSummary, ContextInfo, CoopKernel, GemvConfig,
+    COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES, GEMV_WIDE_WORKGROUP_BYTES, POISON,
+    WRITE_PAR_MIN,
 };
-pub use moe::{GpuLayer, MoePath};
+pub use moe::{
+    CoopPrepassOut, GpuLayer, MoePath, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOPP_PREP1_BINDINGS,
+    COOPP_PREP2_BINDINGS, GEMM_PRE_REF_BINDINGS,
+};
 
 use super::{BackendError, Op, PassTimes, Support};
 use crate::format::{MxFormat, MxTensor, ScaleMode};
@@ -184,6 +188,44 @@ impl WgpuBackend {
     /// Whether the cooperative GEMM (when it runs) is kernel k64.
     pub fn coop_k64(&self) -> bool {
         self.ctx.coop_k64()
+    }
+
+    /// Use one of the cooperative GEMM's pre-pass kernels (`Some(CoopKernel::K64p)` or
+    /// `Some(CoopKernel::K64pw)`; its device check runs first: Err where it or k64's failed, or
+    /// without the cooperative GEMM) or none (`None`).
+    pub fn set_coop_pre(&self, k: Option<CoopKernel>) -> Result<(), String> {
+        self.ctx.set_coop_pre(k)
+    }
+
+    /// Test hook: where the tiled GEMM runs (no cooperative matrices, or switched off), run it
+    /// over the pre-pass kernels' pre-converted rows (`coopp_prep1/2`, then `gemm1_pre_ref`,
+    /// `gemm2_pre_ref` in moe_coop_prepass.wgsl): the forward's pre-pass plumbing on any
+    /// adapter.
+    pub fn set_gemm_pre_ref(&self, on: bool) {
+        self.ctx.gemm_pre_ref.store(on, Ordering::Relaxed);
+    }
+
+    /// The cooperative GEMM's kernel now (when it runs).
+    pub fn coop_kernel(&self) -> CoopKernel {
+        self.ctx.coop_kernel()
+    }
+
+    /// Test and diagnostic hook: run one of kernel k64p's activation pre-passes
+    /// (moe_coop_prepass.wgsl; plain compute, every adapter) on `x`; see
+    /// [`moe::coop_prepass`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn coop_prepass(
+        &self,
+        stage: u32,
+        x: &[f32],
+        m: usize,
+        kk: usize,
+        top_k: usize,
+        row_of_pair: &[i32],
+        weight_only: bool,
+    ) -> Result<CoopPrepassOut, BackendError> {
+        let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
+        moe::coop_prepass(&self.ctx, stage, x, m, kk, top_k, row_of_pair, weight_only)
     }
 
     /// Test hook: the decode GEMV's layout (subgroup or workgroup-memory reductions, with or

@@ -57,6 +57,76 @@ const GEMV_LIST_MAX: usize = 256;
 /// moe_lists.wgsl's workgroup arrays hold this many local experts.
 pub const MAX_LOCAL_EXPERTS: usize = 1024;
 
+/// The bindings of the cooperative GEMM's kernel k64p (`coop64p_gemm1/2`): the GEMM's own
+/// (parameters, row lists, tiles, weights, scales, output, bias, router weights, the FP4 vec4
+/// view) and the pre-converted activations (17 hi, 18 lo, 19 row exponents); no x_in.
+/// `tests/shaders.rs` checks them against what naga finds the entry points use (a bind group
+/// must name exactly the bindings of the pipeline's derived layout).
+pub const COOP64P_BINDINGS: [u32; 12] = [0, 3, 5, 7, 8, 9, 10, 11, 13, 17, 18, 19];
+/// The bindings of kernel k64pw (`coop64pw_gemm1/2`): k64p's with the vec4 views of the
+/// pre-converted activations (20 hi, 21 lo) instead of their f16 views.
+pub const COOP64PW_BINDINGS: [u32; 12] = [0, 3, 5, 7, 8, 9, 10, 11, 13, 19, 20, 21];
+/// The bindings of `gemm1_pre_ref` / `gemm2_pre_ref` (the tiled GEMM over the pre-converted
+/// rows; `Context::gemm_pre_ref`).
+pub const GEMM_PRE_REF_BINDINGS: [u32; 11] = [0, 3, 5, 7, 8, 9, 10, 11, 17, 18, 19];
+/// The bindings of the pre-passes `coopp_prep1` (token rows scattered to the pairs' rows:
+/// row_of_pair) and `coopp_prep2` (rows kept).
+pub const COOPP_PREP1_BINDINGS: [u32; 6] = [0, 4, 6, 17, 18, 19];
+pub const COOPP_PREP2_BINDINGS: [u32; 5] = [0, 6, 17, 18, 19];
+/// Rows of padding after the pre-converted rows: a tile's 64 rows are loaded whole.
+const COOPP_PAD_ROWS: usize = 64;
+
+/// The buffers of a pre-pass (`coopp_prep1` / `coopp_prep2`) or a pre-pass kernel's GEMM
+/// (k64p, k64pw) bind group, by binding number.
+struct PreBufs<'a> {
+    params: &'a wgpu::Buffer,
+    /// pair_of_row (3), row_of_pair (4), tiles (5)
+    rows: &'a wgpu::Buffer,
+    slot: &'a wgpu::Buffer,
+    tiles: &'a wgpu::Buffer,
+    /// x_in (6): the pre-pass's input rows
+    x: &'a wgpu::Buffer,
+    /// weights (7 and their vec4 view 13), scales (8), output (9), bias (10), router weights (11)
+    w: &'a wgpu::Buffer,
+    sc: &'a wgpu::Buffer,
+    out: &'a wgpu::Buffer,
+    bias: &'a wgpu::Buffer,
+    topw: &'a wgpu::Buffer,
+    /// the pre-converted activations: hi (17 / 20), lo (18 / 21), row exponents (19)
+    hi: &'a wgpu::Buffer,
+    lo: &'a wgpu::Buffer,
+    exp: &'a wgpu::Buffer,
+}
+
+impl<'a> PreBufs<'a> {
+    /// Exactly the entries of `bindings` (one of the `COOP*_BINDINGS` lists, which
+    /// `tests/shaders.rs` checks against the entry points' derived layouts).
+    fn entries(&self, bindings: &[u32]) -> Vec<(u32, &'a wgpu::Buffer)> {
+        bindings
+            .iter()
+            .map(|&i| {
+                let b = match i {
+                    0 => self.params,
+                    3 => self.rows,
+                    4 => self.slot,
+                    5 => self.tiles,
+                    6 => self.x,
+                    7 | 13 => self.w,
+                    8 => self.sc,
+                    9 => self.out,
+                    10 => self.bias,
+                    11 => self.topw,
+                    17 | 20 => self.hi,
+                    18 | 21 => self.lo,
+                    19 => self.exp,
+                    _ => unreachable!("binding {i} is in no COOP*_BINDINGS list"),
+                };
+                (i, b)
+            })
+            .collect()
+    }
+}
+
 struct WeightChunk {
     e0: usize,
     e1: usize,
@@ -117,6 +187,8 @@ struct FwdCache {
     /// gemv1/gemm1 per chunk, then gemv2/gemm2 per chunk.
     bg_stages: Vec<wgpu::BindGroup>,
     bg_comb: wgpu::BindGroup,
+    /// Kernel k64p's pre-passes (coopp_prep1, coopp_prep2).
+    bg_prep: Option<(wgpu::BindGroup, wgpu::BindGroup)>,
 }
 
 /// The largest buffer set a layer keeps between forwards (64 MiB: gpt-oss-120b up to 256 tokens,
@@ -379,7 +451,14 @@ pub fn forward(
         .and_then(|(a, b)| u64::try_from(a.max(b).max(h)).ok()?.checked_mul(4));
     let wg_max = ctx.limits.max_compute_workgroups_per_dimension as usize;
     let by_grid = (wg_max.saturating_sub(l.local_experts).saturating_mul(TG) / k).max(1);
-    let max_tokens = per_token.map_or(0, |p| ((max_binding / p) as usize).min(by_grid));
+    let mut max_tokens = per_token.map_or(0, |p| ((max_binding / p) as usize).min(by_grid));
+    if ctx.coop_pre().is_some() || ctx.gemm_pre_ref.load(Ordering::Relaxed) {
+        // The pre-pass kernels' f16 rows carry COOPP_PAD_ROWS rows of padding: they must fit
+        // one binding too (only small bindings feel it; the f32 rows are twice as large).
+        let row = (h.max(inter) * 2) as u64;
+        let rows = (max_binding / row).saturating_sub(COOPP_PAD_ROWS as u64);
+        max_tokens = max_tokens.min((rows / k as u64) as usize);
+    }
     if max_tokens == 0 {
         return Err(BackendError::OutOfMemory(format!(
             "one token's activations (H {h}, I {inter}, top-{k}) need {} but one storage binding \
@@ -445,6 +524,9 @@ pub fn forward(
         ("intermediate [M*k, I]", (na * inter * 4) as u64),
         ("expert outputs [M*k, H]", (na * h * 4) as u64),
     ];
+    // Kernel k64p's pre-converted rows: f16 [rows + padding][max(H, I)] (hi, and lo for
+    // weight-only schemes).
+    let xp_bytes = ((na + COOPP_PAD_ROWS) * h.max(inter) * 2).next_multiple_of(4) as u64;
     for (what, b) in big {
         if b > max_binding {
             return Err(BackendError::OutOfMemory(format!(
@@ -488,6 +570,9 @@ pub fn forward(
         // or k32.
         let (g1, g2) = ctx.coop_entries();
         (Shader::MoeGemmCoop, g1, g2)
+    } else if ctx.gemm_pre_ref.load(Ordering::Relaxed) {
+        // Test hook: the tiled GEMM over the pre-passes' rows.
+        (Shader::MoeCoopPrepass, "gemm1_pre_ref", "gemm2_pre_ref")
     } else {
         (Shader::MoeGemm, "gemm1", "gemm2")
     };
@@ -499,6 +584,23 @@ pub fn forward(
     // Kernel k64 of the cooperative GEMM reads activations and FP4 blocks through the vec4
     // views (bindings 14 and 13) and never through binding 6.
     let coop64 = !gemv && e1 == "coop64_gemm1";
+    // Kernel k64p: the pre-passes convert each stage's activations (coopp_prep1 / 2) and the
+    // GEMMs read them from bindings 17-19 (COOP64P_BINDINGS).
+    let prepass = !gemv && ["coop64p_gemm1", "coop64pw_gemm1", "gemm1_pre_ref"].contains(&e1);
+    let pre_bindings: &[u32] = match e1 {
+        "coop64pw_gemm1" => &COOP64PW_BINDINGS,
+        "gemm1_pre_ref" => &GEMM_PRE_REF_BINDINGS,
+        _ => &COOP64P_BINDINGS,
+    };
+    if prepass && xp_bytes > max_binding {
+        return Err(BackendError::OutOfMemory(format!(
+            "kernel k64p's pre-converted activations need {} but one storage binding holds at \
+             most {} on {} (run fewer tokens per call)",
+            mib(xp_bytes),
+            mib(max_binding),
+            ctx.info.adapter.name
+        )));
+    }
     let mut ov = ov.to_vec();
     if gemv {
         ov.extend(gcfg.overrides());
@@ -515,6 +617,16 @@ pub fn forward(
     let p_g1 = ctx.pipeline(experts, e1, &ov)?;
     let p_g2 = ctx.pipeline(experts, e2, &ov)?;
     let p_comb = ctx.pipeline(Shader::MoeCombine, "combine", &[("ROUND_BF16", bf16)])?;
+    let weight_only = l.scheme.activation.is_none();
+    let p_prep = if prepass {
+        let ov = [("ACT_FMT", l.scheme.activation.map_or(FMT_NONE, |f| f.id()))];
+        Some((
+            ctx.pipeline(Shader::MoeCoopPrepass, "coopp_prep1", &ov)?,
+            ctx.pipeline(Shader::MoeCoopPrepass, "coopp_prep2", &ov)?,
+        ))
+    } else {
+        None
+    };
     let p_qdq = match l.scheme.activation {
         Some(f) => Some(ctx.pipeline(
             Shader::Quant,
@@ -529,6 +641,9 @@ pub fn forward(
     // last one (same batch size, path and pipelines), else a new set from the pool.
     let mut pipes = vec![p_lists.clone(), p_g1.clone(), p_g2.clone(), p_comb.clone()];
     pipes.extend(p_qdq.clone());
+    if let Some((p1, p2)) = &p_prep {
+        pipes.extend([p1.clone(), p2.clone()]);
+    }
     let key = FwdKey {
         m,
         gemv,
@@ -555,6 +670,17 @@ pub fn forward(
                 bytes(m * h),                // xq
                 bytes(h.div_ceil(TN2_GEMV)), // slice arrivals (fused combine)
             ];
+            let mut out_sizes = out_sizes;
+            if prepass {
+                out_sizes.extend([
+                    xp_bytes, // xp_hi
+                    // xp_lo; MX activations: never written nor read, but bound (one vec4;
+                    // not the layer's dummy, which may sit in a read-only binding of the
+                    // same dispatch)
+                    if weight_only { xp_bytes } else { 16 },
+                    bytes(na + COOPP_PAD_ROWS), // xp_exp
+                ]);
+            }
             let bufs: Vec<wgpu::Buffer> = out_sizes.iter().map(|&n| ctx.storage(n)).collect();
             let (ids, topw, rows, slot, tiles, a2, y2, out, xq, counts) = (
                 &bufs[0], &bufs[1], &bufs[2], &bufs[3], &bufs[4], &bufs[5], &bufs[6], &bufs[7],
@@ -631,6 +757,24 @@ pub fn forward(
                         ents.extend([(13, w), (14, x)]);
                         ents.retain(|(i, _)| *i != 6);
                     }
+                    if prepass {
+                        let pb = PreBufs {
+                            params: cp,
+                            rows,
+                            slot,
+                            tiles,
+                            x,
+                            w,
+                            sc,
+                            out: o,
+                            bias,
+                            topw,
+                            hi: &bufs[10],
+                            lo: &bufs[11],
+                            exp: &bufs[12],
+                        };
+                        ents = pb.entries(pre_bindings);
+                    }
                     if gemv {
                         // The FP4 path's vec4 views of the same weights and activations; the
                         // wide layout reads x through the vec4 view only (the pipeline layout
@@ -654,6 +798,28 @@ pub fn forward(
                 }
             }
             let bg_comb = ctx.bind(&p_comb, &[(0, &base_params), (4, slot), (9, out), (12, y2)]);
+            let bg_prep = p_prep.as_ref().map(|(p1, p2)| {
+                // Stage 1 reads the input rows, stage 2 the intermediate.
+                let pb = |x| PreBufs {
+                    params: &base_params,
+                    rows,
+                    slot,
+                    tiles,
+                    x,
+                    w: &g.dummy,
+                    sc: &g.dummy,
+                    out: &g.dummy,
+                    bias: &g.dummy,
+                    topw: &g.dummy,
+                    hi: &bufs[10],
+                    lo: &bufs[11],
+                    exp: &bufs[12],
+                };
+                (
+                    ctx.bind(p1, &pb(x_in).entries(&COOPP_PREP1_BINDINGS)),
+                    ctx.bind(p2, &pb(a2).entries(&COOPP_PREP2_BINDINGS)),
+                )
+            });
             FwdCache {
                 key,
                 rparams,
@@ -668,6 +834,7 @@ pub fn forward(
                 bg_qdq,
                 bg_stages,
                 bg_comb,
+                bg_prep,
             }
         }
     };
@@ -680,7 +847,7 @@ pub fn forward(
     host_profile::mark("buffers_uploads");
 
     let mut timer = if timed {
-        ctx.timer(4 + 2 * g.chunks.len() as u32)
+        ctx.timer(4 + 2 * g.chunks.len() as u32 + 2 * prepass as u32)
     } else {
         None
     };
@@ -722,6 +889,20 @@ pub fn forward(
         (&p_g2, e2, if gemv { TN2_GEMV } else { TN2 }, h),
     ];
     for (si, (pipe, label, tn, cols)) in stages.into_iter().enumerate() {
+        // Kernel k64p: the stage's activations converted once (one workgroup per token, then
+        // per GEMM row).
+        if let (Some((pp1, pp2)), Some((bp1, bp2))) = (&p_prep, &c.bg_prep) {
+            let (pp, bp, n, name) = if si == 0 {
+                (pp1, bp1, m, "moe/prep1")
+            } else {
+                (pp2, bp2, na, "moe/prep2")
+            };
+            let mut p = pass(&mut enc, name, &mut timer);
+            p.set_pipeline(pp);
+            p.set_bind_group(0, bp, &[]);
+            let (x, y) = ctx.grid(n as u32);
+            p.dispatch_workgroups(x, y, 1);
+        }
         for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
             // The wide GEMV's passes keep the names gemv1/gemv2 (the layout is in the notes).
             let label = label.trim_end_matches("_wide");
@@ -793,4 +974,129 @@ pub fn forward(
         },
         times,
     ))
+}
+
+/// What kernel k64p's pre-pass produced for `rows` GEMM rows of K values: f16 bits of hi and
+/// lo (`[rows][K]`; lo all zero for schemes with MX activations) and the row exponents.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoopPrepassOut {
+    pub hi: Vec<u16>,
+    pub lo: Vec<u16>,
+    pub exp: Vec<i32>,
+}
+
+/// Run one of kernel k64p's activation pre-passes alone (a test and diagnostic hook; plain
+/// compute, so it runs on every adapter): `stage` 1 converts the token rows `x` ([m][kk]) into
+/// the GEMM rows `row_of_pair[t * top_k + s]` (-1: skipped) of `m * top_k` rows, stage 2 the
+/// rows `x` ([m * top_k][kk]) in place. `weight_only` writes lo too (ACT_FMT = FMT_NONE).
+/// Rows no pair writes come back as they were: zeros.
+#[allow(clippy::too_many_arguments)]
+pub fn coop_prepass(
+    ctx: &Context,
+    stage: u32,
+    x: &[f32],
+    m: usize,
+    kk: usize,
+    top_k: usize,
+    row_of_pair: &[i32],
+    weight_only: bool,
+) -> Result<CoopPrepassOut, BackendError> {
+    let rows = m * top_k;
+    let n_in = if stage == 1 { m } else { rows };
+    let bad = |what: String| BackendError::Device(format!("coop_prepass: {what}"));
+    if stage != 1 && stage != 2 {
+        return Err(bad(format!("stage {stage}: expected 1 or 2")));
+    }
+    if kk == 0 || !kk.is_multiple_of(32) || x.len() != n_in * kk || m == 0 || top_k == 0 {
+        return Err(bad(format!(
+            "{} values for {n_in} rows of K = {kk} (K a positive multiple of 32)",
+            x.len()
+        )));
+    }
+    if stage == 1
+        && (row_of_pair.len() != rows || row_of_pair.iter().any(|&r| r >= rows as i32 || r < -1))
+    {
+        return Err(bad(format!(
+            "row_of_pair must hold {rows} rows in -1..{rows}, got {:?}",
+            row_of_pair
+        )));
+    }
+    let act = if weight_only { FMT_NONE } else { 0 };
+    let entry = if stage == 1 {
+        "coopp_prep1"
+    } else {
+        "coopp_prep2"
+    };
+    let pipe = ctx.pipeline(Shader::MoeCoopPrepass, entry, &[("ACT_FMT", act)])?;
+    let mut p = [0u32; 12];
+    p[0] = m as u32;
+    p[1] = top_k as u32;
+    p[2] = kk as u32; // hidden (stage 1)
+    p[3] = kk as u32; // inter (stage 2)
+    let params = ctx.uniform(bytemuck::cast_slice(&p));
+    let xb = ctx.upload_owned("coop_prepass_x", bytemuck::cast_slice(x));
+    let rop = ctx.upload_owned(
+        "coop_prepass_row_of_pair",
+        bytemuck::cast_slice(if row_of_pair.is_empty() {
+            &[0i32][..]
+        } else {
+            row_of_pair
+        }),
+    );
+    // Pooled buffers (readable back), zeroed: rows no pair writes read back as zeros.
+    let zeros = |n: usize| {
+        let b = ctx.storage(n as u64);
+        ctx.queue.write_buffer(&b, 0, &vec![0u8; n]);
+        b
+    };
+    let half_bytes = rows * kk * 2;
+    let (hi, lo, ex) = (zeros(half_bytes), zeros(half_bytes), zeros(rows * 4));
+    // The forward's own binding lists (PreBufs), so that this hook also checks them.
+    let pb = PreBufs {
+        params: &params,
+        rows: &rop,
+        slot: &rop,
+        tiles: &rop,
+        x: &xb,
+        w: &rop,
+        sc: &rop,
+        out: &rop,
+        bias: &rop,
+        topw: &rop,
+        hi: &hi,
+        lo: &lo,
+        exp: &ex,
+    };
+    let list: &[u32] = if stage == 1 {
+        &COOPP_PREP1_BINDINGS
+    } else {
+        &COOPP_PREP2_BINDINGS
+    };
+    let bg = ctx.bind(&pipe, &pb.entries(list));
+    let mut enc = ctx
+        .device
+        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("coop_prepass"),
+        });
+    {
+        let mut ps = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+        ps.set_pipeline(&pipe);
+        ps.set_bind_group(0, &bg, &[]);
+        let (gx, gy) = ctx.grid(n_in as u32);
+        ps.dispatch_workgroups(gx, gy, 1);
+    }
+    let r = ctx.submit_and_read(
+        enc,
+        &[
+            (&hi, half_bytes as u64),
+            (&lo, half_bytes as u64),
+            (&ex, (rows * 4) as u64),
+        ],
+    )?;
+    ctx.give([params, hi, lo, ex]);
+    Ok(CoopPrepassOut {
+        hi: bytemuck::pod_collect_to_vec(&r[0]),
+        lo: bytemuck::pod_collect_to_vec(&r[1]),
+        exp: bytemuck::pod_collect_to_vec(&r[2]),
+    })
 }

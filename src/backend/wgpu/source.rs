@@ -46,6 +46,9 @@ pub const MOE_GEMM: File = shader_file!("moe_gemm.wgsl");
 /// The prefill expert passes on cooperative matrices `coop_gemm1`, `coop_gemm2` (and the
 /// device check `coop_check`).
 pub const MOE_GEMM_COOP: File = shader_file!("moe_gemm_coop.wgsl");
+/// The activation pre-passes `coopp_prep1`, `coopp_prep2` of the cooperative GEMM's kernel
+/// k64p (f16 hi / lo rows with a power-of-two exponent per row; plain compute).
+pub const MOE_COOP_PREPASS: File = shader_file!("moe_coop_prepass.wgsl");
 /// The decode expert passes `gemv1`, `gemv2` (grouped GEMV).
 pub const MOE_GEMV: File = shader_file!("moe_gemv.wgsl");
 /// The decode GEMV's wide layout `gemv1_wide`, `gemv2_wide` (16-byte code loads, x and scales
@@ -65,7 +68,7 @@ pub const MOE_COMBINE: File = shader_file!("moe_combine.wgsl");
 pub const BANDWIDTH_PROBE: File = shader_file!("bandwidth_probe.wgsl");
 
 /// Every file of `shaders/`.
-pub const FILES: [File; 16] = [
+pub const FILES: [File; 17] = [
     MX_COMMON,
     EXACT_MATH,
     QUANT,
@@ -74,6 +77,7 @@ pub const FILES: [File; 16] = [
     MOE_LISTS,
     MOE_GEMM,
     MOE_GEMM_COOP,
+    MOE_COOP_PREPASS,
     MOE_GEMV,
     MOE_GEMV_WIDE,
     MOE_GEMV_FP4_TABLE,
@@ -103,6 +107,11 @@ pub enum Shader {
     /// the GEMM on cooperative matrices (f16, f32 accumulation; needs SHADER_F16, SUBGROUP and
     /// EXPERIMENTAL_COOPERATIVE_MATRIX).
     MoeGemmCoop,
+    /// `coopp_prep1`, `coopp_prep2` (override `ACT_FMT`): the activation pre-passes of the
+    /// cooperative GEMM's kernels k64p and k64pw, and `gemm1_pre_ref`, `gemm2_pre_ref` (the
+    /// overrides of [`Shader::MoeGemm`]): the tiled GEMM over the pre-converted rows
+    /// (moe_coop_prepass.wgsl; plain compute, every adapter).
+    MoeCoopPrepass,
     /// `gemv1`, `gemv2` and the wide layout's `gemv1_wide`, `gemv2_wide` (the overrides of
     /// [`Shader::MoeGemm`] and `GEMV_R`, `GEMV_LANES`, `GEMV_THREADS`): FP4 decoded from bits in registers (`registers`; also
     /// `fp4_decode_check`) or through a table, lane sums reduced with subgroup operations
@@ -115,12 +124,13 @@ pub enum Shader {
 }
 
 impl Shader {
-    pub const ALL: [Shader; 11] = [
+    pub const ALL: [Shader; 12] = [
         Shader::Quant,
         Shader::Route,
         Shader::MoeLists,
         Shader::MoeGemm,
         Shader::MoeGemmCoop,
+        Shader::MoeCoopPrepass,
         Shader::MoeGemv {
             registers: false,
             subgroup: false,
@@ -149,6 +159,7 @@ impl Shader {
             Shader::MoeLists => "moe_lists",
             Shader::MoeGemm => "moe_gemm",
             Shader::MoeGemmCoop => "moe_gemm_coop",
+            Shader::MoeCoopPrepass => "moe_coop_prepass",
             Shader::MoeGemv {
                 registers: false,
                 subgroup: false,
@@ -185,6 +196,7 @@ impl Shader {
                 MOE_GEMV_FP4_REGISTERS,
                 MOE_GEMM_COOP,
             ],
+            Shader::MoeCoopPrepass => &[MX_COMMON, MOE_COMMON, MOE_GEMM, MOE_COOP_PREPASS],
             Shader::MoeGemv {
                 registers: false,
                 subgroup: false,
