@@ -22,7 +22,7 @@ left() { [ $(( BUDGET - $(el) )) -ge "$1" ]; }
 MXMOE_COOP_KERNEL=k64p $B info > "$O/info.txt" 2>&1; st "info k64p rc=$? $(grep -m1 'prefill GEMM' $O/info.txt | cut -c1-160)"
 # 1. every MoE case of the full catalog through the k64p GEMM (all schemes, both activations,
 #    biases, chunks, partial tiles)
-left 25 && { MXMOE_COOP_KERNEL=k64p MXMOE_GEMV_PAIRS=0 timeout 30 $B check --backend wgpu --suite full --filter moe/ > "$O/check_forced_gemm_k64p.txt" 2>&1; st "check moe/ forced GEMM k64p rc=$? $(tail -1 $O/check_forced_gemm_k64p.txt)"; }
+left 50 && { MXMOE_COOP_KERNEL=k64p MXMOE_GEMV_PAIRS=0 timeout 60 $B check --backend wgpu --suite full --filter moe/ > "$O/check_forced_gemm_k64p.txt" 2>&1; st "check moe/ forced GEMM k64p rc=$? $(tail -1 $O/check_forced_gemm_k64p.txt)"; }
 # 2. bench rows (each checked against the CPU reference on sampled tokens): gpt-oss k64p,
 #    k64pw and k64 (same call) first, then with MXMOE_WGPU_TRUSTED=1, then DeepSeek-R1
 b() { # kernel trusted shape timeout
