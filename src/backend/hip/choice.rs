@@ -24,15 +24,16 @@ pub(super) const GEMV2_OUT_ROWS: usize = 32;
 /// arg-max instead of 8 and 1 per scan instead of 16; the same bits), `v3` (v2, and for a softmax
 /// or top-k softmax router without a correction bias or groups `mx_route_v3` /
 /// `moe_route_lists_v3`, with the other routers' code compiled out; H200 catalog 583/0/0,
-/// gpt-oss 1-token route+lists 0.011 vs 0.015 ms), `v4` (the default: v3, and for one token with
+/// gpt-oss 1-token route+lists 0.011 vs 0.015 ms), `v4` (v3, and for one token with
 /// such a router routing and lists in one warp, `moe_route_lists_w1`: no block barriers; the
 /// routers with exact scores, DeepSeek's, with all 256 threads of a block computing them,
 /// `moe_route_lists_v4` / `mx_route_v4`, where v2 has 64; the same bits; `route_plan`; H200
 /// catalog 585/0/0, gpt-oss 1 token 0.059 -> 0.056 ms, DeepSeek-R1 0.161 -> 0.156,
-/// docs/h200-2026-12-01s5-route), `v5` (v4, and one token with any other router in
+/// docs/h200-2026-12-01s5-route), `v5` (the default: v4, and one token with any other router in
 /// `moe_route_lists_w1g`: 256 threads compute the scores, then one warp routes with shuffles
-/// only; the same bits) or `v1`. Anything else is an error naming the variable.
-pub(super) const ROUTE_VARIANTS: [&str; 5] = ["v4", "v5", "v3", "v2", "v1"];
+/// only; the same bits; H200 catalog 587/0/0, DeepSeek-R1 1 token 0.138 -> 0.133 ms,
+/// docs/h200-2026-12-01s5-closing) or `v1`. Anything else is an error naming the variable.
+pub(super) const ROUTE_VARIANTS: [&str; 5] = ["v5", "v4", "v3", "v2", "v1"];
 pub(super) fn route_variant() -> Result<&'static str, BackendError> {
     env_variant("MXMOE_HIP_ROUTE", &ROUTE_VARIANTS)
 }
