@@ -213,22 +213,21 @@ fn gemm_tiled_and_coop_on_catalog_cases() {
 fn gemv_layouts_on_catalog_cases() {
     let b = fresh_gpu!("gemv_layouts_on_catalog_cases");
     b.set_poison(true);
-    // (subgroup, prefetch, words, gemv1 builds the lists itself, subgroups per lane group,
-    // wide)
+    // (subgroup, prefetch, words, gemv1 builds the lists itself, subgroups per lane group)
     let mut layouts = vec![
-        (false, false, false, true, 1, false),
-        (false, true, true, false, 1, false),
+        (false, false, false, true, 1),
+        (false, true, true, false, 1),
     ];
     match b.subgroup_size() {
         Some(n) => {
             println!("subgroup size {n}");
             layouts.extend([
-                (true, false, false, true, 1, false),
-                (true, true, false, true, 1, false),
-                (true, false, true, false, 1, false),
-                (true, true, true, true, 1, false),
-                (true, true, true, true, 2, false),
-                (true, false, false, false, 4, false),
+                (true, false, false, true, 1),
+                (true, true, false, true, 1),
+                (true, false, true, false, 1),
+                (true, true, true, true, 1),
+                (true, true, true, true, 2),
+                (true, false, false, false, 4),
             ]);
         }
         None => println!(
@@ -245,21 +244,20 @@ fn gemv_layouts_on_catalog_cases() {
     // layout, round robin (the default layout also runs every case in
     // moe_gemm_and_gemv_paths_on_catalog_cases), so the test costs one GEMV pass of the catalog.
     let step = layouts.len();
-    for (li, &(subgroup, prefetch, words, own, split, wide)) in layouts.iter().enumerate() {
+    for (li, &(subgroup, prefetch, words, own, split)) in layouts.iter().enumerate() {
         let want = GemvConfig {
             subgroup,
             prefetch,
             words,
             split,
-            wide,
             ..GemvConfig::SHARED
         };
         let cfg = b
             .set_gemv_layout(want)
             .unwrap_or_else(|e| panic!("layout {want:?}: {e}"));
         assert_eq!(
-            (cfg.subgroup, cfg.prefetch, cfg.words, cfg.split, cfg.wide),
-            (subgroup, prefetch, words, split, wide),
+            (cfg.subgroup, cfg.prefetch, cfg.words, cfg.split),
+            (subgroup, prefetch, words, split),
             "{cfg:?}"
         );
         if let Some(n) = b.subgroup_size().filter(|_| subgroup) {
@@ -324,177 +322,6 @@ fn gemv_one_row_matches_general_pipelines() {
                     );
                 }
             }
-        }
-    }
-}
-
-/// The wide GEMV layout (shaders/moe_gemv_wide.wgsl: 16-byte code loads, x and scale bytes
-/// staged in workgroup memory per K chunk) on EVERY quick MoE case of the catalog against the
-/// CPU reference, with and without prefetch, gemv1 building its lists or not; with the
-/// subgroup reduction where the adapter has it and with the workgroup-memory one where it fits
-/// the adapter's workgroup memory (lavapipe's 32 KB does not: the refusal must name the reason
-/// and leave the narrow layout in force). Own backend instance: the layout is per context.
-#[test]
-fn gemv_wide_layout_on_every_catalog_case() {
-    gpu!("gemv_wide_layout_on_every_catalog_case");
-    let b = WgpuBackend::new(None).expect("second context on the same adapter");
-    b.set_poison(true);
-    let cases: Vec<Case> = check::cases(Suite::Quick)
-        .into_iter()
-        .filter(Case::is_moe)
-        .collect();
-    assert!(cases.len() > 50);
-    let mut mat = Materializer::default();
-    let mut ran = 0;
-    for subgroup in [true, false] {
-        if subgroup && b.subgroup_size().is_none() {
-            println!(
-                "UNSUPPORTED wide + subgroup: {}: no fixed-size subgroups",
-                b.adapter()
-            );
-            continue;
-        }
-        let want = GemvConfig {
-            subgroup,
-            prefetch: true,
-            wide: true,
-            ..GemvConfig::SHARED
-        };
-        let cfg = match b.set_gemv_layout(want) {
-            Ok(c) => c,
-            Err(e) if !subgroup => {
-                assert!(e.contains("wide") && e.contains("workgroup memory"), "{e}");
-                assert!(!b.gemv_layout().wide, "{:?}", b.gemv_layout());
-                println!("UNSUPPORTED wide + workgroup-memory reduction: {e}");
-                continue;
-            }
-            Err(e) => panic!("layout {want:?}: {e}"),
-        };
-        assert!(cfg.wide && cfg.subgroup == subgroup, "{cfg:?}");
-        for (ci, c) in cases.iter().enumerate() {
-            let prefetch = ci % 2 == 0;
-            // Subgroup reduction: 1 or 4 subgroups per lane group (lavapipe: 8 or 32 lanes
-            // along K, the latter the H200's lane count).
-            let split = if subgroup && (ci / 2) % 2 == 1 { 4 } else { 1 };
-            b.set_gemv_layout(GemvConfig {
-                prefetch,
-                split,
-                ..want
-            })
-            .unwrap();
-            b.set_gemv_own_lists(ci % 3 != 0);
-            b.set_gemv_own_lists_max(256);
-            check_on(&b, &mut mat, c, &[MoePath::Gemv]);
-            ran += 1;
-        }
-    }
-    assert!(ran >= cases.len(), "the wide layout ran {ran} cases");
-}
-
-/// The wide layout where its K chunks and staging matter (the quick cases' K fits one chunk):
-/// gpt-oss's H = 2880 (90 blocks: 2 chunks for 1 token, 3 for 2-4 tokens; odd rows' scale
-/// bytes start mid-word) in gemv1 and I = 2112 (66 blocks) in gemv2, 1 to 5 tokens, FP4 weights
-/// with and without FP4 activations. Judged against the CPU reference, and against the
-/// 32-blocks layout, whose per-lane expressions and order the wide layout shares: outputs must
-/// agree to 1e-6 relative (they are equal on lavapipe; the bound leaves room for a driver's
-/// different contraction choices).
-#[test]
-fn gemv_wide_layout_chunks_match_blocks_layout() {
-    gpu!("gemv_wide_layout_chunks_match_blocks_layout");
-    let b = WgpuBackend::new(None).expect("second context on the same adapter");
-    b.set_poison(true);
-    let subgroup = b.subgroup_size().is_some();
-    let mut mat = Materializer::default();
-    let schemes = [Scheme::new(MxFormat::Fp4E2M1, None), Scheme::OCP_MX[0]];
-    // (scheme, tokens, subgroups per lane group): lavapipe's subgroups are 8 lanes, so split 4
-    // gives the H200's 32 lanes along K (chunks of 60 blocks that are not a multiple of it).
-    let runs = [
-        (0, 1, 1),
-        (0, 2, 4),
-        (0, 5, 1),
-        (1, 1, 4),
-        (1, 2, 1),
-        (1, 5, 4),
-    ];
-    for (si, m, split) in runs {
-        let blocks = GemvConfig {
-            subgroup,
-            prefetch: true,
-            split: if subgroup { split } else { 1 },
-            ..GemvConfig::SHARED
-        };
-        let wide = GemvConfig {
-            wide: true,
-            ..blocks
-        };
-        if let Err(e) = b.set_gemv_layout(wide) {
-            println!("UNSUPPORTED gemv_wide_layout_chunks_match_blocks_layout: {e}");
-            assert!(
-                !subgroup,
-                "an adapter with subgroups must run the wide layout: {e}"
-            );
-            return;
-        }
-        let l = LayerSpec::new(spec(schemes[si], Activation::SwigluOai, 4, 2880, 2112, 2));
-        {
-            let case = moe_case(Tier::Quick, &l, m, 90 + m as u64 + 10 * si as u64);
-            b.set_gemv_layout(wide).unwrap();
-            check_on(&b, &mut mat, &case, &[MoePath::Gemv]);
-            let call = mat.call(&case).unwrap();
-            let Call::Moe {
-                layer,
-                hidden,
-                logits,
-                opts,
-            } = &call
-            else {
-                unreachable!()
-            };
-            let g = b.prepare(layer).unwrap();
-            let got = b
-                .moe_path(&g, hidden, logits, *opts, MoePath::Gemv, false)
-                .unwrap()
-                .0;
-            b.set_gemv_layout(blocks).unwrap();
-            let want = b
-                .moe_path(&g, hidden, logits, *opts, MoePath::Gemv, false)
-                .unwrap()
-                .0;
-            assert_eq!(got.routing.topk_ids, want.routing.topk_ids, "{}", case.id);
-            let (mut num, mut den) = (0f64, 0f64);
-            for (x, y) in got.output.iter().zip(&want.output) {
-                num += ((x - y) as f64).powi(2);
-                den += (*y as f64).powi(2);
-            }
-            let rel = (num / den.max(1e-300)).sqrt();
-            let same = first_bit_mismatch(&got.output, &want.output).is_none();
-            println!(
-                "{} ({} lanes): wide vs 32-blocks rel-L2 {rel:.3e}, bit-equal {same}",
-                case.id,
-                b.gemv_layout().lanes
-            );
-            assert!(rel <= 1e-6, "{}: wide vs 32-blocks rel-L2 {rel:e}", case.id);
-        }
-    }
-    // FP6 and FP8 weights (half blocks per lane: three 4-byte or one 16-byte load) over the same
-    // chunks, against the CPU reference (their order differs from gemv_generic's lanes).
-    let others = [
-        Scheme::OCP_MX[3],
-        Scheme::new(MxFormat::Fp8E4M3, Some(MxFormat::Fp8E4M3)),
-    ];
-    for (si, scheme) in others.into_iter().enumerate() {
-        for (m, split) in [(1, 4), (5, 1)] {
-            let want = GemvConfig {
-                subgroup,
-                prefetch: true,
-                split: if subgroup { split } else { 1 },
-                wide: true,
-                ..GemvConfig::SHARED
-            };
-            b.set_gemv_layout(want).unwrap();
-            let l = LayerSpec::new(spec(scheme, Activation::SwigluOai, 4, 2880, 2112, 2));
-            let case = moe_case(Tier::Quick, &l, m, 130 + m as u64 + 10 * si as u64);
-            check_on(&b, &mut mat, &case, &[MoePath::Gemv]);
         }
     }
 }

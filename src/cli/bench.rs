@@ -65,9 +65,8 @@ pub struct BenchArgs {
     /// `shared,subgroup,subgroup+words+prefetch` (lane sums in workgroup memory or by
     /// subgroupAdd; `+prefetch`: each lane loads its next block before the current block's math;
     /// `+words`: lanes take 8-code words, not 32-blocks; `+split2`, `+split4`: 2 or 4
-    /// subgroups per lane group along K; `+wide`: the wide layout, 16-byte code loads with x
-    /// and scales staged in workgroup memory, e.g. `subgroup+wide+prefetch`; `+onerow`:
-    /// one-token forwards run pipelines specialized for one-row tiles). Default: the backend's choice.
+    /// subgroups per lane group along K, e.g. `subgroup+words+prefetch`; `+onerow`: one-token
+    /// forwards run pipelines specialized for one-row tiles). Default: the backend's choice.
     #[arg(long)]
     gemv_layouts: Option<String>,
 }
@@ -128,11 +127,10 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                         (i, "words") if i > 0 => c.words = true,
                         (i, "split2") if i > 0 => c.split = 2,
                         (i, "split4") if i > 0 => c.split = 4,
-                        (i, "wide") if i > 0 => c.wide = true,
                         (i, "onerow") if i > 0 => c.one_row = true,
                         _ => bail!(
                             "--gemv-layouts: '{t}': expected shared or subgroup, optionally \
-                             followed by +prefetch, +words, +wide, +onerow (one-token \
+                             followed by +prefetch, +words, +onerow (one-token \
                              pipelines) and (subgroup) +split2 or +split4"
                         ),
                     }

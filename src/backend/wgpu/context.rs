@@ -40,16 +40,6 @@ pub const DEFAULT_GEMV_WORDS: bool = true;
 /// docs/h200-2026-12-01-wgpudecode2.
 pub const DEFAULT_GEMV_ONE_ROW: bool = true;
 
-/// Whether the GEMV runs its wide layout (shaders/moe_gemv_wide.wgsl) unless `MXMOE_GEMV_WIDE`
-/// says: off until the H200 has measured it (docs/wgpu-gemv-wide.md).
-pub const DEFAULT_GEMV_WIDE: bool = false;
-
-/// Bytes of workgroup memory the wide GEMV's gemv1_wide uses (its largest entry point), with the
-/// subgroup reduction and with the workgroup-memory one (tests/shaders.rs checks them against
-/// naga's layout of the composed shaders): `Context::set_gemv` keeps the narrow layout where the
-/// adapter's limit is lower.
-pub const GEMV_WIDE_WORKGROUP_BYTES: [u32; 2] = [32528, 36624];
-
 /// Subgroups per GEMV lane group unless `MXMOE_GEMV_SPLIT` says (see [`GemvConfig::split`]).
 pub const DEFAULT_GEMV_SPLIT: u32 = 1;
 
@@ -250,11 +240,6 @@ pub struct GemvConfig {
     /// times the subgroup size, so a row's K is spread over more lanes (fewer steps per lane,
     /// more invocations per workgroup) and the subgroups' sums are added in workgroup memory.
     pub split: u32,
-    /// The wide layout (entry points `gemv1_wide`/`gemv2_wide`, shaders/moe_gemv_wide.wgsl):
-    /// FP4 lanes take 32-blocks (16-byte loads; `words` is ignored), FP6/FP8/INT8 lanes half
-    /// blocks; x of the tile's tokens and the rows' scale bytes are staged per K chunk in
-    /// workgroup memory. FP4: same lane order and reductions as the 32-blocks layout.
-    pub wide: bool,
     /// One-token forwards run GEMV pipelines specialized for one-row tiles (GEMV_ONE_ROW: the
     /// FP4 paths compile the one-token code only, fewer registers).
     pub one_row: bool,
@@ -268,17 +253,14 @@ impl GemvConfig {
         prefetch: false,
         words: false,
         split: 1,
-        wide: false,
         one_row: false,
     };
 
-    /// The GEMV entry points of this layout (gemv1, gemv2).
+    /// The GEMV entry points (gemv1, gemv2). (A wide layout with entry points of its own,
+    /// 16-byte code loads with x and scales staged in workgroup memory, measured 1.2-1.5x
+    /// slower on the H200 and was removed: docs/wgpu-gemv-wide.md.)
     pub fn entries(&self) -> (&'static str, &'static str) {
-        if self.wide {
-            ("gemv1_wide", "gemv2_wide")
-        } else {
-            ("gemv1", "gemv2")
-        }
+        ("gemv1", "gemv2")
     }
 
     /// Invocations per workgroup (8 lane groups).
@@ -624,28 +606,15 @@ impl Context {
         };
         let subgroup = std::env::var("MXMOE_GEMV_REDUCE").as_deref() != Ok("shared");
         let split = env_u64("MXMOE_GEMV_SPLIT", DEFAULT_GEMV_SPLIT as u64) as u32;
-        let wide = match std::env::var("MXMOE_GEMV_WIDE").as_deref() {
-            Ok("0") => false,
-            Ok("1") => true,
-            _ => DEFAULT_GEMV_WIDE,
-        };
-        // Falls back to the shared layout when the subgroup check fails, and to the narrow one
-        // when the wide one does not fit the adapter (said on stderr when it was asked for).
-        let got = ctx.set_gemv(GemvConfig {
+        // Falls back to the shared layout when the subgroup check fails.
+        let _ = ctx.set_gemv(GemvConfig {
             subgroup,
             lanes: 32,
             split,
             prefetch,
             words,
-            wide,
             one_row,
         });
-        if wide && !ctx.gemv_config().wide {
-            eprintln!(
-                "warning: MXMOE_GEMV_WIDE=1 refused, the narrow GEMV layout stays: {}",
-                got.err().unwrap_or_default()
-            );
-        }
         if coop_why.is_none() {
             let layout = GemvConfig {
                 subgroup: true,
@@ -653,7 +622,6 @@ impl Context {
                 split: 1,
                 prefetch: false,
                 words: false,
-                wide: false,
                 one_row: false,
             };
             coop_why = if ctx.subgroup_size != Some(32) || !ctx.check_subgroup_layout(layout) {
@@ -1007,7 +975,6 @@ impl Context {
         let shared = GemvConfig {
             prefetch,
             words,
-            wide: want.wide,
             one_row: want.one_row,
             ..GemvConfig::SHARED
         };
@@ -1031,7 +998,6 @@ impl Context {
                         prefetch,
                         words,
                         split,
-                        wide: want.wide,
                         one_row: want.one_row,
                     };
                     let max = self.limits.max_compute_invocations_per_workgroup;
@@ -1054,45 +1020,8 @@ impl Context {
                 }
             }
         };
-        let mut cfg = cfg;
-        if cfg.wide {
-            // The wide entry points need more workgroup memory (the staging areas): an adapter
-            // whose limit is lower, or that does not build them, keeps the narrow layout (and
-            // says why).
-            let need = GEMV_WIDE_WORKGROUP_BYTES[if cfg.subgroup { 0 } else { 1 }];
-            let have = self.limits.max_compute_workgroup_storage_size;
-            let why = if need > have {
-                Some(format!(
-                    "the wide GEMV layout needs {need} B of workgroup memory, the adapter has \
-                     {have} B"
-                ))
-            } else {
-                self.check_wide_layout(cfg)
-                    .err()
-                    .map(|e| format!("the wide GEMV layout does not build: {e}"))
-            };
-            if let Some(why) = why {
-                cfg.wide = false;
-                r = r.and(Err(format!("{}: {why}", self.info.adapter.name)));
-            }
-        }
         *self.gemv.lock().unwrap() = cfg;
         r.map(|_| cfg)
-    }
-
-    /// Build the wide layout's gemv1 and gemv2 (FP4 weights, own lists on: the largest
-    /// workgroup-memory use) with the overrides of `c`.
-    fn check_wide_layout(&self, c: GemvConfig) -> Result<(), BackendError> {
-        let shader = Shader::MoeGemv {
-            registers: self.fp4_register_decode.load(Ordering::Relaxed),
-            subgroup: c.subgroup,
-        };
-        let mut ov = c.overrides();
-        ov.push(("GEMV_OWN_LISTS", 1));
-        let (e1, e2) = c.entries();
-        self.pipeline(shader, e1, &ov)?;
-        self.pipeline(shader, e2, &ov)?;
-        Ok(())
     }
 
     /// One workgroup of a start-up self-check entry point (`subgroup_check`,

@@ -39,8 +39,7 @@ pub mod source;
 
 pub use context::{
     enumerate_adapters, AdapterSummary, ContextInfo, CoopKernel, GemvConfig,
-    COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES, GEMV_WIDE_WORKGROUP_BYTES, POISON,
-    WRITE_PAR_MIN,
+    COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES, POISON, WRITE_PAR_MIN,
 };
 pub use moe::{
     CoopPrepassOut, GpuLayer, MoePath, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOPP_PREP1_BINDINGS,
@@ -135,9 +134,7 @@ impl WgpuBackend {
             format!(
                 "GEMV layout: 8 rows x {} lanes per group ({}), {} invocations, lane sums {}{}{}",
                 g.lanes,
-                if g.wide {
-                    "wide: 32-blocks per lane, x and scale bytes staged in workgroup memory"
-                } else if g.words {
+                if g.words {
                     "words per lane"
                 } else {
                     "32-blocks per lane"

@@ -776,13 +776,8 @@ pub fn forward(
                         ents = pb.entries(pre_bindings);
                     }
                     if gemv {
-                        // The FP4 path's vec4 views of the same weights and activations; the
-                        // wide layout reads x through the vec4 view only (the pipeline layout
-                        // holds exactly the bindings the entry point's code names).
+                        // The FP4 path's vec4 views of the same weights and activations.
                         ents.extend([(13, w), (14, x)]);
-                        if gcfg.wide {
-                            ents.retain(|(i, _)| *i != 6);
-                        }
                         if si == 0 {
                             // gemv1 may build the lists (GEMV_OWN_LISTS): the routing and the
                             // lists' outputs (bound either way: the pipeline layout holds every
@@ -904,8 +899,6 @@ pub fn forward(
             p.dispatch_workgroups(x, y, 1);
         }
         for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
-            // The wide GEMV's passes keep the names gemv1/gemv2 (the layout is in the notes).
-            let label = label.trim_end_matches("_wide");
             let mut p = pass(&mut enc, &format!("moe/{label}"), &mut timer);
             p.set_pipeline(pipe);
             p.set_bind_group(0, bg, &[]);

@@ -51,9 +51,6 @@ pub const MOE_GEMM_COOP: File = shader_file!("moe_gemm_coop.wgsl");
 pub const MOE_COOP_PREPASS: File = shader_file!("moe_coop_prepass.wgsl");
 /// The decode expert passes `gemv1`, `gemv2` (grouped GEMV).
 pub const MOE_GEMV: File = shader_file!("moe_gemv.wgsl");
-/// The decode GEMV's wide layout `gemv1_wide`, `gemv2_wide` (16-byte code loads, x and scales
-/// staged in workgroup memory; `GemvConfig::wide`).
-pub const MOE_GEMV_WIDE: File = shader_file!("moe_gemv_wide.wgsl");
 /// The GEMV's FP4 word decode through a workgroup-memory table (every adapter).
 pub const MOE_GEMV_FP4_TABLE: File = shader_file!("moe_gemv_fp4_table.wgsl");
 /// The GEMV's FP4 word decode from bits in registers (adapters that pass its check).
@@ -68,7 +65,7 @@ pub const MOE_COMBINE: File = shader_file!("moe_combine.wgsl");
 pub const BANDWIDTH_PROBE: File = shader_file!("bandwidth_probe.wgsl");
 
 /// Every file of `shaders/`.
-pub const FILES: [File; 17] = [
+pub const FILES: [File; 16] = [
     MX_COMMON,
     EXACT_MATH,
     QUANT,
@@ -79,7 +76,6 @@ pub const FILES: [File; 17] = [
     MOE_GEMM_COOP,
     MOE_COOP_PREPASS,
     MOE_GEMV,
-    MOE_GEMV_WIDE,
     MOE_GEMV_FP4_TABLE,
     MOE_GEMV_FP4_REGISTERS,
     MOE_GEMV_REDUCE_SUBGROUP,
@@ -112,7 +108,7 @@ pub enum Shader {
     /// overrides of [`Shader::MoeGemm`]): the tiled GEMM over the pre-converted rows
     /// (moe_coop_prepass.wgsl; plain compute, every adapter).
     MoeCoopPrepass,
-    /// `gemv1`, `gemv2` and the wide layout's `gemv1_wide`, `gemv2_wide` (the overrides of
+    /// `gemv1`, `gemv2` (the overrides of
     /// [`Shader::MoeGemm`] and `GEMV_R`, `GEMV_LANES`, `GEMV_THREADS`): FP4 decoded from bits in registers (`registers`; also
     /// `fp4_decode_check`) or through a table, lane sums reduced with subgroup operations
     /// (`subgroup`; also `subgroup_check`) or in workgroup memory.
@@ -206,7 +202,6 @@ impl Shader {
                 MOE_GEMV_FP4_TABLE,
                 MOE_GEMV_REDUCE_SHARED,
                 MOE_GEMV,
-                MOE_GEMV_WIDE,
             ],
             Shader::MoeGemv {
                 registers: true,
@@ -217,7 +212,6 @@ impl Shader {
                 MOE_GEMV_FP4_REGISTERS,
                 MOE_GEMV_REDUCE_SHARED,
                 MOE_GEMV,
-                MOE_GEMV_WIDE,
             ],
             Shader::MoeGemv {
                 registers: false,
@@ -228,7 +222,6 @@ impl Shader {
                 MOE_GEMV_FP4_TABLE,
                 MOE_GEMV_REDUCE_SUBGROUP,
                 MOE_GEMV,
-                MOE_GEMV_WIDE,
             ],
             Shader::MoeGemv {
                 registers: true,
@@ -239,7 +232,6 @@ impl Shader {
                 MOE_GEMV_FP4_REGISTERS,
                 MOE_GEMV_REDUCE_SUBGROUP,
                 MOE_GEMV,
-                MOE_GEMV_WIDE,
             ],
             Shader::MoeCombine => &[MX_COMMON, MOE_COMMON, MOE_COMBINE],
             Shader::BandwidthProbe => &[BANDWIDTH_PROBE],
