@@ -17,9 +17,10 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 9] = [
     "hip/mxmoe.cu",
     "hip/gemv_mma.h",
+    "hip/gemv_epilogue.h",
     "hip/mx_compat.h",
     "hip/mx_formats.h",
     "hip/mx_common.h",

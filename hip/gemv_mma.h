@@ -265,29 +265,13 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     bool tv = t1 < cnt;
     bool silu = p.activation == ACT_SILU;
     u32 gi = silu ? c : 2u * c, ui = silu ? 32u + c : 2u * c + 1u;
-    u32 grow = silu ? j : 2u * j, urow = silu ? inter + j : 2u * j + 1u;
     float gv = 0.0f, uv = 0.0f;
 #pragma unroll
     for (u32 w = 0; w < GM_WARPS; ++w) {
       gv += red[w][gi][t1];
       uv += red[w][ui][t1];
     }
-    if (p.has_bias13) {
-      gv += bias[(u64)e * 2u * inter + grow];
-      uv += bias[(u64)e * 2u * inter + urow];
-    }
-    if (p.on_input && tv) {
-      float rw = topw[pair_of_row[start + t1]];
-      gv *= rw;
-      uv *= rw;
-    }
-    u32 val = f2u(bf16_point(p, activate(p, bf16_point(p, gv), bf16_point(p, uv))));
-    if (p.act_fmt != FMT_NONE && tv) atomic_max_u32(&tmax[t1], val & 0x7FFFFFFFu);
-    sync_threads();
-    if (tv) {
-      if (p.act_fmt != FMT_NONE) val = intermediate_qdq(p, val, mx_scale_byte(p.act_fmt, p.act_mode, tmax[t1]));
-      out[(u64)(start + t1) * inter + j] = val;
-    }
+    gemv1_finish(p, e, start, t1, j, tv, gv, uv, pair_of_row, bias, topw, tmax, out);
   } else {
     for (u32 i = tid; i < GM_ROWS * GM_COLS; i += GM_THREADS) {
       u32 wr = i % GM_ROWS, t2 = i / GM_ROWS, n = jb + wr;

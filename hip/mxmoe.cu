@@ -432,6 +432,8 @@ MX_DEVICE u32 intermediate_qdq(const MoeParams& p, u32 val, u32 byte) {
   return mx_dequant_bits(p.act_fmt, code, byte);
 }
 
+#include "gemv_epilogue.h"  // gemv1_finish, shared with gemv_mma.h and its CPU emulation
+
 // lists: one 256-thread block (shaders/moe_lists.wgsl): per-expert row lists and the tile list.
 struct ListsShared {
   u32 count[1024];
@@ -1145,7 +1147,7 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
   if (CB != 4u) code_value[tid] = u2f(mx_dequant_bits(p.weight_fmt, tid, 127u));
   if (tid < 4u) tmax[tid] = 0u;
   sync_threads();
-  u32 h = p.hidden, inter = p.inter;
+  u32 h = p.hidden;
   const u32 OUTR = V2 ? GV2_OUT_ROWS : GV_OUT_ROWS;  // gemv2 output rows per block
   u32 jb = is1 ? bid_y() * 32u : bid_y() * OUTR;
   // One token at a time, 4 of the group's 8 rows per pass (the weights of later tokens' passes
@@ -1191,24 +1193,8 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
     u32 c = tid % 32u, j = jb + c;
     bool silu = p.activation == ACT_SILU;
     u32 gi = silu ? c : 2u * c, ui = silu ? 32u + c : 2u * c + 1u;
-    u32 grow = silu ? j : 2u * j, urow = silu ? inter + j : 2u * j + 1u;
-    float gv = row_sums[gi * 4u + t], uv = row_sums[ui * 4u + t];
-    if (p.has_bias13) {
-      gv += bias[(u64)e * 2u * inter + grow];
-      uv += bias[(u64)e * 2u * inter + urow];
-    }
-    if (p.on_input && tv) {
-      float rw = topw[pair_of_row[start + t]];
-      gv *= rw;
-      uv *= rw;
-    }
-    u32 val = f2u(bf16_point(p, activate(p, bf16_point(p, gv), bf16_point(p, uv))));
-    if (p.act_fmt != FMT_NONE && tv) atomic_max_u32(&tmax[t], val & 0x7FFFFFFFu);
-    sync_threads();
-    if (tv) {
-      if (p.act_fmt != FMT_NONE) val = intermediate_qdq(p, val, mx_scale_byte(p.act_fmt, p.act_mode, tmax[t]));
-      out[(u64)(start + t) * inter + j] = val;
-    }
+    gemv1_finish(p, e, start, t, j, tv, row_sums[gi * 4u + t], row_sums[ui * 4u + t], pair_of_row,
+                 bias, topw, tmax, out);
   } else {
     u32 wr = tid % OUTR, t = tid / OUTR, n = jb + wr;
     if (t < cnt && n < h) {

@@ -155,18 +155,12 @@ struct Octet {
     hi: vec4<f32>,
 }
 
-fn decode_weight_octet(wb: u32, el0: u32) -> Octet {
+// The 8 unscaled code values of elements el0..el0+7 of the block at word wb through the code
+// table (every format; FP6 / FP8 / INT8: 8 codes span 48 or 64 bits, at most three words).
+// decode_weight_octet's path for every format but FP4; kernel k64's for all when FP4 is not
+// decoded in registers (no reference to the FP4 byte table).
+fn weight_octet_table(wb: u32, el0: u32) -> Octet {
     let cb = mx_spec(WEIGHT_FMT).code_bits;
-    if cb == 4u {
-        // FP4: one word = 8 codes; a byte-indexed table gives two values per load.
-        let wv = w_codes[wb + el0 / 8u];
-        let p0 = fp4_byte_values[wv & 0xFFu];
-        let p1 = fp4_byte_values[(wv >> 8u) & 0xFFu];
-        let p2 = fp4_byte_values[(wv >> 16u) & 0xFFu];
-        let p3 = fp4_byte_values[wv >> 24u];
-        return Octet(vec4<f32>(p0, p1), vec4<f32>(p2, p3));
-    }
-    // FP6 / FP8 / INT8: 8 codes span 48 or 64 bits, at most three words.
     let bit0 = el0 * cb;
     let wi = wb + bit0 / 32u;
     let b0 = bit0 % 32u;
@@ -194,5 +188,19 @@ fn decode_weight_octet(wb: u32, el0: u32) -> Octet {
             code_value[code_in_3_words(w0, w1, w2, b0 + 7u * cb, cb)],
         ),
     );
+}
+
+fn decode_weight_octet(wb: u32, el0: u32) -> Octet {
+    let cb = mx_spec(WEIGHT_FMT).code_bits;
+    if cb == 4u {
+        // FP4: one word = 8 codes; a byte-indexed table gives two values per load.
+        let wv = w_codes[wb + el0 / 8u];
+        let p0 = fp4_byte_values[wv & 0xFFu];
+        let p1 = fp4_byte_values[(wv >> 8u) & 0xFFu];
+        let p2 = fp4_byte_values[(wv >> 16u) & 0xFFu];
+        let p3 = fp4_byte_values[wv >> 24u];
+        return Octet(vec4<f32>(p0, p1), vec4<f32>(p2, p3));
+    }
+    return weight_octet_table(wb, el0);
 }
 

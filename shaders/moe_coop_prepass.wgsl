@@ -230,38 +230,13 @@ fn pre_ref_x4(start: u32, cnt: u32, xm: u32, kk: u32, k: u32) -> vec4<f32> {
 // start + cnt) instead of x_in.
 fn pre_ref_k_loop(lid: u32, kk_total: u32, start: u32, cnt: u32, wrow: u32, wcol: u32,
                   wv: bool) -> GemmAcc {
-    let kblocks = kk_total / 32u;
-    let ty = lid / 16u;
-    let tx = lid % 16u;
     let xm = lid / 4u;
     let xk = (lid % 4u) * 4u;
-    let wk = (lid % 2u) * 8u;
     var c = GemmAcc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0),
                     vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     for (var k0 = 0u; k0 < kk_total; k0 = k0 + GEMM_K_STEP) {
         let xv = pre_ref_x4(start, cnt, xm, kk_total, k0 + xk);
-        let xc = xm / 4u;
-        let xs = xm % 4u;
-        tile_x[(xk + 0u) * 16u + xc][xs] = xv.x;
-        tile_x[(xk + 1u) * 16u + xc][xs] = xv.y;
-        tile_x[(xk + 2u) * 16u + xc][xs] = xv.z;
-        tile_x[(xk + 3u) * 16u + xc][xs] = xv.w;
-        stage_weight_octet(wrow, kblocks, k0 + wk, wcol, wv);
-        workgroupBarrier();
-        for (var kk = 0u; kk < GEMM_K_STEP; kk = kk + 1u) {
-            let a = tile_x[kk * 16u + ty];
-            let b0 = tile_w[kk * 32u + tx];
-            let b1 = tile_w[kk * 32u + 16u + tx];
-            c.row0_lo = c.row0_lo + a.x * b0;
-            c.row0_hi = c.row0_hi + a.x * b1;
-            c.row1_lo = c.row1_lo + a.y * b0;
-            c.row1_hi = c.row1_hi + a.y * b1;
-            c.row2_lo = c.row2_lo + a.z * b0;
-            c.row2_hi = c.row2_hi + a.z * b1;
-            c.row3_lo = c.row3_lo + a.w * b0;
-            c.row3_hi = c.row3_hi + a.w * b1;
-        }
-        workgroupBarrier();
+        c = gemm_k_step(lid, kk_total, k0, xv, wrow, wcol, wv, c);
     }
     return c;
 }

@@ -447,40 +447,6 @@ fn c64_stage_w8(k: u32, n: u32, o: Octet, f: f32, nan: bool) {
     c64_b[i + 7u * C64_SBT] = hi.w;
 }
 
-// The 8 unscaled code values of elements el0..el0+7 of the block at word wb through the code
-// table (decode_weight_octet's path for every format but FP4, which here also takes it when
-// COOP_FP4_REGISTERS is 0; no reference to the FP4 byte table).
-fn c64_octet_table(wb: u32, el0: u32) -> Octet {
-    let cb = mx_spec(WEIGHT_FMT).code_bits;
-    let bit0 = el0 * cb;
-    let wi = wb + bit0 / 32u;
-    let b0 = bit0 % 32u;
-    let end = b0 + 8u * cb;
-    let w0 = w_codes[wi];
-    var w1 = 0u;
-    var w2 = 0u;
-    if end > 32u {
-        w1 = w_codes[wi + 1u];
-    }
-    if end > 64u {
-        w2 = w_codes[wi + 2u];
-    }
-    return Octet(
-        vec4<f32>(
-            code_value[code_in_3_words(w0, w1, w2, b0, cb)],
-            code_value[code_in_3_words(w0, w1, w2, b0 + cb, cb)],
-            code_value[code_in_3_words(w0, w1, w2, b0 + 2u * cb, cb)],
-            code_value[code_in_3_words(w0, w1, w2, b0 + 3u * cb, cb)],
-        ),
-        vec4<f32>(
-            code_value[code_in_3_words(w0, w1, w2, b0 + 4u * cb, cb)],
-            code_value[code_in_3_words(w0, w1, w2, b0 + 5u * cb, cb)],
-            code_value[code_in_3_words(w0, w1, w2, b0 + 6u * cb, cb)],
-            code_value[code_in_3_words(w0, w1, w2, b0 + 7u * cb, cb)],
-        ),
-    );
-}
-
 // Stage this invocation's weight block (32 values of tile column n at k = blk * 32..+31) times
 // 2^(byte - ew + COOP_WSH) (NaN for a NaN block, zeros where there is no block).
 fn c64_stage_w(r: C64Raw, n: u32, blk: u32, wrow: u32, kblocks: u32, kb: u32, ew: i32) {
@@ -502,10 +468,10 @@ fn c64_stage_w(r: C64Raw, n: u32, blk: u32, wrow: u32, kblocks: u32, kb: u32, ew
     var o3 = o0;
     if r.wok {
         let wb = (wrow * kblocks + kb) * mx_spec(WEIGHT_FMT).code_bits;
-        o0 = c64_octet_table(wb, 0u);
-        o1 = c64_octet_table(wb, 8u);
-        o2 = c64_octet_table(wb, 16u);
-        o3 = c64_octet_table(wb, 24u);
+        o0 = weight_octet_table(wb, 0u);
+        o1 = weight_octet_table(wb, 8u);
+        o2 = weight_octet_table(wb, 16u);
+        o3 = weight_octet_table(wb, 24u);
     }
     c64_stage_w8(k, n, o0, f, nan);
     c64_stage_w8(k + 8u, n, o1, f, nan);

@@ -154,6 +154,7 @@ MX_DEVICE bool weight_row_ok(const MoeParams& p, u32 wr, u32 jb, u32 ic = 32u) {
       u32 *counters, u32 *final_out
 #define GEMV_PASS pair_of_row, tiles, x, wcodes, wscales, out, bias, topw, row_of_pair, counters, final_out
 
+#include "gemv_epilogue.h"
 #include "gemv_mma.h"
 
 // ---- the test ---------------------------------------------------------------------------------

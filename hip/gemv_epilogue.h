@@ -1,0 +1,32 @@
+// gemv_epilogue.h: gemv1's epilogue, included by mxmoe.cu (after MoeParams, activate,
+// bf16_point and intermediate_qdq) for its GEMV and the matrix-core one (gemv_mma.h), and by
+// test/gemv_mma_emu.cpp, which runs the latter on the CPU.
+#pragma once
+// gemv1's epilogue for one (pair t, intermediate column j) of a block, shared by mxmoe.cu's
+// GEMV and the matrix-core one (gemv_mma.h): the gate and up sums gv / uv, the bias, the
+// router weight on the input, the activation, and the intermediate QDQ over the block's 32
+// columns (their maximum through tmax[t], zeroed by the caller); tv: pair t is in the tile.
+// Every thread of the block calls it (barrier).
+MX_DEVICE void gemv1_finish(const MoeParams& p, u32 e, u32 start, u32 t, u32 j, bool tv, float gv,
+                            float uv, const u32* pair_of_row, const float* bias, const float* topw,
+                            u32* tmax, u32* out) {
+  u32 inter = p.inter;
+  bool silu = p.activation == ACT_SILU;
+  u32 grow = silu ? j : 2u * j, urow = silu ? inter + j : 2u * j + 1u;
+  if (p.has_bias13) {
+    gv += bias[(u64)e * 2u * inter + grow];
+    uv += bias[(u64)e * 2u * inter + urow];
+  }
+  if (p.on_input && tv) {
+    float rw = topw[pair_of_row[start + t]];
+    gv *= rw;
+    uv *= rw;
+  }
+  u32 val = f2u(bf16_point(p, activate(p, bf16_point(p, gv), bf16_point(p, uv))));
+  if (p.act_fmt != FMT_NONE && tv) atomic_max_u32(&tmax[t], val & 0x7FFFFFFFu);
+  sync_threads();
+  if (tv) {
+    if (p.act_fmt != FMT_NONE) val = intermediate_qdq(p, val, mx_scale_byte(p.act_fmt, p.act_mode, tmax[t]));
+    out[(u64)(start + t) * inter + j] = val;
+  }
+}
