@@ -36,6 +36,10 @@
 //     over/underflow).
 //   * NaN scale bytes stage NaN weights, NaN activations stage NaN: both propagate. An infinite
 //     activation stages hi = inf, lo = 0.
+//
+// Size (~1200 lines): WGSL has no modules; the host composes files (src/backend/wgpu/source.rs),
+// so kernels k64p / k64pw (which also repeat k64's entry points and share one hand-out) could
+// move to a file of their own composed after this one; not yet done.
 
 const COOP_SA: u32 = 40u; // f16 per row of the activation tiles: 32 + 8 padding (80 bytes)
 const COOP_SB: u32 = 40u; // f16 per weight-tile column (k contiguous): 32 + 8 padding
