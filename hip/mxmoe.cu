@@ -553,6 +553,7 @@ MX_DEVICE void lists_body(const MoeParams& p, const i32* topk_ids, const i32* ex
   MX_KERNEL(256) void NAME(MoeParams p, const i32* topk_ids, const i32* expert_map,            \
                            u32* pair_of_row, i32* row_of_pair, u32* tiles) {                    \
     MX_SHARED ListsShared ls;                                                                   \
+    MX_PDL_ENTRY();                                                                             \
     lists_body<FAST>(p, topk_ids, expert_map, pair_of_row, row_of_pair, tiles, ls);             \
   }
 #define ROUTE_LISTS_KERNEL(NAME, FAST, ...)                                                       \
@@ -561,6 +562,7 @@ MX_DEVICE void lists_body(const MoeParams& p, const i32* topk_ids, const i32* ex
                            i32* row_of_pair, u32* tiles) {                                      \
     MX_SHARED RouteShared s;                                                                    \
     MX_SHARED ListsShared ls;                                                                   \
+    MX_PDL_ENTRY();                                                                             \
     for (u32 t = 0; t < rp.m; ++t)                                                              \
       route_token<__VA_ARGS__>(rp, t, tid_x(), logits, bias, ids, weights, s);                  \
     lists_body<FAST>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);                  \
@@ -641,6 +643,7 @@ MX_KERNEL(32) void moe_route_lists_w1(RouteParams rp, MoeParams p, const float* 
                                       const i32* expert_map, u32* pair_of_row, i32* row_of_pair,
                                       u32* tiles) {
   MX_SHARED RouteShared s;
+  MX_PDL_ENTRY();
   u32 lane = tid_x(), e = rp.n_experts, k = rp.top_k;
   for (u32 i = lane; i < e; i += 32u) s.lg[i] = logits[i];
   sync_threads();
@@ -690,6 +693,7 @@ MX_KERNEL(256) void moe_route_lists_w1g(RouteParams rp, MoeParams p, const float
                                        const i32* expert_map, u32* pair_of_row, i32* row_of_pair,
                                        u32* tiles) {
   MX_SHARED RouteShared s;
+  MX_PDL_ENTRY();
   u32 lid = tid_x(), e = rp.n_experts, k = rp.top_k;
   route_scores<false, 256u>(rp, 0u, lid, logits, bias, s);
   const float* lg = s.lg;
@@ -1211,8 +1215,8 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
 #define GEMV_ARGS GEMM_ARGS, const i32 *row_of_pair, u32 *counters, u32 *final_out
 #define GEMV_PASS GEMM_PASS, row_of_pair, counters, final_out
 #define GEMV_KERNELS(CB)                                                                      \
-  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMV_ARGS) { gemv_body<CB>(p, true, GEMV_PASS); } \
-  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMV_ARGS) { gemv_body<CB>(p, false, GEMV_PASS); }
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMV_ARGS) { MX_PDL_ENTRY(); gemv_body<CB>(p, true, GEMV_PASS); } \
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMV_ARGS) { MX_PDL_ENTRY(); gemv_body<CB>(p, false, GEMV_PASS); }
 GEMV_KERNELS(4)
 GEMV_KERNELS(6)
 GEMV_KERNELS(8)
@@ -1232,8 +1236,8 @@ MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv2_v2_cb4(GEMV_ARGS) { gemv_body<
 MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv1_v2c_cb4(GEMV_ARGS) { gemv_body<4, true, false>(p, true, GEMV_PASS); }
 MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv2_v2c_cb4(GEMV_ARGS) { gemv_body<4, true, false>(p, false, GEMV_PASS); }
 // v3: gemv_pass_q (MXMOE_HIP_GEMV=v3).
-MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv1_v3_cb4(GEMV_ARGS) { gemv_body<4, true, true, true>(p, true, GEMV_PASS); }
-MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv2_v3_cb4(GEMV_ARGS) { gemv_body<4, true, true, true>(p, false, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv1_v3_cb4(GEMV_ARGS) { MX_PDL_ENTRY(); gemv_body<4, true, true, true>(p, true, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv2_v3_cb4(GEMV_ARGS) { MX_PDL_ENTRY(); gemv_body<4, true, true, true>(p, false, GEMV_PASS); }
 #include "gemv_mma.h"  // the matrix-core GEMV (NVIDIA; MXMOE_HIP_GEMV=mma)
 
 // ---- grouped GEMM (prefill) on matrix cores -------------------------------------------------
@@ -2046,6 +2050,7 @@ GEMM_MX_KERNELS(fp8e5m2_fp8e5m2, FMT_MXFP8_E5M2, FMT_MXFP8_E5M2)
 // ---- combine (shaders/moe_combine.wgsl): per (token, h) the sum over the k slots in slot order.
 MX_KERNEL(256) void moe_combine(MoeParams p, const i32* row_of_pair, const float* y,
                                           u32* out) {
+  MX_PDL_ENTRY();
   u64 idx = (u64)bid_x() * 256u + tid_x();
   u32 h = p.hidden;
   if (idx >= (u64)p.m * h) return;

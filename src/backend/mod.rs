@@ -167,6 +167,21 @@ impl Prepared<'_> {
 /// GPU time per pass in milliseconds, in submission order.
 pub type PassTimes = Vec<(String, f64)>;
 
+/// What a timed forward ([`Backend::moe_timed`]) measures on the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// Nothing: the plain forward.
+    Off,
+    /// Each pass on its own (a timestamp or event pair around each kernel / compute pass): the
+    /// breakdown. Timestamps between kernels can keep kernels from overlapping (the HIP
+    /// backend's programmatic dependent launches), so their sum can exceed [`Timing::Forward`].
+    Passes,
+    /// The forward as one span, one entry `("forward", ms)`: HIP, events before the first and
+    /// after the last kernel (gaps between kernels included); wgpu, the sum of its passes'
+    /// timestamps (the gaps between compute passes are not counted).
+    Forward,
+}
+
 impl Backend {
     /// Open a backend. `adapter` filters GPU adapters by a name substring (also read from
     /// `MXMOE_ADAPTER` by the wgpu backend). `Auto` takes wgpu when an adapter exists, else
@@ -348,10 +363,10 @@ impl Backend {
         logits: &[f32],
         opts: MoeOptions,
     ) -> Result<MoeOutput, BackendError> {
-        Ok(self.moe_timed(layer, hidden, logits, opts, false)?.0)
+        Ok(self.moe_timed(layer, hidden, logits, opts, Timing::Off)?.0)
     }
 
-    /// [`Backend::moe`], with GPU time per pass when `timed` and the backend can measure it
+    /// [`Backend::moe`], with GPU times as `timing` asks when the backend can measure them
     /// (`None` otherwise: the CPU, or an adapter without timestamp queries).
     pub fn moe_timed(
         &self,
@@ -359,7 +374,7 @@ impl Backend {
         hidden: &[f32],
         logits: &[f32],
         opts: MoeOptions,
-        timed: bool,
+        timing: Timing,
     ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
         let cfg = layer.config();
         ops::validate_moe(cfg, hidden, logits)?;
@@ -373,8 +388,17 @@ impl Backend {
         }
         match (self, layer) {
             (Backend::Cpu(b), Prepared::Cpu(l)) => Ok((b.moe(l, hidden, logits, opts)?, None)),
-            (Backend::Wgpu(b), Prepared::Wgpu(g)) => b.moe(g, hidden, logits, opts, timed),
-            (Backend::Hip(b), Prepared::Hip(h)) => b.moe(h, hidden, logits, opts, timed),
+            (Backend::Wgpu(b), Prepared::Wgpu(g)) => {
+                let (o, t) = b.moe(g, hidden, logits, opts, timing != Timing::Off)?;
+                let t = match timing {
+                    Timing::Forward => {
+                        t.map(|p| vec![("forward".into(), p.iter().map(|x| x.1).sum())])
+                    }
+                    _ => t,
+                };
+                Ok((o, t))
+            }
+            (Backend::Hip(b), Prepared::Hip(h)) => b.moe(h, hidden, logits, opts, timing),
             _ => Err(BackendError::WrongBackend {
                 prepared: layer.backend(),
                 backend: self.name(),

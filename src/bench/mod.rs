@@ -7,9 +7,11 @@
 //! 345 MHz), so every token count first **warms up** with back-to-back forwards for at least
 //! [`WARMUP_MIN_S`] and until the medians of two successive windows agree within
 //! [`WARMUP_AGREE`] (at most [`WARMUP_MAX_S`]); then it times at least `iters` forwards and
-//! [`TIMED_MIN_S`] back to back, twice: once for wall time (submit + GPU + readback, as users
-//! pay it) and once with GPU timestamps (the sum of the passes). Both are reported as
-//! min/median/max. The upload (`prepare`) is timed once, on its own; the host time outside the
+//! [`TIMED_MIN_S`] back to back, three times: once for wall time (submit + GPU + readback, as
+//! users pay it), once for GPU time (the forward as one span of timestamps/events, the
+//! headline: [`Timing::Forward`]) and once pass by pass (the breakdown, [`Timing::Passes`]:
+//! timestamps between kernels keep them from overlapping, so the passes' sum is reported on its
+//! own). Wall and GPU time are reported as min/median/max. The upload (`prepare`) is timed once, on its own; the host time outside the
 //! passes is `wall - gpu`. Token batches rotate (several distinct batches) so that repeated runs
 //! do not just re-read activations from L2. Every point is checked against the CPU reference
 //! (for M > [`CHECK_TOKENS`], on an evenly spaced sample of that many tokens: routing is per
@@ -21,7 +23,7 @@
 //! (`check::catalog::bench_cases` of a named model shape), so a benchmark point and a
 //! conformance case of the same id are the same computation.
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Timing};
 use crate::check::catalog::{self, Kind, LayerSpec};
 use crate::check::rel_l2;
 use crate::moe::{self, Accumulate, MoeLayer, MoeOptions};
@@ -57,8 +59,11 @@ pub struct BenchResult {
     /// [min, median, max] GPU time per forward (ms), if available.
     pub gpu_ms_range: Option<[f64; 3]>,
     /// Median GPU time of each pass (ms), in submission order (a pass run once per weight
-    /// chunk appears once per chunk).
+    /// chunk appears once per chunk), from forwards timed pass by pass (their own phase).
     pub passes: Vec<(String, f64)>,
+    /// Median of the per-pass forwards' sums (ms): above `gpu_ms` by what the timestamps
+    /// between passes cost and the overlap they prevent.
+    pub passes_sum_ms: Option<f64>,
     /// Median host time per forward outside the GPU passes (wall - gpu, ms).
     pub host_ms: Option<f64>,
     /// Forwards timed (each of the wall and the GPU phase).
@@ -309,14 +314,28 @@ pub fn run(
                 b.moe(&prepared, hs, lg, opts)?;
                 walls.push(t0.elapsed().as_secs_f64() * 1e3);
             }
+            // GPU time: the forward as one span (the headline), then each pass on its own
+            // (the breakdown; timestamps between passes can keep kernels from overlapping).
             let mut gpu = Vec::new();
-            let mut per_pass: Vec<(String, Vec<f64>)> = Vec::new();
             let t_phase = Instant::now();
             while gpu.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S {
                 let (hs, lg) = batch(gpu.len());
-                match b.moe_timed(&prepared, hs, lg, opts, true)? {
+                match b.moe_timed(&prepared, hs, lg, opts, Timing::Forward)? {
+                    (_, Some(span)) => gpu.push(span.iter().map(|(_, ms)| ms).sum::<f64>()),
+                    (_, None) => break,
+                }
+            }
+            let mut per_pass: Vec<(String, Vec<f64>)> = Vec::new();
+            let mut pass_sums = Vec::new();
+            let t_phase = Instant::now();
+            while !gpu.is_empty()
+                && (pass_sums.len() < p.iters.max(1)
+                    || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S)
+            {
+                let (hs, lg) = batch(pass_sums.len());
+                match b.moe_timed(&prepared, hs, lg, opts, Timing::Passes)? {
                     (_, Some(passes)) => {
-                        gpu.push(passes.iter().map(|(_, ms)| ms).sum::<f64>());
+                        pass_sums.push(passes.iter().map(|(_, ms)| ms).sum::<f64>());
                         // Pass lists can differ in length between batches (a batch split across
                         // submits); keep the most common shape, the first one seen.
                         if per_pass.is_empty() {
@@ -370,6 +389,7 @@ pub fn run(
                 gpu_ms_range: gpu_r,
                 host_ms: gpu_ms.map(|g| wall_ms - g),
                 passes,
+                passes_sum_ms: (!pass_sums.is_empty()).then(|| min_med_max(&pass_sums)[1]),
                 timed_forwards: walls.len(),
                 warmup,
                 prepare_ms,
@@ -407,7 +427,11 @@ pub fn run(
                     .iter()
                     .map(|(n, ms)| format!("{n} {ms:.3}"))
                     .collect();
-                progress(&format!("M = {m}: passes (median ms): {}", list.join(", ")));
+                progress(&format!(
+                    "M = {m}: passes (median ms, timed one by one: sum {}): {}",
+                    r.passes_sum_ms.map_or("-".into(), |x| format!("{x:.3}")),
+                    list.join(", ")
+                ));
             }
             out.push(r);
         }

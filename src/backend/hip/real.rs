@@ -19,7 +19,7 @@ use super::driver::{par_copy, DevBuf, Device, Driver, Event};
 
 use super::kernels;
 use crate::backend::wgpu::{route as wroute, POISON};
-use crate::backend::{ops, BackendError, Op, PassTimes, RouteOp, Support};
+use crate::backend::{ops, BackendError, Op, PassTimes, RouteOp, Support, Timing};
 use crate::format::{FormatError, MxFormat, MxTensor, ScaleMode, BLOCK};
 use crate::moe::{Intermediate, MoeConfig, MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
 use std::ffi::c_void;
@@ -37,6 +37,8 @@ pub struct HipBackend {
     /// v2 cannot run here (AMD, or the driver refused the size).
     v2: Result<std::collections::HashMap<&'static str, u32>, String>,
     code_object: &'static str,
+    /// Launch [`PDL_KERNELS`] as programmatic dependent launches (NVIDIA sm_90+, MXMOE_HIP_PDL).
+    pdl: bool,
     lock: Mutex<()>,
     poison: AtomicBool,
 }
@@ -220,11 +222,13 @@ impl HipBackend {
                 dev.arch
             ))
         };
+        let pdl = dev.has_pdl() && pdl_enabled()?;
         Ok(HipBackend {
             dev,
             funcs,
             v2,
             code_object: co,
+            pdl,
             lock: Mutex::new(()),
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
         })
@@ -274,6 +278,16 @@ impl HipBackend {
                 route_variant().unwrap_or("(MXMOE_HIP_ROUTE invalid)")
             ),
         ];
+        v.push(if self.pdl {
+            "decode kernels launched as programmatic dependent launches (griddepcontrol; \
+             MXMOE_HIP_PDL=0 turns off)"
+                .into()
+        } else if self.dev.has_pdl() {
+            "programmatic dependent launch: off (MXMOE_HIP_PDL=0)".into()
+        } else {
+            "programmatic dependent launch: not available (NVIDIA sm_90+ with cuLaunchKernelEx)"
+                .into()
+        });
         if self.dev.arch == "gfx950" {
             v.push("MX-float schemes: v_mfma_scale_f32_16x16x128_f8f6f4 on the MX codes".into());
         }
@@ -381,8 +395,13 @@ impl HipBackend {
             .funcs
             .get(k)
             .ok_or_else(|| BackendError::Device(format!("kernel {k} is not in the code object")))?;
-        self.dev
-            .launch_shared(f as *mut c_void, grid, block, shared, args)
+        if self.pdl && is_pdl_kernel(k) {
+            self.dev
+                .launch_pdl(f as *mut c_void, grid, block, shared, args)
+        } else {
+            self.dev
+                .launch_shared(f as *mut c_void, grid, block, shared, args)
+        }
     }
 
     pub fn quantize(
@@ -539,16 +558,18 @@ impl HipBackend {
         })
     }
 
-    /// One forward of a prepared layer; with `timed`, GPU time per kernel (events).
+    /// One forward of a prepared layer; GPU time per kernel or for the whole forward (events)
+    /// as `timing` asks.
     pub fn moe(
         &self,
         g: &HipLayer,
         hidden: &[f32],
         logits: &[f32],
         opts: MoeOptions,
-        timed: bool,
+        timing: Timing,
     ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
         let l = &g.config;
+        let timed = timing == Timing::Passes;
         let m = ops::validate_moe(l, hidden, logits)?;
         ops::validate_route(&l.router, logits, l.n_experts, None)?;
         let _guard = self.guard()?;
@@ -679,6 +700,16 @@ impl HipBackend {
             } else {
                 self.launch_shared(k, grid, block, shared, a)
             }
+        };
+        // Timing::Forward: one event pair around all the kernels (none between them, so that
+        // nothing keeps them from overlapping).
+        let span = match timing {
+            Timing::Forward => {
+                let (s, e) = (dev.event()?, dev.event()?);
+                s.record()?;
+                Some((s, e))
+            }
+            _ => None,
         };
         let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
         let rb = g.route_bias.as_ref().unwrap_or(&g.dummy).ptr;
@@ -923,10 +954,15 @@ impl HipBackend {
                 &mut args!(p, slot.ptr, y2.ptr, out_p),
             )?;
         }
+        if let Some((_, e)) = &span {
+            e.record()?;
+        }
         let t_launch = prof.lap();
         dev.synchronize()?;
         let t_gpu = prof.lap();
-        let times = if timed {
+        let times = if let Some((s, e)) = &span {
+            Some(vec![("forward".to_string(), s.elapsed_to(e)?)])
+        } else if timed {
             let mut t = Vec::new();
             for (label, s, e) in &marks {
                 t.push((label.clone(), s.elapsed_to(e)?));

@@ -1,7 +1,7 @@
 //! The HIP backend without the `hip` feature: a stub of the same shape that reports
 //! `NotCompiled`, so the registry and test runner carry no `cfg` in their match arms.
 
-use crate::backend::{BackendError, Op, PassTimes, Support};
+use crate::backend::{BackendError, Op, PassTimes, Support, Timing};
 use crate::format::{MxFormat, MxTensor, ScaleMode};
 use crate::moe::{MoeConfig, MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
 
@@ -87,7 +87,7 @@ impl HipBackend {
         _: &[f32],
         _: &[f32],
         _: MoeOptions,
-        _timed: bool,
+        _timing: Timing,
     ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
         not_compiled()
     }
