@@ -291,11 +291,9 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
 // Two blocks (16 warps) per multiprocessor, <= 128 registers.
 #define GEMV_MMA_KERNELS(SPLIT, SFX)                                                           \
   MX_KERNEL_OCC(GM_THREADS, 2) void moe_gemv1_mma##SFX##_cb4(GEMV_ARGS) {                      \
-    MX_PDL_ENTRY();                                                                            \
     gemv_mma_body<SPLIT>(p, true, GEMV_PASS);                                                  \
   }                                                                                            \
   MX_KERNEL_OCC(GM_THREADS, 2) void moe_gemv2_mma##SFX##_cb4(GEMV_ARGS) {                      \
-    MX_PDL_ENTRY();                                                                            \
     gemv_mma_body<SPLIT>(p, false, GEMV_PASS);                                                 \
   }
 GEMV_MMA_KERNELS(false, )

@@ -85,27 +85,6 @@ MX_DEVICE float load_coherent(const float* p) {
   return __builtin_bit_cast(float, __atomic_load_n((const u32*)p, __ATOMIC_RELAXED));
 }
 
-// Programmatic dependent launch (NVIDIA sm_90+; CUDA Programming Guide 4.5 and the PTX ISA's
-// griddepcontrol): a kernel launched with the programmatic-serialization attribute may start
-// while the kernel before it in the stream still runs, so it must wait (griddepcontrol.wait:
-// the previous grid complete, its writes visible) before it reads anything that grid wrote.
-// MX_PDL_ENTRY, first in a kernel: wait, then let the next kernel launch (its blocks take the
-// multiprocessors this grid leaves, and wait in turn). The host launches with the attribute
-// only the kernels it lists (src/backend/hip/choice.rs PDL_KERNELS, a test checks each has the
-// wait); elsewhere, and on AMD and sm_80, both are no-ops.
-#if defined(MX_NV) && __CUDA_ARCH__ >= 900
-MX_DEVICE void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-MX_DEVICE void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-#else
-MX_DEVICE void pdl_wait() {}
-MX_DEVICE void pdl_launch_dependents() {}
-#endif
-#define MX_PDL_ENTRY() \
-  do {                 \
-    pdl_wait();        \
-    pdl_launch_dependents(); \
-  } while (0)
-
 // Global loads of read-only data that a kernel streams once (the decode GEMV's weights), 16 bytes
 // and 1 byte. NVIDIA: ld.global.nc with L1::no_allocate (PTX ISA 7.4+, so the sm_90 PTX, which
 // clang writes as ISA 7.8; the sm_80 PTX is ISA 7.0 and gets plain ld.global.nc): the lines do

@@ -122,6 +122,7 @@ MX_DEVICE bool r_better(float va, i32 ia, float vb, i32 ib) {
 
 // Up to 1024 experts and as many groups (a group holds at least one expert).
 struct RouteShared {
+  u64 kord[1024];      // route_select_ranked: (key order << 32) | ~index, 0 = not a candidate
   float lg[1024];      // the token's logits, staged once (later reads are from shared memory)
   float key[1024];
   u32 taken[1024];
@@ -220,6 +221,48 @@ MX_DEVICE i32 r_best(RouteShared& s, u32 lid, float bv, i32 bi) {
   return FAST ? r_argmax_fast(s, lid, bv, bi) : r_argmax(s, lid, bv, bi);
 }
 
+// The k experts of one token by rank instead of k arg-max rounds (the 256-thread kernels:
+// moe_route_lists_v4 / mx_route_v4 per token, moe_route_lists_w1g): every candidate counts the
+// candidates that beat it under r_better's total order (greater key, ties to the lower index),
+// packed as one u64 per expert, (key_ord << 32) | ~index, so that "beats" is ">"; the experts
+// of rank < k are the winners of the k rounds, rank r the winner of round r. Groups the same
+// way: each group's score (r_group_score), its rank among the groups, chosen when below
+// topk_group; experts outside the chosen groups are no candidates (key 0, below every
+// candidate's). Slots without a candidate keep index -1, as the rounds leave them. Writes
+// s.sel[0..k); three or four barriers instead of two per round (ncu, DeepSeek-R1 at one
+// token: the rounds kept 7 of 8 warps at a barrier for ~73 % of moe_route_lists_w1g's 38 k
+// cycles). Every thread of the block calls it.
+MX_DEVICE void route_select_ranked(const RouteParams& rp, u32 lid, u32 nthreads, RouteShared& s) {
+  u32 e = rp.n_experts, k = rp.top_k;
+  bool groups = rp.n_group > 0u;
+  u32 ng = groups ? rp.n_group : 1u, per = groups ? e / rp.n_group : e;
+  if (groups) {
+    for (u32 g = lid; g < ng; g += nthreads) s.gscore[g] = r_group_score(s, rp, g, per);
+    sync_threads();
+    for (u32 g = lid; g < ng; g += nthreads) {
+      u64 mine = ((u64)key_ord(s.gscore[g]) << 32) | (u64)(~g);
+      u32 r = 0u;
+      for (u32 q = 0; q < ng; ++q) r += (((u64)key_ord(s.gscore[q]) << 32) | (u64)(~q)) > mine;
+      s.gchosen[g] = r < rp.topk_group ? 1u : 0u;
+    }
+    sync_threads();
+  }
+  for (u32 i = lid; i < e; i += nthreads) {
+    bool cand = !groups || s.gchosen[i / per] != 0u;
+    s.kord[i] = cand ? ((u64)key_ord(s.key[i]) << 32) | (u64)(~i) : 0ull;
+  }
+  for (u32 j = lid; j < k; j += nthreads) s.sel[j] = 0xFFFFFFFFu;
+  sync_threads();
+  for (u32 i = lid; i < e; i += nthreads) {
+    u64 mine = s.kord[i];
+    if (mine == 0ull) continue;
+    u32 r = 0u;
+    for (u32 q = 0; q < e; ++q) r += s.kord[q] > mine;
+    if (r < k) s.sel[r] = i;
+  }
+  sync_threads();
+}
+
 // The weights of the selected experts without exact scores (softmax without a bias,
 // topk_softmax): one thread, in slot order.
 MX_DEVICE void route_weights_serial(const RouteParams& rp, u32 t, const RouteShared& s, float mx,
@@ -301,48 +344,53 @@ MX_DEVICE void route_token(const RouteParams& rp, u32 t, u32 lid, const float* l
   route_scores<SIMPLE, NK>(rp, t, lid, logits, bias, s);
   const float* lg = s.lg;
   bool exact_softmax = (!SIMPLE && rp.has_bias != 0u) && rp.scoring == SCORING_SOFTMAX;
-  // Groups: each group's score, then the best topk_group groups (ties to the lower group).
-  u32 per = e;
-  u32 ng = (!SIMPLE && rp.n_group > 0u) ? rp.n_group : 1u;
-  if (!SIMPLE && rp.n_group > 0u) per = e / rp.n_group;
-  for (u32 g = lid; g < ng && LW; g += R_WG) {
-    s.gscore[g] = (!SIMPLE && rp.n_group > 0u) ? r_group_score(s, rp, g, per) : 0.0f;
-    s.gchosen[g] = (!SIMPLE && rp.n_group > 0u) ? 0u : 1u;
-  }
-  sync_threads();
-  if (!SIMPLE && rp.n_group > 0u) {
-    for (u32 r = 0; r < rp.topk_group; ++r) {
+  if constexpr (NK == 256u && !SIMPLE) {
+    // v4's 256-thread blocks: by rank (the same experts in the same slots as the rounds below).
+    route_select_ranked(rp, lid, 256u, s);
+  } else {
+    // Groups: each group's score, then the best topk_group groups (ties to the lower group).
+    u32 per = e;
+    u32 ng = (!SIMPLE && rp.n_group > 0u) ? rp.n_group : 1u;
+    if (!SIMPLE && rp.n_group > 0u) per = e / rp.n_group;
+    for (u32 g = lid; g < ng && LW; g += R_WG) {
+      s.gscore[g] = (!SIMPLE && rp.n_group > 0u) ? r_group_score(s, rp, g, per) : 0.0f;
+      s.gchosen[g] = (!SIMPLE && rp.n_group > 0u) ? 0u : 1u;
+    }
+    sync_threads();
+    if (!SIMPLE && rp.n_group > 0u) {
+      for (u32 r = 0; r < rp.topk_group; ++r) {
+        i32 bi = -1;
+        float bv = 0.0f;
+        for (u32 g = lid; g < ng && LW; g += R_WG) {
+          if (s.gchosen[g] == 0u && (bi < 0 || key_gt(s.gscore[g], bv))) {
+            bi = (i32)g;
+            bv = s.gscore[g];
+          }
+        }
+        i32 w = r_best<FAST>(s, lid, bv, bi);
+        if (lid == 0u && w >= 0) s.gchosen[w] = 1u;
+        sync_threads();
+      }
+    }
+    for (u32 j = 0; j < k; ++j) {
       i32 bi = -1;
       float bv = 0.0f;
-      for (u32 g = lid; g < ng && LW; g += R_WG) {
-        if (s.gchosen[g] == 0u && (bi < 0 || key_gt(s.gscore[g], bv))) {
-          bi = (i32)g;
-          bv = s.gscore[g];
+      for (u32 i = lid; i < e && LW; i += R_WG) {
+        if (s.taken[i] == 0u && (SIMPLE || s.gchosen[i / per] != 0u)) {
+          if (bi < 0 || key_gt(s.key[i], bv)) {
+            bi = (i32)i;
+            bv = s.key[i];
+          }
         }
       }
       i32 w = r_best<FAST>(s, lid, bv, bi);
-      if (lid == 0u && w >= 0) s.gchosen[w] = 1u;
+      if (lid == 0u) {
+        u32 b = (u32)w;
+        s.sel[j] = b;
+        s.taken[b] = 1u;
+      }
       sync_threads();
     }
-  }
-  for (u32 j = 0; j < k; ++j) {
-    i32 bi = -1;
-    float bv = 0.0f;
-    for (u32 i = lid; i < e && LW; i += R_WG) {
-      if (s.taken[i] == 0u && (SIMPLE || s.gchosen[i / per] != 0u)) {
-        if (bi < 0 || key_gt(s.key[i], bv)) {
-          bi = (i32)i;
-          bv = s.key[i];
-        }
-      }
-    }
-    i32 w = r_best<FAST>(s, lid, bv, bi);
-    if (lid == 0u) {
-      u32 b = (u32)w;
-      s.sel[j] = b;
-      s.taken[b] = 1u;
-    }
-    sync_threads();
   }
   float mx = lg[s.sel[0]];
   float part = 0.0f;
@@ -553,7 +601,6 @@ MX_DEVICE void lists_body(const MoeParams& p, const i32* topk_ids, const i32* ex
   MX_KERNEL(256) void NAME(MoeParams p, const i32* topk_ids, const i32* expert_map,            \
                            u32* pair_of_row, i32* row_of_pair, u32* tiles) {                    \
     MX_SHARED ListsShared ls;                                                                   \
-    MX_PDL_ENTRY();                                                                             \
     lists_body<FAST>(p, topk_ids, expert_map, pair_of_row, row_of_pair, tiles, ls);             \
   }
 #define ROUTE_LISTS_KERNEL(NAME, FAST, ...)                                                       \
@@ -562,7 +609,6 @@ MX_DEVICE void lists_body(const MoeParams& p, const i32* topk_ids, const i32* ex
                            i32* row_of_pair, u32* tiles) {                                      \
     MX_SHARED RouteShared s;                                                                    \
     MX_SHARED ListsShared ls;                                                                   \
-    MX_PDL_ENTRY();                                                                             \
     for (u32 t = 0; t < rp.m; ++t)                                                              \
       route_token<__VA_ARGS__>(rp, t, tid_x(), logits, bias, ids, weights, s);                  \
     lists_body<FAST>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);                  \
@@ -643,7 +689,6 @@ MX_KERNEL(32) void moe_route_lists_w1(RouteParams rp, MoeParams p, const float* 
                                       const i32* expert_map, u32* pair_of_row, i32* row_of_pair,
                                       u32* tiles) {
   MX_SHARED RouteShared s;
-  MX_PDL_ENTRY();
   u32 lane = tid_x(), e = rp.n_experts, k = rp.top_k;
   for (u32 i = lane; i < e; i += 32u) s.lg[i] = logits[i];
   sync_threads();
@@ -682,67 +727,25 @@ MX_KERNEL(32) void moe_route_lists_w1(RouteParams rp, MoeParams p, const float* 
 // Decode's routing + lists for ONE token and any router (MXMOE_HIP_ROUTE=v5; meant for the
 // routers with exact scores, DeepSeek's sigmoid with correction bias and groups, whose
 // moe_route_lists_v4 takes ~25 us of a ~140 us forward at 1 token): all 256 threads compute the
-// scores (route_scores, as v4), then ONE warp does the rest with shuffles and no block barrier:
-// the group scores (r_group_score, each lane its groups g = lane + 32 r), the topk_group group
-// rounds and the k expert rounds (warp_best: route_token's winners, its candidates being the
-// same sets), the selected scores, their sum in slot order (lane 0's order through shfl_idx, as
-// route_token's lid 0 loop) and exact division, or route_weights_serial; then the lists of one
-// token. The same bits as route_token.
+// scores (route_scores, as v4) and select the groups and experts by rank (route_select_ranked,
+// as v4; until session 6 one warp ran the group and expert rounds here, which ncu measured at
+// 38 k cycles with 7 of 8 warps waiting), then ONE warp computes the selected scores, their sum
+// in slot order (lane 0's order through shfl_idx, as route_token's lid 0 loop) and exact
+// division, or route_weights_serial; then the lists of one token. The same bits as
+// route_token.
 MX_KERNEL(256) void moe_route_lists_w1g(RouteParams rp, MoeParams p, const float* logits,
                                        const u32* bias, i32* ids, float* weights,
                                        const i32* expert_map, u32* pair_of_row, i32* row_of_pair,
                                        u32* tiles) {
   MX_SHARED RouteShared s;
-  MX_PDL_ENTRY();
   u32 lid = tid_x(), e = rp.n_experts, k = rp.top_k;
   route_scores<false, 256u>(rp, 0u, lid, logits, bias, s);
   const float* lg = s.lg;
   bool exact_softmax = rp.has_bias != 0u && rp.scoring == SCORING_SOFTMAX;
-  bool groups = rp.n_group > 0u;
-  u32 per = groups ? e / rp.n_group : e, ng = groups ? rp.n_group : 1u;
+  route_select_ranked(rp, lid, 256u, s);
   if (lid < 32u) {
     u32 lane = lid;
-    u32 elig = groups ? 0u : ~0u;  // bit q: expert lane + 32 q lies in a chosen group
-    if (groups) {
-      for (u32 g = lane; g < ng; g += 32u) s.gscore[g] = r_group_score(s, rp, g, per);
-      u32 gtaken = 0u;  // bit q: group lane + 32 q chosen
-      for (u32 r = 0; r < rp.topk_group; ++r) {
-        i32 bi = -1;
-        float bv = 0.0f;
-        u32 q = 0u;
-        for (u32 g = lane; g < ng; g += 32u, ++q) {
-          if (((gtaken >> q) & 1u) == 0u && (bi < 0 || key_gt(s.gscore[g], bv))) {
-            bi = (i32)g;
-            bv = s.gscore[g];
-          }
-        }
-        warp_best(bv, bi);
-        if (bi < 0) continue;
-        if (((u32)bi & 31u) == lane) gtaken |= 1u << ((u32)bi >> 5);
-        q = 0u;
-        for (u32 i = lane; i < e; i += 32u, ++q)
-          if (i / per == (u32)bi) elig |= 1u << q;
-      }
-    }
-    u32 taken = 0u;
-    i32 first = -1, mysel = -1;
-    for (u32 j = 0; j < k; ++j) {
-      i32 bi = -1;
-      float bv = 0.0f;
-      u32 q = 0u;
-      for (u32 i = lane; i < e; i += 32u, ++q) {
-        if (((taken >> q) & 1u) == 0u && ((elig >> q) & 1u) != 0u &&
-            (bi < 0 || key_gt(s.key[i], bv))) {
-          bi = (i32)i;
-          bv = s.key[i];
-        }
-      }
-      warp_best(bv, bi);
-      if (bi >= 0 && ((u32)bi & 31u) == lane) taken |= 1u << ((u32)bi >> 5);
-      if (j == 0u) first = bi;
-      if (j == lane) mysel = bi;
-      if (lane == 0u) s.sel[j] = (u32)bi;
-    }
+    i32 first = (i32)s.sel[0], mysel = lane < k ? (i32)s.sel[lane] : -1;
     float mx = lg[first];
     if (rp.scoring == SCORING_SOFTMAX && !exact_softmax) {
       float lo = 0.0f, hi = 0.0f;
@@ -1215,8 +1218,8 @@ MX_DEVICE void gemv_body(const MoeParams& p, bool is1, const u32* pair_of_row, c
 #define GEMV_ARGS GEMM_ARGS, const i32 *row_of_pair, u32 *counters, u32 *final_out
 #define GEMV_PASS GEMM_PASS, row_of_pair, counters, final_out
 #define GEMV_KERNELS(CB)                                                                      \
-  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMV_ARGS) { MX_PDL_ENTRY(); gemv_body<CB>(p, true, GEMV_PASS); } \
-  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMV_ARGS) { MX_PDL_ENTRY(); gemv_body<CB>(p, false, GEMV_PASS); }
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv1_cb##CB(GEMV_ARGS) { gemv_body<CB>(p, true, GEMV_PASS); } \
+  MX_KERNEL_OCC(GV_THREADS, 2) void moe_gemv2_cb##CB(GEMV_ARGS) { gemv_body<CB>(p, false, GEMV_PASS); }
 GEMV_KERNELS(4)
 GEMV_KERNELS(6)
 GEMV_KERNELS(8)
@@ -1236,8 +1239,8 @@ MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv2_v2_cb4(GEMV_ARGS) { gemv_body<
 MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv1_v2c_cb4(GEMV_ARGS) { gemv_body<4, true, false>(p, true, GEMV_PASS); }
 MX_KERNEL_OCC(GV_THREADS, GV2_OCC) void moe_gemv2_v2c_cb4(GEMV_ARGS) { gemv_body<4, true, false>(p, false, GEMV_PASS); }
 // v3: gemv_pass_q (MXMOE_HIP_GEMV=v3).
-MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv1_v3_cb4(GEMV_ARGS) { MX_PDL_ENTRY(); gemv_body<4, true, true, true>(p, true, GEMV_PASS); }
-MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv2_v3_cb4(GEMV_ARGS) { MX_PDL_ENTRY(); gemv_body<4, true, true, true>(p, false, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv1_v3_cb4(GEMV_ARGS) { gemv_body<4, true, true, true>(p, true, GEMV_PASS); }
+MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv2_v3_cb4(GEMV_ARGS) { gemv_body<4, true, true, true>(p, false, GEMV_PASS); }
 #include "gemv_mma.h"  // the matrix-core GEMV (NVIDIA; MXMOE_HIP_GEMV=mma)
 
 // ---- grouped GEMM (prefill) on matrix cores -------------------------------------------------
@@ -2050,7 +2053,6 @@ GEMM_MX_KERNELS(fp8e5m2_fp8e5m2, FMT_MXFP8_E5M2, FMT_MXFP8_E5M2)
 // ---- combine (shaders/moe_combine.wgsl): per (token, h) the sum over the k slots in slot order.
 MX_KERNEL(256) void moe_combine(MoeParams p, const i32* row_of_pair, const float* y,
                                           u32* out) {
-  MX_PDL_ENTRY();
   u64 idx = (u64)bid_x() * 256u + tid_x();
   u32 h = p.hidden;
   if (idx >= (u64)p.m * h) return;

@@ -51,7 +51,6 @@ MX_DEVICE u32 umin(u32 a, u32 b) { return a < b ? a : b; }
 MX_DEVICE void atomic_max_u32(u32* p, u32 v) { __atomic_fetch_max(p, v, __ATOMIC_RELAXED); }
 MX_DEVICE uint4v load_stream16(const void* p) { return *(const uint4v*)p; }
 MX_DEVICE u32 load_stream_u8(const void* p) { return *(const u8*)p; }
-#define MX_PDL_ENTRY() do { } while (0)  // programmatic dependent launch: nothing on the CPU
 
 static float bf16f(u32 bits) { return u2f((bits & 0xFFFFu) << 16); }
 static u32 bf16_rne(float x) {

@@ -203,51 +203,6 @@ pub(super) const GEMV_PAIRS_PER_EXPERT: f64 = 1.0;
 /// a combine kernel (one launch fewer; the last block's share grows with the tokens).
 pub(super) const FUSED_COMBINE_MAX_TOKENS: usize = 16;
 
-/// The kernels launched as programmatic dependent launches (hip/mx_compat.h MX_PDL_ENTRY: each
-/// begins with griddepcontrol.wait, which the PTX test `ptx_pdl_kernels_wait_first` checks):
-/// decode's route + lists, lists, GEMVs and combine, where the kernels are short and the gap
-/// between two of them is a visible share of the forward.
-pub const PDL_KERNELS: [&str; 21] = [
-    "moe_lists",
-    "moe_lists_v2",
-    "moe_route_lists",
-    "moe_route_lists_v2",
-    "moe_route_lists_v3",
-    "moe_route_lists_v4",
-    "moe_route_lists_w1",
-    "moe_route_lists_w1g",
-    "moe_gemv1_cb4",
-    "moe_gemv2_cb4",
-    "moe_gemv1_cb6",
-    "moe_gemv2_cb6",
-    "moe_gemv1_cb8",
-    "moe_gemv2_cb8",
-    "moe_gemv1_v3_cb4",
-    "moe_gemv2_v3_cb4",
-    "moe_gemv1_mma_cb4",
-    "moe_gemv2_mma_cb4",
-    "moe_gemv1_mma_split_cb4",
-    "moe_gemv2_mma_split_cb4",
-    "moe_combine",
-];
-
-/// Whether kernel `k` is launched as a programmatic dependent launch (where the device can).
-pub(super) fn is_pdl_kernel(k: &str) -> bool {
-    PDL_KERNELS.contains(&k)
-}
-
-/// `MXMOE_HIP_PDL`: `1` (default) launches [`PDL_KERNELS`] as programmatic dependent launches
-/// on devices that have them (NVIDIA sm_90+), `0` launches every kernel plainly.
-pub(super) fn pdl_enabled() -> Result<bool, BackendError> {
-    match std::env::var("MXMOE_HIP_PDL").as_deref() {
-        Err(_) | Ok("1") | Ok("") => Ok(true),
-        Ok("0") => Ok(false),
-        Ok(v) => Err(BackendError::Device(format!(
-            "MXMOE_HIP_PDL={v}: expected 0 or 1"
-        ))),
-    }
-}
-
 /// Up to this many tokens one block routes them (one after the other) and builds the lists:
 /// one launch fewer (`MXMOE_HIP_FUSED_ROUTE` overrides, 0 = never).
 pub(super) const FUSED_ROUTE_MAX_TOKENS: usize = 1;

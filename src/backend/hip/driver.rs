@@ -25,31 +25,6 @@ pub enum Vendor {
 type R = i32;
 type Ptr = *mut c_void;
 
-/// CUlaunchAttribute (cuda.h): an id (CUlaunchAttributeID, 4 bytes), padding to 8, and a
-/// 64-byte union value whose first int is, for id 6
-/// (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION),
-/// programmaticStreamSerializationAllowed.
-#[repr(C)]
-struct LaunchAttribute {
-    id: u32,
-    _pad: u32,
-    value: [u32; 16],
-}
-
-/// CUlaunchConfig (cuda.h): grid and block dimensions, dynamic shared memory, the stream, the
-/// attributes.
-#[repr(C)]
-struct LaunchConfig {
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared: u32,
-    stream: Ptr,
-    attrs: *mut LaunchAttribute,
-    n_attrs: u32,
-}
-
-const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: u32 = 6;
-
 /// The function table (CUDA names; HIP's equivalents are bound to the same slots).
 struct Fns {
     init: unsafe extern "C" fn(u32) -> R,
@@ -85,9 +60,6 @@ struct Fns {
     /// hipFuncSetAttribute(const void*, hipFuncAttribute, int)); optional (only the v2 GEMM,
     /// whose dynamic shared memory passes 48 KB, needs it).
     func_set_attribute: Option<unsafe extern "C" fn(Ptr, i32, i32) -> R>,
-    /// cuLaunchKernelEx(const CUlaunchConfig*, CUfunction, void** params, void** extra): a
-    /// launch with attributes (CUDA 11.8+; programmatic dependent launch). CUDA only, optional.
-    launch_ex: Option<unsafe extern "C" fn(*const LaunchConfig, Ptr, *mut Ptr, *mut Ptr) -> R>,
     // CUDA only.
     cu_error_string: Option<unsafe extern "C" fn(R, *mut *const c_char) -> R>,
     cu_attribute: Option<unsafe extern "C" fn(*mut i32, i32, i32) -> R>,
@@ -275,7 +247,6 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             host_free: opt!(lib, "cuMemFreeHost"),
             htod_async: opt!(lib, "cuMemcpyHtoDAsync_v2"),
             func_set_attribute: opt!(lib, "cuFuncSetAttribute"),
-            launch_ex: opt!(lib, "cuLaunchKernelEx"),
             cu_error_string: opt!(lib, "cuGetErrorString"),
             cu_attribute: opt!(lib, "cuDeviceGetAttribute"),
             cu_primary_ctx: opt!(lib, "cuDevicePrimaryCtxRetain"),
@@ -309,7 +280,6 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             host_free: opt!(lib, "hipHostFree"),
             htod_async: opt!(lib, "hipMemcpyHtoDAsync"),
             func_set_attribute: opt!(lib, "hipFuncSetAttribute"),
-            launch_ex: None,
             cu_error_string: None,
             cu_attribute: None,
             cu_primary_ctx: None,
@@ -594,54 +564,6 @@ impl Device {
                     args.as_mut_ptr(),
                     std::ptr::null_mut(),
                 ),
-            )
-        }
-    }
-
-    /// Whether [`Device::launch_pdl`] can overlap a kernel with the one before it: CUDA with
-    /// cuLaunchKernelEx on compute capability 9.0 or later.
-    pub fn has_pdl(&self) -> bool {
-        self.driver.fns.launch_ex.is_some()
-            && self
-                .arch
-                .strip_prefix("sm_")
-                .and_then(|v| v.parse::<u32>().ok())
-                .is_some_and(|v| v >= 90)
-    }
-
-    /// [`Device::launch_shared`] with programmatic stream serialization (programmatic dependent
-    /// launch): the kernel may start before the previous kernel of the stream completes, so it
-    /// must begin with `griddepcontrol.wait` (hip/mx_compat.h MX_PDL_ENTRY). Falls back to a
-    /// plain launch where [`Device::has_pdl`] is false.
-    pub fn launch_pdl(
-        &self,
-        func: Ptr,
-        grid: (u32, u32),
-        block: u32,
-        shared: u32,
-        args: &mut [Ptr],
-    ) -> Result<(), BackendError> {
-        let Some(launch_ex) = self.driver.fns.launch_ex.filter(|_| self.has_pdl()) else {
-            return self.launch_shared(func, grid, block, shared, args);
-        };
-        let mut attr = LaunchAttribute {
-            id: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-            _pad: 0,
-            value: [0; 16],
-        };
-        attr.value[0] = 1;
-        let cfg = LaunchConfig {
-            grid: [grid.0, grid.1, 1],
-            block: [block, 1, 1],
-            shared,
-            stream: std::ptr::null_mut(),
-            attrs: &mut attr,
-            n_attrs: 1,
-        };
-        unsafe {
-            self.driver.check(
-                "kernel launch (programmatic dependent)",
-                launch_ex(&cfg, func, args.as_mut_ptr(), std::ptr::null_mut()),
             )
         }
     }
@@ -980,21 +902,6 @@ impl Drop for Event {
 
 #[cfg(test)]
 mod tests {
-    /// The launch structures match cuda.h's layout on 64-bit hosts: CUlaunchAttribute is 72
-    /// bytes (id, padding, a 64-byte union), CUlaunchConfig 56 (7 uints, then the stream at 32,
-    /// the attributes at 40, their count at 48).
-    #[test]
-    fn launch_structs_match_cuda_h() {
-        use std::mem::{offset_of, size_of};
-        assert_eq!(size_of::<super::LaunchAttribute>(), 72);
-        assert_eq!(offset_of!(super::LaunchAttribute, value), 8);
-        assert_eq!(size_of::<super::LaunchConfig>(), 56);
-        assert_eq!(offset_of!(super::LaunchConfig, shared), 24);
-        assert_eq!(offset_of!(super::LaunchConfig, stream), 32);
-        assert_eq!(offset_of!(super::LaunchConfig, attrs), 40);
-        assert_eq!(offset_of!(super::LaunchConfig, n_attrs), 48);
-    }
-
     use super::Pool;
 
     /// Capacities hold the request, waste at most a quarter, stay 4-byte aligned, and repeat

@@ -317,42 +317,6 @@ mod tests {
         }
     }
 
-    /// Every kernel the host launches as a programmatic dependent launch (choice.rs
-    /// PDL_KERNELS) waits for the previous grid (griddepcontrol.wait) before its first global
-    /// load or store, in the sm_90 PTX; the sm_80 PTX has no griddepcontrol at all.
-    #[test]
-    fn ptx_pdl_kernels_wait_first() {
-        let ptx = std::str::from_utf8(&PTX_SM90[..PTX_SM90.len() - 1]).unwrap();
-        let entries = ptx_entries(ptx);
-        for n in super::super::choice::PDL_KERNELS {
-            let t = entries
-                .get(n)
-                .unwrap_or_else(|| panic!("sm_90: PDL kernel {n} missing"));
-            let wait = t
-                .find("griddepcontrol.wait")
-                .unwrap_or_else(|| panic!("sm_90: {n} has no griddepcontrol.wait"));
-            for access in ["ld.global", "st.global", "atom.global", "red.global"] {
-                if let Some(i) = t.find(access) {
-                    assert!(wait < i, "sm_90: {n}: {access} before griddepcontrol.wait");
-                }
-            }
-        }
-        let waits = entries
-            .iter()
-            .filter(|(_, t)| t.contains("griddepcontrol.wait"))
-            .count();
-        assert_eq!(
-            waits,
-            super::super::choice::PDL_KERNELS.len(),
-            "sm_90: kernels with a wait"
-        );
-        let ptx80 = std::str::from_utf8(&PTX_SM80[..PTX_SM80.len() - 1]).unwrap();
-        assert!(
-            !ptx80.contains("griddepcontrol"),
-            "sm_80 PTX has griddepcontrol"
-        );
-    }
-
     /// The matrix-core GEMV (hip/gemv_mma.h) is in both PTX targets and only there: bf16
     /// mma.sync on registers decoded by bf16x2 fma (no ldmatrix: the fragments never pass
     /// through shared memory), 16-byte streaming weight loads, no local memory (the hot-kernel

@@ -37,8 +37,6 @@ pub struct HipBackend {
     /// v2 cannot run here (AMD, or the driver refused the size).
     v2: Result<std::collections::HashMap<&'static str, u32>, String>,
     code_object: &'static str,
-    /// Launch [`PDL_KERNELS`] as programmatic dependent launches (NVIDIA sm_90+, MXMOE_HIP_PDL).
-    pdl: bool,
     lock: Mutex<()>,
     poison: AtomicBool,
 }
@@ -222,13 +220,11 @@ impl HipBackend {
                 dev.arch
             ))
         };
-        let pdl = dev.has_pdl() && pdl_enabled()?;
         Ok(HipBackend {
             dev,
             funcs,
             v2,
             code_object: co,
-            pdl,
             lock: Mutex::new(()),
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
         })
@@ -278,16 +274,6 @@ impl HipBackend {
                 route_variant().unwrap_or("(MXMOE_HIP_ROUTE invalid)")
             ),
         ];
-        v.push(if self.pdl {
-            "decode kernels launched as programmatic dependent launches (griddepcontrol; \
-             MXMOE_HIP_PDL=0 turns off)"
-                .into()
-        } else if self.dev.has_pdl() {
-            "programmatic dependent launch: off (MXMOE_HIP_PDL=0)".into()
-        } else {
-            "programmatic dependent launch: not available (NVIDIA sm_90+ with cuLaunchKernelEx)"
-                .into()
-        });
         if self.dev.arch == "gfx950" {
             v.push("MX-float schemes: v_mfma_scale_f32_16x16x128_f8f6f4 on the MX codes".into());
         }
@@ -395,13 +381,8 @@ impl HipBackend {
             .funcs
             .get(k)
             .ok_or_else(|| BackendError::Device(format!("kernel {k} is not in the code object")))?;
-        if self.pdl && is_pdl_kernel(k) {
-            self.dev
-                .launch_pdl(f as *mut c_void, grid, block, shared, args)
-        } else {
-            self.dev
-                .launch_shared(f as *mut c_void, grid, block, shared, args)
-        }
+        self.dev
+            .launch_shared(f as *mut c_void, grid, block, shared, args)
     }
 
     pub fn quantize(
@@ -635,11 +616,6 @@ impl HipBackend {
         };
         let max_tiles = crate::moe::budget::max_tiles(na, el, tile_m);
         let dev = &self.dev;
-        // The inputs in one copy (logits, then the hidden states) through the page-locked
-        // staging buffer.
-        let (inputs, in_ptrs) = dev.upload_parts(&[f32_bytes(logits), f32_bytes(hidden)])?;
-        let (logits_p, hidden_p) = (in_ptrs[0], in_ptrs[1]);
-        let t_upload = prof.lap();
         // The results in one buffer, read back in one copy: the output, the ids, the weights.
         let out_bytes = m * h * 4;
         let ids_off = out_bytes.next_multiple_of(256);
@@ -701,22 +677,27 @@ impl HipBackend {
                 self.launch_shared(k, grid, block, shared, a)
             }
         };
-        // Timing::Forward: one event pair around all the kernels (none between them, so that
-        // nothing keeps them from overlapping).
-        let span = match timing {
-            Timing::Forward => {
-                let (s, e) = (dev.event()?, dev.event()?);
-                s.record()?;
-                Some((s, e))
-            }
-            _ => None,
-        };
         let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
         let rb = g.route_bias.as_ref().unwrap_or(&g.dummy).ptr;
         let map = g.map.as_ref().unwrap_or(&g.dummy).ptr;
         // rp: [m, experts, top_k, scoring, renormalize, groups, topk_group, scaling, has_bias, ..]
         let simple = rp[3] != crate::moe::Scoring::Sigmoid.id() && rp[5] == 0 && rp[8] == 0;
-        match route_plan(route_variant()?, simple, m, fused_route_tokens()) {
+        let plan = route_plan(route_variant()?, simple, m, fused_route_tokens());
+        // Timing::Forward: one event pair around all the kernels (none between them).
+        let span = match timing {
+            Timing::Forward => Some((dev.event()?, dev.event()?)),
+            _ => None,
+        };
+        // The inputs in one copy (logits, then the hidden states) through the page-locked
+        // staging buffer, last before the kernels: the host work above is done by then, so the
+        // first kernel's launch follows the copy at once (the GPU does not wait for it).
+        let (inputs, in_ptrs) = dev.upload_parts(&[f32_bytes(logits), f32_bytes(hidden)])?;
+        let (logits_p, hidden_p) = (in_ptrs[0], in_ptrs[1]);
+        let t_upload = prof.lap();
+        if let Some((s, _)) = &span {
+            s.record()?;
+        }
+        match plan {
             RoutePlan::Fused { kernel, threads } => run(
                 // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists*).
                 "route+lists",
