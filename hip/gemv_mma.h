@@ -85,6 +85,8 @@ MX_DEVICE uint4v gm_opaque(uint4v v) {
   asm volatile("" : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w));
   return v;
 }
+// Fetch the 128-byte line at p into the L2 (no register, no wait; PTX ISA prefetch).
+MX_DEVICE void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 MX_DEVICE u32 bf16x2_clamp(u32 v) {
   u32 d;
   asm("max.bf16x2 %0, %1, %2;\n\tmin.bf16x2 %0, %0, %3;" : "=r"(d) : "r"(v), "r"(0xFF7FFF7Fu), "r"(0x7F7F7F7Fu));
@@ -161,16 +163,27 @@ MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], con
   }
 }
 
-template <bool SPLIT>
+// V2 (`mma2`): the block prefetches its weights and scales into the L2 before its first load
+// (all of its DRAM reads in flight at once, no registers held), and K is split across KS blocks
+// (grid x = tile slot x KS + z; block z takes the 4-block units [z per, (z + 1) per), per =
+// ceil(units / KS)); each writes its warp-ordered partial tile to `part`, and the block that
+// completes the tile's count in `kcount` (then reset to 0 for the next launch) sums the KS
+// partials in z order and runs the epilogue: fixed order, the same bits on every run. Bit 31 of
+// `ks` turns the prefetch off (measurements).
+template <bool SPLIT, bool V2>
 MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const float* x, const u32* wcodes, const u8* wscales, u32* out,
                              const float* bias, const float* topw, const i32* row_of_pair,
-                             u32* counters, u32* final_out) {
+                             u32* counters, u32* final_out, u32 ks, u32* kcount, float* part) {
   MX_SHARED float red[GM_WARPS][GM_ROWS][GM_COLS + 1u];
   MX_SHARED u32 tmax[GM_COLS];
+  MX_SHARED u32 klast;
   u32 tid = tid_x(), lane = tid % 32u, warp = tid / 32u, g = lane >> 2, t = lane & 3u;
   u32 e, start, cnt;
-  if (!load_tile(tiles, bid_x(), &e, &start, &cnt)) return;
+  bool pf = V2 && (ks >> 31) == 0u;  // bit 31 of ks: no L2 prefetch (MXMOE_HIP_GEMV_PREFETCH=0)
+  ks &= 0x7FFFFFFFu;
+  u32 slot = V2 ? bid_x() / ks : bid_x(), z = V2 ? bid_x() % ks : 0u;
+  if (!load_tile(tiles, slot, &e, &start, &cnt)) return;
   if (tid < GM_COLS) tmax[tid] = 0u;
   u32 h = p.hidden, inter = p.inter;
   u32 K = is1 ? h : inter, kblocks = K / 32u;
@@ -179,6 +192,25 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   u64 ebase = (u64)e * nrows * kblocks;  // the expert's first 32-block
   const uint4v* wc = (const uint4v*)wcodes + ebase;  // one 16-byte word per 32-block
   const u8* ws = wscales + ebase;
+  // This block's 32-blocks of K: [kb0, kb1).
+  u32 kb0 = 0u, kb1 = kblocks;
+  if (V2) {
+    u32 per = ((kblocks + 3u) / 4u + ks - 1u) / ks;
+    kb0 = umin(kblocks, 4u * per * z);
+    kb1 = umin(kblocks, kb0 + 4u * per);
+    // The L2 prefetch: GM_THREADS / GM_ROWS threads per row, one 128-byte line each at a time.
+    u32 wr = tid % GM_ROWS, lq = tid / GM_ROWS;
+    u32 row = weight_row(p, is1, wr, jb);
+    bool ok = is1 ? weight_row_ok(p, wr, jb) : row < nrows;
+    if (pf && ok && kb1 > kb0) {
+      const char* a1 = (const char*)(wc + (u64)row * kblocks + kb1);
+      const char* a = (const char*)(wc + (u64)row * kblocks + kb0);
+      for (a -= (u64)a & 127u, a += 128u * lq; a < a1; a += 128u * (GM_THREADS / GM_ROWS)) prefetch_l2(a);
+      const char* s1 = (const char*)(ws + (u64)row * kblocks + kb1);
+      const char* sa = (const char*)(ws + (u64)row * kblocks + kb0);
+      for (sa -= (u64)sa & 127u, sa += 128u * lq; sa < s1; sa += 128u * (GM_THREADS / GM_ROWS)) prefetch_l2(sa);
+    }
+  }
   // Rows 16 r + g + 8 hh of the block; a row outside the matrix reads row 0 with factor 0.
   u32 roff[GM_R][2];
   u32 okmask = 0u;
@@ -215,10 +247,10 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
         sv[r][hh] = load_stream_u8(ws + ix);
       }
   };
-  for (u32 b0 = 4u * warp; b0 < kblocks; b0 += 4u * GM_WARPS) {
+  for (u32 b0 = kb0 + 4u * warp; b0 < kb1; b0 += 4u * GM_WARPS) {
     u32 bu = b0 + t;
-    bool kin = bu < kblocks;
-    u32 b = kin ? bu : kblocks - 1u;
+    bool kin = bu < kb1;
+    u32 b = kin ? bu : kb1 - 1u;
     load_step(b, w, sb);
     // This lane's activations (pair g, block b), read per word inside the step (L1 / L2 hits).
     const float4v* xp = col && kin ? (const float4v*)(xr + (u64)b * 32u) : nullptr;
@@ -259,6 +291,40 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     red[warp][16u * r + g + 8u][2u * t + 1u] = acc[r].v[3];
   }
   sync_threads();
+  // V2 with KS > 1: the partial tiles through global memory; the last block sums them into
+  // red[0] and alone runs the epilogue.
+  bool one = false;
+  if (V2 && ks > 1u) {
+    u32 ny = is1 ? inter / 32u : (h + GM_ROWS - 1u) / GM_ROWS;
+    u32 tb = slot * ny + bid_y();
+    float* pp = part + (u64)tb * ks * (GM_ROWS * GM_COLS);
+    for (u32 i = tid; i < GM_ROWS * GM_COLS; i += GM_THREADS) {
+      u32 r = i / GM_COLS, c = i % GM_COLS;
+      if (c >= cnt) continue;
+      float v = 0.0f;
+#pragma unroll
+      for (u32 w = 0; w < GM_WARPS; ++w) v += red[w][r][c];
+      pp[(u64)z * (GM_ROWS * GM_COLS) + i] = v;
+    }
+    fence_device();
+    sync_threads();
+    if (tid == 0u) {
+      klast = atomic_add_u32(&kcount[tb], 1u) + 1u == ks ? 1u : 0u;
+      if (klast != 0u) kcount[tb] = 0u;  // every block of the tile has counted
+    }
+    sync_threads();
+    if (klast == 0u) return;
+    fence_device();
+    for (u32 i = tid; i < GM_ROWS * GM_COLS; i += GM_THREADS) {
+      u32 r = i / GM_COLS, c = i % GM_COLS;
+      if (c >= cnt) continue;
+      float v = 0.0f;
+      for (u32 zz = 0; zz < ks; ++zz) v += load_coherent(pp + (u64)zz * (GM_ROWS * GM_COLS) + i);
+      red[0][r][c] = v;
+    }
+    sync_threads();
+    one = true;
+  }
   if (is1) {
     // Thread = (pair t1, intermediate column c): v3's epilogue with 8 pairs.
     u32 t1 = tid / 32u, c = tid % 32u, j = jb + c;
@@ -266,10 +332,15 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     bool silu = p.activation == ACT_SILU;
     u32 gi = silu ? c : 2u * c, ui = silu ? 32u + c : 2u * c + 1u;
     float gv = 0.0f, uv = 0.0f;
+    if (one) {
+      gv = red[0][gi][t1];
+      uv = red[0][ui][t1];
+    } else {
 #pragma unroll
-    for (u32 w = 0; w < GM_WARPS; ++w) {
-      gv += red[w][gi][t1];
-      uv += red[w][ui][t1];
+      for (u32 w = 0; w < GM_WARPS; ++w) {
+        gv += red[w][gi][t1];
+        uv += red[w][ui][t1];
+      }
     }
     gemv1_finish(p, e, start, t1, j, tv, gv, uv, pair_of_row, bias, topw, tmax, out);
   } else {
@@ -277,8 +348,12 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       u32 wr = i % GM_ROWS, t2 = i / GM_ROWS, n = jb + wr;
       if (t2 < cnt && n < h) {
         float v = 0.0f;
+        if (one) {
+          v = red[0][wr][t2];
+        } else {
 #pragma unroll
-        for (u32 w = 0; w < GM_WARPS; ++w) v += red[w][wr][t2];
+          for (u32 w = 0; w < GM_WARPS; ++w) v += red[w][wr][t2];
+        }
         if (p.has_bias2) v += bias[(u64)e * h + n];
         if (!p.on_input) v *= topw[pair_of_row[start + t2]];
         out[(u64)(start + t2) * h + n] = f2u(bf16_point(p, v));
@@ -288,13 +363,22 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   }
 }
 
-// Two blocks (16 warps) per multiprocessor, <= 128 registers.
+// Two blocks (16 warps) per multiprocessor, <= 128 registers. mma2: three more arguments, the K
+// split KS, its counters (zero between launches) and the partial tiles (KS x 64 x 8 f32 per
+// tile slot and column block).
+#define GEMV_MMA2_ARGS GEMV_ARGS, u32 ks, u32 *kcount, float *part
 #define GEMV_MMA_KERNELS(SPLIT, SFX)                                                           \
   MX_KERNEL_OCC(GM_THREADS, 2) void moe_gemv1_mma##SFX##_cb4(GEMV_ARGS) {                      \
-    gemv_mma_body<SPLIT>(p, true, GEMV_PASS);                                                  \
+    gemv_mma_body<SPLIT, false>(p, true, GEMV_PASS, 1u, nullptr, nullptr);                     \
   }                                                                                            \
   MX_KERNEL_OCC(GM_THREADS, 2) void moe_gemv2_mma##SFX##_cb4(GEMV_ARGS) {                      \
-    gemv_mma_body<SPLIT>(p, false, GEMV_PASS);                                                 \
+    gemv_mma_body<SPLIT, false>(p, false, GEMV_PASS, 1u, nullptr, nullptr);                    \
+  }                                                                                            \
+  MX_KERNEL_OCC(GM_THREADS, 2) void moe_gemv1_mma2##SFX##_cb4(GEMV_MMA2_ARGS) {                \
+    gemv_mma_body<SPLIT, true>(p, true, GEMV_PASS, ks, kcount, part);                          \
+  }                                                                                            \
+  MX_KERNEL_OCC(GM_THREADS, 2) void moe_gemv2_mma2##SFX##_cb4(GEMV_MMA2_ARGS) {                \
+    gemv_mma_body<SPLIT, true>(p, false, GEMV_PASS, ks, kcount, part);                         \
   }
 GEMV_MMA_KERNELS(false, )
 GEMV_MMA_KERNELS(true, _split)

@@ -111,12 +111,16 @@ pub const NAMES_MORE: [&str; 20] = [
 
 /// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma`, the
 /// default there; hip/gemv_mma.h), `moe_gemv{1,2}_mma[_split]_cb4` (`_split`: f32 activations as
-/// bf16 hi + lo).
-pub const NAMES_GEMV_MMA: [&str; 4] = [
+/// bf16 hi + lo); `mma2` (L2 prefetch, K split across blocks) the same with three more arguments.
+pub const NAMES_GEMV_MMA: [&str; 8] = [
     "moe_gemv1_mma_cb4",
     "moe_gemv2_mma_cb4",
     "moe_gemv1_mma_split_cb4",
     "moe_gemv2_mma_split_cb4",
+    "moe_gemv1_mma2_cb4",
+    "moe_gemv2_mma2_cb4",
+    "moe_gemv1_mma2_split_cb4",
+    "moe_gemv2_mma2_split_cb4",
 ];
 
 /// NVIDIA only (sm_80 / sm_90 PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
@@ -409,7 +413,7 @@ mod tests {
         let text = String::from_utf8_lossy(&run.stdout);
         println!("{text}");
         assert!(run.status.success(), "gemv_mma_emu failed:\n{text}");
-        assert_eq!(text.matches(": ok (0 mismatches)").count(), 11, "{text}");
+        assert_eq!(text.matches(": ok (0 mismatches)").count(), 22, "{text}");
     }
 
     /// Every v2 kernel has its dynamic shared memory in the PTX, more than the 48 KB a launch
