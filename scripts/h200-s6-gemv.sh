@@ -4,7 +4,9 @@
 # (the default before it) in one call: the HIP catalog with mma2 forced on every MoE case, then
 # bench at gpt-oss-120b 1/4/16 and DeepSeek-R1 1/8 tokens for mma, mma2 (default K split) and
 # mma2 with the split forced to 1 (prefetch only) and 4, then ncu of mma2 at one gpt-oss token,
-# then (time left) the catalog with the split forced to 8.
+# then (time left) the catalog with the split forced to 8. Results: docs/h200-2026-12-01s6-gemv
+# (mma2 was slower everywhere and was removed after this call; it needs the binary of commit
+# cb464fa, where MXMOE_HIP_GEMV=mma2, MXMOE_HIP_GEMV_KSPLIT and MXMOE_HIP_GEMV_PREFETCH exist).
 # Usage (device tool): binary at .dev-hipgemv6/mxmoe, this script as .dev-hipgemv6/gemv.sh;
 # carry [".dev-hipgemv6"]; command: bash .dev-hipgemv6/gemv.sh
 set -uo pipefail

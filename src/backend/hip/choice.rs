@@ -120,11 +120,16 @@ pub(super) fn env_variant(
 /// N columns, so one decode of a weight fragment serves all of a tile's pairs; the default on
 /// NVIDIA (GEMV_MMA_DEFAULT). (A variant with two K steps in flight per warp and one block per
 /// multiprocessor, `mmapf`, was slower on the H200 at every measured size, 1 / 16 / 256 gpt-oss
-/// tokens 0.067 / 0.269 / 1.699 ms against 0.058 / 0.209 / 1.260, and was removed.)
-/// `mma2` (NVIDIA only: `moe_gemv{1,2}_mma2[_split]_cb4`): `mma` with each block's weights and
-/// scales prefetched into the L2 before its first load, and K split across [`gemv_ksplit`]
-/// blocks with a fixed-order sum of their partial tiles (hip/gemv_mma.h, V2).
-pub(super) const GEMV_VARIANTS: [&str; 6] = ["v3", "v2", "v2c", "v1", "mma", "mma2"];
+/// tokens 0.067 / 0.269 / 1.699 ms against 0.058 / 0.209 / 1.260, and was removed. So was `mma2`:
+/// each block's weights prefetched into the L2 and K split across up to 8 blocks with a
+/// fixed-order sum of their partial tiles, slower at every measured size and split, e.g. one
+/// gpt-oss token 0.081 ms, 0.066 with the prefetch alone, against 0.058; commit cb464fa,
+/// docs/h200-2026-12-01s6-gemv.)
+/// `mmaw` (NVIDIA only, not measured yet: `moe_gemv{1,2}_mmaw[_split]_cb4`): `mma` with two
+/// 16-row tiles per warp instead of four (the block's 64 rows in two groups of 4 warps, each
+/// group's K steps over its 4 warps): 80 registers instead of 128, so three blocks (24 warps)
+/// per multiprocessor instead of two, for about 17 % more instructions per weight byte.
+pub(super) const GEMV_VARIANTS: [&str; 6] = ["v3", "v2", "v2c", "v1", "mma", "mmaw"];
 
 /// Whether a GEMV variant is a matrix-core one (hip/gemv_mma.h, NVIDIA only, tiles of 8 pairs).
 pub(super) fn gemv_is_mma(variant: &str) -> bool {
@@ -156,46 +161,6 @@ pub(super) fn gemv_variant_for(nvidia: bool) -> Result<&'static str, BackendErro
         )));
     }
     Ok(v)
-}
-
-/// `mma2`'s K split: the blocks of a launch (tile slots x column blocks) are multiplied by 2 while
-/// they are fewer than GEMV_KSPLIT_BLOCKS (two waves of two blocks on the H200's 132
-/// multiprocessors), up to 8 and while each block keeps at least 4 of K's 4-block units (half its
-/// warps busy); `MXMOE_HIP_GEMV_KSPLIT` (1, 2, 4 or 8) forces it. 1 where the launch has more
-/// (tile slot, column block) pairs than the counters hold (GEMV_KSPLIT_COUNTERS).
-pub(super) const GEMV_KSPLIT_BLOCKS: usize = 528;
-/// Entries of the per-layer counter buffer of `mma2`'s K split (zero between launches).
-pub(super) const GEMV_KSPLIT_COUNTERS: usize = 4096;
-
-/// The K split of an `mma2` GEMV launch of `blocks` (tile slots x column blocks) blocks over a K
-/// of `k` (a multiple of 32).
-pub(super) fn gemv_ksplit(blocks: usize, k: usize) -> Result<u32, BackendError> {
-    if blocks > GEMV_KSPLIT_COUNTERS {
-        return Ok(1);
-    }
-    match std::env::var("MXMOE_HIP_GEMV_KSPLIT").as_deref() {
-        Ok("") | Err(_) => {}
-        Ok(v) => {
-            return match v.parse::<u32>() {
-                Ok(n @ (1 | 2 | 4 | 8)) => Ok(n),
-                _ => Err(BackendError::Device(format!(
-                    "MXMOE_HIP_GEMV_KSPLIT={v}: expected 1, 2, 4 or 8 (docs/ENVIRONMENT.md)"
-                ))),
-            }
-        }
-    }
-    let units = (k / 32).div_ceil(4);
-    let mut ks = 1usize;
-    while ks < 8 && blocks * ks < GEMV_KSPLIT_BLOCKS && units.div_ceil(ks * 2) >= 4 {
-        ks *= 2;
-    }
-    Ok(ks as u32)
-}
-
-/// Whether `mma2` prefetches each block's weights into the L2 (`MXMOE_HIP_GEMV_PREFETCH=0`: no,
-/// for measurements; default yes).
-pub(super) fn gemv_prefetch() -> bool {
-    std::env::var("MXMOE_HIP_GEMV_PREFETCH").map_or(true, |v| v != "0")
 }
 
 /// Pair rows per tile of the `mma` GEMV (the MMA's N; hip/gemv_mma.h GM_COLS) and its gemv2
@@ -532,27 +497,6 @@ mod tests {
             assert!(built(&k1) && built(&k2), "{k1}, {k2}");
         }
         assert!(kernels::NAMES_GEMV_MMA.iter().all(|n| n.contains("_mma")));
-    }
-
-    /// mma2's K split: doubled while the launch has fewer than GEMV_KSPLIT_BLOCKS blocks and each
-    /// block keeps 4 units of 4 32-blocks; 1 past the counters. Figures by hand: gpt-oss-120b
-    /// at one token (4 tiles; gemv1 90 column blocks, K 2880 = 23 units; gemv2 45) and
-    /// DeepSeek-R1 (8 tiles; gemv1 64 column blocks, K 7168; gemv2 112, K 2048). (Assumes
-    /// MXMOE_HIP_GEMV_KSPLIT unset.)
-    #[test]
-    fn gemv_ksplit_fills_two_waves() {
-        if std::env::var("MXMOE_HIP_GEMV_KSPLIT").is_ok() {
-            println!("SKIPPED: MXMOE_HIP_GEMV_KSPLIT is set");
-            return;
-        }
-        assert_eq!(gemv_ksplit(360, 2880).unwrap(), 2);
-        assert_eq!(gemv_ksplit(180, 2880).unwrap(), 4);
-        assert_eq!(gemv_ksplit(512, 7168).unwrap(), 2);
-        assert_eq!(gemv_ksplit(896, 2048).unwrap(), 1);
-        assert_eq!(gemv_ksplit(16, 7168).unwrap(), 8);
-        // K of 3 units: never split below 4 units per block.
-        assert_eq!(gemv_ksplit(10, 96).unwrap(), 1);
-        assert_eq!(gemv_ksplit(GEMV_KSPLIT_COUNTERS + 1, 2880).unwrap(), 1);
     }
 
     #[test]

@@ -95,9 +95,6 @@ pub struct HipLayer {
     dummy: DevBuf,
     /// gemv2's per-column-block counters (hip/mxmoe.cu gemv2_combine), zero between forwards.
     counters: DevBuf,
-    /// The `mma2` GEMV's K-split counters (hip/gemv_mma.h), one per tile slot and column block
-    /// of a launch, zero between launches (the last block of each resets its own).
-    kcount: DevBuf,
 }
 
 impl HipLayer {
@@ -539,11 +536,6 @@ impl HipBackend {
                 c.fill(0, n)?;
                 c
             },
-            kcount: {
-                let c = self.dev.alloc(GEMV_KSPLIT_COUNTERS * 4)?;
-                c.fill(0, GEMV_KSPLIT_COUNTERS)?;
-                c
-            },
         })
     }
 
@@ -748,48 +740,28 @@ impl HipBackend {
             let (k1, k2, rows2) = gemv_kernels(gv, cb, l.scheme.activation.is_none());
             let g2 = (mt, h.div_ceil(rows2) as u32);
             let none = 0u64;
-            // mma2: K split across ks blocks (grid x = tile slot x ks), partial tiles of 64 x 8
-            // f32 per block in `part`, the counters in g.kcount.
-            let mma2 = gv == "mma2";
-            let (ks1, ks2) = if mma2 {
-                (
-                    gemv_ksplit(g1.0 as usize * g1.1 as usize, h)?,
-                    gemv_ksplit(g2.0 as usize * g2.1 as usize, inter)?,
-                )
-            } else {
-                (1, 1)
-            };
-            // Bit 31: no L2 prefetch (MXMOE_HIP_GEMV_PREFETCH=0, measurements).
-            let nopf = if gemv_prefetch() { 0 } else { 1u32 << 31 };
-            let (ks1a, ks2a) = (ks1 | nopf, ks2 | nopf);
-            let tile_floats = GEMV_MMA_OUT_ROWS * GEMV_MMA_TILE;
-            let part_len = [(g1, ks1), (g2, ks2)]
-                .iter()
-                .filter(|(_, ks)| *ks > 1)
-                .map(|(g, ks)| g.0 as usize * g.1 as usize * *ks as usize * tile_floats)
-                .max()
-                .unwrap_or(0);
-            let part = if part_len > 0 {
-                Some(self.out(part_len * 4)?)
-            } else {
-                None
-            };
-            let part_p = part.as_ref().map_or(0, |b| b.ptr);
-            let kc = g.kcount.ptr;
-            let mut a1 = args!(
-                p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p, none,
-                none, none, ks1a, kc, part_p
-            );
-            let n1 = if mma2 { a1.len() } else { a1.len() - 3 };
-            run("moe/gemv1", &k1, (g1.0 * ks1, g1.1), 256, &mut a1[..n1])?;
+            run(
+                "moe/gemv1",
+                &k1,
+                g1,
+                256,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p, none,
+                    none, none
+                ),
+            )?;
             // Decode: the combine runs in gemv2's last block per column block (counters).
             let counters = if fuse_combine { g.counters.ptr } else { 0 };
-            let mut a2v = args!(
-                p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p, slot.ptr,
-                counters, out_p, ks2a, kc, part_p
-            );
-            let n2 = if mma2 { a2v.len() } else { a2v.len() - 3 };
-            run("moe/gemv2", &k2, (g2.0 * ks2, g2.1), 256, &mut a2v[..n2])?;
+            run(
+                "moe/gemv2",
+                &k2,
+                g2,
+                256,
+                &mut args!(
+                    p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p,
+                    slot.ptr, counters, out_p
+                ),
+            )?;
         } else if let Some(mx) = self.scaled_mfma(l) {
             // gfx950: the scaled MFMA multiplies the MX codes of the weights and of the
             // activations (quantized here with the activation format and scale mode).
