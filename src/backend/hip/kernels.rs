@@ -348,7 +348,7 @@ mod tests {
             }
             // The split kernels take twice the MMAs of the hi-only ones.
             let mmas = |n: &str| entries[n].matches("mma.sync").count();
-            for v in ["mma"] {
+            for v in ["mma", "mmaw"] {
                 for s in ["1", "2"] {
                     let (hi, split) = (
                         format!("moe_gemv{s}_{v}_cb4"),
