@@ -44,14 +44,19 @@
 // Grid: x = tile slot (tiles of <= 8 pairs: p.tile_m = 8), y = column block (gemv1: 32
 // intermediate columns; gemv2: 64 output rows). Two blocks per SM, <= 128 registers, one step of
 // weight loads in flight per warp (a variant with two steps in flight and one block per SM was
-// slower on the H200 at every measured size and was removed: docs/h200-2026-12-01s5-gemvmma).
+// slower on the H200 at every measured size and was removed: docs/h200-2026-12-01s5-gemvmma; so
+// was `mma2`, the block's weights prefetched into the L2 and K split across blocks with a
+// fixed-order sum of their partial tiles: slower at every size, commit cb464fa,
+// docs/h200-2026-12-01s6-gemv). `mmaw` (MXMOE_HIP_GEMV=mmaw; not measured yet): the same block
+// of 64 rows with R = 2 16-row tiles per warp instead of GM_R = 4, the rows in two groups of 32,
+// each group's K steps over 4 warps: 80 registers, three blocks (24 warps) per SM.
 // hip/test/gemv_mma_emu.cpp runs the kernels on the CPU (GM_HOST_EMU) against a plain product.
 #pragma once
 #if defined(MX_NV)
 
 #define GM_WARPS 8u
 #define GM_THREADS (32u * GM_WARPS)
-#define GM_R 4u                // 16-row tiles per warp
+#define GM_R 4u                // 16-row tiles per warp (mmaw: 2)
 #define GM_ROWS (16u * GM_R)   // weight rows per block
 #define GM_COLS 8u             // token-expert pairs per tile (the MMA's N)
 
@@ -107,7 +112,7 @@ MX_DEVICE u32 gm_rest2(float x0, float x1, u32 hb) {
 
 // One warp step: the GM_R tiles' codes (row g, row g + 8), their scale factors f, the
 // activations at xp (32 f32 of pair g, block b0 + t; null: zeros) into acc.
-template <bool SPLIT, bool SLOW>
+template <bool SPLIT, bool SLOW, u32 R>
 MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], const float4v* xp) {
   // Fast path: x f (2^(s - 1)); slow path: x 2^126, then x f (2^(s - 127)).
   const u32 F1 = 0x7E807E80u;
@@ -115,9 +120,9 @@ MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], con
   // The words pass through an empty volatile asm in each of the two instances (fast and slow
   // path): otherwise the compiler hoists the decode shifts of every word above the branch and
   // keeps them all live (128 registers and spills).
-  uint4v w[GM_R][2];
+  uint4v w[R][2];
 #pragma unroll
-  for (u32 r = 0; r < GM_R; ++r)
+  for (u32 r = 0; r < R; ++r)
 #pragma unroll
     for (u32 hh = 0; hh < 2u; ++hh) w[r][hh] = gm_opaque(wi[r][hh]);
 #pragma unroll
@@ -140,7 +145,7 @@ MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], con
         bl.r[1] = gm_rest2(l1, h1, bh.r[1]);
       }
 #pragma unroll
-      for (u32 r = 0; r < GM_R; ++r) {
+      for (u32 r = 0; r < R; ++r) {
         u32 w0 = q == 0u ? w[r][0].x : q == 1u ? w[r][0].y : q == 2u ? w[r][0].z : w[r][0].w;
         u32 w1 = q == 0u ? w[r][1].x : q == 1u ? w[r][1].y : q == 2u ? w[r][1].z : w[r][1].w;
         FragA a;
@@ -161,14 +166,19 @@ MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], con
   }
 }
 
-template <bool SPLIT>
+template <bool SPLIT, u32 R>
 MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const float* x, const u32* wcodes, const u8* wscales, u32* out,
                              const float* bias, const float* topw, const i32* row_of_pair,
                              u32* counters, u32* final_out) {
   MX_SHARED float red[GM_WARPS][GM_ROWS][GM_COLS + 1u];
   MX_SHARED u32 tmax[GM_COLS];
+  // R 16-row tiles per warp: the block's GM_ROWS rows in RG groups of 16 R rows, each group's
+  // K split across KW warps (R = 4: one group of 8 warps; R = 2, mmaw: two groups of 4).
+  constexpr u32 RG = GM_ROWS / (16u * R), KW = GM_WARPS / RG;
   u32 tid = tid_x(), lane = tid % 32u, warp = tid / 32u, g = lane >> 2, t = lane & 3u;
+  u32 kw = RG == 1u ? warp : warp % KW;           // K warp
+  u32 r0 = RG == 1u ? 0u : 16u * R * (warp / KW);  // first row of the warp's group
   u32 e, start, cnt;
   if (!load_tile(tiles, bid_x(), &e, &start, &cnt)) return;
   if (tid < GM_COLS) tmax[tid] = 0u;
@@ -180,13 +190,13 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   const uint4v* wc = (const uint4v*)wcodes + ebase;  // one 16-byte word per 32-block
   const u8* ws = wscales + ebase;
   // Rows 16 r + g + 8 hh of the block; a row outside the matrix reads row 0 with factor 0.
-  u32 roff[GM_R][2];
+  u32 roff[R][2];
   u32 okmask = 0u;
 #pragma unroll
-  for (u32 r = 0; r < GM_R; ++r)
+  for (u32 r = 0; r < R; ++r)
 #pragma unroll
     for (u32 hh = 0; hh < 2u; ++hh) {
-      u32 wr = 16u * r + g + 8u * hh;
+      u32 wr = r0 + 16u * r + g + 8u * hh;
       u32 row = weight_row(p, is1, wr, jb);
       bool ok = is1 ? weight_row_ok(p, wr, jb) : row < nrows;
       roff[r][hh] = ok ? row * kblocks : 0u;
@@ -196,18 +206,18 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   bool col = g < cnt;
   const float* xr = x;
   if (col) xr = x + (is1 ? (u64)(pair_of_row[start + g] / p.top_k) * K : (u64)(start + g) * K);
-  FragC acc[GM_R];
+  FragC acc[R];
 #pragma unroll
-  for (u32 r = 0; r < GM_R; ++r)
+  for (u32 r = 0; r < R; ++r)
 #pragma unroll
     for (u32 c = 0; c < 4u; ++c) acc[r].v[c] = 0.0f;
   // A step's weight words and scale bytes (32-bit indices: rows x blocks of one expert do not
   // wrap, and the compiler does not keep sixteen 64-bit row pointers alive across the loop).
-  uint4v w[GM_R][2];
-  u32 sb[GM_R][2];
-  auto load_step = [&](u32 b, uint4v (&wv)[GM_R][2], u32 (&sv)[GM_R][2]) {
+  uint4v w[R][2];
+  u32 sb[R][2];
+  auto load_step = [&](u32 b, uint4v (&wv)[R][2], u32 (&sv)[R][2]) {
 #pragma unroll
-    for (u32 r = 0; r < GM_R; ++r)
+    for (u32 r = 0; r < R; ++r)
 #pragma unroll
       for (u32 hh = 0; hh < 2u; ++hh) {
         u32 ix = roff[r][hh] + b;
@@ -215,7 +225,7 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
         sv[r][hh] = load_stream_u8(ws + ix);
       }
   };
-  for (u32 b0 = 4u * warp; b0 < kblocks; b0 += 4u * GM_WARPS) {
+  for (u32 b0 = 4u * kw; b0 < kblocks; b0 += 4u * KW) {
     u32 bu = b0 + t;
     bool kin = bu < kblocks;
     u32 b = kin ? bu : kblocks - 1u;
@@ -223,10 +233,10 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     // This lane's activations (pair g, block b), read per word inside the step (L1 / L2 hits).
     const float4v* xp = col && kin ? (const float4v*)(xr + (u64)b * 32u) : nullptr;
     // Factors: 2^(s - 1) as bf16x2 (fast path), 0 for rows / blocks outside the matrix.
-    u32 f1[GM_R][2], f2[GM_R][2];
+    u32 f1[R][2], f2[R][2];
     bool big = false;
 #pragma unroll
-    for (u32 r = 0; r < GM_R; ++r)
+    for (u32 r = 0; r < R; ++r)
 #pragma unroll
       for (u32 hh = 0; hh < 2u; ++hh) {
         u32 s = sb[r][hh];
@@ -238,25 +248,25 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       // Every row: x 2^126 (the code values), then x 2^(s - 127) as bf16 (0: the subnormal
       // 2^-127; 255: NaN; 0 outside the matrix).
 #pragma unroll
-      for (u32 r = 0; r < GM_R; ++r)
+      for (u32 r = 0; r < R; ++r)
 #pragma unroll
         for (u32 hh = 0; hh < 2u; ++hh) {
           u32 s = sb[r][hh];
           bool ok = kin && ((okmask >> (2u * r + hh)) & 1u) != 0u;
           f2[r][hh] = !ok ? 0u : s == 255u ? 0x7FC07FC0u : s == 0u ? 0x00400040u : s * 0x00800080u;
         }
-      gm_step<SPLIT, true>(acc, w, f2, xp);
+      gm_step<SPLIT, true, R>(acc, w, f2, xp);
     } else {
-      gm_step<SPLIT, false>(acc, w, f1, xp);
+      gm_step<SPLIT, false, R>(acc, w, f1, xp);
     }
   }
   // The warps' partial tiles, summed in warp order.
 #pragma unroll
-  for (u32 r = 0; r < GM_R; ++r) {
-    red[warp][16u * r + g][2u * t] = acc[r].v[0];
-    red[warp][16u * r + g][2u * t + 1u] = acc[r].v[1];
-    red[warp][16u * r + g + 8u][2u * t] = acc[r].v[2];
-    red[warp][16u * r + g + 8u][2u * t + 1u] = acc[r].v[3];
+  for (u32 r = 0; r < R; ++r) {
+    red[kw][r0 + 16u * r + g][2u * t] = acc[r].v[0];
+    red[kw][r0 + 16u * r + g][2u * t + 1u] = acc[r].v[1];
+    red[kw][r0 + 16u * r + g + 8u][2u * t] = acc[r].v[2];
+    red[kw][r0 + 16u * r + g + 8u][2u * t + 1u] = acc[r].v[3];
   }
   sync_threads();
   if (is1) {
@@ -267,7 +277,7 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     u32 gi = silu ? c : 2u * c, ui = silu ? 32u + c : 2u * c + 1u;
     float gv = 0.0f, uv = 0.0f;
 #pragma unroll
-    for (u32 w = 0; w < GM_WARPS; ++w) {
+    for (u32 w = 0; w < KW; ++w) {
       gv += red[w][gi][t1];
       uv += red[w][ui][t1];
     }
@@ -278,7 +288,7 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       if (t2 < cnt && n < h) {
         float v = 0.0f;
 #pragma unroll
-        for (u32 w = 0; w < GM_WARPS; ++w) v += red[w][wr][t2];
+        for (u32 w = 0; w < KW; ++w) v += red[w][wr][t2];
         if (p.has_bias2) v += bias[(u64)e * h + n];
         if (!p.on_input) v *= topw[pair_of_row[start + t2]];
         out[(u64)(start + t2) * h + n] = f2u(bf16_point(p, v));
@@ -291,12 +301,22 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
 // Two blocks (16 warps) per multiprocessor, <= 128 registers.
 #define GEMV_MMA_KERNELS(SPLIT, SFX)                                                           \
   MX_KERNEL_OCC(GM_THREADS, 2) void moe_gemv1_mma##SFX##_cb4(GEMV_ARGS) {                      \
-    gemv_mma_body<SPLIT>(p, true, GEMV_PASS);                                                  \
+    gemv_mma_body<SPLIT, GM_R>(p, true, GEMV_PASS);                                            \
   }                                                                                            \
   MX_KERNEL_OCC(GM_THREADS, 2) void moe_gemv2_mma##SFX##_cb4(GEMV_ARGS) {                      \
-    gemv_mma_body<SPLIT>(p, false, GEMV_PASS);                                                 \
+    gemv_mma_body<SPLIT, GM_R>(p, false, GEMV_PASS);                                           \
   }
 GEMV_MMA_KERNELS(false, )
 GEMV_MMA_KERNELS(true, _split)
+// mmaw: two 16-row tiles per warp (80 registers), three blocks (24 warps) per multiprocessor.
+#define GEMV_MMAW_KERNELS(SPLIT, SFX)                                                          \
+  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv1_mmaw##SFX##_cb4(GEMV_ARGS) {                     \
+    gemv_mma_body<SPLIT, 2u>(p, true, GEMV_PASS);                                              \
+  }                                                                                            \
+  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv2_mmaw##SFX##_cb4(GEMV_ARGS) {                     \
+    gemv_mma_body<SPLIT, 2u>(p, false, GEMV_PASS);                                             \
+  }
+GEMV_MMAW_KERNELS(false, )
+GEMV_MMAW_KERNELS(true, _split)
 
 #endif

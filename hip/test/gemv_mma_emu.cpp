@@ -6,7 +6,7 @@
 // barrier. What comes from hip/mxmoe.cu (MoeParams, load_tile, weight_row) is copied here; the
 // activation is a stand-in (linear, so that the gate / up row mapping shows) and the intermediate
 // QDQ is off. Built and run by the test backend::hip::kernels::tests::gemv_mma_runs_on_the_cpu_
-// emulation (clang++, C++20); by hand:
+// emulation (clang++, C++20); every case runs the `mma` and the `mmaw` kernels; by hand:
 //   clang++-19 -std=c++20 -O1 -pthread -I hip hip/test/gemv_mma_emu.cpp -o /tmp/emu && /tmp/emu
 // Exit status 0 when every output matches.
 #include <barrier>
@@ -170,7 +170,8 @@ struct Case {
   bool one = false;       // one pair per tile (a 1-token forward's tiles)
 };
 
-static int run_case(const Case& c, std::mt19937& rng) {
+// wide: the `mmaw` kernels (two 16-row tiles per warp, the K steps over 4 warps per row group).
+static int run_case(const Case& c, std::mt19937& rng, bool wide) {
   const u32 E = 3, top_k = 2, m = 9;  // 18 pairs
   MoeParams p{};
   p.m = m;
@@ -235,6 +236,9 @@ static int run_case(const Case& c, std::mt19937& rng) {
           g_tid = t;
           auto f = c.is1 ? (c.split ? moe_gemv1_mma_split_cb4 : moe_gemv1_mma_cb4)
                          : (c.split ? moe_gemv2_mma_split_cb4 : moe_gemv2_mma_cb4);
+          if (wide)
+            f = c.is1 ? (c.split ? moe_gemv1_mmaw_split_cb4 : moe_gemv1_mmaw_cb4)
+                      : (c.split ? moe_gemv2_mmaw_split_cb4 : moe_gemv2_mmaw_cb4);
           f(p, pair_of_row.data(), tiles.data(), x.data(), wcodes.data(), wscales.data(), out.data(),
             bias.data(), topw.data(), nullptr, nullptr, nullptr);
         });
@@ -292,7 +296,7 @@ static int run_case(const Case& c, std::mt19937& rng) {
     }
   }
   // Rows of no tile stay untouched (the empty slot wrote nothing).
-  printf("%s: %s (%d mismatches)\n", c.name, bad ? "FAIL" : "ok", bad);
+  printf("%s%s: %s (%d mismatches)\n", c.name, wide ? ", mmaw" : "", bad ? "FAIL" : "ok", bad);
   return bad;
 }
 
@@ -312,6 +316,9 @@ int main() {
       {"gemv2 on-input no-bias one-pair", false, true, true, ACT_SILU, 32u * 45u, 96u, false, true, false, true},
   };
   int bad = 0;
-  for (const Case& c : cases) bad += run_case(c, rng);
+  for (const Case& c : cases) {
+    bad += run_case(c, rng, false);
+    bad += run_case(c, rng, true);
+  }
   return bad ? 1 : 0;
 }

@@ -120,8 +120,16 @@ pub(super) fn env_variant(
 /// N columns, so one decode of a weight fragment serves all of a tile's pairs; the default on
 /// NVIDIA (GEMV_MMA_DEFAULT). (A variant with two K steps in flight per warp and one block per
 /// multiprocessor, `mmapf`, was slower on the H200 at every measured size, 1 / 16 / 256 gpt-oss
-/// tokens 0.067 / 0.269 / 1.699 ms against 0.058 / 0.209 / 1.260, and was removed.)
-pub(super) const GEMV_VARIANTS: [&str; 5] = ["v3", "v2", "v2c", "v1", "mma"];
+/// tokens 0.067 / 0.269 / 1.699 ms against 0.058 / 0.209 / 1.260, and was removed. So was `mma2`:
+/// each block's weights prefetched into the L2 and K split across up to 8 blocks with a
+/// fixed-order sum of their partial tiles, slower at every measured size and split, e.g. one
+/// gpt-oss token 0.081 ms, 0.066 with the prefetch alone, against 0.058; commit cb464fa,
+/// docs/h200-2026-12-01s6-gemv.)
+/// `mmaw` (NVIDIA only, not measured yet: `moe_gemv{1,2}_mmaw[_split]_cb4`): `mma` with two
+/// 16-row tiles per warp instead of four (the block's 64 rows in two groups of 4 warps, each
+/// group's K steps over its 4 warps): 80 registers instead of 128, so three blocks (24 warps)
+/// per multiprocessor instead of two, for about 17 % more instructions per weight byte.
+pub(super) const GEMV_VARIANTS: [&str; 6] = ["v3", "v2", "v2c", "v1", "mma", "mmaw"];
 
 /// Whether a GEMV variant is a matrix-core one (hip/gemv_mma.h, NVIDIA only, tiles of 8 pairs).
 pub(super) fn gemv_is_mma(variant: &str) -> bool {

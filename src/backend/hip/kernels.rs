@@ -111,12 +111,16 @@ pub const NAMES_MORE: [&str; 20] = [
 
 /// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma`, the
 /// default there; hip/gemv_mma.h), `moe_gemv{1,2}_mma[_split]_cb4` (`_split`: f32 activations as
-/// bf16 hi + lo).
-pub const NAMES_GEMV_MMA: [&str; 4] = [
+/// bf16 hi + lo), and `mmaw`'s (`MXMOE_HIP_GEMV=mmaw`: two 16-row tiles per warp).
+pub const NAMES_GEMV_MMA: [&str; 8] = [
     "moe_gemv1_mma_cb4",
     "moe_gemv2_mma_cb4",
     "moe_gemv1_mma_split_cb4",
     "moe_gemv2_mma_split_cb4",
+    "moe_gemv1_mmaw_cb4",
+    "moe_gemv2_mmaw_cb4",
+    "moe_gemv1_mmaw_split_cb4",
+    "moe_gemv2_mmaw_split_cb4",
 ];
 
 /// NVIDIA only (sm_80 / sm_90 PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
@@ -344,7 +348,7 @@ mod tests {
             }
             // The split kernels take twice the MMAs of the hi-only ones.
             let mmas = |n: &str| entries[n].matches("mma.sync").count();
-            for v in ["mma"] {
+            for v in ["mma", "mmaw"] {
                 for s in ["1", "2"] {
                     let (hi, split) = (
                         format!("moe_gemv{s}_{v}_cb4"),
@@ -370,7 +374,8 @@ mod tests {
     /// definitions), give the plain matrix product of the exactly decoded weights: both stages,
     /// hi-only and hi + lo activations, both activation layouts, scale bytes above 128 (the slow
     /// decode path), rows past the matrix, tiles of 1..8 pairs, an empty tile slot, the router
-    /// weight on the input or the output, with and without biases. Needs a
+    /// weight on the input or the output, with and without biases; each for `mma` and `mmaw`
+    /// (two tiles per warp, two row groups of K warps). Needs a
     /// clang++ with C++20 (the clang the PTX build uses brings one).
     #[test]
     fn gemv_mma_runs_on_the_cpu_emulation() {
@@ -409,7 +414,7 @@ mod tests {
         let text = String::from_utf8_lossy(&run.stdout);
         println!("{text}");
         assert!(run.status.success(), "gemv_mma_emu failed:\n{text}");
-        assert_eq!(text.matches(": ok (0 mismatches)").count(), 11, "{text}");
+        assert_eq!(text.matches(": ok (0 mismatches)").count(), 22, "{text}");
     }
 
     /// Every v2 kernel has its dynamic shared memory in the PTX, more than the 48 KB a launch
