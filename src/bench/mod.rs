@@ -40,6 +40,9 @@ pub struct BenchResult {
     /// Kernel choices of the backend ([`Backend::notes`]).
     pub notes: Vec<String>,
     pub scheme: String,
+    /// "f32" (the contract's f32 hidden states and intermediates) or "bf16" (`--bf16-activations`:
+    /// bf16-valued hidden states, bf16 intermediates).
+    pub activations: String,
     pub experts: usize,
     pub hidden: usize,
     pub inter: usize,
@@ -194,6 +197,10 @@ pub struct BenchParams {
     /// wgpu only: decode GEMV layouts to compare on the same prepared layer, each over all
     /// token counts. Empty: the backend's own choice.
     pub gemv_layouts: Vec<crate::backend::wgpu::GemvConfig>,
+    /// bf16 activations, as a bf16 model runs the layer (vLLM's gpt-oss; the peers take bf16
+    /// inputs): hidden states rounded to bf16 values and the intermediates rounded to bf16
+    /// (`Intermediate::Bf16`, the catalog's vLLM-parity cases); the CPU check does the same.
+    pub bf16_activations: bool,
 }
 
 /// Run the benchmark of the layer `shape` (a catalog model shape, possibly with overridden
@@ -206,6 +213,11 @@ pub fn run(
 ) -> Result<Vec<BenchResult>, BackendError> {
     let opts = MoeOptions {
         accumulate: Accumulate::F32,
+        intermediate: if p.bf16_activations {
+            moe::Intermediate::Bf16
+        } else {
+            moe::Intermediate::F32
+        },
         ..Default::default()
     };
     let (h, i, e) = (shape.synth.hidden, shape.synth.inter, shape.n_experts());
@@ -252,6 +264,7 @@ pub fn run(
             let Kind::Moe(mc) = &case.kind else {
                 continue;
             };
+            let mc = &catalog::MoeCase { opts, ..mc.clone() };
             let m = mc.m;
             let batches: Vec<(Vec<f32>, Vec<f32>)> =
                 (0..mc.seeds.len()).map(|r| mc.batch(r)).collect();
@@ -375,6 +388,7 @@ pub fn run(
                 adapter: b.adapter(),
                 notes: b.notes(),
                 scheme: layer.config.scheme.name(),
+                activations: if p.bf16_activations { "bf16" } else { "f32" }.into(),
                 experts: e,
                 hidden: h,
                 inter: i,

@@ -382,9 +382,11 @@ pub struct MoeCase {
 }
 
 impl MoeCase {
-    /// Batch `r` (of `seeds`): hidden `[m, H]`, logits `[m, n_experts]`.
+    /// Batch `r` (of `seeds`): hidden `[m, H]`, logits `[m, n_experts]`. With bf16
+    /// intermediates (vLLM parity) the hidden states are bf16 values too, as a bf16 model's
+    /// are (round to nearest even of the synthetic f32 values).
     pub fn batch(&self, r: usize) -> (Vec<f32>, Vec<f32>) {
-        let (hidden, mut logits) = moe::synth::synth_batch(
+        let (mut hidden, mut logits) = moe::synth::synth_batch(
             self.m,
             self.layer.synth.hidden,
             self.layer.n_experts(),
@@ -392,6 +394,11 @@ impl MoeCase {
         );
         if self.saturated_token {
             logits[..self.layer.n_experts()].fill(30.0);
+        }
+        if self.opts.intermediate == Intermediate::Bf16 {
+            for x in &mut hidden {
+                *x = half::bf16::from_f32(*x).to_f32();
+            }
         }
         (hidden, logits)
     }

@@ -69,6 +69,12 @@ pub struct BenchArgs {
     /// forwards run pipelines specialized for one-row tiles). Default: the backend's choice.
     #[arg(long)]
     gemv_layouts: Option<String>,
+    /// bf16 activations, as a bf16 model runs the layer (vLLM's gpt-oss; the peers take bf16
+    /// inputs): the hidden states rounded to bf16 values and the intermediates rounded to bf16
+    /// (the catalog's vLLM-parity option); the CPU check does the same. Default: the contract's
+    /// f32 hidden states and intermediates.
+    #[arg(long)]
+    bf16_activations: bool,
 }
 
 pub fn run(a: &BenchArgs) -> Result<()> {
@@ -146,6 +152,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         rotate: a.rotate,
         hbm_gbps: a.hbm_gbps,
         check: !a.no_check,
+        bf16_activations: a.bf16_activations,
     };
     let ba = BackendArgs {
         backend: a.backend,
