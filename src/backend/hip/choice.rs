@@ -300,6 +300,39 @@ pub(super) fn auto_uses_v2(pairs: usize, experts: usize) -> bool {
 /// blocks are GEMM_N = 128 weight rows wide, as v1's.
 pub(super) const MMA_THREADS: u32 = 256;
 
+/// The mma GEMM's kernel variants (`MXMOE_HIP_MMA_VARIANT`, hip/gemm_mma.h `V`): `""` (the
+/// default: pair groups without guards where a warp's columns all hold pairs, so that ptxas
+/// interleaves the shared loads and MMAs of a word), `v0` (session 5's kernel: every pair group
+/// behind a branch) and `d3` (the default with three K steps of weights in flight instead of
+/// two; 16-pair tiles only: other tiles run the default).
+pub(super) const MMA_VARIANTS: [&str; 3] = ["", "v0", "d3"];
+
+/// The mma GEMM variant `MXMOE_HIP_MMA_VARIANT` asks for (one of [`MMA_VARIANTS`]; unset or
+/// empty: the default).
+pub(super) fn mma_variant() -> Result<&'static str, BackendError> {
+    let v = std::env::var("MXMOE_HIP_MMA_VARIANT").unwrap_or_default();
+    MMA_VARIANTS
+        .iter()
+        .find(|n| **n == v)
+        .copied()
+        .ok_or_else(|| {
+            BackendError::Device(format!(
+                "MXMOE_HIP_MMA_VARIANT={v}: expected v0 or d3 (or unset: the default; \
+                 docs/ENVIRONMENT.md)"
+            ))
+        })
+}
+
+/// The kernel-name suffix of mma variant `variant` for `tm`-pair tiles (`d3` has 16-pair kernels
+/// only: other tiles take the default's).
+pub(super) fn mma_suffix(variant: &str, tm: usize) -> String {
+    match variant {
+        "" => String::new(),
+        "d3" if tm != 16 => String::new(),
+        v => format!("_{v}"),
+    }
+}
+
 /// Whether `auto` runs the mma GEMM (MXFP4 weights, NVIDIA) for `pairs` token-expert pairs over
 /// `experts` local experts: wherever the GEMM runs. Measured on the H200
 /// (docs/h200-2026-12-01s5-hipgemm3; the same 585-case catalog passed with it, also with the
@@ -362,6 +395,22 @@ mod tests {
         assert_eq!(v2_tile_for(32 * 128 + 1, 128), 64);
         assert_eq!(v2_tile_for(1 << 20, 8), 64);
         assert_eq!(v2_tile_for(0, 0), 16);
+        // every mma variant names kernels of every tile (the NVIDIA list)
+        for v in MMA_VARIANTS {
+            for tm in kernels::V2_TILES {
+                for split in ["", "_split"] {
+                    let sfx = mma_suffix(v, tm);
+                    for k in [1, 2] {
+                        let n = format!("moe_gemm{k}_mma_t{tm}{split}{sfx}_cb4");
+                        assert!(kernels::NAMES_MMA.contains(&n.as_str()), "{n}");
+                    }
+                }
+            }
+        }
+        assert_eq!(mma_suffix("d3", 64), "");
+        assert_eq!(mma_suffix("d3", 32), "");
+        assert_eq!(mma_suffix("d3", 16), "_d3");
+        assert_eq!(mma_suffix("v0", 64), "_v0");
         // auto, MXFP4 weights: the mma GEMM at every measured size
         assert!(auto_uses_mma(256, 128) && auto_uses_mma(8192, 128) && auto_uses_mma(4096, 256));
         // auto, other weights: v2 at the measured 2 pairs per expert, v1 at 8 and more

@@ -166,7 +166,7 @@ pub const V2_TILES: [usize; 3] = [16, 32, 64];
 /// NVIDIA only: the swap-AB GEMM on register-decoded MXFP4 weights (`MXMOE_HIP_GEMM=mma`,
 /// hip/gemm_mma.h, docs/hip-gemm-mma.md), `moe_gemm{1,2}_mma_t<pair cols>[_split]_cb4`, and the
 /// conversion to bf16 in the order its B fragments take (`mx_to_bf16_p8`).
-pub const NAMES_MMA: [&str; 13] = [
+pub const NAMES_MMA: [&str; 29] = [
     "moe_gemm1_mma_t64_cb4",
     "moe_gemm2_mma_t64_cb4",
     "moe_gemm1_mma_t64_split_cb4",
@@ -179,6 +179,22 @@ pub const NAMES_MMA: [&str; 13] = [
     "moe_gemm2_mma_t16_cb4",
     "moe_gemm1_mma_t16_split_cb4",
     "moe_gemm2_mma_t16_split_cb4",
+    "moe_gemm1_mma_t64_v0_cb4",
+    "moe_gemm2_mma_t64_v0_cb4",
+    "moe_gemm1_mma_t64_split_v0_cb4",
+    "moe_gemm2_mma_t64_split_v0_cb4",
+    "moe_gemm1_mma_t32_v0_cb4",
+    "moe_gemm2_mma_t32_v0_cb4",
+    "moe_gemm1_mma_t32_split_v0_cb4",
+    "moe_gemm2_mma_t32_split_v0_cb4",
+    "moe_gemm1_mma_t16_v0_cb4",
+    "moe_gemm2_mma_t16_v0_cb4",
+    "moe_gemm1_mma_t16_split_v0_cb4",
+    "moe_gemm2_mma_t16_split_v0_cb4",
+    "moe_gemm1_mma_t16_d3_cb4",
+    "moe_gemm2_mma_t16_d3_cb4",
+    "moe_gemm1_mma_t16_split_d3_cb4",
+    "moe_gemm2_mma_t16_split_d3_cb4",
     "mx_to_bf16_p8",
 ];
 
