@@ -14,7 +14,7 @@ export MXMOE_REQUIRE_HIP=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$O/gpu.txt" 2>&1
 nvidia-smi --query-gpu=timestamp,clocks.sm --format=csv,noheader -lms 500 > "$O/clocks.csv" 2>&1 &
 SMI=$!
-timeout 60 $B check --backend hip --suite full > "$O/check.txt" 2>&1; st "check full rc=$? $(tail -1 $O/check.txt)"
+timeout 100 $B check --backend hip --suite full > "$O/check.txt" 2>&1; st "check full rc=$? $(tail -1 $O/check.txt)"
 grep -iE "fail|error" "$O/check.txt" | head -10 | tee -a "$L"; pack
 MXMOE_HIP_GEMV_PAIRS=0 timeout 30 $B check --backend hip --suite full --filter moe/ > "$O/check_pairs0.txt" 2>&1; st "check moe/ pairs0 rc=$? $(tail -1 $O/check_pairs0.txt)"
 grep -iE "fail|error" "$O/check_pairs0.txt" | head -10 | tee -a "$L"; pack
