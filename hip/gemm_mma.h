@@ -213,9 +213,11 @@ template <u32 TP, bool SPLIT, u32 FM, u32 V>
 MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
                              u32* out, const float* bias, const float* topw) {
-  // V: 0 = session 5's loop (guards on every pair group), 1 = unguarded loop for whole
-  // warps' columns and the lo skip, 2 = 1 and three weight steps in flight (16 / 32-pair tiles;
-  // built for 16: the 32-pair split kernel spills with it).
+  // V: 0 = session 5's loop (guards on every pair group), 1 = unguarded loop for whole warps'
+  // columns (below) and, in gemm_mma_split, the lo skip. (V = 2, three weight steps in flight
+  // for 16-pair tiles, MmShape WDX = 3, measured no faster on the H200: gpt-oss-120b 64 / 256
+  // tokens 0.443 / 0.974 vs 0.444 / 0.977 ms, DeepSeek-R1 64 / 512 1.030 / 3.816 vs 1.034 /
+  // 3.861; no kernel is built with it.)
   typedef MmShape<TP, SPLIT, FM, (V >= 2u && TP < 64u) ? 3u : 0u> S;
   typedef MmW<FM> W;
   // A launch with less dynamic shared memory than the layout would write past it: stop.
@@ -412,11 +414,16 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       }
     }
   };
-  // V >= 1: a warp whose pair groups all hold pairs of the tile (the whole tile, for FM = 1) runs
+  // UNGUARDED: a warp whose pair groups all hold pairs of the tile (the whole tile, for FM = 1) runs
   // the loop without the per-group guards: one straight run of shared loads and MMAs per word
   // that ptxas can interleave (the guards made each group a basic block of its own: its loads
   // waited, then its MMAs ran in two dependent chains of four). V = 0: the guarded loop only.
-  if (V >= 1u && pc0 + S::WTP - S::G * 8u < cnt)
+  // (The two-multiply decode keeps the guards: the rare path, one copy less of the code.)
+  // (Not for split 32 / 64-pair tiles: with both arrays' B registers in flight ptxas spills
+  // there (up to 392 bytes of spill loads at 128 registers), and the H200 measured the split
+  // 64-pair kernel 25 % slower with it, docs/h200-2026-12-01s6-gemm.)
+  constexpr bool UNGUARDED = V >= 1u && (!SPLIT || TP <= 16u);
+  if (UNGUARDED && pc0 + S::WTP - S::G * 8u < cnt)
     loop(MmB<true>());
   else
     loop(MmB<false>());
@@ -489,8 +496,6 @@ MX_DEVICE void gemm_mma_split(const MoeParams& p, bool is1, const u32* pair_of_r
   GEMM_MMA_VARIANT(16, 1, true, _split, V, OCC, VS)
 GEMM_MMA_TILES(1, 2, )
 GEMM_MMA_TILES(0, 2, _v0)
-GEMM_MMA_VARIANT(16, 1, false, , 2, 2, _d3)
-GEMM_MMA_VARIANT(16, 1, true, _split, 2, 2, _d3)
 // (FM = 2, 32 weight rows per warp, was measured slower on the H200 at 64-pair tiles: gpt-oss-120b
 // 2048 tokens 4.81 vs 4.12 ms, docs/h200-2026-12-01s5-hipgemm3; no kernel is built with it.)
 #endif

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # hipgemm6 device call (session 6): the mma GEMM's new default (unguarded pair groups for whole
 # warps, lo MMAs skipped for tiles of bf16-representable activations) against session 5's kernel
-# (MXMOE_HIP_MMA_VARIANT=v0) and d3 (three weight steps in flight), same call: the HIP catalog,
+# (MXMOE_HIP_MMA_VARIANT=v0), same call: the HIP catalog,
 # the moe/ cases with the GEMM forced, bench on both shapes, an ncu of the GEMMs.
+# Run on 2026-12-01 with the binary of 0ce24ce (docs/h200-2026-12-01s6-gemm), which also had three
+# more steps for the `d3` variant (gpt-oss 64,256, DeepSeek 64,512 and check moe/ with the GEMM
+# forced), removed here with the variant; since then split 32 / 64-pair tiles run v0's loop (plus
+# the lo skip).
 # Usage (device tool): binary at .dev-hipgemm6/mxmoe; carry [".dev-hipgemm6"];
 # command: bash .dev-hipgemm6/run.sh   (results: $OUT/r.tgz)
 set -uo pipefail
@@ -25,11 +29,8 @@ pack
 left 170 && { timeout 45 $B bench $D --tokens 64,512,2048 > "$O/b_new_dsr1.log" 2>&1; st "bench new dsr1 rc=$?"; }
 left 185 && { MXMOE_HIP_MMA_VARIANT=v0 timeout 35 $B bench $D --tokens 64,512,2048 --no-check > "$O/b_v0_dsr1.log" 2>&1; st "bench v0 dsr1 rc=$?"; }
 pack
-left 195 && { MXMOE_HIP_MMA_VARIANT=d3 timeout 15 $B bench $G --tokens 64,256 --no-check > "$O/b_d3.log" 2>&1; st "bench d3 gpt-oss rc=$?"; }
 left 195 && { timeout 15 $B bench $G --tokens 256,2048 --no-check --scheme w_mxfp4_a_mxfp4 > "$O/b_mxact.log" 2>&1; st "bench gpt-oss MX activations rc=$?"; }
-left 195 && { MXMOE_HIP_MMA_VARIANT=d3 timeout 20 $B bench $D --tokens 64,512 --no-check >> "$O/b_d3.log" 2>&1; st "bench d3 dsr1 rc=$?"; }
 pack
-left 200 && { MXMOE_HIP_MMA_VARIANT=d3 MXMOE_HIP_GEMV_PAIRS=0 timeout 15 $B check --backend hip --suite full --filter moe/ > "$O/check_d3_pairs0.txt" 2>&1; st "check d3 moe/ pairs0 rc=$? $(tail -1 $O/check_d3_pairs0.txt)"; }
 grep -hE "M = [0-9]+: (wall|passes)|rel-L2" "$O"/b_*.log | cut -c1-250 >> "$L"
 pack
 if command -v ncu > /dev/null && left 185; then

@@ -301,11 +301,10 @@ pub(super) fn auto_uses_v2(pairs: usize, experts: usize) -> bool {
 pub(super) const MMA_THREADS: u32 = 256;
 
 /// The mma GEMM's kernel variants (`MXMOE_HIP_MMA_VARIANT`, hip/gemm_mma.h `V`): `""` (the
-/// default: pair groups without guards where a warp's columns all hold pairs, so that ptxas
-/// interleaves the shared loads and MMAs of a word), `v0` (session 5's kernel: every pair group
-/// behind a branch) and `d3` (the default with three K steps of weights in flight instead of
-/// two; 16-pair tiles only: other tiles run the default).
-pub(super) const MMA_VARIANTS: [&str; 3] = ["", "v0", "d3"];
+/// default: pair groups without guards where a warp's columns all hold pairs and the tile is
+/// not a split 32 / 64-pair one, and split tiles whose activations are all bf16-representable
+/// skip the lo MMAs) and `v0` (session 5's kernel, for comparisons).
+pub(super) const MMA_VARIANTS: [&str; 2] = ["", "v0"];
 
 /// The mma GEMM variant `MXMOE_HIP_MMA_VARIANT` asks for (one of [`MMA_VARIANTS`]; unset or
 /// empty: the default).
@@ -317,18 +316,16 @@ pub(super) fn mma_variant() -> Result<&'static str, BackendError> {
         .copied()
         .ok_or_else(|| {
             BackendError::Device(format!(
-                "MXMOE_HIP_MMA_VARIANT={v}: expected v0 or d3 (or unset: the default; \
+                "MXMOE_HIP_MMA_VARIANT={v}: expected v0 (or unset: the default; \
                  docs/ENVIRONMENT.md)"
             ))
         })
 }
 
-/// The kernel-name suffix of mma variant `variant` for `tm`-pair tiles (`d3` has 16-pair kernels
-/// only: other tiles take the default's).
-pub(super) fn mma_suffix(variant: &str, tm: usize) -> String {
+/// The kernel-name suffix of mma variant `variant`.
+pub(super) fn mma_suffix(variant: &str) -> String {
     match variant {
         "" => String::new(),
-        "d3" if tm != 16 => String::new(),
         v => format!("_{v}"),
     }
 }
@@ -399,7 +396,7 @@ mod tests {
         for v in MMA_VARIANTS {
             for tm in kernels::V2_TILES {
                 for split in ["", "_split"] {
-                    let sfx = mma_suffix(v, tm);
+                    let sfx = mma_suffix(v);
                     for k in [1, 2] {
                         let n = format!("moe_gemm{k}_mma_t{tm}{split}{sfx}_cb4");
                         assert!(kernels::NAMES_MMA.contains(&n.as_str()), "{n}");
@@ -407,10 +404,8 @@ mod tests {
                 }
             }
         }
-        assert_eq!(mma_suffix("d3", 64), "");
-        assert_eq!(mma_suffix("d3", 32), "");
-        assert_eq!(mma_suffix("d3", 16), "_d3");
-        assert_eq!(mma_suffix("v0", 64), "_v0");
+        assert_eq!(mma_suffix(""), "");
+        assert_eq!(mma_suffix("v0"), "_v0");
         // auto, MXFP4 weights: the mma GEMM at every measured size
         assert!(auto_uses_mma(256, 128) && auto_uses_mma(8192, 128) && auto_uses_mma(4096, 256));
         // auto, other weights: v2 at the measured 2 pairs per expert, v1 at 8 and more
