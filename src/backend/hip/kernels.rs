@@ -542,7 +542,11 @@ mod tests {
             // The split kernels hold two bodies (hi + lo, and the hi-only one of the lo skip,
             // hip/gemm_mma.h gemm_mma_split): ptxas 12.9 spills 8 bytes in gemm1's 64-pair one,
             // outside the K loop (its prologue and epilogue, seen in the SASS); no more.
-            let allowed = if name.contains("_split") && !name.contains("_v0") { 8 } else { 0 };
+            let allowed = if name.contains("_split") && !name.contains("_v0") {
+                8
+            } else {
+                0
+            };
             assert!(spills <= allowed, "{name}: {spills} bytes of spill stores");
             assert!(regs <= 128, "{name}: {regs} registers");
             eprintln!("{name}: {regs} registers, {spills} bytes of spill stores");
