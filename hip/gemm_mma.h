@@ -60,10 +60,11 @@ extern MX_SHARED __attribute__((aligned(16))) unsigned char mm_dsmem[];
 // FM: m16 fragments (16-row groups of weight rows) per warp; the 8 warps are 8 / FM row groups
 // x FM pair groups of TP / FM columns. FM = 2 reads each B fragment for two MMAs of A, half the
 // shared-memory bytes per MMA, and decodes each weight twice (in two warps).
-template <u32 TP, bool SPLIT, u32 FM = 1u>
+template <u32 TP, bool SPLIT, u32 FM = 1u, u32 WDX = 0u>
 struct MmShape {
   static constexpr u32 STAGES = (TP >= 64u && SPLIT) ? 3u : 4u;
-  static constexpr u32 WD = TP >= 64u ? 1u : 2u;  // weight steps in flight (registers)
+  // weight steps in flight (registers): WDX, else 1 (64-pair tiles) or 2
+  static constexpr u32 WD = WDX ? WDX : (TP >= 64u ? 1u : 2u);
   static constexpr u32 WN = FM;                   // warps along the pairs
   static constexpr u32 WTP = TP / WN;             // pair columns per warp
   static constexpr u32 MNF = WTP / 8u;            // n8 fragments per warp
@@ -95,18 +96,34 @@ MX_DEVICE u32 mm_swz(u32 r, u32 c) { return c ^ ((c >> 2) & 2u) ^ (r & 1u); }
 MX_DEVICE u32 mm_perm8(u32 q) { return q < 4u ? 2u * q : 2u * (q - 4u) + 1u; }
 
 // mx_to_bf16 (fp32 -> bf16 hi and the bf16 of the remainder lo), each group of 8 written in the
-// order the mma GEMM's B fragments take (mm_perm8). n is a multiple of 8 (rows of 32-blocks).
-MX_KERNEL(256) void mx_to_bf16_p8(const float* x, u16* hi, u16* lo, u64 n) {
-  u64 i = (u64)bid_x() * 256u + tid_x();
-  if (i >= n) return;
-  u64 o = (i & ~7ull) | mm_perm8((u32)(i & 7u));
-  float v = x[i];
-  u32 hb = bf16_bits_rne(v);
-  hi[o] = (u16)hb;
-  if (lo) {
-    float hf = u2f(hb << 16);
-    lo[o] = (u16)bf16_bits_rne((hb & 0x7F80u) == 0x7F80u ? 0.0f : v - hf);
+// order the mma GEMM's B fragments take (mm_perm8); one block per row of k values (k a multiple
+// of 8: rows of 32-blocks). With lo, the row's flag lo_rows[row] (the u32s right after the rows
+// x k lo values: lo + rows * k) is 1 if some lo of the row is not +0, else 0: a row of
+// bf16-representable values (lo all +0) lets the mma GEMM skip the lo MMAs of a tile whose rows
+// all say 0 (gemm_mma_split).
+MX_KERNEL(256) void mx_to_bf16_p8(const float* x, u16* hi, u16* lo, u32 rows, u32 k) {
+  MX_SHARED u32 any;
+  u32 row = bid_x(), tid = tid_x();
+  if (row >= rows) return;
+  if (tid == 0u) any = 0u;
+  sync_threads();
+  u32 nz = 0u;
+  for (u32 c = tid; c < k; c += 256u) {
+    u64 i = (u64)row * k + c;
+    u64 o = (i & ~7ull) | mm_perm8((u32)(i & 7u));
+    float v = x[i];
+    u32 hb = bf16_bits_rne(v);
+    hi[o] = (u16)hb;
+    if (lo) {
+      float hf = u2f(hb << 16);
+      u32 lb = bf16_bits_rne((hb & 0x7F80u) == 0x7F80u ? 0.0f : v - hf);
+      lo[o] = (u16)lb;
+      nz |= lb;
+    }
   }
+  if (nz) any = 1u;  // (every writer stores 1)
+  sync_threads();
+  if (lo && tid == 0u) ((u32*)(lo + (u64)rows * k))[row] = any;
 }
 
 // d = a * b + c on bf16 pairs (PTX ISA: fma.rn.bf16x2, sm_80+).
@@ -162,6 +179,18 @@ MX_DEVICE bool mm_warp_any(bool b) {
   return r != 0u;
 }
 
+// Whether b holds on any thread of the block (bar.red.or: also a barrier for the whole block).
+MX_DEVICE bool mm_block_any(bool b) {
+  u32 r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 0, p;\n"
+      " selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(r)
+      : "r"((u32)b)
+      : "memory");
+  return r != 0u;
+}
+
 // Compile-time values for the generic lambdas below (no <type_traits> here).
 template <bool B>
 struct MmB {
@@ -180,11 +209,16 @@ struct MmW {
   u32 s[2u * FM];
 };
 
-template <u32 TP, bool SPLIT, u32 FM>
+template <u32 TP, bool SPLIT, u32 FM, u32 V>
 MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
                              u32* out, const float* bias, const float* topw) {
-  typedef MmShape<TP, SPLIT, FM> S;
+  // V: 0 = session 5's loop (guards on every pair group), 1 = unguarded loop for whole warps'
+  // columns (below) and, in gemm_mma_split, the lo skip. (V = 2, three weight steps in flight
+  // for 16-pair tiles, MmShape WDX = 3, measured no faster on the H200: gpt-oss-120b 64 / 256
+  // tokens 0.443 / 0.974 vs 0.444 / 0.977 ms, DeepSeek-R1 64 / 512 1.030 / 3.816 vs 1.034 /
+  // 3.861; no kernel is built with it.)
+  typedef MmShape<TP, SPLIT, FM, (V >= 2u && TP < 64u) ? 3u : 0u> S;
   typedef MmW<FM> W;
   // A launch with less dynamic shared memory than the layout would write past it: stop.
   if (dynamic_smem_bytes() < S::SMEM) __builtin_trap();
@@ -268,9 +302,9 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       for (u32 c = 0; c < FRAG_C; ++c) acc[m][j].v[c] = 0.0f;
   // This lane's B offsets (bytes in a stage) for word w of fragment j: row pc0 + 8j + g (pc0 and
   // 8j even: the swizzle sees g's parity), chunk 4t + w.
-  u32 boff[4];
-#pragma unroll
-  for (u32 w = 0; w < 4u; ++w) boff[w] = (pc0 + g) * MM_ROWB + mm_swz(g, 4u * t + w) * 16u;
+  // mm_swz(g, 4t + w) = 4t + (w ^ x), x = (t & 2) ^ (g & 1) (w < 4: (4t + w) >> 2 = t), so
+  // the offset of word w is that of word 0 with w XORed into bits 4..5 (one register, not four).
+  const u32 boff0 = (pc0 + g) * MM_ROWB + mm_swz(g, 4u * t) * 16u;
   // Prologue: steps 0 .. STAGES - 2 in flight (one group each, empty past the end).
 #pragma unroll
   for (u32 st = 0; st + 1u < S::STAGES; ++st) {
@@ -280,8 +314,9 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   // One K step on weights wr (this lane's, loaded WD steps ahead). TWO: the two-multiply
   // decode (some scale byte of the warp's step > 128, where 2^(s - 1) is no bf16); else one
   // fma by 2^(s - 1) (exact: raw x 2^(s - 1) = code x 2^(s - 127)), the same bits.
-  auto step = [&](u32 s, const W& wr, auto two) __attribute__((always_inline)) {
+  auto step = [&](u32 s, const W& wr, auto two, auto full) __attribute__((always_inline)) {
     constexpr bool TWO = decltype(two)::value;
+    constexpr bool FULL = decltype(full)::value && !TWO;
     // Step s's group is complete once at most STAGES - 2 newer ones are pending; the barrier
     // publishes every thread's copies and frees slot (s - 1) % STAGES (step s - 1's reads).
     copy_wait_group<(int)S::STAGES - 2>();
@@ -321,11 +356,13 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       }
 #pragma unroll
       for (u32 q = 0; q < S::MNF / S::G; ++q) {
-        if (pc0 + q * S::G * 8u < cnt) {  // the same for the whole warp
+        // (FULL: every group holds pairs, no branch: ptxas interleaves the groups' loads and
+        // MMAs; the same MMAs in the same order per accumulator as the guarded loop.)
+        if (FULL || pc0 + q * S::G * 8u < cnt) {  // the same for the whole warp
           uint4v bh[S::G], bl[S::G];
 #pragma unroll
           for (u32 jj = 0; jj < S::G; ++jj) {
-            const unsigned char* b = bs + (q * S::G + jj) * 8u * MM_ROWB + boff[w];
+            const unsigned char* b = bs + (q * S::G + jj) * 8u * MM_ROWB + (boff0 ^ (16u * w));
             bh[jj] = lds128(b);
             if (SPLIT) bl[jj] = lds128(b + S::TILE);
           }
@@ -358,23 +395,38 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
 #pragma unroll
   for (u32 d = 0; d < S::WD; ++d)
     if (d < steps) fetch(d, wr[d]);
-  for (u32 s0 = 0; s0 < steps; s0 += R) {
+  auto loop = [&](auto full) __attribute__((always_inline)) {
+    for (u32 s0 = 0; s0 < steps; s0 += R) {
 #pragma unroll
-    for (u32 d = 0; d < R; ++d) {
-      u32 s = s0 + d;
-      if (s < steps) {
-        if (s + S::WD < steps) fetch(s + S::WD, wr[(d + S::WD) % R]);
-        bool big = false;
+      for (u32 d = 0; d < R; ++d) {
+        u32 s = s0 + d;
+        if (s < steps) {
+          if (s + S::WD < steps) fetch(s + S::WD, wr[(d + S::WD) % R]);
+          bool big = false;
 #pragma unroll
-        for (u32 i = 0; i < 2u * FM; ++i) big = big || wr[d].s[i] > 128u;
-        // (FM = 2: the two-multiply decode only; both paths' registers do not fit there.)
-        if (FM == 2u || mm_warp_any(big))
-          step(s, wr[d], MmB<true>());
-        else
-          step(s, wr[d], MmB<false>());
+          for (u32 i = 0; i < 2u * FM; ++i) big = big || wr[d].s[i] > 128u;
+          // (FM = 2: the two-multiply decode only; both paths' registers do not fit there.)
+          if (FM == 2u || mm_warp_any(big))
+            step(s, wr[d], MmB<true>(), full);
+          else
+            step(s, wr[d], MmB<false>(), full);
+        }
       }
     }
-  }
+  };
+  // UNGUARDED: a warp whose pair groups all hold pairs of the tile (the whole tile, for FM = 1) runs
+  // the loop without the per-group guards: one straight run of shared loads and MMAs per word
+  // that ptxas can interleave (the guards made each group a basic block of its own: its loads
+  // waited, then its MMAs ran in two dependent chains of four). V = 0: the guarded loop only.
+  // (The two-multiply decode keeps the guards: the rare path, one copy less of the code.)
+  // (Not for split 32 / 64-pair tiles: with both arrays' B registers in flight ptxas spills
+  // there (up to 392 bytes of spill loads at 128 registers), and the H200 measured the split
+  // 64-pair kernel 25 % slower with it, docs/h200-2026-12-01s6-gemm.)
+  constexpr bool UNGUARDED = V >= 1u && (!SPLIT || TP <= 16u);
+  if (UNGUARDED && pc0 + S::WTP - S::G * 8u < cnt)
+    loop(MmB<true>());
+  else
+    loop(MmB<false>());
   copy_wait_all();  // (only empty groups remain)
   sync_threads();   // every warp is done with the ring: the epilogue tile overwrites it
   // C: rows = weight rows (tile column of v1's sC), columns = pairs (sC rows).
@@ -390,24 +442,60 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   gemm_epilogue<TP, MM_ROWS, MM_THREADS>(p, is1, e, start, cnt, jb, sC, rowmax, pair_of_row, out, bias, topw);
 }
 
-// moe_gemm{1,2}_mma_t<TP>[_split]_cb4 and per (TP, split) the dynamic shared memory its launch
-// must give, as a PTX global the host reads (src/backend/hip/kernels.rs dyn_smem). Two blocks
-// per multiprocessor (launch bounds: <= 128 registers).
-#define GEMM_MMA_VARIANT(TP, FM, SPLIT, SFX)                                                      \
-  extern "C" __attribute__((device, used)) const u32 moe_gemm_mma_t##TP##SFX##_cb4_smem =         \
-      MmShape<TP, SPLIT, FM>::SMEM;                                                               \
-  MX_KERNEL_OCC(MM_THREADS, 2) void moe_gemm1_mma_t##TP##SFX##_cb4(GEMM_BF16_ARGS) {               \
-    gemm_mma_body<TP, SPLIT, FM>(p, true, GEMM_BF16_PASS);                                        \
-  }                                                                                               \
-  MX_KERNEL_OCC(MM_THREADS, 2) void moe_gemm2_mma_t##TP##SFX##_cb4(GEMM_BF16_ARGS) {               \
-    gemm_mma_body<TP, SPLIT, FM>(p, false, GEMM_BF16_PASS);                                       \
+// A split kernel (weight-only schemes: activations as bf16 hi + lo). V >= 1: a tile whose
+// activation rows are all bf16-representable (every lo +0: mx_to_bf16_p8's row flags) runs the
+// hi-only body. Bit-exact: the skipped MMAs add products w x (+0) = +-0 to an accumulator that
+// starts at +0 and is never -0 (x + (-x) rounds to +0), so they change no bit; except where a
+// weight is Inf or NaN, where w x 0 = NaN: the hi-only sum then keeps the Inf that the f32
+// reference (w x x, x exact) has, where the hi + lo sum gave NaN.
+template <u32 TP, u32 FM, u32 V>
+MX_DEVICE void gemm_mma_split(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
+                              const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
+                              u32* out, const float* bias, const float* topw) {
+  if (V >= 1u) {
+    u32 e, start, cnt;
+    if (!load_tile(tiles, bid_y(), &e, &start, &cnt)) return;
+    u32 K = is1 ? p.hidden : p.inter, rows = is1 ? p.m : p.m * p.top_k;
+    const u32* lo_rows = (const u32*)(xl + (u64)rows * K);
+    bool nz = false;
+    for (u32 r = tid_x(); r < cnt; r += MM_THREADS)
+      nz = nz || lo_rows[is1 ? pair_of_row[start + r] / p.top_k : start + r] != 0u;
+    if (!mm_block_any(nz)) {
+      gemm_mma_body<TP, false, FM, V>(p, is1, pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw);
+      return;
+    }
   }
-GEMM_MMA_VARIANT(64, 1, false, )
-GEMM_MMA_VARIANT(64, 1, true, _split)
-GEMM_MMA_VARIANT(32, 1, false, )
-GEMM_MMA_VARIANT(32, 1, true, _split)
-GEMM_MMA_VARIANT(16, 1, false, )
-GEMM_MMA_VARIANT(16, 1, true, _split)
+  gemm_mma_body<TP, true, FM, V>(p, is1, pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw);
+}
+
+// moe_gemm{1,2}_mma_t<TP>[_split][<VS>]_cb4 and per (TP, split, VS) the dynamic shared memory
+// its launch must give, as a PTX global the host reads (src/backend/hip/kernels.rs dyn_smem).
+// OCC blocks per multiprocessor (launch bounds: 2 -> <= 128 registers). VS: the variant suffix
+// (MXMOE_HIP_MMA_VARIANT, src/backend/hip/choice.rs): none = V 1, _v0 = session 5's kernel.
+#define GEMM_MMA_VARIANT(TP, FM, SPLIT, SFX, V, OCC, VS)                                          \
+  extern "C" __attribute__((device, used)) const u32 moe_gemm_mma_t##TP##SFX##VS##_cb4_smem =     \
+      MmShape<TP, SPLIT, FM>::SMEM;                                                               \
+  MX_KERNEL_OCC(MM_THREADS, OCC) void moe_gemm1_mma_t##TP##SFX##VS##_cb4(GEMM_BF16_ARGS) {         \
+    if (SPLIT)                                                                                    \
+      gemm_mma_split<TP, FM, V>(p, true, GEMM_BF16_PASS);                                         \
+    else                                                                                          \
+      gemm_mma_body<TP, false, FM, V>(p, true, GEMM_BF16_PASS);                                   \
+  }                                                                                               \
+  MX_KERNEL_OCC(MM_THREADS, OCC) void moe_gemm2_mma_t##TP##SFX##VS##_cb4(GEMM_BF16_ARGS) {         \
+    if (SPLIT)                                                                                    \
+      gemm_mma_split<TP, FM, V>(p, false, GEMM_BF16_PASS);                                        \
+    else                                                                                          \
+      gemm_mma_body<TP, false, FM, V>(p, false, GEMM_BF16_PASS);                                  \
+  }
+#define GEMM_MMA_TILES(V, OCC, VS)                 \
+  GEMM_MMA_VARIANT(64, 1, false, , V, OCC, VS)     \
+  GEMM_MMA_VARIANT(64, 1, true, _split, V, OCC, VS) \
+  GEMM_MMA_VARIANT(32, 1, false, , V, OCC, VS)     \
+  GEMM_MMA_VARIANT(32, 1, true, _split, V, OCC, VS) \
+  GEMM_MMA_VARIANT(16, 1, false, , V, OCC, VS)     \
+  GEMM_MMA_VARIANT(16, 1, true, _split, V, OCC, VS)
+GEMM_MMA_TILES(1, 2, )
+GEMM_MMA_TILES(0, 2, _v0)
 // (FM = 2, 32 weight rows per warp, was measured slower on the H200 at 64-pair tiles: gpt-oss-120b
 // 2048 tokens 4.81 vs 4.12 ms, docs/h200-2026-12-01s5-hipgemm3; no kernel is built with it.)
 #endif

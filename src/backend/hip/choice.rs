@@ -308,6 +308,36 @@ pub(super) fn auto_uses_v2(pairs: usize, experts: usize) -> bool {
 /// blocks are GEMM_N = 128 weight rows wide, as v1's.
 pub(super) const MMA_THREADS: u32 = 256;
 
+/// The mma GEMM's kernel variants (`MXMOE_HIP_MMA_VARIANT`, hip/gemm_mma.h `V`): `""` (the
+/// default: pair groups without guards where a warp's columns all hold pairs and the tile is
+/// not a split 32 / 64-pair one, and split tiles whose activations are all bf16-representable
+/// skip the lo MMAs) and `v0` (session 5's kernel, for comparisons).
+pub(super) const MMA_VARIANTS: [&str; 2] = ["", "v0"];
+
+/// The mma GEMM variant `MXMOE_HIP_MMA_VARIANT` asks for (one of [`MMA_VARIANTS`]; unset or
+/// empty: the default).
+pub(super) fn mma_variant() -> Result<&'static str, BackendError> {
+    let v = std::env::var("MXMOE_HIP_MMA_VARIANT").unwrap_or_default();
+    MMA_VARIANTS
+        .iter()
+        .find(|n| **n == v)
+        .copied()
+        .ok_or_else(|| {
+            BackendError::Device(format!(
+                "MXMOE_HIP_MMA_VARIANT={v}: expected v0 (or unset: the default; \
+                 docs/ENVIRONMENT.md)"
+            ))
+        })
+}
+
+/// The kernel-name suffix of mma variant `variant`.
+pub(super) fn mma_suffix(variant: &str) -> String {
+    match variant {
+        "" => String::new(),
+        v => format!("_{v}"),
+    }
+}
+
 /// Whether `auto` runs the mma GEMM (MXFP4 weights, NVIDIA) for `pairs` token-expert pairs over
 /// `experts` local experts: wherever the GEMM runs. Measured on the H200
 /// (docs/h200-2026-12-01s5-hipgemm3; the same 585-case catalog passed with it, also with the
@@ -370,6 +400,20 @@ mod tests {
         assert_eq!(v2_tile_for(32 * 128 + 1, 128), 64);
         assert_eq!(v2_tile_for(1 << 20, 8), 64);
         assert_eq!(v2_tile_for(0, 0), 16);
+        // every mma variant names kernels of every tile (the NVIDIA list)
+        for v in MMA_VARIANTS {
+            for tm in kernels::V2_TILES {
+                for split in ["", "_split"] {
+                    let sfx = mma_suffix(v);
+                    for k in [1, 2] {
+                        let n = format!("moe_gemm{k}_mma_t{tm}{split}{sfx}_cb4");
+                        assert!(kernels::NAMES_MMA.contains(&n.as_str()), "{n}");
+                    }
+                }
+            }
+        }
+        assert_eq!(mma_suffix(""), "");
+        assert_eq!(mma_suffix("v0"), "_v0");
         // auto, MXFP4 weights: the mma GEMM at every measured size
         assert!(auto_uses_mma(256, 128) && auto_uses_mma(8192, 128) && auto_uses_mma(4096, 256));
         // auto, other weights: v2 at the measured 2 pairs per expert, v1 at 8 and more

@@ -831,10 +831,14 @@ impl HipBackend {
             let (k1, k2) = match v2_tm {
                 // mma: the same arguments, grid (128 weight rows a block) and tile list
                 // contract (hip/gemm_mma.h), activations from mx_to_bf16_p8.
-                Some(tm) if use_mma => (
-                    format!("moe_gemm1_mma_t{tm}{sfx}_cb4"),
-                    format!("moe_gemm2_mma_t{tm}{sfx}_cb4"),
-                ),
+                // MXMOE_HIP_MMA_VARIANT picks a variant (measurements).
+                Some(tm) if use_mma => {
+                    let vs = mma_suffix(mma_variant()?);
+                    (
+                        format!("moe_gemm1_mma_t{tm}{sfx}{vs}_cb4"),
+                        format!("moe_gemm2_mma_t{tm}{sfx}{vs}_cb4"),
+                    )
+                }
                 // The same arguments, grid and tile list contract as v1 (hip/mxmoe.cu
                 // gemm_v2_body), tiles of tm pair rows.
                 Some(tm) => (
@@ -872,26 +876,41 @@ impl HipBackend {
                 (inter.div_ceil(GEMM_N / 2) as u32, mt),
                 (h.div_ceil(GEMM_N) as u32, mt),
             );
-            let n1 = (m * h) as u64;
             let xh = dev.alloc(m * h * 2)?;
+            // mma: one u32 per row after the lo values (hip/gemm_mma.h mx_to_bf16_p8: whether
+            // some lo of the row is not +0; tiles of rows without one skip the lo MMAs).
+            let flags = |rows: usize| if use_mma { rows * 4 } else { 0 };
             let xl = if split {
-                Some(dev.alloc(m * h * 2)?)
+                Some(dev.alloc(m * h * 2 + flags(m))?)
             } else {
                 None
             };
             let xlp = xl.as_ref().map_or(0u64, |b| b.ptr);
-            let to_bf16 = if use_mma {
-                "mx_to_bf16_p8"
-            } else {
-                "mx_to_bf16"
-            };
-            run(
-                "moe/to_bf16",
-                to_bf16,
-                (n1.div_ceil(256) as u32, 1),
-                256,
-                &mut args!(x_in, xh.ptr, xlp, n1),
-            )?;
+            // The bf16 conversion: v1 / v2 one thread a value, mma one block a row (its flag).
+            macro_rules! to_bf16 {
+                ($x:expr, $hi:expr, $lo:expr, $rows:expr, $k:expr) => {
+                    if use_mma {
+                        let (r, kk) = ($rows as u32, $k as u32);
+                        run(
+                            "moe/to_bf16",
+                            "mx_to_bf16_p8",
+                            (r, 1),
+                            256,
+                            &mut args!($x, $hi, $lo, r, kk),
+                        )
+                    } else {
+                        let n = ($rows * $k) as u64;
+                        run(
+                            "moe/to_bf16",
+                            "mx_to_bf16",
+                            (n.div_ceil(256) as u32, 1),
+                            256,
+                            &mut args!($x, $hi, $lo, n),
+                        )
+                    }
+                };
+            }
+            to_bf16!(x_in, xh.ptr, xlp, m, h)?;
             run(
                 "moe/gemm1",
                 &k1,
@@ -901,21 +920,14 @@ impl HipBackend {
                     p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p
                 ),
             )?;
-            let n2 = (na * inter) as u64;
             let ah = dev.alloc(na * inter * 2)?;
             let al = if split {
-                Some(dev.alloc(na * inter * 2)?)
+                Some(dev.alloc(na * inter * 2 + flags(na))?)
             } else {
                 None
             };
             let alp = al.as_ref().map_or(0u64, |b| b.ptr);
-            run(
-                "moe/to_bf16",
-                to_bf16,
-                (n2.div_ceil(256) as u32, 1),
-                256,
-                &mut args!(a2.ptr, ah.ptr, alp, n2),
-            )?;
+            to_bf16!(a2.ptr, ah.ptr, alp, na, inter)?;
             run(
                 "moe/gemm2",
                 &k2,
