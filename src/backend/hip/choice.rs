@@ -178,15 +178,17 @@ pub(super) fn gemv_tile(variant: &str) -> usize {
 }
 
 /// The GEMV kernels (gemv1, gemv2) and gemv2's output rows per block for a variant (`v1` for
-/// weight formats other than MXFP4), code bits and, for `mma`, whether the activations are
-/// unquantized f32 (`split`: hi + lo bf16).
-pub(super) fn gemv_kernels(variant: &str, cb: u32, split: bool) -> (String, String, usize) {
+/// weight formats other than MXFP4), code bits and, for `mma`, whether each stage's activations
+/// need a bf16 hi + lo (`split`: unquantized f32 values that are not all bf16 values; where
+/// they are, lo is +0 and its MMAs would add nothing, so the hi-only kernel gives the same
+/// bits).
+pub(super) fn gemv_kernels(variant: &str, cb: u32, split: [bool; 2]) -> (String, String, usize) {
     match variant {
         v if gemv_is_mma(v) => {
-            let sfx = if split { "_split" } else { "" };
+            let sfx = |s: bool| if s { "_split" } else { "" };
             (
-                format!("moe_gemv1_{v}{sfx}_cb4"),
-                format!("moe_gemv2_{v}{sfx}_cb4"),
+                format!("moe_gemv1_{v}{}_cb4", sfx(split[0])),
+                format!("moe_gemv2_{v}{}_cb4", sfx(split[1])),
                 GEMV_MMA_OUT_ROWS,
             )
         }
@@ -520,11 +522,20 @@ mod tests {
                 || kernels::NAMES_GEMV_MMA.contains(&n)
         };
         for v in GEMV_VARIANTS {
-            for split in [false, true] {
+            for split in [[false, false], [true, true], [false, true], [true, false]] {
                 let (k1, k2, rows) = gemv_kernels(v, 4, split);
                 assert!(built(&k1) && built(&k2), "{v}: {k1}, {k2}");
                 assert!(k1.starts_with("moe_gemv1") && k2.starts_with("moe_gemv2"));
-                assert_eq!(k1.contains("_split"), v.starts_with("mma") && split, "{k1}");
+                assert_eq!(
+                    k1.contains("_split"),
+                    v.starts_with("mma") && split[0],
+                    "{k1}"
+                );
+                assert_eq!(
+                    k2.contains("_split"),
+                    v.starts_with("mma") && split[1],
+                    "{k2}"
+                );
                 assert_eq!(
                     rows,
                     if v == "v1" || v.starts_with("mma") {
@@ -537,7 +548,7 @@ mod tests {
             assert_eq!(gemv_tile(v), if v.starts_with("mma") { 8 } else { 4 });
         }
         for cb in [6, 8] {
-            let (k1, k2, _) = gemv_kernels("v1", cb, true);
+            let (k1, k2, _) = gemv_kernels("v1", cb, [true, true]);
             assert!(built(&k1) && built(&k2), "{k1}, {k2}");
         }
         assert!(kernels::NAMES_GEMV_MMA.iter().all(|n| n.contains("_mma")));

@@ -134,6 +134,12 @@ macro_rules! args {
     };
 }
 
+/// Whether every value is a bf16 value (its low 16 bits zero: bf16 -> f32 is exact, so the
+/// bf16 hi of the GEMV's split is the value and its lo +0).
+fn all_bf16(x: &[f32]) -> bool {
+    x.iter().all(|v| v.to_bits() & 0xFFFF == 0)
+}
+
 fn f32_bytes(v: &[f32]) -> &[u8] {
     bytemuck::cast_slice(v)
 }
@@ -749,7 +755,15 @@ impl HipBackend {
         if gemv {
             // hip/mxmoe.cu gemv_body, hip/gemv_mma.h: 32 intermediate columns / `rows2` output
             // rows per block.
-            let (k1, k2, rows2) = gemv_kernels(gv, cb, l.scheme.activation.is_none());
+            // Weight-only schemes take f32 activations as bf16 hi + lo, unless they are bf16
+            // values (a bf16 model's hidden states; the intermediates when rounded to bf16):
+            // then lo is +0 and the hi-only kernel gives the same bits with half the MMAs.
+            let weight_only = l.scheme.activation.is_none();
+            let split = [
+                weight_only && !all_bf16(hidden),
+                weight_only && opts.intermediate != Intermediate::Bf16,
+            ];
+            let (k1, k2, rows2) = gemv_kernels(gv, cb, split);
             let g2 = (mt, h.div_ceil(rows2) as u32);
             let none = 0u64;
             run(
