@@ -16,7 +16,7 @@ use super::source::Shader;
 use crate::backend::BackendError;
 use crate::format::MxFormat;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
 
@@ -176,6 +176,28 @@ const WRITE_PIECE: usize = 1 << 20;
 /// Pooled buffers kept per (usage, power-of-two size) class.
 const POOL_PER_CLASS: usize = 12;
 
+/// Idle upload buffers ([`Upload`]) the context keeps (a layer's cached forward keeps its own).
+const UPLOADS_KEPT: usize = 4;
+
+/// [`Upload`] states.
+const UP_UNMAPPED: u8 = 0;
+const UP_REQUESTED: u8 = 1;
+const UP_MAPPED: u8 = 2;
+const UP_FAILED: u8 = 3;
+
+/// A host-visible upload buffer (MAP_WRITE | COPY_SRC) that stays mapped while idle: a forward
+/// writes its inputs straight into the mapping, unmaps, records copies into the device buffers
+/// at the start of its command buffer, and asks for the mapping again right after the submit
+/// (granted once that submission completes, in the same poll that completes the readback).
+/// `queue.write_buffer` instead creates, maps and later frees a fresh staging buffer per call
+/// and submits an extra command buffer of pending writes (wgpu-core `Queue::write_buffer`,
+/// `StagingBuffer::new`); at 2048 tokens those staging buffers are tens of MB of fresh mapped
+/// memory per forward.
+pub struct Upload {
+    pub buf: wgpu::Buffer,
+    state: Arc<AtomicU8>,
+}
+
 /// GPU timestamps around compute passes (TIMESTAMP_QUERY), for benchmarks.
 pub struct Timer {
     set: wgpu::QuerySet,
@@ -308,6 +330,8 @@ pub struct Context {
     modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<PipeKey, wgpu::ComputePipeline>>,
     pool: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
+    /// Idle [`Upload`] buffers, mapped (or about to be).
+    uploads: Mutex<Vec<Upload>>,
     /// Test hook: the largest weight chunk (bytes) instead of the adapter's binding limit.
     pub chunk_override: AtomicU64,
     pub poison: AtomicBool,
@@ -526,6 +550,7 @@ impl Context {
             modules: Mutex::new(HashMap::new()),
             pipelines: Mutex::new(HashMap::new()),
             pool: Mutex::new(HashMap::new()),
+            uploads: Mutex::new(Vec::new()),
             chunk_override: AtomicU64::new(0),
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
             fp4_register_decode: AtomicBool::new(false),
@@ -1299,6 +1324,114 @@ impl Context {
             });
     }
 
+    /// An idle [`Upload`] buffer of at least `size` bytes (the smallest kept one that fits, else
+    /// a new one, mapped at creation).
+    pub fn take_upload(&self, size: u64) -> Upload {
+        {
+            let mut ups = self.uploads.lock().unwrap();
+            let best = ups
+                .iter()
+                .enumerate()
+                .filter(|(_, u)| u.buf.size() >= size)
+                .min_by_key(|(_, u)| u.buf.size())
+                .map(|(i, _)| i);
+            if let Some(i) = best {
+                return ups.swap_remove(i);
+            }
+        }
+        let pow2 = size.max(256).next_power_of_two();
+        let class = if pow2 <= self.limits.max_buffer_size {
+            pow2
+        } else {
+            size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
+        };
+        Upload {
+            buf: self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("mxmoe upload"),
+                size: class,
+                usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: true,
+            }),
+            state: Arc::new(AtomicU8::new(UP_MAPPED)),
+        }
+    }
+
+    /// Keep an idle [`Upload`] buffer for a later [`Context::take_upload`] (a few are kept; one
+    /// whose mapping failed is dropped).
+    pub fn give_upload(&self, up: Upload) {
+        if up.state.load(Ordering::Acquire) == UP_FAILED {
+            return;
+        }
+        let mut ups = self.uploads.lock().unwrap();
+        if ups.len() < UPLOADS_KEPT {
+            ups.push(up);
+        }
+    }
+
+    /// Write `parts` ((byte offset, bytes), offsets and lengths multiples of 4) into `up`'s
+    /// mapping, then unmap it so that copies from it can be recorded. Waits for the mapping if
+    /// the last submission that read the buffer is still running; parts of [`WRITE_PAR_MIN`]
+    /// bytes or more are copied from rayon's threads in [`WRITE_PIECE`] pieces (a 2048-token
+    /// batch is tens of MB).
+    pub fn fill_upload(&self, up: &Upload, parts: &[(u64, &[u8])]) -> Result<(), BackendError> {
+        use rayon::prelude::*;
+        let map_err = |e: String| BackendError::Device(format!("upload buffer: {e}"));
+        if up.state.load(Ordering::Acquire) == UP_UNMAPPED {
+            // Left unmapped by a forward that failed between its fill and its submit.
+            self.request_map(up);
+        }
+        if up.state.load(Ordering::Acquire) == UP_REQUESTED {
+            self.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| map_err(format!("poll: {e}")))?;
+        }
+        if up.state.load(Ordering::Acquire) != UP_MAPPED {
+            up.state.store(UP_FAILED, Ordering::Release);
+            return Err(map_err("map_async for writing failed".into()));
+        }
+        {
+            let mut v = up
+                .buf
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| map_err(format!("mapped range: {e}")))?;
+            for &(off, data) in parts {
+                let mut dst = v.slice(off as usize..off as usize + data.len());
+                if data.len() < WRITE_PAR_MIN {
+                    dst.copy_from_slice(data);
+                } else {
+                    // wgpu's write-only view is not Send: the pieces are written through its
+                    // pointer. SAFETY: the pointer covers `data.len()` writable bytes (the
+                    // view's length, checked by `slice`), the pieces are disjoint, and the view
+                    // outlives the parallel loop (it is joined before `v` is dropped).
+                    let base = dst.as_raw_element_ptr().as_ptr() as usize;
+                    data.par_chunks(WRITE_PIECE).enumerate().for_each(|(i, s)| unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            s.as_ptr(),
+                            (base as *mut u8).add(i * WRITE_PIECE),
+                            s.len(),
+                        )
+                    });
+                }
+            }
+        }
+        up.buf.unmap();
+        up.state.store(UP_UNMAPPED, Ordering::Release);
+        Ok(())
+    }
+
+    /// Ask for `up`'s mapping again (after the submission that reads it).
+    fn request_map(&self, up: &Upload) {
+        up.state.store(UP_REQUESTED, Ordering::Release);
+        let st = up.state.clone();
+        up.buf.slice(..).map_async(wgpu::MapMode::Write, move |r| {
+            st.store(
+                if r.is_ok() { UP_MAPPED } else { UP_FAILED },
+                Ordering::Release,
+            );
+        });
+    }
+
     /// An unpooled storage buffer holding `data` exactly (weights that live with a layer).
     pub fn upload_owned(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
         let mut v;
@@ -1361,11 +1494,13 @@ impl Context {
     /// Record copies of `(buffer, bytes)` into ONE mappable buffer (each part at a 256-byte
     /// aligned offset), submit `enc`, wait for it (spinning on the fence for a short while before
     /// blocking: a blocking wait adds the wake-up latency of a sleeping thread to every forward),
-    /// map once and hand the parts to `read`, which copies out what it needs. Device errors
-    /// raised meanwhile are returned as [`BackendError::Device`].
+    /// map once and hand the parts to `read`, which copies out what it needs. The `uploads` the
+    /// submission reads are asked to map again right after the submit (see [`Upload`]). Device
+    /// errors raised meanwhile are returned as [`BackendError::Device`].
     pub fn submit_and_map<T>(
         &self,
         mut enc: wgpu::CommandEncoder,
+        uploads: &[&Upload],
         reads: &[(&wgpu::Buffer, u64)],
         read: impl FnOnce(&[&[u8]]) -> T,
     ) -> Result<T, BackendError> {
@@ -1387,6 +1522,9 @@ impl Context {
         let cmd = enc.finish();
         host_profile::mark("finish_encoder");
         self.queue.submit([cmd]);
+        for up in uploads {
+            self.request_map(up);
+        }
         host_profile::mark("submit");
         let done = Arc::new(Mutex::new(None));
         let d2 = done.clone();
