@@ -1599,6 +1599,27 @@ impl Context {
         Ok(out)
     }
 
+    /// The round trip of a minimal submission, in microseconds ([min, median, max] over `n`):
+    /// one 4-byte copy into a mappable buffer, submit, wait and map as a forward does
+    /// ([`Context::submit_and_map`]). The floor under any forward's wall time here (host
+    /// profile diagnostic).
+    pub fn round_trip_probe(&self, n: usize) -> Result<[f64; 3], BackendError> {
+        let src = self.storage(4);
+        let mut t = Vec::with_capacity(n);
+        for _ in 0..n.max(1) {
+            let t0 = std::time::Instant::now();
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("probe") });
+            enc.clear_buffer(&src, 0, None);
+            self.submit_and_map(enc, &[], &[(&src, 4)], |_| ())?;
+            t.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        self.give([src]);
+        t.sort_by(|a, b| a.total_cmp(b));
+        Ok([t[0], t[t.len() / 2], t[t.len() - 1]])
+    }
+
     /// Record copies of `(buffer, bytes)` into mappable buffers, submit `enc`, wait, and read
     /// them back. Device errors raised meanwhile are returned as [`BackendError::Device`].
     pub fn submit_and_read(

@@ -542,6 +542,14 @@ pub fn forward(
             times,
         ));
     }
+    host_profile::once(|| match ctx.round_trip_probe(200) {
+        Ok([lo, med, hi]) => format!(
+            "round trip of a minimal submission (clear 4 bytes, copy them to a mappable \
+             buffer, submit, wait, map) on {}: median {med:.1} us [{lo:.1}..{hi:.1}] over 200",
+            ctx.info.adapter.name
+        ),
+        Err(e) => format!("round-trip probe failed: {e}"),
+    });
     host_profile::start();
     // The router's input checks (finite logits; the bias was checked at upload).
     ops::validate_route(&l.router, logits, l.n_experts, None)?;
