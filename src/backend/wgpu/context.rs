@@ -1682,18 +1682,65 @@ pub fn pod_vec<T: bytemuck::Pod + Send>(bytes: &[u8]) -> Vec<T> {
     use rayon::prelude::*;
     let sz = std::mem::size_of::<T>();
     let n = bytes.len() / sz;
-    let mut out: Vec<T> = vec![T::zeroed(); n];
+    let src = &bytes[..n * sz];
+    // Not zero-filled first: a `vec![zeroed; n]` of a size the allocator reuses (glibc keeps
+    // freed blocks up to 32 MiB in its heap) is a single-threaded memset of the whole output
+    // before the copy (23.6 MB at 2048 gpt-oss tokens).
+    let mut out: Vec<T> = Vec::with_capacity(n);
+    let dst = &mut out.spare_capacity_mut()[..n];
     // Elements per task: small enough that a 2048-token output (23.6 MB for gpt-oss) is spread
     // over every core (the copy out of the mapped buffer also takes the fresh Vec's page
     // faults; with 4 MiB tasks it ran at ~6.5 GB/s on the H200's host,
-    // docs/h200-2026-12-01s5-wgpu5).
+    // docs/h200-2026-12-01s5-wgpu5). Below WRITE_PAR_MIN bytes one thread copies: waking
+    // rayon's threads cost more than it saved (gpt-oss 64 tokens, 737 KB: 70 us in one copy,
+    // 200 us in 3 tasks on the H200's host, docs/h200-2026-12-01s6-wgpu).
     const CHUNK: usize = 1 << 16;
-    if n <= CHUNK {
-        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&bytes[..n * sz]);
+    // SAFETY (both copies): `d` has room for `s.len()` bytes (CHUNK elements of T against
+    // CHUNK * sz bytes; the last pieces are as short as each other), source and destination
+    // do not overlap (a fresh allocation), and T is Pod, so any bytes are a valid T.
+    let copy = |d: &mut [std::mem::MaybeUninit<T>], s: &[u8]| unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u8>(), s.len())
+    };
+    if n * sz < WRITE_PAR_MIN {
+        copy(dst, src);
     } else {
-        out.par_chunks_mut(CHUNK)
-            .zip(bytes[..n * sz].par_chunks(CHUNK * sz))
-            .for_each(|(d, s)| bytemuck::cast_slice_mut::<T, u8>(d).copy_from_slice(s));
+        dst.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK * sz))
+            .for_each(|(d, s)| copy(d, s));
     }
+    // SAFETY: all n elements were written above.
+    unsafe { out.set_len(n) };
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pod_vec, WRITE_PAR_MIN};
+
+    /// `pod_vec` against a byte-by-byte decode, below and above the size where it splits the
+    /// copy over threads, with a short last piece and a trailing partial element (dropped).
+    #[test]
+    fn pod_vec_copies_every_element() {
+        for len in [
+            0usize,
+            3,
+            4,
+            4096 + 2,
+            WRITE_PAR_MIN - 4,
+            WRITE_PAR_MIN,
+            WRITE_PAR_MIN + (1 << 18) + 12,
+        ] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+            let want: Vec<u32> = bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            assert_eq!(pod_vec::<u32>(&bytes), want, "{len} bytes as u32");
+            let want16: Vec<u16> = bytes
+                .chunks_exact(2)
+                .map(|c| u16::from_ne_bytes([c[0], c[1]]))
+                .collect();
+            assert_eq!(pod_vec::<u16>(&bytes), want16, "{len} bytes as u16");
+        }
+    }
 }
