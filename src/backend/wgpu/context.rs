@@ -859,7 +859,7 @@ impl Context {
                 ));
             }
             // Checked on every switch (its pipelines are cached after the first).
-            self.check_coop64p()?;
+            self.check_coop64p(k)?;
         }
         *self.coop_pre.lock().unwrap() = k;
         Ok(())
@@ -940,13 +940,21 @@ impl Context {
 
     /// Kernel k64p's device check: `coop64p_check` loads A with coopLoadT from a storage buffer
     /// (f16 rows of stride 40 at a row offset, as the k-loop loads xp_hi) and must give exactly
-    /// the product `coop_check` gives; then its pipelines and the pre-passes must build.
-    fn check_coop64p(&self) -> Result<(), String> {
-        let need = COOP64P_WORKGROUP_BYTES;
+    /// the product `coop_check` gives; then the GEMM pipelines of kernel `k` (k64p or k64pw;
+    /// only the one asked for: each costs seconds of driver compilation at start-up) and the
+    /// pre-passes must build.
+    fn check_coop64p(&self, k: CoopKernel) -> Result<(), String> {
+        // k64pw keeps k64's workgroup tiles (A is copied into them); k64p drops the A tiles.
+        let need = if k == CoopKernel::K64pw {
+            COOP64_WORKGROUP_BYTES
+        } else {
+            COOP64P_WORKGROUP_BYTES
+        };
         let have = self.limits.max_compute_workgroup_storage_size;
         if need > have {
             return Err(format!(
-                "kernel k64p needs {need} B of workgroup memory, the adapter has {have} B"
+                "kernel {} needs {need} B of workgroup memory, the adapter has {have} B",
+                k.name()
             ));
         }
         let run = || -> Result<Vec<u8>, BackendError> {
@@ -980,12 +988,8 @@ impl Context {
             bytemuck::pod_collect_to_vec(&run().map_err(|e| format!("coop64p_check failed: {e}"))?);
         check_coop_product(&got).map_err(|e| format!("coop64p_check failed: {e}"))?;
         let ov = self.coop64_overrides();
-        for entry in [
-            "coop64p_gemm1",
-            "coop64p_gemm2",
-            "coop64pw_gemm1",
-            "coop64pw_gemm2",
-        ] {
+        let (g1, g2) = k.entries();
+        for entry in [g1, g2] {
             self.pipeline(Shader::MoeGemmCoop, entry, &ov)
                 .map_err(|e| e.to_string())?;
         }
