@@ -169,8 +169,9 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// or less finishes while spinning; longer ones block, costing one wake-up).
 const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// [`Context::write_large`] splits writes of at least this many bytes over threads, in pieces
-/// of `WRITE_PIECE` bytes (a multiple of wgpu's 4-byte copy alignment).
+/// [`Context::fill_upload`] (and the readback's `pod_vec`) split copies of at least this many
+/// bytes over threads, in pieces of `WRITE_PIECE` bytes (a multiple of wgpu's 4-byte copy
+/// alignment).
 pub const WRITE_PAR_MIN: usize = 4 << 20;
 const WRITE_PIECE: usize = 1 << 20;
 
@@ -1323,27 +1324,6 @@ impl Context {
             }
         }
         b
-    }
-
-    /// Write `data` (length a multiple of 4) into `buf` from offset 0, as `queue.write_buffer`
-    /// does; writes of [`WRITE_PAR_MIN`] bytes or more are cut into pieces written from rayon's
-    /// threads: wgpu copies each piece into its own staging buffer before it takes the queue's
-    /// lock (wgpu-core `Queue::write_buffer`), so the copies of a large activation upload run in
-    /// parallel instead of on the calling thread alone.
-    pub fn write_large(&self, buf: &wgpu::Buffer, data: &[u8]) {
-        use rayon::prelude::*;
-        if data.len() < WRITE_PAR_MIN {
-            if !data.is_empty() {
-                self.queue.write_buffer(buf, 0, data);
-            }
-            return;
-        }
-        data.par_chunks(WRITE_PIECE)
-            .enumerate()
-            .for_each(|(i, piece)| {
-                self.queue
-                    .write_buffer(buf, (i * WRITE_PIECE) as u64, piece)
-            });
     }
 
     /// An idle [`Upload`] buffer of at least `size` bytes (the smallest kept one that fits, else
