@@ -202,7 +202,8 @@ fn gemm_tiled_and_coop_on_catalog_cases() {
                 assert_eq!(b.coop_kernel(), k);
                 check_on(&b, &mut mat, c, &[MoePath::Gemm]);
             }
-            b.set_coop_pre(default.prepass().then_some(default)).unwrap();
+            b.set_coop_pre(default.prepass().then_some(default))
+                .unwrap();
             assert_eq!(b.coop_kernel(), default);
         }
         b.set_coop_gemm(false).unwrap();

@@ -1407,13 +1407,15 @@ impl Context {
                     // view's length, checked by `slice`), the pieces are disjoint, and the view
                     // outlives the parallel loop (it is joined before `v` is dropped).
                     let base = dst.as_raw_element_ptr().as_ptr() as usize;
-                    data.par_chunks(WRITE_PIECE).enumerate().for_each(|(i, s)| unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            s.as_ptr(),
-                            (base as *mut u8).add(i * WRITE_PIECE),
-                            s.len(),
-                        )
-                    });
+                    data.par_chunks(WRITE_PIECE)
+                        .enumerate()
+                        .for_each(|(i, s)| unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                s.as_ptr(),
+                                (base as *mut u8).add(i * WRITE_PIECE),
+                                s.len(),
+                            )
+                        });
                 }
             }
         }
@@ -1594,7 +1596,9 @@ impl Context {
             let t0 = std::time::Instant::now();
             let mut enc = self
                 .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("probe") });
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("probe"),
+                });
             enc.clear_buffer(&src, 0, None);
             self.submit_and_map(enc, &[], &[(&src, 4)], |_| ())?;
             t.push(t0.elapsed().as_secs_f64() * 1e6);

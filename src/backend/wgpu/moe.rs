@@ -443,10 +443,12 @@ impl Recorder<'_> {
             p.dispatch_workgroups(x, y, 1);
         };
         match self.timer.as_deref_mut() {
-            Some(t) => run(&mut self.enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(label),
-                timestamp_writes: t.writes(label),
-            })),
+            Some(t) => run(
+                &mut self.enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(label),
+                    timestamp_writes: t.writes(label),
+                }),
+            ),
             None => {
                 // The pass no longer borrows the encoder (forget_lifetime); it is ended when the
                 // recorder is dropped, before the encoder records anything else.
@@ -944,7 +946,12 @@ pub fn forward(
     }
     // Input QDQ, once per token.
     if let (Some(pq), Some(bg)) = (&p_qdq, &c.bg_qdq) {
-        rec.dispatch("moe/input_qdq", pq, bg, ctx.grid((m * h / 32).div_ceil(8) as u32));
+        rec.dispatch(
+            "moe/input_qdq",
+            pq,
+            bg,
+            ctx.grid((m * h / 32).div_ceil(8) as u32),
+        );
     }
     let nc = g.chunks.len();
     let stages = [
