@@ -1,8 +1,9 @@
 // moe_gemm_coop.wgsl: the prefill expert passes on cooperative matrices (tensor cores), for
 // adapters with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX offering f16 16x16x16 with f32
-// accumulation. Two kernels: k32 (`coop_gemm1`, `coop_gemm2`, described first) and k64
-// (`coop64_gemm1`, `coop64_gemm2`, below: the default where `coop64_check` passes; same tile,
-// epilogues and numerics, cheaper staging). Composed after moe_gemm.wgsl (same tiles, loads and epilogues: gemm1_load,
+// accumulation. Kernels: k32 (`coop_gemm1`, `coop_gemm2`, described first), k64
+// (`coop64_gemm1`, `coop64_gemm2`, below: same tile, epilogues and numerics, cheaper staging),
+// and k64p / k64pw (after the pre-passes of moe_coop_prepass.wgsl; k64pw is the default where
+// `coop64_check` and `coop64p_check` pass). Composed after moe_gemm.wgsl (same tiles, loads and epilogues: gemm1_load,
 // gemm2_load, gemm1_finish, gemm2_finish); only the k-loop differs. The host composes it with
 // `enable f16; enable wgpu_cooperative_matrix;` (src/backend/wgpu/source.rs) and runs it only
 // after `coop_check` (below) passed on the device; elsewhere moe_gemm.wgsl runs.
@@ -325,8 +326,9 @@ fn coop_check(@builtin(local_invocation_index) lid: u32) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kernel k64 (`coop64_gemm1`, `coop64_gemm2`; the default where `coop64_check` passes,
-// `MXMOE_COOP_KERNEL=k32` keeps the kernel above). Same tile (64 rows x 128 weight columns),
+// Kernel k64 (`coop64_gemm1`, `coop64_gemm2`; where `coop64_check` passes,
+// `MXMOE_COOP_KERNEL=k64`, and the default where k64pw's check fails; `MXMOE_COOP_KERNEL=k32`
+// keeps the kernel above). Same tile (64 rows x 128 weight columns),
 // same epilogues, same numerics contract (the running exponents ex / ew, exact weight staging,
 // activations as hi + lo); what changes is how the tiles get into workgroup memory and how
 // many matrix instructions each staged byte feeds. Kernel k32 spent ~80 % of its time staging
@@ -702,8 +704,8 @@ fn coop64_check(@builtin(local_invocation_index) lid: u32) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kernel k64p (`coop64p_gemm1`, `coop64p_gemm2`; `MXMOE_COOP_KERNEL=k64p`, not the default):
-// kernel k64 with the activation staging taken out of the k-loop. On the H200 (gpt-oss-120b,
+// Kernel k64p (`coop64p_gemm1`, `coop64p_gemm2`; `MXMOE_COOP_KERNEL=k64p`, not the default:
+// slower than k64pw on the H200): kernel k64 with the activation staging taken out of the k-loop. On the H200 (gpt-oss-120b,
 // 2048 tokens, docs/h200-2026-12-01s5-route) k64's global loads and f16 staging took ~12 of
 // its 18 ms, and gemm1 converts every activation row once per 128-column block (45 times for
 // gpt-oss) with an atomic per subgroup and K step for the running exponent ex. Here the
@@ -974,8 +976,8 @@ fn coop64p_check(@builtin(local_invocation_index) lid: u32) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kernel k64pw (`coop64pw_gemm1`, `coop64pw_gemm2`; `MXMOE_COOP_KERNEL=k64pw`, not the
-// default): k64p's pre-converted activations (same pre-passes, same numerics, same per-row
+// Kernel k64pw (`coop64pw_gemm1`, `coop64pw_gemm2`; the default where its checks pass,
+// `MXMOE_COOP_KERNEL=k64` for k64): k64p's pre-converted activations (same pre-passes, same numerics, same per-row
 // exponents, same weights and hand-out), but copied into workgroup memory each K step
 // instead of loaded by the MMAs from storage: for a driver whose cooperative loads from
 // storage are slow. The copy is k64's activation staging without its work: each invocation

@@ -144,7 +144,8 @@ fn moe_gemm_and_gemv_paths_on_catalog_cases() {
 /// The prefill GEMM's kernels: the tiled f32 GEMM runs everywhere (the test above); where the
 /// adapter offers cooperative matrices (f16 16x16x16, f32 accumulation) and passed
 /// `coop_check`, the cooperative GEMM must satisfy every quick MoE case on the GEMM path too
-/// (both kernels, k64 and k32, where k64 passed `coop64_check`), and so must the tiled GEMM
+/// (the default kernel, k64pw where its checks passed, and k64, k32, k64p where k64 passed
+/// `coop64_check`), and so must the tiled GEMM
 /// when switched back. An adapter without them (lavapipe) must
 /// refuse the cooperative GEMM with a reason: never a silent pass. Own backend instance: the
 /// choice is per device context.
@@ -180,22 +181,30 @@ fn gemm_tiled_and_coop_on_catalog_cases() {
         .filter(Case::is_moe)
         .collect();
     assert!(cases.len() > 50);
+    // The default kernel: k64pw where k64 and k64p's check passed (else k64, else k32).
+    let default = b.coop_kernel();
+    println!("cooperative GEMM default kernel: {}", default.name());
     for c in &cases {
         b.set_coop_gemm(true).unwrap();
         check_on(&b, &mut mat, c, &[MoePath::Gemm]);
         if k64 {
+            // k64 (no pre-passes), k32, then the pre-pass kernels k64p (A from storage) and
+            // k64pw (A copied into workgroup memory), then back to the default.
+            b.set_coop_pre(None).unwrap();
+            assert_eq!(b.coop_kernel(), CoopKernel::K64);
+            check_on(&b, &mut mat, c, &[MoePath::Gemm]);
             b.set_coop_k64(false).unwrap();
+            assert_eq!(b.coop_kernel(), CoopKernel::K32);
             check_on(&b, &mut mat, c, &[MoePath::Gemm]);
             b.set_coop_k64(true).unwrap();
-            // The pre-pass kernels k64p (A from storage) and k64pw (A copied into workgroup
-            // memory): never the default, checked here.
             for k in [CoopKernel::K64p, CoopKernel::K64pw] {
                 b.set_coop_pre(Some(k)).unwrap();
                 assert_eq!(b.coop_kernel(), k);
                 check_on(&b, &mut mat, c, &[MoePath::Gemm]);
             }
-            b.set_coop_pre(None).unwrap();
-            assert_eq!(b.coop_kernel(), CoopKernel::K64);
+            b.set_coop_pre(default.prepass().then_some(default))
+                .unwrap();
+            assert_eq!(b.coop_kernel(), default);
         }
         b.set_coop_gemm(false).unwrap();
         check_on(&b, &mut mat, c, &[MoePath::Gemm]);

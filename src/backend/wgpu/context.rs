@@ -16,7 +16,7 @@ use super::source::Shader;
 use crate::backend::BackendError;
 use crate::format::MxFormat;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
 
@@ -77,16 +77,17 @@ pub const COOP64P_WORKGROUP_BYTES: u32 = COOP64_WORKGROUP_BYTES - 2 * 64 * 72 * 
 pub enum CoopKernel {
     /// `coop_gemm1/2`: the first kernel (K steps of 32).
     K32,
-    /// `coop64_gemm1/2`: K steps of 64, conflict-free staging (the default where its check
-    /// passed).
+    /// `coop64_gemm1/2`: K steps of 64, conflict-free staging (where its check passed; the
+    /// default where k64pw's check failed).
     K64,
     /// `coop64p_gemm1/2` after the pre-passes `coopp_prep1/2` (moe_coop_prepass.wgsl): k64 with
     /// the activations converted to f16 once per forward (one exponent per row) and loaded by
-    /// the MMAs straight from storage. Not the default (not yet measured on a device).
+    /// the MMAs straight from storage. Not the default (slower than k64pw on the H200).
     K64p,
     /// `coop64pw_gemm1/2` after the same pre-passes: k64p's activations copied (16-byte loads,
     /// no conversion, no atomics) into k64's workgroup tiles each K step, for drivers whose
-    /// cooperative loads from storage are slow. Not the default (not yet measured).
+    /// cooperative loads from storage are slow. The default where k64's and k64p's checks
+    /// passed (13 % faster than k64 at gpt-oss-120b 2048 tokens on the H200).
     K64pw,
 }
 
@@ -168,13 +169,36 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// or less finishes while spinning; longer ones block, costing one wake-up).
 const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// [`Context::write_large`] splits writes of at least this many bytes over threads, in pieces
-/// of `WRITE_PIECE` bytes (a multiple of wgpu's 4-byte copy alignment).
+/// [`Context::fill_upload`] (and the readback's `pod_vec`) split copies of at least this many
+/// bytes over threads, in pieces of `WRITE_PIECE` bytes (a multiple of wgpu's 4-byte copy
+/// alignment).
 pub const WRITE_PAR_MIN: usize = 4 << 20;
 const WRITE_PIECE: usize = 1 << 20;
 
 /// Pooled buffers kept per (usage, power-of-two size) class.
 const POOL_PER_CLASS: usize = 12;
+
+/// Idle upload buffers ([`Upload`]) the context keeps (a layer's cached forward keeps its own).
+const UPLOADS_KEPT: usize = 4;
+
+/// [`Upload`] states.
+const UP_UNMAPPED: u8 = 0;
+const UP_REQUESTED: u8 = 1;
+const UP_MAPPED: u8 = 2;
+const UP_FAILED: u8 = 3;
+
+/// A host-visible upload buffer (MAP_WRITE | COPY_SRC) that stays mapped while idle: a forward
+/// writes its inputs straight into the mapping, unmaps, records copies into the device buffers
+/// at the start of its command buffer, and asks for the mapping again right after the submit
+/// (granted once that submission completes, in the same poll that completes the readback).
+/// `queue.write_buffer` instead creates, maps and later frees a fresh staging buffer per call
+/// and submits an extra command buffer of pending writes (wgpu-core `Queue::write_buffer`,
+/// `StagingBuffer::new`); at 2048 tokens those staging buffers are tens of MB of fresh mapped
+/// memory per forward.
+pub struct Upload {
+    pub buf: wgpu::Buffer,
+    state: Arc<AtomicU8>,
+}
 
 /// GPU timestamps around compute passes (TIMESTAMP_QUERY), for benchmarks.
 pub struct Timer {
@@ -308,6 +332,8 @@ pub struct Context {
     modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<PipeKey, wgpu::ComputePipeline>>,
     pool: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
+    /// Idle [`Upload`] buffers, mapped (or about to be).
+    uploads: Mutex<Vec<Upload>>,
     /// Test hook: the largest weight chunk (bytes) instead of the adapter's binding limit.
     pub chunk_override: AtomicU64,
     pub poison: AtomicBool,
@@ -352,10 +378,13 @@ pub struct Context {
     coop_k64_ok: bool,
     /// Why k64 cannot run (empty when it can).
     coop_k64_note: Mutex<String>,
-    /// The pre-pass kernel when the cooperative GEMM (when it runs) is one
-    /// (`MXMOE_COOP_KERNEL=k64p|k64pw`; never the default): the pre-passes of
-    /// moe_coop_prepass.wgsl, then its GEMMs. Takes precedence over `coop_k64`.
+    /// The pre-pass kernel when the cooperative GEMM (when it runs) is one: k64pw by default
+    /// where k64 and `coop64p_check` passed, `MXMOE_COOP_KERNEL=k64p|k64pw` chooses, `k64` or
+    /// `k32` turns it off. The pre-passes of moe_coop_prepass.wgsl, then its GEMMs. Takes
+    /// precedence over `coop_k64`.
     coop_pre: Mutex<Option<CoopKernel>>,
+    /// Why the default k64pw does not run where k64 does (empty otherwise).
+    coop_pre_note: Mutex<String>,
     /// Test hook (`set_gemm_pre_ref`): where the tiled GEMM runs, run it over the pre-pass
     /// kernels' pre-converted rows (`gemm1_pre_ref`, `gemm2_pre_ref` after `coopp_prep1/2`),
     /// so that adapters without cooperative matrices exercise the pre-passes inside a forward.
@@ -526,6 +555,7 @@ impl Context {
             modules: Mutex::new(HashMap::new()),
             pipelines: Mutex::new(HashMap::new()),
             pool: Mutex::new(HashMap::new()),
+            uploads: Mutex::new(Vec::new()),
             chunk_override: AtomicU64::new(0),
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
             fp4_register_decode: AtomicBool::new(false),
@@ -560,6 +590,7 @@ impl Context {
             coop_k64_ok: false,
             coop_k64_note: Mutex::new(String::new()),
             coop_pre: Mutex::new(None),
+            coop_pre_note: Mutex::new(String::new()),
             gemm_pre_ref: AtomicBool::new(false),
             coop_overrides: [
                 (
@@ -657,14 +688,25 @@ impl Context {
                 ctx.coop_k64_ok && kernel_env != Some(CoopKernel::K32),
                 Ordering::Relaxed,
             );
-            // The pre-pass kernels are checked (and built) only when asked for: not the default.
-            if let Some(k) = kernel_env.filter(|k| ctx.coop_k64_ok && k.prepass()) {
+            // Kernel k64pw is the default where k64 passed (gpt-oss-120b at 2048 tokens on the
+            // H200: 18.4 vs 21.2 ms GPU, docs/h200-2026-12-01s5-closing/extra/prepass; the
+            // forced-GEMM catalog: docs/h200-2026-12-01s6-wgpu). Asked for by name, a failed
+            // check is an error; by default, k64 stays and the note says why.
+            let pre = match kernel_env {
+                None => Some(CoopKernel::K64pw),
+                Some(k) if k.prepass() => Some(k),
+                Some(_) => None,
+            };
+            if let Some(k) = pre.filter(|_| ctx.coop_k64_ok) {
                 if let Err(e) = ctx.set_coop_pre(Some(k)) {
-                    return Err(BackendError::Device(format!(
-                        "MXMOE_COOP_KERNEL={} on {}: {e}",
-                        k.name(),
-                        ctx.info.adapter.name
-                    )));
+                    if kernel_env.is_some() {
+                        return Err(BackendError::Device(format!(
+                            "MXMOE_COOP_KERNEL={} on {}: {e}",
+                            k.name(),
+                            ctx.info.adapter.name
+                        )));
+                    }
+                    *ctx.coop_pre_note.lock().unwrap() = format!("k64pw not used: {e}; ");
                 }
             }
         }
@@ -676,7 +718,8 @@ impl Context {
                     format!(
                         "kernel {} (k64 with the activations pre-converted once per forward \
                          by coopp_prep1/2, one exponent per row, A {}; FP4 decoded {}; \
-                         coop64p_check passed; MXMOE_COOP_KERNEL=k64 for k64)",
+                         coop64p_check passed; MXMOE_COOP_KERNEL=k64 for k64, k32 for the \
+                         first kernel)",
                         k.name(),
                         if k == CoopKernel::K64p {
                             "loaded by the MMAs from storage"
@@ -692,7 +735,8 @@ impl Context {
                 } else if ctx.coop_k64() {
                     format!(
                         "kernel k64 (K steps of 64, FP4 decoded {}; coop64_check passed; \
-                         MXMOE_COOP_KERNEL=k32 for the first kernel)",
+                         {}MXMOE_COOP_KERNEL=k32 for the first kernel)",
+                        ctx.coop_pre_note.lock().unwrap(),
                         if ctx.fp4_register_decode.load(Ordering::Relaxed) {
                             "in registers"
                         } else {
@@ -816,7 +860,7 @@ impl Context {
                 ));
             }
             // Checked on every switch (its pipelines are cached after the first).
-            self.check_coop64p()?;
+            self.check_coop64p(k)?;
         }
         *self.coop_pre.lock().unwrap() = k;
         Ok(())
@@ -897,13 +941,21 @@ impl Context {
 
     /// Kernel k64p's device check: `coop64p_check` loads A with coopLoadT from a storage buffer
     /// (f16 rows of stride 40 at a row offset, as the k-loop loads xp_hi) and must give exactly
-    /// the product `coop_check` gives; then its pipelines and the pre-passes must build.
-    fn check_coop64p(&self) -> Result<(), String> {
-        let need = COOP64P_WORKGROUP_BYTES;
+    /// the product `coop_check` gives; then the GEMM pipelines of kernel `k` (k64p or k64pw;
+    /// only the one asked for: each costs seconds of driver compilation at start-up) and the
+    /// pre-passes must build.
+    fn check_coop64p(&self, k: CoopKernel) -> Result<(), String> {
+        // k64pw keeps k64's workgroup tiles (A is copied into them); k64p drops the A tiles.
+        let need = if k == CoopKernel::K64pw {
+            COOP64_WORKGROUP_BYTES
+        } else {
+            COOP64P_WORKGROUP_BYTES
+        };
         let have = self.limits.max_compute_workgroup_storage_size;
         if need > have {
             return Err(format!(
-                "kernel k64p needs {need} B of workgroup memory, the adapter has {have} B"
+                "kernel {} needs {need} B of workgroup memory, the adapter has {have} B",
+                k.name()
             ));
         }
         let run = || -> Result<Vec<u8>, BackendError> {
@@ -937,12 +989,8 @@ impl Context {
             bytemuck::pod_collect_to_vec(&run().map_err(|e| format!("coop64p_check failed: {e}"))?);
         check_coop_product(&got).map_err(|e| format!("coop64p_check failed: {e}"))?;
         let ov = self.coop64_overrides();
-        for entry in [
-            "coop64p_gemm1",
-            "coop64p_gemm2",
-            "coop64pw_gemm1",
-            "coop64pw_gemm2",
-        ] {
+        let (g1, g2) = k.entries();
+        for entry in [g1, g2] {
             self.pipeline(Shader::MoeGemmCoop, entry, &ov)
                 .map_err(|e| e.to_string())?;
         }
@@ -1278,25 +1326,114 @@ impl Context {
         b
     }
 
-    /// Write `data` (length a multiple of 4) into `buf` from offset 0, as `queue.write_buffer`
-    /// does; writes of [`WRITE_PAR_MIN`] bytes or more are cut into pieces written from rayon's
-    /// threads: wgpu copies each piece into its own staging buffer before it takes the queue's
-    /// lock (wgpu-core `Queue::write_buffer`), so the copies of a large activation upload run in
-    /// parallel instead of on the calling thread alone.
-    pub fn write_large(&self, buf: &wgpu::Buffer, data: &[u8]) {
-        use rayon::prelude::*;
-        if data.len() < WRITE_PAR_MIN {
-            if !data.is_empty() {
-                self.queue.write_buffer(buf, 0, data);
+    /// An idle [`Upload`] buffer of at least `size` bytes (the smallest kept one that fits, else
+    /// a new one, mapped at creation).
+    pub fn take_upload(&self, size: u64) -> Upload {
+        {
+            let mut ups = self.uploads.lock().unwrap();
+            let best = ups
+                .iter()
+                .enumerate()
+                .filter(|(_, u)| u.buf.size() >= size)
+                .min_by_key(|(_, u)| u.buf.size())
+                .map(|(i, _)| i);
+            if let Some(i) = best {
+                return ups.swap_remove(i);
             }
+        }
+        let pow2 = size.max(256).next_power_of_two();
+        let class = if pow2 <= self.limits.max_buffer_size {
+            pow2
+        } else {
+            size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
+        };
+        Upload {
+            buf: self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("mxmoe upload"),
+                size: class,
+                usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: true,
+            }),
+            state: Arc::new(AtomicU8::new(UP_MAPPED)),
+        }
+    }
+
+    /// Keep an idle [`Upload`] buffer for a later [`Context::take_upload`] (a few are kept; one
+    /// whose mapping failed is dropped).
+    pub fn give_upload(&self, up: Upload) {
+        if up.state.load(Ordering::Acquire) == UP_FAILED {
             return;
         }
-        data.par_chunks(WRITE_PIECE)
-            .enumerate()
-            .for_each(|(i, piece)| {
-                self.queue
-                    .write_buffer(buf, (i * WRITE_PIECE) as u64, piece)
-            });
+        let mut ups = self.uploads.lock().unwrap();
+        if ups.len() < UPLOADS_KEPT {
+            ups.push(up);
+        }
+    }
+
+    /// Write `parts` ((byte offset, bytes), offsets and lengths multiples of 4) into `up`'s
+    /// mapping, then unmap it so that copies from it can be recorded. Waits for the mapping if
+    /// the last submission that read the buffer is still running; parts of [`WRITE_PAR_MIN`]
+    /// bytes or more are copied from rayon's threads in [`WRITE_PIECE`] pieces (a 2048-token
+    /// batch is tens of MB).
+    pub fn fill_upload(&self, up: &Upload, parts: &[(u64, &[u8])]) -> Result<(), BackendError> {
+        use rayon::prelude::*;
+        let map_err = |e: String| BackendError::Device(format!("upload buffer: {e}"));
+        if up.state.load(Ordering::Acquire) == UP_UNMAPPED {
+            // Left unmapped by a forward that failed between its fill and its submit.
+            self.request_map(up);
+        }
+        if up.state.load(Ordering::Acquire) == UP_REQUESTED {
+            self.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| map_err(format!("poll: {e}")))?;
+        }
+        if up.state.load(Ordering::Acquire) != UP_MAPPED {
+            up.state.store(UP_FAILED, Ordering::Release);
+            return Err(map_err("map_async for writing failed".into()));
+        }
+        {
+            let mut v = up
+                .buf
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| map_err(format!("mapped range: {e}")))?;
+            for &(off, data) in parts {
+                let mut dst = v.slice(off as usize..off as usize + data.len());
+                if data.len() < WRITE_PAR_MIN {
+                    dst.copy_from_slice(data);
+                } else {
+                    // wgpu's write-only view is not Send: the pieces are written through its
+                    // pointer. SAFETY: the pointer covers `data.len()` writable bytes (the
+                    // view's length, checked by `slice`), the pieces are disjoint, and the view
+                    // outlives the parallel loop (it is joined before `v` is dropped).
+                    let base = dst.as_raw_element_ptr().as_ptr() as usize;
+                    data.par_chunks(WRITE_PIECE)
+                        .enumerate()
+                        .for_each(|(i, s)| unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                s.as_ptr(),
+                                (base as *mut u8).add(i * WRITE_PIECE),
+                                s.len(),
+                            )
+                        });
+                }
+            }
+        }
+        up.buf.unmap();
+        up.state.store(UP_UNMAPPED, Ordering::Release);
+        Ok(())
+    }
+
+    /// Ask for `up`'s mapping again (after the submission that reads it).
+    fn request_map(&self, up: &Upload) {
+        up.state.store(UP_REQUESTED, Ordering::Release);
+        let st = up.state.clone();
+        up.buf.slice(..).map_async(wgpu::MapMode::Write, move |r| {
+            st.store(
+                if r.is_ok() { UP_MAPPED } else { UP_FAILED },
+                Ordering::Release,
+            );
+        });
     }
 
     /// An unpooled storage buffer holding `data` exactly (weights that live with a layer).
@@ -1361,11 +1498,13 @@ impl Context {
     /// Record copies of `(buffer, bytes)` into ONE mappable buffer (each part at a 256-byte
     /// aligned offset), submit `enc`, wait for it (spinning on the fence for a short while before
     /// blocking: a blocking wait adds the wake-up latency of a sleeping thread to every forward),
-    /// map once and hand the parts to `read`, which copies out what it needs. Device errors
-    /// raised meanwhile are returned as [`BackendError::Device`].
+    /// map once and hand the parts to `read`, which copies out what it needs. The `uploads` the
+    /// submission reads are asked to map again right after the submit (see [`Upload`]). Device
+    /// errors raised meanwhile are returned as [`BackendError::Device`].
     pub fn submit_and_map<T>(
         &self,
         mut enc: wgpu::CommandEncoder,
+        uploads: &[&Upload],
         reads: &[(&wgpu::Buffer, u64)],
         read: impl FnOnce(&[&[u8]]) -> T,
     ) -> Result<T, BackendError> {
@@ -1387,6 +1526,9 @@ impl Context {
         let cmd = enc.finish();
         host_profile::mark("finish_encoder");
         self.queue.submit([cmd]);
+        for up in uploads {
+            self.request_map(up);
+        }
         host_profile::mark("submit");
         let done = Arc::new(Mutex::new(None));
         let d2 = done.clone();
@@ -1441,6 +1583,29 @@ impl Context {
             return Err(BackendError::Device(e));
         }
         Ok(out)
+    }
+
+    /// The round trip of a minimal submission, in microseconds ([min, median, max] over `n`):
+    /// one 4-byte copy into a mappable buffer, submit, wait and map as a forward does
+    /// ([`Context::submit_and_map`]). The floor under any forward's wall time here (host
+    /// profile diagnostic).
+    pub fn round_trip_probe(&self, n: usize) -> Result<[f64; 3], BackendError> {
+        let src = self.storage(4);
+        let mut t = Vec::with_capacity(n);
+        for _ in 0..n.max(1) {
+            let t0 = std::time::Instant::now();
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("probe"),
+                });
+            enc.clear_buffer(&src, 0, None);
+            self.submit_and_map(enc, &[], &[(&src, 4)], |_| ())?;
+            t.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        self.give([src]);
+        t.sort_by(|a, b| a.total_cmp(b));
+        Ok([t[0], t[t.len() / 2], t[t.len() - 1]])
     }
 
     /// Record copies of `(buffer, bytes)` into mappable buffers, submit `enc`, wait, and read
@@ -1505,18 +1670,65 @@ pub fn pod_vec<T: bytemuck::Pod + Send>(bytes: &[u8]) -> Vec<T> {
     use rayon::prelude::*;
     let sz = std::mem::size_of::<T>();
     let n = bytes.len() / sz;
-    let mut out: Vec<T> = vec![T::zeroed(); n];
+    let src = &bytes[..n * sz];
+    // Not zero-filled first: a `vec![zeroed; n]` of a size the allocator reuses (glibc keeps
+    // freed blocks up to 32 MiB in its heap) is a single-threaded memset of the whole output
+    // before the copy (23.6 MB at 2048 gpt-oss tokens).
+    let mut out: Vec<T> = Vec::with_capacity(n);
+    let dst = &mut out.spare_capacity_mut()[..n];
     // Elements per task: small enough that a 2048-token output (23.6 MB for gpt-oss) is spread
     // over every core (the copy out of the mapped buffer also takes the fresh Vec's page
     // faults; with 4 MiB tasks it ran at ~6.5 GB/s on the H200's host,
-    // docs/h200-2026-12-01s5-wgpu5).
+    // docs/h200-2026-12-01s5-wgpu5). Below WRITE_PAR_MIN bytes one thread copies: waking
+    // rayon's threads cost more than it saved (gpt-oss 64 tokens, 737 KB: 70 us in one copy,
+    // 200 us in 3 tasks on the H200's host, docs/h200-2026-12-01s6-wgpu).
     const CHUNK: usize = 1 << 16;
-    if n <= CHUNK {
-        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&bytes[..n * sz]);
+    // SAFETY (both copies): `d` has room for `s.len()` bytes (CHUNK elements of T against
+    // CHUNK * sz bytes; the last pieces are as short as each other), source and destination
+    // do not overlap (a fresh allocation), and T is Pod, so any bytes are a valid T.
+    let copy = |d: &mut [std::mem::MaybeUninit<T>], s: &[u8]| unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u8>(), s.len())
+    };
+    if n * sz < WRITE_PAR_MIN {
+        copy(dst, src);
     } else {
-        out.par_chunks_mut(CHUNK)
-            .zip(bytes[..n * sz].par_chunks(CHUNK * sz))
-            .for_each(|(d, s)| bytemuck::cast_slice_mut::<T, u8>(d).copy_from_slice(s));
+        dst.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK * sz))
+            .for_each(|(d, s)| copy(d, s));
     }
+    // SAFETY: all n elements were written above.
+    unsafe { out.set_len(n) };
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pod_vec, WRITE_PAR_MIN};
+
+    /// `pod_vec` against a byte-by-byte decode, below and above the size where it splits the
+    /// copy over threads, with a short last piece and a trailing partial element (dropped).
+    #[test]
+    fn pod_vec_copies_every_element() {
+        for len in [
+            0usize,
+            3,
+            4,
+            4096 + 2,
+            WRITE_PAR_MIN - 4,
+            WRITE_PAR_MIN,
+            WRITE_PAR_MIN + (1 << 18) + 12,
+        ] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+            let want: Vec<u32> = bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            assert_eq!(pod_vec::<u32>(&bytes), want, "{len} bytes as u32");
+            let want16: Vec<u16> = bytes
+                .chunks_exact(2)
+                .map(|c| u16::from_ne_bytes([c[0], c[1]]))
+                .collect();
+            assert_eq!(pod_vec::<u16>(&bytes), want16, "{len} bytes as u16");
+        }
+    }
 }

@@ -1,7 +1,9 @@
 //! Host-time profile of the forward path: with `MXMOE_HOST_PROFILE=N` (N > 0) the forward marks
 //! the end of each host step (`host_mark`), and every N forwards stderr gets the mean
 //! microseconds of each step (the time since the previous mark), so the wall time outside the
-//! GPU passes can be attributed. Off (one relaxed load per mark) otherwise.
+//! GPU passes can be attributed; the first profiled forward also prints the round trip of a
+//! minimal submission (one 4-byte copy, submit, map, wait: [`once`]), the floor under any
+//! forward's wall time on that device. Off (one relaxed load per mark) otherwise.
 
 use std::cell::RefCell;
 use std::sync::{Mutex, OnceLock};
@@ -51,6 +53,15 @@ fn print(s: &mut Sums) {
     );
     s.forwards = 0;
     s.steps.clear();
+}
+
+/// With profiling on, the first call in the process prints `f()` to stderr (e.g. a round-trip
+/// probe); later calls and calls with profiling off do nothing.
+pub fn once(f: impl FnOnce() -> String) {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if every() > 0 && !DONE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("host profile: {}", f());
+    }
 }
 
 /// Start a forward's profile (clears this thread's marks).

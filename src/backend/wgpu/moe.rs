@@ -20,7 +20,7 @@
 //! bind groups (the forward cache); splitting it per pass would pass that set around. Layer
 //! preparation (weight chunks, resident buffers) is the other third.
 
-use super::context::{host_profile, pod_vec, Context, Timer, FUSED_COMBINE_MAX_TOKENS};
+use super::context::{host_profile, pod_vec, Context, Timer, Upload, FUSED_COMBINE_MAX_TOKENS};
 use super::route;
 use super::source::{Shader, FMT_NONE};
 use crate::backend::{ops, BackendError, PassTimes};
@@ -189,6 +189,10 @@ struct FwdCache {
     bg_comb: wgpu::BindGroup,
     /// Kernel k64p's pre-passes (coopp_prep1, coopp_prep2).
     bg_prep: Option<(wgpu::BindGroup, wgpu::BindGroup)>,
+    bg_route: wgpu::BindGroup,
+    /// The inputs' upload buffer: logits at 0, hidden states at `hidden_off`.
+    upload: Upload,
+    hidden_off: u64,
 }
 
 /// The largest buffer set a layer keeps between forwards (64 MiB: gpt-oss-120b up to 256 tokens,
@@ -211,13 +215,14 @@ impl FwdCache {
         .chain(&self.qp)
         .chain(&self.chunk_params)
     }
-    /// The buffers, for the pool (the bind groups are dropped).
-    fn into_buffers(self) -> Vec<wgpu::Buffer> {
+    /// Give the buffers back to the context's pools (the bind groups are dropped).
+    fn give_back(self, ctx: &Context) {
         let mut v = vec![self.rparams, self.base_params, self.logits_b, self.hidden_b];
         v.extend(self.bufs);
         v.extend(self.qp);
         v.extend(self.chunk_params);
-        v
+        ctx.give(v);
+        ctx.give_upload(self.upload);
     }
 }
 
@@ -413,15 +418,51 @@ fn params(g: &GpuLayer, m: usize, e0: usize, e1: usize) -> [u32; 12] {
     ]
 }
 
-fn pass<'e>(
-    enc: &'e mut wgpu::CommandEncoder,
-    label: &str,
-    timer: &mut Option<Timer>,
-) -> wgpu::ComputePass<'e> {
-    enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some(label),
-        timestamp_writes: timer.as_mut().and_then(|t| t.writes(label)),
-    })
+/// Records a forward's dispatches: untimed, all in ONE compute pass (wgpu-core tracks each
+/// dispatch's bindings and records a barrier before a dispatch that reads or writes what an
+/// earlier one wrote: storage read-write is not an "ordered" use on Vulkan, wgpu-hal
+/// `get_ordered_buffer_usages`, so the passes' order and visibility are those of separate
+/// passes); timed, one pass per dispatch with its two timestamps (each pass's GPU time).
+struct Recorder<'a> {
+    enc: &'a mut wgpu::CommandEncoder,
+    timer: Option<&'a mut Timer>,
+    one: Option<wgpu::ComputePass<'static>>,
+}
+
+impl Recorder<'_> {
+    fn dispatch(
+        &mut self,
+        label: &str,
+        pipe: &wgpu::ComputePipeline,
+        bg: &wgpu::BindGroup,
+        (x, y): (u32, u32),
+    ) {
+        let run = |p: &mut wgpu::ComputePass<'_>| {
+            p.set_pipeline(pipe);
+            p.set_bind_group(0, bg, &[]);
+            p.dispatch_workgroups(x, y, 1);
+        };
+        match self.timer.as_deref_mut() {
+            Some(t) => run(
+                &mut self.enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(label),
+                    timestamp_writes: t.writes(label),
+                }),
+            ),
+            None => {
+                // The pass no longer borrows the encoder (forget_lifetime); it is ended when the
+                // recorder is dropped, before the encoder records anything else.
+                let enc = &mut *self.enc;
+                run(self.one.get_or_insert_with(|| {
+                    enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("moe"),
+                        timestamp_writes: None,
+                    })
+                    .forget_lifetime()
+                }))
+            }
+        }
+    }
 }
 
 /// Run a resident layer on a token batch.
@@ -503,6 +544,14 @@ pub fn forward(
             times,
         ));
     }
+    host_profile::once(|| match ctx.round_trip_probe(200) {
+        Ok([lo, med, hi]) => format!(
+            "round trip of a minimal submission (clear 4 bytes, copy them to a mappable \
+             buffer, submit, wait, map) on {}: median {med:.1} us [{lo:.1}..{hi:.1}] over 200",
+            ctx.info.adapter.name
+        ),
+        Err(e) => format!("round-trip probe failed: {e}"),
+    });
     host_profile::start();
     // The router's input checks (finite logits; the bias was checked at upload).
     ops::validate_route(&l.router, logits, l.n_experts, None)?;
@@ -556,6 +605,7 @@ pub fn forward(
         ("ACTIVATION", l.activation.id()),
         ("ROUND_BF16", bf16),
     ];
+    let p_route = route::pipeline(ctx)?;
     let p_lists = ctx.pipeline(Shader::MoeLists, "lists", &[("TILE_M", tile_m as u32)])?;
     let gcfg = ctx.gemv_config();
     let (experts, e1, e2) = if gemv {
@@ -639,7 +689,13 @@ pub fn forward(
 
     // Buffers and bind groups: the layer's cached set when this forward has the same key as the
     // last one (same batch size, path and pipelines), else a new set from the pool.
-    let mut pipes = vec![p_lists.clone(), p_g1.clone(), p_g2.clone(), p_comb.clone()];
+    let mut pipes = vec![
+        p_route.clone(),
+        p_lists.clone(),
+        p_g1.clone(),
+        p_g2.clone(),
+        p_comb.clone(),
+    ];
     pipes.extend(p_qdq.clone());
     if let Some((p1, p2)) = &p_prep {
         pipes.extend([p1.clone(), p2.clone()]);
@@ -656,7 +712,7 @@ pub fn forward(
         Some(c) if c.key == key => *c,
         old => {
             if let Some(old) = old {
-                ctx.give((*old).into_buffers());
+                (*old).give_back(ctx);
             }
             let out_sizes = vec![
                 bytes(na),                   // ids
@@ -815,8 +871,22 @@ pub fn forward(
                     ctx.bind(p2, &pb(a2).entries(&COOPP_PREP2_BINDINGS)),
                 )
             });
+            let bg_route = route::bind(
+                ctx,
+                &p_route,
+                &rparams,
+                &logits_b,
+                g.route_bias.as_ref().unwrap_or(&g.dummy),
+                ids,
+                topw,
+            );
+            let hidden_off = bytes(m * l.n_experts).next_multiple_of(256);
+            let upload = ctx.take_upload(hidden_off + bytes(m * h));
             FwdCache {
                 key,
+                bg_route,
+                upload,
+                hidden_off,
                 rparams,
                 base_params,
                 logits_b,
@@ -833,8 +903,17 @@ pub fn forward(
             }
         }
     };
-    ctx.write_large(&c.logits_b, bytemuck::cast_slice(logits));
-    ctx.write_large(&c.hidden_b, bytemuck::cast_slice(hidden));
+    // The inputs go through the set's upload buffer (mapped while idle), copied into the
+    // device buffers at the start of the forward's command buffer.
+    let (logits_bytes, hidden_bytes): (&[u8], &[u8]) =
+        (bytemuck::cast_slice(logits), bytemuck::cast_slice(hidden));
+    if let Err(e) = ctx.fill_upload(
+        &c.upload,
+        &[(0, logits_bytes), (c.hidden_off, hidden_bytes)],
+    ) {
+        c.give_back(ctx);
+        return Err(e);
+    }
     for (b, &n) in c.bufs.iter().zip(&c.out_sizes) {
         ctx.maybe_poison(b, n);
     }
@@ -849,34 +928,30 @@ pub fn forward(
     let mut enc = ctx
         .device
         .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
+    let (nl, nh) = (logits_bytes.len() as u64, hidden_bytes.len() as u64);
+    enc.copy_buffer_to_buffer(&c.upload.buf, 0, &c.logits_b, 0, nl);
+    enc.copy_buffer_to_buffer(&c.upload.buf, c.hidden_off, &c.hidden_b, 0, nh);
     if fuse_combine {
         // gemv2's slice counters start at zero (its last workgroups also reset them).
         enc.clear_buffer(counts, 0, None);
     }
-    route::record(
-        ctx,
-        &mut enc,
-        &c.rparams,
-        &c.logits_b,
-        g.route_bias.as_ref().unwrap_or(&g.dummy),
-        ids,
-        topw,
-        m,
-        timer.as_mut(),
-    )?;
+    let mut rec = Recorder {
+        enc: &mut enc,
+        timer: timer.as_mut(),
+        one: None,
+    };
+    rec.dispatch("route", &p_route, &c.bg_route, ctx.grid(m as u32));
     if let Some(bg) = &c.bg_lists {
-        let mut p = pass(&mut enc, "moe/lists", &mut timer);
-        p.set_pipeline(&p_lists);
-        p.set_bind_group(0, bg, &[]);
-        p.dispatch_workgroups(1, 1, 1);
+        rec.dispatch("moe/lists", &p_lists, bg, (1, 1));
     }
     // Input QDQ, once per token.
     if let (Some(pq), Some(bg)) = (&p_qdq, &c.bg_qdq) {
-        let mut p = pass(&mut enc, "moe/input_qdq", &mut timer);
-        p.set_pipeline(pq);
-        p.set_bind_group(0, bg, &[]);
-        let (x, y) = ctx.grid((m * h / 32).div_ceil(8) as u32);
-        p.dispatch_workgroups(x, y, 1);
+        rec.dispatch(
+            "moe/input_qdq",
+            pq,
+            bg,
+            ctx.grid((m * h / 32).div_ceil(8) as u32),
+        );
     }
     let nc = g.chunks.len();
     let stages = [
@@ -892,26 +967,27 @@ pub fn forward(
             } else {
                 (pp2, bp2, na, "moe/prep2")
             };
-            let mut p = pass(&mut enc, name, &mut timer);
-            p.set_pipeline(pp);
-            p.set_bind_group(0, bp, &[]);
-            let (x, y) = ctx.grid(n as u32);
-            p.dispatch_workgroups(x, y, 1);
+            rec.dispatch(name, pp, bp, ctx.grid(n as u32));
         }
+        let name = format!("moe/{label}");
         for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
-            let mut p = pass(&mut enc, &format!("moe/{label}"), &mut timer);
-            p.set_pipeline(pipe);
-            p.set_bind_group(0, bg, &[]);
-            p.dispatch_workgroups(max_tiles as u32, cols.div_ceil(tn) as u32, 1);
+            rec.dispatch(
+                &name,
+                pipe,
+                bg,
+                (max_tiles as u32, cols.div_ceil(tn) as u32),
+            );
         }
     }
     if !fuse_combine {
-        let mut p = pass(&mut enc, "moe/combine", &mut timer);
-        p.set_pipeline(&p_comb);
-        p.set_bind_group(0, &c.bg_comb, &[]);
-        let (x, y) = ctx.grid((m * h).div_ceil(256) as u32);
-        p.dispatch_workgroups(x, y, 1);
+        rec.dispatch(
+            "moe/combine",
+            &p_comb,
+            &c.bg_comb,
+            ctx.grid((m * h).div_ceil(256) as u32),
+        );
     }
+    drop(rec);
     let resolve = timer.as_ref().map(|t| {
         let b = ctx.resolve_buffer(t.bytes());
         t.resolve(&mut enc, &b);
@@ -924,7 +1000,7 @@ pub fn forward(
     }
     // One readback of everything (output, ids, weights, timestamps), one copy each.
     let period = ctx.queue.get_timestamp_period();
-    let r = ctx.submit_and_map(enc, &reads, |parts| {
+    let r = ctx.submit_and_map(enc, &[&c.upload], &reads, |parts| {
         let times = match &timer {
             Some(t) => t.durations(parts[3], period),
             None => Vec::new(),
@@ -944,7 +1020,7 @@ pub fn forward(
     if r.is_ok() && c.bytes() <= FWD_CACHE_MAX_BYTES {
         *g.fwd.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(c));
     } else {
-        ctx.give(c.into_buffers());
+        c.give_back(ctx);
     }
     host_profile::mark("give");
     host_profile::finish(|| {

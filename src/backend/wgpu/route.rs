@@ -81,6 +81,27 @@ pub fn params(cfg: &RouterConfig, m: usize, n_experts: usize, has_bias: bool) ->
     ]
 }
 
+/// The routing pipeline (one workgroup per token).
+pub fn pipeline(ctx: &Context) -> Result<wgpu::ComputePipeline, BackendError> {
+    ctx.pipeline(Shader::Route, "route", &[])
+}
+
+/// The routing dispatch's bind group (the MoE forward keeps it with its buffers).
+pub fn bind(
+    ctx: &Context,
+    pipe: &wgpu::ComputePipeline,
+    params: &wgpu::Buffer,
+    logits: &wgpu::Buffer,
+    bias: &wgpu::Buffer,
+    ids: &wgpu::Buffer,
+    weights: &wgpu::Buffer,
+) -> wgpu::BindGroup {
+    ctx.bind(
+        pipe,
+        &[(0, params), (1, logits), (2, ids), (3, weights), (4, bias)],
+    )
+}
+
 /// Record the routing dispatch into `enc`. `bias`: the correction bias (any buffer when the
 /// params say there is none).
 #[allow(clippy::too_many_arguments, reason = "the buffers of one dispatch")]
@@ -95,11 +116,8 @@ pub fn record(
     m: usize,
     timer: Option<&mut Timer>,
 ) -> Result<(), BackendError> {
-    let pipe = ctx.pipeline(Shader::Route, "route", &[])?;
-    let bg = ctx.bind(
-        &pipe,
-        &[(0, params), (1, logits), (2, ids), (3, weights), (4, bias)],
-    );
+    let pipe = pipeline(ctx)?;
+    let bg = bind(ctx, &pipe, params, logits, bias, ids, weights);
     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: Some("route"),
         timestamp_writes: timer.and_then(|t| t.writes("route")),
