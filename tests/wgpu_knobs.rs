@@ -12,7 +12,7 @@
 //! `MXMOE_REQUIRE_GPU=1` (CI).
 
 use mxmoe::backend::wgpu::{CoopKernel, GemvConfig, MoePath, WgpuBackend};
-use mxmoe::backend::BackendError;
+use mxmoe::backend::{BackendError, Timing};
 use mxmoe::check::catalog::{moe_case, LayerSpec, Tier};
 use mxmoe::check::run::{judge, reference, Call, Materializer, Output};
 use mxmoe::check::{self, first_bit_mismatch, inputs, Case, Expect, Suite, Weights};
@@ -694,6 +694,7 @@ fn moe_timed_forward() {
         }
         assert_eq!(names, want);
         assert!(times.iter().all(|(_, t)| *t >= 0.0 && t.is_finite()));
+        let times_gemv = times.clone();
         let (gemm, times) = b
             .moe_path(&g, &hs, &logits, opts, MoePath::Gemm, true)
             .unwrap();
@@ -714,6 +715,21 @@ fn moe_timed_forward() {
             ]
         );
         assert_eq!(gemm.routing.topk_ids, plain.routing.topk_ids);
+        // The forward as one span (first pass's beginning to last pass's end): one entry, the
+        // same output, a positive time.
+        let (spanned, span) = b
+            .moe_timing(&g, &hs, &logits, opts, Timing::Forward)
+            .unwrap();
+        let span = span.unwrap();
+        assert_eq!(spanned.output, plain.output);
+        assert_eq!(span.len(), 1);
+        assert_eq!(span[0].0, "forward");
+        let longest = times_gemv.iter().map(|x| x.1).fold(0.0, f64::max);
+        assert!(span[0].1.is_finite() && span[0].1 > 0.0, "{span:?}");
+        eprintln!(
+            "forward span {} ms; longest GEMV-path pass {longest} ms",
+            span[0].1
+        );
     } else {
         println!("UNSUPPORTED timestamps on {}", b.adapter());
     }

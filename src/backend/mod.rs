@@ -177,8 +177,8 @@ pub enum Timing {
     /// so their sum and [`Timing::Forward`] differ slightly (on the H200 by <= 2 us at decode).
     Passes,
     /// The forward as one span, one entry `("forward", ms)`: HIP, events before the first and
-    /// after the last kernel (gaps between kernels included); wgpu, the sum of its passes'
-    /// timestamps (the gaps between compute passes are not counted).
+    /// after the last kernel; wgpu, timestamps at the first pass's beginning and the last
+    /// pass's end (the gaps between kernels / passes included).
     Forward,
 }
 
@@ -388,16 +388,7 @@ impl Backend {
         }
         match (self, layer) {
             (Backend::Cpu(b), Prepared::Cpu(l)) => Ok((b.moe(l, hidden, logits, opts)?, None)),
-            (Backend::Wgpu(b), Prepared::Wgpu(g)) => {
-                let (o, t) = b.moe(g, hidden, logits, opts, timing != Timing::Off)?;
-                let t = match timing {
-                    Timing::Forward => {
-                        t.map(|p| vec![("forward".into(), p.iter().map(|x| x.1).sum())])
-                    }
-                    _ => t,
-                };
-                Ok((o, t))
-            }
+            (Backend::Wgpu(b), Prepared::Wgpu(g)) => b.moe_timing(g, hidden, logits, opts, timing),
             (Backend::Hip(b), Prepared::Hip(h)) => b.moe(h, hidden, logits, opts, timing),
             _ => Err(BackendError::WrongBackend {
                 prepared: layer.backend(),

@@ -234,6 +234,16 @@ impl Timer {
         }
     }
 
+    /// Milliseconds from the first pass's beginning to the last pass's end (the passes and the
+    /// gaps between them), from the resolved bytes; 0 without passes.
+    pub fn span(&self, raw: &[u8], period_ns: f32) -> f64 {
+        let t: Vec<u64> = bytemuck::pod_collect_to_vec(raw);
+        match self.labels.len() {
+            0 => 0.0,
+            n => t[2 * n - 1].saturating_sub(t[0]) as f64 * period_ns as f64 * 1e-6,
+        }
+    }
+
     /// (label, milliseconds) per pass from the resolved bytes.
     pub fn durations(&self, raw: &[u8], period_ns: f32) -> Vec<(String, f64)> {
         let t: Vec<u64> = bytemuck::pod_collect_to_vec(raw);

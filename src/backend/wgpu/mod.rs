@@ -46,7 +46,7 @@ pub use moe::{
     COOPP_PREP2_BINDINGS, GEMM_PRE_REF_BINDINGS,
 };
 
-use super::{BackendError, Op, PassTimes, Support};
+use super::{BackendError, Op, PassTimes, Support, Timing};
 use crate::format::{MxFormat, MxTensor, ScaleMode};
 use crate::moe::{MoeLayer, MoeOptions, MoeOutput, RouterConfig, Routing};
 use std::sync::atomic::Ordering;
@@ -397,8 +397,32 @@ impl WgpuBackend {
     ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
         let timed = timed && self.has_timestamps();
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let (o, t) = moe::forward(&self.ctx, layer, hidden, logits, opts, path, timed)?;
+        let (o, t, _) = moe::forward(&self.ctx, layer, hidden, logits, opts, path, timed)?;
         Ok((o, timed.then_some(t)))
+    }
+
+    /// [`WgpuBackend::moe`] timed as `timing` asks: per pass, or the forward as one span (the
+    /// first pass's beginning to the last one's end, the gaps between passes included), one
+    /// entry `("forward", ms)`; `None` without TIMESTAMP_QUERY.
+    pub fn moe_timing(
+        &self,
+        layer: &GpuLayer,
+        hidden: &[f32],
+        logits: &[f32],
+        opts: MoeOptions,
+        timing: Timing,
+    ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
+        match timing {
+            Timing::Off => self.moe(layer, hidden, logits, opts, false),
+            Timing::Passes => self.moe(layer, hidden, logits, opts, true),
+            Timing::Forward => {
+                let timed = self.has_timestamps();
+                let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
+                let (o, _, span) =
+                    moe::forward(&self.ctx, layer, hidden, logits, opts, MoePath::Auto, timed)?;
+                Ok((o, timed.then(|| vec![("forward".to_string(), span)])))
+            }
+        }
     }
 
     /// Whether [`WgpuBackend::moe`] can report GPU times (TIMESTAMP_QUERY).

@@ -474,7 +474,7 @@ pub fn forward(
     opts: MoeOptions,
     path: MoePath,
     timed: bool,
-) -> Result<(MoeOutput, PassTimes), BackendError> {
+) -> Result<(MoeOutput, PassTimes, f64), BackendError> {
     let l = &g.config;
     // Batch shapes (the layer itself was validated at upload).
     let h = l.hidden;
@@ -515,9 +515,10 @@ pub fn forward(
         let mut ids = Vec::with_capacity(m * k);
         let mut ws = Vec::with_capacity(m * k);
         let mut times = Vec::new();
+        let mut span = 0.0;
         for t0 in (0..m).step_by(max_tokens) {
             let t1 = (t0 + max_tokens).min(m);
-            let (o, t) = forward(
+            let (o, t, sp) = forward(
                 ctx,
                 g,
                 &hidden[t0 * h..t1 * h],
@@ -530,6 +531,7 @@ pub fn forward(
             ids.extend(o.routing.topk_ids);
             ws.extend(o.routing.topk_weights);
             times.extend(t);
+            span += sp;
         }
         return Ok((
             MoeOutput {
@@ -542,6 +544,7 @@ pub fn forward(
                 stages: None,
             },
             times,
+            span,
         ));
     }
     host_profile::once(|| match ctx.round_trip_probe(200) {
@@ -1001,15 +1004,16 @@ pub fn forward(
     // One readback of everything (output, ids, weights, timestamps), one copy each.
     let period = ctx.queue.get_timestamp_period();
     let r = ctx.submit_and_map(enc, &[&c.upload], &reads, |parts| {
-        let times = match &timer {
-            Some(t) => t.durations(parts[3], period),
-            None => Vec::new(),
+        let (times, span) = match &timer {
+            Some(t) => (t.durations(parts[3], period), t.span(parts[3], period)),
+            None => (Vec::new(), 0.0),
         };
         (
             pod_vec::<f32>(parts[0]),
             pod_vec::<i32>(parts[1]),
             pod_vec::<f32>(parts[2]),
             times,
+            span,
         )
     });
     drop(reads);
@@ -1030,7 +1034,7 @@ pub fn forward(
             if timed { " timed" } else { "" }
         )
     });
-    let (output, topk_ids, topk_weights, times) = r?;
+    let (output, topk_ids, topk_weights, times, span) = r?;
     Ok((
         MoeOutput {
             output,
@@ -1042,6 +1046,7 @@ pub fn forward(
             stages: None,
         },
         times,
+        span,
     ))
 }
 
