@@ -332,6 +332,28 @@ pub(super) fn mma_variant() -> Result<&'static str, BackendError> {
         })
 }
 
+/// The mma variant a stage runs: `MXMOE_HIP_MMA_VARIANT` when set; else session 5's kernel (`v0`)
+/// for split (hi + lo) tiles of 32 or 64 pairs unless the forward's activations are bf16 values
+/// (`bf16_acts`: bf16 intermediates, Intermediate::Bf16), the default otherwise. On the H200 the
+/// default's lo-skip check made the split 64-pair kernels 14 % slower on f32 activations
+/// (gpt-oss 2048 tokens: gemm1 2.95 vs 2.59 ms, gemm2 1.58 vs 1.40; session 6's closing call,
+/// docs/h200-2026-12-01s6-closing), while it is faster on 16-pair tiles (gpt-oss 256 tokens
+/// 0.973 vs 0.999 ms) and, with bf16 activations, skips half the MMAs (2048 tokens 3.64 ms).
+pub(super) fn mma_variant_for(
+    split: bool,
+    tile_m: usize,
+    bf16_acts: bool,
+) -> Result<&'static str, BackendError> {
+    if std::env::var("MXMOE_HIP_MMA_VARIANT").is_ok_and(|v| !v.is_empty()) {
+        return mma_variant();
+    }
+    Ok(if split && tile_m >= 32 && !bf16_acts {
+        "v0"
+    } else {
+        ""
+    })
+}
+
 /// The kernel-name suffix of mma variant `variant`.
 pub(super) fn mma_suffix(variant: &str) -> String {
     match variant {
@@ -416,6 +438,23 @@ mod tests {
         }
         assert_eq!(mma_suffix(""), "");
         assert_eq!(mma_suffix("v0"), "_v0");
+        // the default per stage (MXMOE_HIP_MMA_VARIANT unset in tests): v0 only for split
+        // 32 / 64-pair tiles of f32 activations
+        if std::env::var("MXMOE_HIP_MMA_VARIANT").is_err() {
+            for (split, tm, bf16, want) in [
+                (true, 64, false, "v0"),
+                (true, 32, false, "v0"),
+                (true, 16, false, ""),
+                (true, 64, true, ""),
+                (false, 64, false, ""),
+            ] {
+                assert_eq!(
+                    mma_variant_for(split, tm, bf16).unwrap(),
+                    want,
+                    "{split} {tm} {bf16}"
+                );
+            }
+        }
         // auto, MXFP4 weights: the mma GEMM at every measured size
         assert!(auto_uses_mma(256, 128) && auto_uses_mma(8192, 128) && auto_uses_mma(4096, 256));
         // auto, other weights: v2 at the measured 2 pairs per expert, v1 at 8 and more

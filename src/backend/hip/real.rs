@@ -847,7 +847,8 @@ impl HipBackend {
                 // contract (hip/gemm_mma.h), activations from mx_to_bf16_p8.
                 // MXMOE_HIP_MMA_VARIANT picks a variant (measurements).
                 Some(tm) if use_mma => {
-                    let vs = mma_suffix(mma_variant()?);
+                    let bf16_acts = opts.intermediate == Intermediate::Bf16;
+                    let vs = mma_suffix(mma_variant_for(split, tm, bf16_acts)?);
                     (
                         format!("moe_gemm1_mma_t{tm}{sfx}{vs}_cb4"),
                         format!("moe_gemm2_mma_t{tm}{sfx}{vs}_cb4"),
