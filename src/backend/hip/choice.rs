@@ -144,7 +144,12 @@ pub(super) fn gemv_variant() -> Result<&'static str, BackendError> {
 /// with the GEMV forced on every MoE case passed (587/0/0) and it beat v3 at 4 to 16 tokens by
 /// 1.7-2.5x (gpt-oss-120b 16 tokens 0.525 -> 0.209 ms; DeepSeek-R1 1 token 0.155 -> 0.137,
 /// 8 tokens 0.878 -> 0.393); at one gpt-oss token it is within 2 us of v3 (0.058 vs 0.056).
+/// Since session 6's closing call the variant is `mmaw` (two 16-row tiles per warp, 80
+/// registers, three blocks per multiprocessor): the catalog with it forced on every MoE case
+/// passed (587/0/0) and it measured 3-5 % faster than `mma` in the same call (gpt-oss-120b 1 / 4
+/// / 16 tokens 0.053 / 0.104 / 0.197 ms vs 0.056 / 0.106 / 0.204; docs/h200-2026-12-01s6-closing).
 pub(super) const GEMV_MMA_DEFAULT: bool = true;
+pub(super) const GEMV_MMA_DEFAULT_VARIANT: &str = "mmaw";
 
 /// The MXFP4 decode GEMV for a device (`nvidia`: the CUDA driver): `MXMOE_HIP_GEMV` when set
 /// (`mma` on AMD is an error naming the variable), else the default of the device.
@@ -152,7 +157,7 @@ pub(super) fn gemv_variant_for(nvidia: bool) -> Result<&'static str, BackendErro
     let set = std::env::var("MXMOE_HIP_GEMV").is_ok_and(|v| !v.is_empty());
     let v = gemv_variant()?;
     if !set && nvidia && GEMV_MMA_DEFAULT {
-        return Ok("mma");
+        return Ok(GEMV_MMA_DEFAULT_VARIANT);
     }
     if gemv_is_mma(v) && !nvidia {
         return Err(BackendError::Device(format!(
