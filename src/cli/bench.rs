@@ -24,7 +24,10 @@ const DEFAULT_HBM_GBPS: f64 = 4550.0;
 Shapes: gpt-oss-120b (128 experts, H = I = 2880, top-4, swigluoai, w_mxfp4), deepseek-r1 (256 experts,\n\
 H 7168, I 2048, top-8, w_mxfp4_a_mxfp4), or custom with --experts/--hidden/--inter/--top-k. Weights are\n\
 random finite codes with plausible scales. The floor is the packed bytes of the experts the tokens\n\
-touch divided by --hbm-gbps (default 4550: the WGSL streaming read measured on an H200)."
+touch divided by --hbm-gbps (default 4550: the WGSL streaming read measured on an H200).\n\n\
+Each point warms up (>= 1 s back to back), then times wall (submit + GPU + readback), GPU time (the forward\n\
+as one span of timestamps / events, gaps between kernels included) and, in a third phase, each pass on\n\
+its own (the `passes` breakdown), and checks the output against the CPU reference."
 )]
 pub struct BenchArgs {
     #[arg(long, default_value = "auto")]
