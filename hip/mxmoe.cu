@@ -193,11 +193,9 @@ MX_DEVICE i32 r_argmax(RouteShared& s, u32 lid, float bv, i32 bi) {
   return w;
 }
 
-// The same winner (the order is total: greater key, then lower index, so the best candidate is
-// unique and any reduction order finds it) with two barriers instead of seven: a butterfly over
-// each 32-lane group by shuffles (NVIDIA warps; AMD's 64-lane wavefront as two halves), then the
-// two groups' winners through shared memory (MXMOE_HIP_ROUTE=v2).
-MX_DEVICE i32 r_argmax_fast(RouteShared& s, u32 lid, float bv, i32 bi) {
+// The best (value, index) over 32 lanes (r_better's total order: any reduction order finds the
+// same winner); every lane gets it.
+MX_DEVICE void warp_best(float& bv, i32& bi) {
 #pragma unroll
   for (u32 m = 16u; m > 0u; m >>= 1) {
     float ov = shfl_xor(bv, m);
@@ -207,6 +205,13 @@ MX_DEVICE i32 r_argmax_fast(RouteShared& s, u32 lid, float bv, i32 bi) {
       bi = oi;
     }
   }
+}
+// The same winner (the order is total: greater key, then lower index, so the best candidate is
+// unique and any reduction order finds it) with two barriers instead of seven: a butterfly over
+// each 32-lane group by shuffles (NVIDIA warps; AMD's 64-lane wavefront as two halves), then the
+// two groups' winners through shared memory (MXMOE_HIP_ROUTE=v2).
+MX_DEVICE i32 r_argmax_fast(RouteShared& s, u32 lid, float bv, i32 bi) {
+  warp_best(bv, bi);
   if (lid < R_WG && (lid & 31u) == 0u) {
     s.bv[lid >> 5] = bv;
     s.bi[lid >> 5] = bi;
@@ -232,6 +237,9 @@ MX_DEVICE i32 r_best(RouteShared& s, u32 lid, float bv, i32 bi) {
 // s.sel[0..k); three or four barriers instead of two per round (ncu, DeepSeek-R1 at one
 // token: the rounds kept 7 of 8 warps at a barrier for ~73 % of moe_route_lists_w1g's 38 k
 // cycles). Every thread of the block calls it.
+// route_select_ranked's key of candidate i with value v: greater = better under r_better's
+// order (the key's order, then the lower index); never 0 (~i > 0 for i < 2^32 - 1).
+MX_DEVICE u64 rank_key(float v, u32 i) { return ((u64)key_ord(v) << 32) | (u64)(~i); }
 MX_DEVICE void route_select_ranked(const RouteParams& rp, u32 lid, u32 nthreads, RouteShared& s) {
   u32 e = rp.n_experts, k = rp.top_k;
   bool groups = rp.n_group > 0u;
@@ -240,16 +248,16 @@ MX_DEVICE void route_select_ranked(const RouteParams& rp, u32 lid, u32 nthreads,
     for (u32 g = lid; g < ng; g += nthreads) s.gscore[g] = r_group_score(s, rp, g, per);
     sync_threads();
     for (u32 g = lid; g < ng; g += nthreads) {
-      u64 mine = ((u64)key_ord(s.gscore[g]) << 32) | (u64)(~g);
+      u64 mine = rank_key(s.gscore[g], g);
       u32 r = 0u;
-      for (u32 q = 0; q < ng; ++q) r += (((u64)key_ord(s.gscore[q]) << 32) | (u64)(~q)) > mine;
+      for (u32 q = 0; q < ng; ++q) r += rank_key(s.gscore[q], q) > mine;
       s.gchosen[g] = r < rp.topk_group ? 1u : 0u;
     }
     sync_threads();
   }
   for (u32 i = lid; i < e; i += nthreads) {
     bool cand = !groups || s.gchosen[i / per] != 0u;
-    s.kord[i] = cand ? ((u64)key_ord(s.key[i]) << 32) | (u64)(~i) : 0ull;
+    s.kord[i] = cand ? rank_key(s.key[i], i) : 0ull;
   }
   for (u32 j = lid; j < k; j += nthreads) s.sel[j] = 0xFFFFFFFFu;
   sync_threads();
@@ -620,19 +628,6 @@ ROUTE_LISTS_KERNEL(moe_route_lists_v2, true, true)
 ROUTE_LISTS_KERNEL(moe_route_lists_v3, true, true, true)
 ROUTE_LISTS_KERNEL(moe_route_lists_v4, true, true, false, 256u)
 
-// The best (value, index) over 32 lanes (r_better's total order: any reduction order finds the
-// same winner); every lane gets it.
-MX_DEVICE void warp_best(float& bv, i32& bi) {
-#pragma unroll
-  for (u32 m = 16u; m > 0u; m >>= 1) {
-    float ov = shfl_xor(bv, m);
-    i32 oi = (i32)f2u(shfl_xor(u2f((u32)bi), m));
-    if (r_better(ov, oi, bv, bi)) {
-      bv = ov;
-      bi = oi;
-    }
-  }
-}
 
 // The lists of ONE token whose k experts (s.sel) are distinct: each local expert has at most
 // one pair, the row of slot j is the number of valid slots with a lower local expert (lists_body

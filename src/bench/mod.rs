@@ -8,11 +8,11 @@
 //! [`WARMUP_MIN_S`] and until the medians of two successive windows agree within
 //! [`WARMUP_AGREE`] (at most [`WARMUP_MAX_S`]); then it times at least `iters` forwards and
 //! [`TIMED_MIN_S`] back to back, three times: once for wall time (submit + GPU + readback, as
-//! users pay it), once for GPU time (the forward as one span of timestamps/events, the
-//! headline: [`Timing::Forward`]) and once pass by pass (the breakdown, [`Timing::Passes`]:
-//! timestamps between kernels keep them from overlapping, so the passes' sum is reported on its
-//! own). Wall and GPU time are reported as min/median/max. The upload (`prepare`) is timed once, on its own; the host time outside the
-//! passes is `wall - gpu`. Token batches rotate (several distinct batches) so that repeated runs
+//! users pay it), once for GPU time (the forward as one span of timestamps / events, gaps
+//! between kernels included: [`Timing::Forward`]) and once pass by pass (the breakdown,
+//! [`Timing::Passes`]; its sum, reported on its own, leaves the gaps out). Wall and GPU time are
+//! reported as min/median/max. The upload (`prepare`) is timed once, on its own; the host time
+//! outside the GPU span is `wall - gpu`. Token batches rotate (several distinct batches) so that repeated runs
 //! do not just re-read activations from L2. Every point is checked against the CPU reference
 //! (for M > [`CHECK_TOKENS`], on an evenly spaced sample of that many tokens: routing is per
 //! token, so the CPU's result on the sample is exactly its result on those rows), in the
@@ -57,15 +57,16 @@ pub struct BenchResult {
     pub wall_ms: f64,
     /// [min, median, max] wall time per forward (ms).
     pub wall_ms_range: [f64; 3],
-    /// Median GPU time per forward from timestamps (ms), if available.
+    /// Median GPU time per forward (ms): the forward as one span of timestamps / events, gaps
+    /// between kernels included ([`Timing::Forward`]), if available.
     pub gpu_ms: Option<f64>,
     /// [min, median, max] GPU time per forward (ms), if available.
     pub gpu_ms_range: Option<[f64; 3]>,
     /// Median GPU time of each pass (ms), in submission order (a pass run once per weight
     /// chunk appears once per chunk), from forwards timed pass by pass (their own phase).
     pub passes: Vec<(String, f64)>,
-    /// Median of the per-pass forwards' sums (ms): above `gpu_ms` by what the timestamps
-    /// between passes cost and the overlap they prevent.
+    /// Median of the per-pass forwards' sums (ms): `gpu_ms` without the gaps between passes,
+    /// plus what each pass's own timestamps cost.
     pub passes_sum_ms: Option<f64>,
     /// Median host time per forward outside the GPU passes (wall - gpu, ms).
     pub host_ms: Option<f64>,
@@ -328,7 +329,7 @@ pub fn run(
                 walls.push(t0.elapsed().as_secs_f64() * 1e3);
             }
             // GPU time: the forward as one span (the headline), then each pass on its own
-            // (the breakdown; timestamps between passes can keep kernels from overlapping).
+            // (the breakdown).
             let mut gpu = Vec::new();
             let t_phase = Instant::now();
             while gpu.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S {

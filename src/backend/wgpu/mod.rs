@@ -395,10 +395,26 @@ impl WgpuBackend {
         path: MoePath,
         timed: bool,
     ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
+        let (o, t) = self.forward_timed(layer, hidden, logits, opts, path, timed)?;
+        Ok((o, t.map(|(passes, _)| passes)))
+    }
+
+    /// One forward under the op lock; with `timed` (and TIMESTAMP_QUERY) its passes' times and
+    /// the span from the first pass's beginning to the last one's end (ms).
+    #[allow(clippy::type_complexity)]
+    fn forward_timed(
+        &self,
+        layer: &GpuLayer,
+        hidden: &[f32],
+        logits: &[f32],
+        opts: MoeOptions,
+        path: MoePath,
+        timed: bool,
+    ) -> Result<(MoeOutput, Option<(PassTimes, f64)>), BackendError> {
         let timed = timed && self.has_timestamps();
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let (o, t, _) = moe::forward(&self.ctx, layer, hidden, logits, opts, path, timed)?;
-        Ok((o, timed.then_some(t)))
+        let (o, t, span) = moe::forward(&self.ctx, layer, hidden, logits, opts, path, timed)?;
+        Ok((o, timed.then_some((t, span))))
     }
 
     /// [`WgpuBackend::moe`] timed as `timing` asks: per pass, or the forward as one span (the
@@ -416,11 +432,9 @@ impl WgpuBackend {
             Timing::Off => self.moe(layer, hidden, logits, opts, false),
             Timing::Passes => self.moe(layer, hidden, logits, opts, true),
             Timing::Forward => {
-                let timed = self.has_timestamps();
-                let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-                let (o, _, span) =
-                    moe::forward(&self.ctx, layer, hidden, logits, opts, MoePath::Auto, timed)?;
-                Ok((o, timed.then(|| vec![("forward".to_string(), span)])))
+                let (o, t) =
+                    self.forward_timed(layer, hidden, logits, opts, MoePath::Auto, true)?;
+                Ok((o, t.map(|(_, span)| vec![("forward".to_string(), span)])))
             }
         }
     }
