@@ -48,6 +48,7 @@
 #pragma once
 
 #if defined(MX_NV)
+#include "nv4.h"
 #define MM_ROWS 128u     // weight rows per block
 #define MM_THREADS 256u  // 8 warps, 16 weight rows each
 #define MM_BK 128u       // k per step: four 32-blocks
@@ -126,6 +127,13 @@ MX_KERNEL(256) void mx_to_bf16_p8(const float* x, u16* hi, u16* lo, u32 rows, u3
   if (lo && tid == 0u) ((u32*)(lo + (u64)rows * k))[row] = any;
 }
 
+// A layer's MXFP4 code words rearranged in place into the nv4 layout (hip/nv4.h), once at
+// upload, for the matrix-core GEMV and GEMM.
+MX_KERNEL(256) void mx_nv4_repack(u32* w, u64 n) {
+  u64 i = (u64)bid_x() * 256u + tid_x();
+  if (i < n) w[i] = nv4_word(w[i]);
+}
+
 // d = a * b + c on bf16 pairs (PTX ISA: fma.rn.bf16x2, sm_80+).
 MX_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) {
   u32 d;
@@ -147,19 +155,26 @@ MX_DEVICE uint4v lds128(const void* p) {
   return v;
 }
 
-// The bf16 bits of FP4 codes J (low half) and J + 4 (high half) of word v, times 2^-126: the
-// shift puts them at bits 12..15 and 28..31 (sign already at a bf16 sign bit), the magnitudes
-// move down to bits 6..8 / 22..24 (as fp4_pair_bits, with bf16's exponent position).
+// The bf16 bits of FP4 codes J (low half) and J + 4 (high half) of the nv4 word v (hip/nv4.h
+// nv4_pair, restated in PTX), times 2^-126: for J < 3 the word shifted left by 3J under one
+// mask, for J = 3 three shifts and masks.
 // (volatile: so that LLVM does not hoist the 32 raw pairs of a step above the branch between
 // the one- and two-multiply decodes, which holds them all in registers at once and spills.)
 template <u32 J>
 MX_DEVICE u32 fp4_bf16_pair_raw(u32 v) {
   u32 r;
-  asm volatile(
-      "{\n .reg .b32 x, y;\n shl.b32 x, %1, %2;\n shr.b32 y, x, 6;\n and.b32 y, y, 0x01C001C0;\n"
-      " and.b32 x, x, 0x80008000;\n or.b32 %0, x, y;\n}"
-      : "=r"(r)
-      : "r"(v), "n"(12u - 4u * J));
+  if (J < 3u) {
+    asm volatile("{\n .reg .b32 x;\n shl.b32 x, %1, %2;\n and.b32 %0, x, 0x81C081C0;\n}"
+                 : "=r"(r)
+                 : "r"(v), "n"(3u * J));
+  } else {
+    asm volatile(
+        "{\n .reg .b32 x, y;\n shr.b32 x, %1, 6;\n and.b32 x, x, 0x01800180;\n"
+        " shr.b32 y, %1, 5;\n and.b32 y, y, 0x00400040;\n or.b32 x, x, y;\n"
+        " shl.b32 y, %1, 5;\n and.b32 y, y, 0x80008000;\n or.b32 %0, x, y;\n}"
+        : "=r"(r)
+        : "r"(v));
+  }
   return r;
 }
 #define MM_BF16X2_2P126 0x7E807E80u  // 2^126, twice

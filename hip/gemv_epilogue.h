@@ -7,9 +7,11 @@
 // router weight on the input, the activation, and the intermediate QDQ over the block's 32
 // columns (their maximum through tmax[t], zeroed by the caller); tv: pair t is in the tile.
 // Every thread of the block calls it (barrier).
-MX_DEVICE void gemv1_finish(const MoeParams& p, u32 e, u32 start, u32 t, u32 j, bool tv, float gv,
-                            float uv, const u32* pair_of_row, const float* bias, const float* topw,
-                            u32* tmax, u32* out) {
+// gemv1_value returns the value (f32 bits; the caller stores it where tv), gemv1_finish stores it
+// in out's row-major f32 layout.
+MX_DEVICE u32 gemv1_value(const MoeParams& p, u32 e, u32 start, u32 t, u32 j, bool tv, float gv,
+                          float uv, const u32* pair_of_row, const float* bias, const float* topw,
+                          u32* tmax) {
   u32 inter = p.inter;
   bool silu = p.activation == ACT_SILU;
   u32 grow = silu ? j : 2u * j, urow = silu ? inter + j : 2u * j + 1u;
@@ -25,8 +27,12 @@ MX_DEVICE void gemv1_finish(const MoeParams& p, u32 e, u32 start, u32 t, u32 j, 
   u32 val = f2u(bf16_point(p, activate(p, bf16_point(p, gv), bf16_point(p, uv))));
   if (p.act_fmt != FMT_NONE && tv) atomic_max_u32(&tmax[t], val & 0x7FFFFFFFu);
   sync_threads();
-  if (tv) {
-    if (p.act_fmt != FMT_NONE) val = intermediate_qdq(p, val, mx_scale_byte(p.act_fmt, p.act_mode, tmax[t]));
-    out[(u64)(start + t) * inter + j] = val;
-  }
+  if (tv && p.act_fmt != FMT_NONE) val = intermediate_qdq(p, val, mx_scale_byte(p.act_fmt, p.act_mode, tmax[t]));
+  return val;
+}
+MX_DEVICE void gemv1_finish(const MoeParams& p, u32 e, u32 start, u32 t, u32 j, bool tv, float gv,
+                            float uv, const u32* pair_of_row, const float* bias, const float* topw,
+                            u32* tmax, u32* out) {
+  u32 val = gemv1_value(p, e, start, t, j, tv, gv, uv, pair_of_row, bias, topw, tmax);
+  if (tv) out[(u64)(start + t) * p.inter + j] = val;
 }

@@ -53,6 +53,7 @@
 // hip/test/gemv_mma_emu.cpp runs the kernels on the CPU (GM_HOST_EMU) against a plain product.
 #pragma once
 #if defined(MX_NV)
+#include "nv4.h"
 
 #define GM_WARPS 8u
 #define GM_THREADS (32u * GM_WARPS)
@@ -96,11 +97,9 @@ MX_DEVICE u32 bf16x2_clamp(u32 v) {
   return d;
 }
 #endif
-// Codes i and i + 4 (i < 4) of word w as bf16x2 (low half: code i), value x 2^-126.
-MX_DEVICE u32 fp4_bf16_pair(u32 w, u32 i) {
-  u32 a = w << (12u - 4u * i);
-  return (a & 0x80008000u) | ((a >> 6) & 0x01C001C0u);
-}
+// Codes i and i + 4 (i < 4) of word w (nv4 layout, hip/nv4.h) as bf16x2 (low half: code i),
+// value x 2^-126.
+MX_DEVICE u32 fp4_bf16_pair(u32 w, u32 i) { return nv4_pair(w, i); }
 // The remainders x - bf16(x) of a bf16x2 pair hb = {x0, x1} (x0 low), as bf16x2 clamped to the
 // finite bf16 range: where hi is infinite (x infinite, or rounding up to inf) the remainder is
 // NaN or -inf and becomes -+max, so that hi + lo stays that infinity (mx_to_bf16 sets lo = 0
@@ -112,8 +111,12 @@ MX_DEVICE u32 gm_rest2(float x0, float x1, u32 hb) {
 
 // One warp step: the GM_R tiles' codes (row g, row g + 8), their scale factors f, the
 // activations at xp (32 f32 of pair g, block b0 + t; null: zeros) into acc.
-template <bool SPLIT, bool SLOW, u32 R>
-MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], const float4v* xp) {
+// XB (`mmab`): the activations come as bf16 in mx_to_bf16_p8's order (gemm_mma.h; each group of
+// 8 stored 0, 4, 1, 5, 2, 6, 3, 7): bh4 / bl4 (null: zeros) point at the lane's block of hi / lo,
+// and the 16 bytes of word q are exactly {hh 0: r0, r1; hh 1: r0, r1} of both MMAs' B.
+template <bool SPLIT, bool SLOW, u32 R, bool XB = false>
+MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], const float4v* xp,
+                       const uint4v* bh4 = nullptr, const uint4v* bl4 = nullptr) {
   // Fast path: x f (2^(s - 1)); slow path: x 2^126, then x f (2^(s - 127)).
   const u32 F1 = 0x7E807E80u;
   const u32 NZ = 0x80008000u;  // -0, -0: fma(a, b, -0) = a * b exactly
@@ -129,20 +132,33 @@ MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], con
   for (u32 q = 0; q < 4u; ++q) {
     asm volatile("" ::: "memory");
     float4v x0 = {0.0f, 0.0f, 0.0f, 0.0f}, x1 = x0;
-    if (xp) {
+    uint4v h4 = {0u, 0u, 0u, 0u}, l4 = h4;
+    if (XB) {
+      if (bh4) {
+        h4 = bh4[q];
+        if (SPLIT) l4 = bl4[q];
+      }
+    } else if (xp) {
       x0 = xp[2u * q];
       x1 = xp[2u * q + 1u];
     }
     // hh = 0: x[8q + {0, 4}], x[8q + {1, 5}]; hh = 1: x[8q + {2, 6}], x[8q + {3, 7}].
 #pragma unroll
     for (u32 hh = 0; hh < 2u; ++hh) {
-      float l0 = hh ? x0.z : x0.x, h0 = hh ? x1.z : x1.x, l1 = hh ? x0.w : x0.y, h1 = hh ? x1.w : x1.y;
       FragB bh, bl;
-      bh.r[0] = bf16x2_pack(l0, h0);
-      bh.r[1] = bf16x2_pack(l1, h1);
-      if (SPLIT) {
-        bl.r[0] = gm_rest2(l0, h0, bh.r[0]);
-        bl.r[1] = gm_rest2(l1, h1, bh.r[1]);
+      if (XB) {
+        bh.r[0] = hh ? h4.z : h4.x;
+        bh.r[1] = hh ? h4.w : h4.y;
+        bl.r[0] = hh ? l4.z : l4.x;
+        bl.r[1] = hh ? l4.w : l4.y;
+      } else {
+        float l0 = hh ? x0.z : x0.x, h0 = hh ? x1.z : x1.x, l1 = hh ? x0.w : x0.y, h1 = hh ? x1.w : x1.y;
+        bh.r[0] = bf16x2_pack(l0, h0);
+        bh.r[1] = bf16x2_pack(l1, h1);
+        if (SPLIT) {
+          bl.r[0] = gm_rest2(l0, h0, bh.r[0]);
+          bl.r[1] = gm_rest2(l1, h1, bh.r[1]);
+        }
       }
 #pragma unroll
       for (u32 r = 0; r < R; ++r) {
@@ -166,7 +182,22 @@ MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], con
   }
 }
 
-template <bool SPLIT, u32 R>
+// XB: gemv1's value v of element i (row-major pair x intermediate index) stored for gemv2 as
+// mx_to_bf16_p8 stores it: bf16 hi at i's place in its group of 8 (0, 4, 1, 5, 2, 6, 3, 7) and,
+// where gemv2 takes hi + lo (f32 intermediates of weight-only schemes), the bf16 of v - hi
+// (0 where hi is Inf or NaN) lo_off elements further.
+MX_DEVICE void gm_store_xb(const MoeParams& p, u16* o, u64 i, u64 lo_off, float v) {
+  u32 q = (u32)(i & 7u);
+  u64 pos = (i & ~7ull) | (q < 4u ? 2u * q : 2u * (q - 4u) + 1u);
+  u32 hb = bf16x2_pack(v, 0.0f) & 0xFFFFu;
+  o[pos] = (u16)hb;
+  if (p.act_fmt == FMT_NONE && !p.round_bf16) {
+    float r = (hb & 0x7F80u) == 0x7F80u ? 0.0f : v - u2f(hb << 16);
+    o[lo_off + pos] = (u16)(bf16x2_pack(r, 0.0f) & 0xFFFFu);
+  }
+}
+
+template <bool SPLIT, u32 R, bool XB = false>
 MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const float* x, const u32* wcodes, const u8* wscales, u32* out,
                              const float* bias, const float* topw, const i32* row_of_pair,
@@ -205,7 +236,12 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   // Column g of B: pair g of the tile (zero past the tile's pairs).
   bool col = g < cnt;
   const float* xr = x;
-  if (col) xr = x + (is1 ? (u64)(pair_of_row[start + g] / p.top_k) * K : (u64)(start + g) * K);
+  u64 xrow = 0u;
+  if (col) xrow = is1 ? (u64)(pair_of_row[start + g] / p.top_k) : (u64)(start + g);
+  xr = x + xrow * K;
+  // XB: x is bf16 (u16) hi of xrows rows, lo right after them.
+  const u16* xhr = (const u16*)x + xrow * K;
+  u64 xlo = (u64)(is1 ? p.m : p.m * p.top_k) * K;
   FragC acc[R];
 #pragma unroll
   for (u32 r = 0; r < R; ++r)
@@ -232,6 +268,8 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     load_step(b, w, sb);
     // This lane's activations (pair g, block b), read per word inside the step (L1 / L2 hits).
     const float4v* xp = col && kin ? (const float4v*)(xr + (u64)b * 32u) : nullptr;
+    const uint4v* bh4 = XB && col && kin ? (const uint4v*)(xhr + (u64)b * 32u) : nullptr;
+    const uint4v* bl4 = bh4 ? (const uint4v*)(xhr + xlo + (u64)b * 32u) : nullptr;
     // Factors: 2^(s - 1) as bf16x2 (fast path), 0 for rows / blocks outside the matrix.
     u32 f1[R][2], f2[R][2];
     bool big = false;
@@ -255,9 +293,9 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
           bool ok = kin && ((okmask >> (2u * r + hh)) & 1u) != 0u;
           f2[r][hh] = !ok ? 0u : s == 255u ? 0x7FC07FC0u : s == 0u ? 0x00400040u : s * 0x00800080u;
         }
-      gm_step<SPLIT, true, R>(acc, w, f2, xp);
+      gm_step<SPLIT, true, R, XB>(acc, w, f2, xp, bh4, bl4);
     } else {
-      gm_step<SPLIT, false, R>(acc, w, f1, xp);
+      gm_step<SPLIT, false, R, XB>(acc, w, f1, xp, bh4, bl4);
     }
   }
   // The warps' partial tiles, summed in warp order.
@@ -281,7 +319,13 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       gv += red[w][gi][t1];
       uv += red[w][ui][t1];
     }
-    gemv1_finish(p, e, start, t1, j, tv, gv, uv, pair_of_row, bias, topw, tmax, out);
+    if (XB) {
+      u32 val = gemv1_value(p, e, start, t1, j, tv, gv, uv, pair_of_row, bias, topw, tmax);
+      u64 na = (u64)p.m * p.top_k;
+      if (tv) gm_store_xb(p, (u16*)out, (u64)(start + t1) * p.inter + j, na * p.inter, u2f(val));
+    } else {
+      gemv1_finish(p, e, start, t1, j, tv, gv, uv, pair_of_row, bias, topw, tmax, out);
+    }
   } else {
     for (u32 i = tid; i < GM_ROWS * GM_COLS; i += GM_THREADS) {
       u32 wr = i % GM_ROWS, t2 = i / GM_ROWS, n = jb + wr;
@@ -318,5 +362,16 @@ GEMV_MMA_KERNELS(true, _split)
   }
 GEMV_MMAW_KERNELS(false, )
 GEMV_MMAW_KERNELS(true, _split)
+// mmab: mmaw with bf16 activations in mx_to_bf16_p8's order (XB): gemv1 reads the hidden states
+// converted by mx_to_bf16_p8 and writes its output that way for gemv2 (hi, then lo).
+#define GEMV_MMAB_KERNELS(SPLIT, SFX)                                                          \
+  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv1_mmab##SFX##_cb4(GEMV_ARGS) {                     \
+    gemv_mma_body<SPLIT, 2u, true>(p, true, GEMV_PASS);                                        \
+  }                                                                                            \
+  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv2_mmab##SFX##_cb4(GEMV_ARGS) {                     \
+    gemv_mma_body<SPLIT, 2u, true>(p, false, GEMV_PASS);                                       \
+  }
+GEMV_MMAB_KERNELS(false, )
+GEMV_MMAB_KERNELS(true, _split)
 
 #endif

@@ -59,10 +59,20 @@ def bf16_of_value(v):
     return b >> 16
 
 
+def nv4_word(w):
+    """hip/nv4.h nv4_word: the stored word w in the layout the kernels decode."""
+    return (((w & 0x00080008) << 12) | ((w & 0x00070007) << 6) | ((w & 0x00800080) << 5)
+            | ((w & 0x00700070) >> 1) | ((w & 0x08000800) >> 2) | ((w & 0x07000700) >> 8)
+            | ((w & 0x80008000) >> 5) | (w & 0x60006000) | ((w & 0x10001000) >> 1)) & 0xFFFFFFFF
+
+
 def fp4_bf16_pair(w, i):
-    """hip/gemv_mma.h fp4_bf16_pair: codes i and i + 4 of word w, times 2^-126."""
-    a = (w << (12 - 4 * i)) & 0xFFFFFFFF
-    return (a & 0x80008000) | ((a >> 6) & 0x01C001C0)
+    """hip/gemv_mma.h fp4_bf16_pair (hip/nv4.h nv4_pair) on the stored word w rearranged by
+    nv4_word: codes i and i + 4, times 2^-126."""
+    v = nv4_word(w)
+    if i < 3:
+        return ((v << (3 * i)) & 0xFFFFFFFF) & 0x81C081C0
+    return ((v >> 6) & 0x01800180) | ((v >> 5) & 0x00400040) | ((v << 5) & 0x80008000)
 
 
 def bf16x2_mul(a, f):

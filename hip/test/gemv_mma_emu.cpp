@@ -9,6 +9,7 @@
 // emulation (clang++, C++20); every case runs the `mma` and the `mmaw` kernels; by hand:
 //   clang++-19 -std=c++20 -O1 -pthread -I hip hip/test/gemv_mma_emu.cpp -o /tmp/emu && /tmp/emu
 // Exit status 0 when every output matches.
+#include <algorithm>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -170,8 +171,18 @@ struct Case {
   bool one = false;       // one pair per tile (a 1-token forward's tiles)
 };
 
-// wide: the `mmaw` kernels (two 16-row tiles per warp, the K steps over 4 warps per row group).
-static int run_case(const Case& c, std::mt19937& rng, bool wide) {
+// mx_to_bf16_p8's place of element i (hip/gemm_mma.h mm_perm8: each group of 8 stored 0, 4, 1, 5,
+// 2, 6, 3, 7).
+static size_t p8(size_t i) {
+  size_t q = i & 7u;
+  return (i & ~(size_t)7) | (q < 4u ? 2u * q : 2u * (q - 4u) + 1u);
+}
+
+// mode 0: `mma`; 1: `mmaw` (two 16-row tiles per warp, the K steps over 4 warps per row group);
+// 2: `mmab` (mmaw on bf16 activations in mx_to_bf16_p8's order, hi then lo; gemv1 writes its
+// output that way).
+static int run_case(const Case& c, std::mt19937& rng, int mode) {
+  bool wide = mode >= 1, xb = mode == 2;
   const u32 E = 3, top_k = 2, m = 9;  // 18 pairs
   MoeParams p{};
   p.m = m;
@@ -213,14 +224,25 @@ static int run_case(const Case& c, std::mt19937& rng, bool wide) {
     u32 r = code(rng) % 16u;
     s = (u8)(c.big_scales && r == 0u ? 129u + code(rng) % 3u : r == 1u ? 0u : 120u + r % 8u);
   }
+  // The kernels read the codes in the nv4 layout (hip/nv4.h); the reference reads them as stored.
+  std::vector<u32> wnv(wcodes.size());
+  for (size_t i = 0; i < wcodes.size(); ++i) wnv[i] = nv4_word(wcodes[i]);
   u32 xrows = c.is1 ? m : rows;
   std::vector<float> x((size_t)xrows * K);
   for (auto& v : x) v = c.split ? uni(rng) : bf16f(bf16_rne(uni(rng)));
+  // mmab's input: hi for the kernel's rows (tokens or all m x top_k pairs), then lo.
+  u32 na = m * top_k, xbrows = c.is1 ? m : na;
+  std::vector<u16> xbuf((size_t)2 * xbrows * K, 0x7FC0u);
+  for (size_t i = 0; i < (size_t)xrows * K; ++i) {
+    u32 hb = bf16_rne(x[i]);
+    xbuf[p8(i)] = (u16)hb;
+    xbuf[(size_t)xbrows * K + p8(i)] = (u16)bf16_rne(x[i] - bf16f(hb));
+  }
   std::vector<float> bias((size_t)E * nrows), topw(m * top_k);
   for (auto& v : bias) v = uni(rng);
   for (auto& v : topw) v = uni(rng);
   u32 ocols = c.is1 ? p.inter : p.hidden;
-  std::vector<u32> out((size_t)rows * ocols, 0xFFFFFFFFu);
+  std::vector<u32> out((size_t)std::max(rows, na) * ocols, 0xFFFFFFFFu);
   // Launch: grid (slots, column blocks), 256 threads per block.
   u32 gy = c.is1 ? p.inter / 32u : (p.hidden + GM_ROWS - 1u) / GM_ROWS;
   for (u32 by = 0; by < gy; ++by)
@@ -239,7 +261,11 @@ static int run_case(const Case& c, std::mt19937& rng, bool wide) {
           if (wide)
             f = c.is1 ? (c.split ? moe_gemv1_mmaw_split_cb4 : moe_gemv1_mmaw_cb4)
                       : (c.split ? moe_gemv2_mmaw_split_cb4 : moe_gemv2_mmaw_cb4);
-          f(p, pair_of_row.data(), tiles.data(), x.data(), wcodes.data(), wscales.data(), out.data(),
+          if (xb)
+            f = c.is1 ? (c.split ? moe_gemv1_mmab_split_cb4 : moe_gemv1_mmab_cb4)
+                      : (c.split ? moe_gemv2_mmab_split_cb4 : moe_gemv2_mmab_cb4);
+          const float* xin = xb ? (const float*)xbuf.data() : x.data();
+          f(p, pair_of_row.data(), tiles.data(), xin, wnv.data(), wscales.data(), out.data(),
             bias.data(), topw.data(), nullptr, nullptr, nullptr);
         });
       for (auto& t : th) t.join();
@@ -286,8 +312,15 @@ static int run_case(const Case& c, std::mt19937& rng, bool wide) {
           want = (dot(j, &mag) + (c.bias ? bias[(size_t)e * nrows + j] : 0.0)) * rw;
           mag = (mag + std::fabs(want)) * std::fabs(rw) + std::fabs(want);
         }
-        float got = u2f(out[(size_t)r * ocols + j]);
+        double got = u2f(out[(size_t)r * ocols + j]);
         double tol = (c.split ? 3e-5 : 1e-5) * mag + 1e-30;
+        if (xb && c.is1) {
+          // gemv1's mmab output: bf16 hi + lo at the element's p8 place (lo: na x inter further).
+          const u16* o = (const u16*)out.data();
+          size_t pos = p8((size_t)r * ocols + j);
+          got = (double)bf16f(o[pos]) + (double)bf16f(o[(size_t)na * ocols + pos]);
+          tol += std::ldexp(std::fabs(want), -16);  // hi + lo keeps 16 significant bits
+        }
         if (!(std::fabs(got - want) <= tol)) {
           if (++bad <= 5)
             printf("%s: row %u col %u: got %.9g want %.9g (tol %.3g)\n", c.name, r, j, got, want, tol);
@@ -296,7 +329,7 @@ static int run_case(const Case& c, std::mt19937& rng, bool wide) {
     }
   }
   // Rows of no tile stay untouched (the empty slot wrote nothing).
-  printf("%s%s: %s (%d mismatches)\n", c.name, wide ? ", mmaw" : "", bad ? "FAIL" : "ok", bad);
+  printf("%s%s: %s (%d mismatches)\n", c.name, xb ? ", mmab" : wide ? ", mmaw" : "", bad ? "FAIL" : "ok", bad);
   return bad;
 }
 
@@ -317,8 +350,7 @@ int main() {
   };
   int bad = 0;
   for (const Case& c : cases) {
-    bad += run_case(c, rng, false);
-    bad += run_case(c, rng, true);
+    for (int mode = 0; mode < 3; ++mode) bad += run_case(c, rng, mode);
   }
   return bad ? 1 : 0;
 }

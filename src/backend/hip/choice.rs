@@ -129,7 +129,18 @@ pub(super) fn env_variant(
 /// 16-row tiles per warp instead of four (the block's 64 rows in two groups of 4 warps, each
 /// group's K steps over its 4 warps): 80 registers instead of 128, so three blocks (24 warps)
 /// per multiprocessor instead of two, for about 17 % more instructions per weight byte.
-pub(super) const GEMV_VARIANTS: [&str; 6] = ["v3", "v2", "v2c", "v1", "mma", "mmaw"];
+/// `mmab` (NVIDIA only: `moe_gemv{1,2}_mmab[_split]_cb4`): `mmaw` on bf16 activations, the
+/// hidden states converted once per forward by mx_to_bf16_p8 (as the mma GEMM takes them: hi,
+/// and for f32 activations of weight-only schemes the remainder lo) and gemv1's output written
+/// that way by gemv1 itself, so the loop loads its B fragments as they are instead of
+/// converting 32 f32 values per lane and step (~130 of ~540 instructions of an mmaw step with
+/// hi + lo).
+pub(super) const GEMV_VARIANTS: [&str; 7] = ["v3", "v2", "v2c", "v1", "mma", "mmaw", "mmab"];
+
+/// Whether a GEMV variant takes its activations as bf16 from mx_to_bf16_p8 (`mmab`).
+pub(super) fn gemv_takes_bf16(variant: &str) -> bool {
+    variant == "mmab"
+}
 
 /// Whether a GEMV variant is a matrix-core one (hip/gemv_mma.h, NVIDIA only, tiles of 8 pairs).
 pub(super) fn gemv_is_mma(variant: &str) -> bool {
@@ -166,6 +177,33 @@ pub(super) fn gemv_variant_for(nvidia: bool) -> Result<&'static str, BackendErro
         )));
     }
     Ok(v)
+}
+
+/// Whether a layer's MXFP4 code words go to the device in the nv4 layout (hip/nv4.h, rearranged
+/// once by `mx_nv4_repack`): on NVIDIA, for 4-bit codes, when every kernel that may run on them
+/// decodes nv4, i.e. the GEMV is a matrix-core one (`MXMOE_HIP_GEMV` unset or mma*) and the
+/// GEMM is the mma one (`MXMOE_HIP_GEMM` auto or mma, its module loaded). Measured as ~11 logic
+/// instructions per code word against ~16 (see hip/nv4.h). A layer prepared one way runs only
+/// with kernels of its layout (`check_layout`).
+pub(super) fn nv4_layout(nvidia: bool, code_bits: u32, mma_gemm: bool) -> Result<bool, BackendError> {
+    Ok(nvidia
+        && code_bits == 4
+        && mma_gemm
+        && gemv_is_mma(gemv_variant_for(true)?)
+        && matches!(gemm_version()?, GemmVersion::Auto | GemmVersion::Mma))
+}
+
+/// A forward's kernels against the layer's code layout (`nv4`: prepared for the matrix-core
+/// kernels): the mma GEMV and GEMM decode only nv4 words, the others only stored ones.
+pub(super) fn check_layout(nv4: bool, mma_kernels: bool) -> Result<(), BackendError> {
+    if nv4 == mma_kernels {
+        return Ok(());
+    }
+    Err(BackendError::Device(format!(
+        "this layer's MXFP4 codes were uploaded in the {} layout, but this forward runs {}          kernels: MXMOE_HIP_GEMV / MXMOE_HIP_GEMM changed after the layer was prepared; prepare          it again with the same settings (docs/ENVIRONMENT.md)",
+        if nv4 { "matrix-core (nv4)" } else { "stored" },
+        if mma_kernels { "matrix-core" } else { "other" }
+    )))
 }
 
 /// Pair rows per tile of the `mma` GEMV (the MMA's N; hip/gemv_mma.h GM_COLS) and its gemv2

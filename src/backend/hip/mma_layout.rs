@@ -34,9 +34,25 @@ fn perm8(q: u32) -> u32 {
         2 * (q - 4) + 1
     }
 }
+/// hip/nv4.h nv4_word: a stored word's codes in the layout the kernels decode.
+fn nv4_word(w: u32) -> u32 {
+    ((w & 0x0008_0008) << 12)
+        | ((w & 0x0007_0007) << 6)
+        | ((w & 0x0080_0080) << 5)
+        | ((w & 0x0070_0070) >> 1)
+        | ((w & 0x0800_0800) >> 2)
+        | ((w & 0x0700_0700) >> 8)
+        | ((w & 0x8000_8000) >> 5)
+        | (w & 0x6000_6000)
+        | ((w & 0x1000_1000) >> 1)
+}
+/// fp4_bf16_pair_raw::<J> on an nv4 word.
 fn pair_raw(j: u32, v: u32) -> u32 {
-    let x = v << (12 - 4 * j);
-    (x & 0x8000_8000) | ((x >> 6) & 0x01C0_01C0)
+    if j < 3 {
+        (v << (3 * j)) & 0x81C0_81C0
+    } else {
+        ((v >> 6) & 0x0180_0180) | ((v >> 5) & 0x0040_0040) | ((v << 5) & 0x8000_8000)
+    }
 }
 /// The step's single multiplier when every scale byte is <= 128: 2^(s - 1) as a bf16.
 fn one_multiplier(s: u32) -> u32 {
@@ -88,6 +104,20 @@ impl Rng {
     }
 }
 
+/// nv4_word moves every bit of a word to a bit of its own (a bijection: nothing is lost or
+/// doubled).
+#[test]
+fn nv4_word_is_a_bit_permutation() {
+    let mut seen = 0u32;
+    for b in 0..32 {
+        let r = nv4_word(1 << b);
+        assert_eq!(r.count_ones(), 1, "bit {b} -> {r:#x}");
+        assert_eq!(seen & r, 0, "bit {b} lands where another did");
+        seen |= r;
+    }
+    assert_eq!(seen, u32::MAX);
+}
+
 /// The exact decode: every code in every position J of a word, and scale bytes over the whole
 /// E8M0 range, give the bf16 of code x 2^(s - 127) (Inf past bf16's range, NaN for 255).
 #[test]
@@ -99,7 +129,7 @@ fn fp4_pairs_decode_exactly() {
                 // Other nibbles set too: they must not leak into the pair.
                 let noise = !((0xFu32 << (4 * j)) | (0xF << (4 * j + 16)));
                 for w in [v, v | noise] {
-                    let r = pair_raw(j, w);
+                    let r = pair_raw(j, nv4_word(w));
                     for (h, code) in [(0, lo), (1, hi)] {
                         let got = bf16(half(r, h));
                         assert_eq!(
@@ -231,7 +261,7 @@ fn swapped_product_mismatches(perm: fn(u32) -> u32) -> usize {
                 let (g, t) = ((lane / 4) as usize, (lane % 4) as usize);
                 let blk = 4 * s + t;
                 let dec = |row: usize, j: u32| {
-                    let r = pair_raw(j, words[row][4 * blk + w]);
+                    let r = pair_raw(j, nv4_word(words[row][4 * blk + w]));
                     let sc = e8m0_bf16(scales[row][blk]);
                     // The two fma.rn.bf16x2 (exact: the values are representable).
                     let mut out = 0u32;

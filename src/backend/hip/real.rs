@@ -95,6 +95,8 @@ pub struct HipLayer {
     dummy: DevBuf,
     /// gemv2's per-column-block counters (hip/mxmoe.cu gemv2_combine), zero between forwards.
     counters: DevBuf,
+    /// The MXFP4 codes are in the nv4 layout (hip/nv4.h; choice.rs nv4_layout).
+    nv4: bool,
 }
 
 impl HipLayer {
@@ -514,12 +516,32 @@ impl HipBackend {
         let w = &layer.weights;
         let up = |d: &[u8]| self.dev.upload(d);
         let opt = |v: Option<&[f32]>| v.map(|b| self.dev.upload(f32_bytes(b))).transpose();
+        let nv4 = nv4_layout(
+            !self.dev.arch.starts_with("gfx"),
+            layer.config.scheme.weight.spec().code_bits,
+            self.v2.is_ok(),
+        )?;
+        // nv4: the code words rearranged in place once (hip/gemm_mma.h mx_nv4_repack).
+        let codes = |d: &[u8]| -> Result<DevBuf, BackendError> {
+            let b = up(d)?;
+            if nv4 {
+                let n = (d.len() / 4) as u64;
+                self.launch(
+                    "mx_nv4_repack",
+                    (n.div_ceil(256) as u32, 1),
+                    256,
+                    &mut args!(b.ptr, n),
+                )?;
+            }
+            Ok(b)
+        };
         Ok(HipLayer {
             config: layer.config.clone(),
             correction_bias: w.e_score_correction_bias.is_some(),
-            w13: up(&w.w13.data)?,
+            nv4,
+            w13: codes(&w.w13.data)?,
             s13: up(&w.w13.scales)?,
-            w2: up(&w.w2.data)?,
+            w2: codes(&w.w2.data)?,
             s2: up(&w.w2.scales)?,
             bias13: opt(w.w13_bias.as_deref())?,
             bias2: opt(w.w2_bias.as_deref())?,
@@ -610,6 +632,8 @@ impl HipBackend {
                 GemmVersion::Auto | GemmVersion::Mma => self.v2.is_ok() && auto_uses_v2(na, el),
                 GemmVersion::V2 => true,
             };
+        // The codes' layout must be the one these kernels decode (hip/nv4.h).
+        check_layout(g.nv4, if gemv { gemv_is_mma(gv) } else { use_mma })?;
         let v2_tm = if use_v2 || use_mma {
             Some(v2_tile_m(na, el)?)
         } else {
@@ -766,13 +790,33 @@ impl HipBackend {
             let (k1, k2, rows2) = gemv_kernels(gv, cb, split);
             let g2 = (mt, h.div_ceil(rows2) as u32);
             let none = 0u64;
+            // mmab: the hidden states as bf16 in mx_to_bf16_p8's order (hi, then lo and its
+            // row flags when split), gemv1 writes a2 that way (hi, lo: two bytes each of the
+            // four a2 has per value).
+            let xb = if gemv_takes_bf16(gv) {
+                let n = m * h;
+                let buf = dev.alloc(if split[0] { 4 * n + 4 * m } else { 2 * n })?;
+                let lo = if split[0] { buf.ptr + 2 * n as u64 } else { 0u64 };
+                let (r, kk) = (m as u32, h as u32);
+                run(
+                    "moe/to_bf16",
+                    "mx_to_bf16_p8",
+                    (r, 1),
+                    256,
+                    &mut args!(x_in, buf.ptr, lo, r, kk),
+                )?;
+                Some(buf)
+            } else {
+                None
+            };
+            let x1 = xb.as_ref().map_or(x_in, |b| b.ptr);
             run(
                 "moe/gemv1",
                 &k1,
                 g1,
                 256,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, x_in, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p, none,
+                    p, rows.ptr, tiles.ptr, x1, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p, none,
                     none, none
                 ),
             )?;
