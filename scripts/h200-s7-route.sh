@@ -17,11 +17,12 @@ bench() {  # variant, shape, tokens, timeout, file, extra flags
 bench v6 gpt-oss-120b 1,4,16,256,2048 40 gptoss ""
 bench v6 deepseek-r1 1,8,64,2048 45 dsr1 ""
 MXMOE_HIP_FUSED_ROUTE=0 timeout 25 $B check --backend hip --suite full --filter moe/ > "$O/check_hip_unfused.txt" 2>&1; st "check hip v6 unfused rc=$? $(tail -1 $O/check_hip_unfused.txt | cut -c1-90)"
+MXMOE_HIP_FUSED_ROUTE=1 bench v6 gpt-oss-120b 4,16 15 gptoss_unfused --no-check
 bench v5 gpt-oss-120b 1,4,16,256,2048 25 gptoss --no-check
 bench v5 deepseek-r1 1,8,64,2048 30 dsr1 --no-check
 MXMOE_HIP_ROUTE=v5 timeout 20 $B check --backend hip --suite full > "$O/check_hip_v5.txt" 2>&1; st "check hip v5 rc=$? $(tail -1 $O/check_hip_v5.txt | cut -c1-90)"
 grep -h "FAIL" "$O"/check_*.txt | head -10 | cut -c1-200 | tee -a "$L"
-grep -h -E "^bench|M = [0-9]+: passes" "$O"/gptoss_v6.log "$O"/gptoss_v5.log "$O"/dsr1_v6.log "$O"/dsr1_v5.log | cut -c1-170 | tee -a "$L"
+grep -h -E "^bench|M = [0-9]+: passes" "$O"/gptoss_v6.log "$O"/gptoss_unfused_v6.log "$O"/gptoss_v5.log "$O"/dsr1_v6.log "$O"/dsr1_v5.log | cut -c1-170 | tee -a "$L"
 tar czf "$OUT/route7.tgz" -C /tmp/r7 r; st "tar done"
 if [ $(( $(date +%s) - S0 )) -lt 180 ] && command -v ncu > /dev/null; then
   for v in v6; do
