@@ -616,39 +616,15 @@ mod tests {
             sigmoid_warp,
         };
         let plan = |v, simple, m, f| route_plan(v, shape(simple, false, 128), m, Some(f));
-        assert_eq!(
-            plan("v3", true, 1, 1),
-            fused("moe_route_lists_v3", 256)
-        );
-        assert_eq!(
-            plan("v3", false, 1, 1),
-            fused("moe_route_lists_v2", 256)
-        );
-        assert_eq!(
-            plan("v4", true, 1, 1),
-            fused("moe_route_lists_w1", 32)
-        );
-        assert_eq!(
-            plan("v4", false, 1, 1),
-            fused("moe_route_lists_v4", 256)
-        );
-        assert_eq!(
-            plan("v4", true, 2, 2),
-            fused("moe_route_lists_v3", 256)
-        );
+        assert_eq!(plan("v3", true, 1, 1), fused("moe_route_lists_v3", 256));
+        assert_eq!(plan("v3", false, 1, 1), fused("moe_route_lists_v2", 256));
+        assert_eq!(plan("v4", true, 1, 1), fused("moe_route_lists_w1", 32));
+        assert_eq!(plan("v4", false, 1, 1), fused("moe_route_lists_v4", 256));
+        assert_eq!(plan("v4", true, 2, 2), fused("moe_route_lists_v3", 256));
         assert_eq!(plan("v1", true, 1, 1), fused("moe_route_lists", 256));
-        assert_eq!(
-            plan("v5", true, 1, 1),
-            fused("moe_route_lists_w1", 32)
-        );
-        assert_eq!(
-            plan("v5", false, 1, 1),
-            fused("moe_route_lists_w1g", 256)
-        );
-        assert_eq!(
-            plan("v5", false, 2, 2),
-            fused("moe_route_lists_v4", 256)
-        );
+        assert_eq!(plan("v5", true, 1, 1), fused("moe_route_lists_w1", 32));
+        assert_eq!(plan("v5", false, 1, 1), fused("moe_route_lists_w1g", 256));
+        assert_eq!(plan("v5", false, 2, 2), fused("moe_route_lists_v4", 256));
         assert_eq!(
             plan("v5", false, 8, 1),
             sep("mx_route_v4", 256, "moe_lists_v2")
@@ -665,10 +641,7 @@ mod tests {
             plan("v2", false, 8, 1),
             sep("mx_route_v2", 64, "moe_lists_v2")
         );
-        assert_eq!(
-            plan("v1", false, 8, 0),
-            sep("mx_route", 64, "moe_lists")
-        );
+        assert_eq!(plan("v1", false, 8, 0), sep("mx_route", 64, "moe_lists"));
         let all: Vec<&str> = kernels::NAMES
             .iter()
             .chain(&kernels::NAMES_MORE)
