@@ -17,8 +17,9 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SOURCES: [&str; 9] = [
+const SOURCES: [&str; 10] = [
     "hip/mxmoe.cu",
+    "hip/route_warp.h",
     "hip/gemv_mma.h",
     "hip/gemv_epilogue.h",
     "hip/mx_compat.h",

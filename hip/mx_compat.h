@@ -9,6 +9,9 @@
 // amd_device_functions.h (__syncthreads = fence + s_barrier + fence); the builtins are listed in
 // clang's BuiltinsNVPTX.def and BuiltinsAMDGPU.def.
 #pragma once
+// hip/test/route_emu.cpp (the CPU emulation of the routing kernels) defines its own host twins
+// of these primitives before including the kernel headers.
+#if !defined(MX_HOST_EMU)
 
 typedef unsigned int u32;
 typedef int i32;
@@ -144,3 +147,4 @@ MX_DEVICE i32 imax(i32 a, i32 b) { return a > b ? a : b; }
 // e^x through the hardware exp2 (about 2 ulp; the tolerance paths only: softmax without a
 // correction bias, the SiLU / SwiGLU activation, as WGSL's exp).
 MX_DEVICE float fast_exp(float x) { return fast_exp2(x * 1.4426950408889634f); }
+#endif  // !MX_HOST_EMU

@@ -771,6 +771,27 @@ MX_KERNEL(256) void moe_route_lists_w1g(RouteParams rp, MoeParams p, const float
   lists_one_token(p, lid, k, expert_map, pair_of_row, row_of_pair, tiles, s);
 }
 
+#include "route_warp.h"  // MXMOE_HIP_ROUTE=v6: routing by warps (one warp per token, redux)
+
+// v6's routing + lists of a few tokens (2 .. MXMOE_HIP_FUSED_ROUTE, default 16) with a (top-k)
+// softmax router in one 256-thread block: warp w routes tokens w, w + 8, .. (route_warp_simple,
+// no barrier), then the block builds the lists from the ids it wrote (lists_body; the barrier
+// orders the block's global writes before its reads, as moe_route_lists does).
+#define ROUTE_LISTS_W3(NQ)                                                                        \
+  MX_KERNEL(256) void moe_route_lists_w3_##NQ(RouteParams rp, MoeParams p, const float* logits,  \
+                                              const u32* bias, i32* ids, float* weights,          \
+                                              const i32* expert_map, u32* pair_of_row,             \
+                                              i32* row_of_pair, u32* tiles) {                      \
+    MX_SHARED ListsShared ls;                                                                     \
+    for (u32 t = tid_x() >> 5; t < rp.m; t += 8u)                                                 \
+      route_warp_simple<NQ>(rp, t, tid_x() & 31u, logits, ids, weights);                          \
+    sync_threads();                                                                               \
+    lists_body<true>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);                    \
+  }
+ROUTE_LISTS_W3(4)
+ROUTE_LISTS_W3(8)
+ROUTE_LISTS_W3(32)
+
 // The tile of this block: (expert, first row, end row); false when the slot is empty. The
 // entry is read together with the count (not after it: one memory latency instead of two); the
 // host sizes the list for every slot of the grid, so the read stays inside it.

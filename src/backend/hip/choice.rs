@@ -32,8 +32,17 @@ pub(super) const GEMV2_OUT_ROWS: usize = 32;
 /// docs/h200-2026-12-01s5-route), `v5` (the default: v4, and one token with any other router in
 /// `moe_route_lists_w1g`: 256 threads compute the scores, then one warp routes with shuffles
 /// only; the same bits; H200 catalog 587/0/0, DeepSeek-R1 1 token 0.138 -> 0.133 ms,
-/// docs/h200-2026-12-01s5-closing) or `v1`. Anything else is an error naming the variable.
-pub(super) const ROUTE_VARIANTS: [&str; 5] = ["v5", "v4", "v3", "v2", "v1"];
+/// docs/h200-2026-12-01s5-closing), `v6` (the default: routing by warps, hip/route_warp.h,
+/// where the router allows it ([`RouterShape`]): one warp per token with the arg-max rounds on
+/// two warp reductions (`redux.sync` on NVIDIA) and the weights in parallel; one token's route
+/// and lists in one warp (`moe_route_lists_w2_<nq>`), up to `MXMOE_HIP_FUSED_ROUTE` (default
+/// [`FUSED_WARP_ROUTE_MAX_TOKENS`]) tokens' in one block (`moe_route_lists_w3_<nq>`), more
+/// tokens four per block (`mx_route_w_<nq>`) then `moe_lists_v2`; sigmoid routers with 32-expert
+/// chunks (DeepSeek-V3/R1) one block per token that scores with 256 threads and selects in one
+/// warp after one barrier (`moe_route_lists_w2g_<nq>`, `mx_route_wg_<nq>`); the other routers as
+/// v5; the same bits, hip/test/route_emu.cpp; docs/h200-2026-12-01s7-route) or `v1`. Anything
+/// else is an error naming the variable.
+pub(super) const ROUTE_VARIANTS: [&str; 6] = ["v6", "v5", "v4", "v3", "v2", "v1"];
 pub(super) fn route_variant() -> Result<&'static str, BackendError> {
     env_variant("MXMOE_HIP_ROUTE", &ROUTE_VARIANTS)
 }
@@ -49,8 +58,76 @@ pub(super) enum RoutePlan {
     Separate {
         route: String,
         threads: u64,
+        /// Tokens per block of the route kernel (grid: the tokens / this, rounded up).
+        per_block: u32,
         lists: String,
     },
+}
+
+/// What the route plan needs to know of a router, from its kernel parameters
+/// (`wroute::params`: [m, experts, top_k, scoring, renormalize, groups, topk_group, scaling,
+/// has_bias, ..]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RouterShape {
+    pub experts: usize,
+    /// A softmax or top-k softmax router without a correction bias or groups.
+    pub simple: bool,
+    /// A sigmoid router that route_warp.h's block kernels take: experts a multiple of 32 up to
+    /// [`MAX_EXPERTS`], and no groups or at most 32 groups of a multiple of 32 experts.
+    pub sigmoid_warp: bool,
+}
+
+impl RouterShape {
+    pub fn of(rp: &[u32; 12]) -> RouterShape {
+        let (e, k, ng) = (rp[1] as usize, rp[2] as usize, rp[5] as usize);
+        let sigmoid = rp[3] == crate::moe::Scoring::Sigmoid.id();
+        let groups_ok = ng == 0 || (ng <= 32 && e % ng == 0 && (e / ng) % 32 == 0);
+        RouterShape {
+            experts: e,
+            simple: !sigmoid && ng == 0 && rp[8] == 0,
+            sigmoid_warp: sigmoid
+                && e % 32 == 0
+                && (32..=MAX_EXPERTS).contains(&e)
+                && k <= MAX_TOP_K
+                && groups_ok,
+        }
+    }
+}
+
+/// The keys per lane (NQ) of route_warp.h's one-warp kernels for `e` experts (e <= 32 NQ).
+fn warp_nq(e: usize) -> usize {
+    match e {
+        0..=128 => 4,
+        129..=256 => 8,
+        _ => 32,
+    }
+}
+/// The same for the sigmoid block kernels (8 or 32).
+fn warp_g_nq(e: usize) -> usize {
+    if e <= 256 {
+        8
+    } else {
+        32
+    }
+}
+
+/// The kernel of the routing op on its own (`HipBackend::route`): `(name, threads, tokens per
+/// block)`; v6's warp kernels where the router allows, else `mx_route` (every other variant).
+pub(super) fn route_op_kernel(variant: &str, shape: RouterShape) -> (String, u32, u32) {
+    if variant == "v6" {
+        if let RoutePlan::Separate {
+            route,
+            threads,
+            per_block,
+            ..
+        } = route_plan(variant, shape, 2, Some(0))
+        {
+            if route.starts_with("mx_route_w") {
+                return (route, threads as u32, per_block);
+            }
+        }
+    }
+    ("mx_route".into(), 64, 1)
 }
 
 /// Which route / lists kernels run (hip/mxmoe.cu): `variant` of `MXMOE_HIP_ROUTE`, `simple` a
@@ -58,7 +135,56 @@ pub(super) enum RoutePlan {
 /// tokens (`MXMOE_HIP_FUSED_ROUTE`). v4: one token with a simple router in one warp
 /// (`moe_route_lists_w1`); the other routers with all 256 threads computing the scores
 /// (`moe_route_lists_v4`, `mx_route_v4`); simple routers of several tokens as v3.
-pub(super) fn route_plan(variant: &str, simple: bool, m: usize, fused: usize) -> RoutePlan {
+/// v6: the warp kernels where the router allows (`shape`), else v5's; `fused` (None: the
+/// default) is the most tokens routed together with their lists.
+pub(super) fn route_plan(
+    variant: &str,
+    shape: RouterShape,
+    m: usize,
+    fused: Option<usize>,
+) -> RoutePlan {
+    if variant == "v6" {
+        if shape.simple {
+            let nq = warp_nq(shape.experts);
+            let f = fused.unwrap_or(FUSED_WARP_ROUTE_MAX_TOKENS);
+            if m == 1 && f >= 1 {
+                return RoutePlan::Fused {
+                    kernel: format!("moe_route_lists_w2_{nq}"),
+                    threads: 32,
+                };
+            }
+            if m <= f {
+                return RoutePlan::Fused {
+                    kernel: format!("moe_route_lists_w3_{nq}"),
+                    threads: 256,
+                };
+            }
+            return RoutePlan::Separate {
+                route: format!("mx_route_w_{nq}"),
+                threads: 128,
+                per_block: 4,
+                lists: "moe_lists_v2".into(),
+            };
+        }
+        if shape.sigmoid_warp {
+            let nq = warp_g_nq(shape.experts);
+            if m == 1 && fused.unwrap_or(FUSED_ROUTE_MAX_TOKENS) >= 1 {
+                return RoutePlan::Fused {
+                    kernel: format!("moe_route_lists_w2g_{nq}"),
+                    threads: 256,
+                };
+            }
+            return RoutePlan::Separate {
+                route: format!("mx_route_wg_{nq}"),
+                threads: 256,
+                per_block: 1,
+                lists: "moe_lists_v2".into(),
+            };
+        }
+        return route_plan("v5", shape, m, fused);
+    }
+    let simple = shape.simple;
+    let fused = fused.unwrap_or(FUSED_ROUTE_MAX_TOKENS);
     let (rv, lv) = match variant {
         "v1" => ("", ""),
         "v3" | "v4" | "v5" if simple => ("_v3", "_v2"),
@@ -86,6 +212,7 @@ pub(super) fn route_plan(variant: &str, simple: bool, m: usize, fused: usize) ->
     RoutePlan::Separate {
         route: format!("mx_route{rv}"),
         threads: if rv == "_v4" { 256 } else { 64 },
+        per_block: 1,
         lists: format!("moe_lists{lv}"),
     }
 }
@@ -259,12 +386,14 @@ pub(super) const FUSED_COMBINE_MAX_TOKENS: usize = 16;
 /// Up to this many tokens one block routes them (one after the other) and builds the lists:
 /// one launch fewer (`MXMOE_HIP_FUSED_ROUTE` overrides, 0 = never).
 pub(super) const FUSED_ROUTE_MAX_TOKENS: usize = 1;
+/// The same for v6's simple routers, whose fused block routes 8 tokens at a time (one per warp).
+pub(super) const FUSED_WARP_ROUTE_MAX_TOKENS: usize = 16;
 
-pub(super) fn fused_route_tokens() -> usize {
+/// `MXMOE_HIP_FUSED_ROUTE` (None when unset or not a number: the route plan's default).
+pub(super) fn fused_route_tokens() -> Option<usize> {
     std::env::var("MXMOE_HIP_FUSED_ROUTE")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(FUSED_ROUTE_MAX_TOKENS)
 }
 
 /// The crossover for the matrix-core GEMV (`mma`): 1, as the others: at 2 pairs per
@@ -516,82 +645,139 @@ mod tests {
         let sep = |r: &str, t, l: &str| RoutePlan::Separate {
             route: r.into(),
             threads: t,
+            per_block: 1,
             lists: l.into(),
         };
+        let shape = |simple, sigmoid_warp, experts| RouterShape {
+            experts,
+            simple,
+            sigmoid_warp,
+        };
+        let plan = |v, simple, m, f| route_plan(v, shape(simple, false, 128), m, Some(f));
+        assert_eq!(plan("v3", true, 1, 1), fused("moe_route_lists_v3", 256));
+        assert_eq!(plan("v3", false, 1, 1), fused("moe_route_lists_v2", 256));
+        assert_eq!(plan("v4", true, 1, 1), fused("moe_route_lists_w1", 32));
+        assert_eq!(plan("v4", false, 1, 1), fused("moe_route_lists_v4", 256));
+        assert_eq!(plan("v4", true, 2, 2), fused("moe_route_lists_v3", 256));
+        assert_eq!(plan("v1", true, 1, 1), fused("moe_route_lists", 256));
+        assert_eq!(plan("v5", true, 1, 1), fused("moe_route_lists_w1", 32));
+        assert_eq!(plan("v5", false, 1, 1), fused("moe_route_lists_w1g", 256));
+        assert_eq!(plan("v5", false, 2, 2), fused("moe_route_lists_v4", 256));
         assert_eq!(
-            route_plan("v3", true, 1, 1),
-            fused("moe_route_lists_v3", 256)
-        );
-        assert_eq!(
-            route_plan("v3", false, 1, 1),
-            fused("moe_route_lists_v2", 256)
-        );
-        assert_eq!(
-            route_plan("v4", true, 1, 1),
-            fused("moe_route_lists_w1", 32)
-        );
-        assert_eq!(
-            route_plan("v4", false, 1, 1),
-            fused("moe_route_lists_v4", 256)
-        );
-        assert_eq!(
-            route_plan("v4", true, 2, 2),
-            fused("moe_route_lists_v3", 256)
-        );
-        assert_eq!(route_plan("v1", true, 1, 1), fused("moe_route_lists", 256));
-        assert_eq!(
-            route_plan("v5", true, 1, 1),
-            fused("moe_route_lists_w1", 32)
-        );
-        assert_eq!(
-            route_plan("v5", false, 1, 1),
-            fused("moe_route_lists_w1g", 256)
-        );
-        assert_eq!(
-            route_plan("v5", false, 2, 2),
-            fused("moe_route_lists_v4", 256)
-        );
-        assert_eq!(
-            route_plan("v5", false, 8, 1),
+            plan("v5", false, 8, 1),
             sep("mx_route_v4", 256, "moe_lists_v2")
         );
         assert_eq!(
-            route_plan("v3", true, 8, 1),
+            plan("v3", true, 8, 1),
             sep("mx_route_v3", 64, "moe_lists_v2")
         );
         assert_eq!(
-            route_plan("v4", false, 8, 1),
+            plan("v4", false, 8, 1),
             sep("mx_route_v4", 256, "moe_lists_v2")
         );
         assert_eq!(
-            route_plan("v2", false, 8, 1),
+            plan("v2", false, 8, 1),
             sep("mx_route_v2", 64, "moe_lists_v2")
         );
-        assert_eq!(
-            route_plan("v1", false, 8, 0),
-            sep("mx_route", 64, "moe_lists")
-        );
+        assert_eq!(plan("v1", false, 8, 0), sep("mx_route", 64, "moe_lists"));
         let all: Vec<&str> = kernels::NAMES
             .iter()
             .chain(&kernels::NAMES_MORE)
             .copied()
             .collect();
+        // v6: the warp kernels by expert count, the fused block up to 16 simple tokens
+        // by default, the sigmoid block kernels, v5's for the other routers.
+        let w = |e, m, f| route_plan("v6", shape(true, false, e), m, f);
+        assert_eq!(w(128, 1, None), fused("moe_route_lists_w2_4", 32));
+        assert_eq!(w(256, 1, None), fused("moe_route_lists_w2_8", 32));
+        assert_eq!(w(257, 1, None), fused("moe_route_lists_w2_32", 32));
+        assert_eq!(w(128, 16, None), fused("moe_route_lists_w3_4", 256));
+        assert_eq!(
+            w(128, 4, Some(1)),
+            RoutePlan::Separate {
+                route: "mx_route_w_4".into(),
+                threads: 128,
+                per_block: 4,
+                lists: "moe_lists_v2".into()
+            }
+        );
+        assert_eq!(
+            w(128, 17, None),
+            RoutePlan::Separate {
+                route: "mx_route_w_4".into(),
+                threads: 128,
+                per_block: 4,
+                lists: "moe_lists_v2".into()
+            }
+        );
+        let g = |e, m| route_plan("v6", shape(false, true, e), m, None);
+        assert_eq!(g(256, 1), fused("moe_route_lists_w2g_8", 256));
+        assert_eq!(g(1024, 1), fused("moe_route_lists_w2g_32", 256));
+        assert_eq!(g(256, 8), sep("mx_route_wg_8", 256, "moe_lists_v2"));
+        assert_eq!(
+            route_plan("v6", shape(false, false, 256), 1, None),
+            fused("moe_route_lists_w1g", 256)
+        );
+        assert_eq!(
+            route_plan("v6", shape(false, false, 256), 8, None),
+            sep("mx_route_v4", 256, "moe_lists_v2")
+        );
         for v in ROUTE_VARIANTS {
-            for simple in [false, true] {
-                for (m, f) in [(1, 1), (2, 2), (8, 1), (1, 0)] {
-                    let names = match route_plan(v, simple, m, f) {
+            for (simple, sw, e) in [(false, false, 96), (true, false, 60), (true, false, 200)]
+                .into_iter()
+                .chain([(true, false, 1024), (false, true, 256), (false, true, 512)])
+            {
+                for (m, f) in [(1, 1), (2, 2), (8, 1), (1, 0), (64, 16)] {
+                    let names = match route_plan(v, shape(simple, sw, e), m, Some(f)) {
                         RoutePlan::Fused { kernel, .. } => vec![kernel],
                         RoutePlan::Separate { route, lists, .. } => vec![route, lists],
                     };
                     for n in names {
                         assert!(
                             all.contains(&n.as_str()),
-                            "{v} {simple} {m} {f}: {n} is not built"
+                            "{v} {simple} {sw} {e} {m} {f}: {n} is not built"
                         );
                     }
                 }
             }
         }
+    }
+
+    /// Which routers take v6's warp kernels, from their kernel parameters (by hand: gpt-oss,
+    /// DeepSeek-R1, chunks that do not fit a warp), and the routing op's kernel.
+    #[test]
+    fn router_shapes_pick_the_warp_kernels() {
+        use crate::moe::Scoring;
+        let rp = |e: u32, k: u32, s: Scoring, ng: u32, tg: u32, bias: u32| {
+            [1, e, k, s.id(), 1, ng, tg, 1f32.to_bits(), bias, 0, 0, 0]
+        };
+        let gpt_oss = RouterShape::of(&rp(128, 4, Scoring::TopkSoftmax, 0, 0, 0));
+        assert!(gpt_oss.simple && !gpt_oss.sigmoid_warp && gpt_oss.experts == 128);
+        let r1 = RouterShape::of(&rp(256, 8, Scoring::Sigmoid, 8, 4, 1));
+        assert!(!r1.simple && r1.sigmoid_warp);
+        assert!(RouterShape::of(&rp(256, 8, Scoring::Sigmoid, 0, 0, 0)).sigmoid_warp);
+        assert!(RouterShape::of(&rp(384, 8, Scoring::Sigmoid, 1, 1, 1)).sigmoid_warp);
+        // 20 experts per group, 48 experts (not a multiple of 32), 64 groups
+        assert!(!RouterShape::of(&rp(160, 6, Scoring::Sigmoid, 8, 3, 1)).sigmoid_warp);
+        assert!(!RouterShape::of(&rp(48, 6, Scoring::Sigmoid, 0, 0, 1)).sigmoid_warp);
+        assert!(!RouterShape::of(&rp(2048, 8, Scoring::Sigmoid, 64, 4, 1)).sigmoid_warp);
+        // softmax with a bias or groups: neither
+        let sb = RouterShape::of(&rp(256, 8, Scoring::Softmax, 0, 0, 1));
+        assert!(!sb.simple && !sb.sigmoid_warp);
+        assert!(!RouterShape::of(&rp(160, 6, Scoring::Softmax, 8, 3, 0)).simple);
+        assert_eq!(
+            route_op_kernel("v6", gpt_oss),
+            ("mx_route_w_4".to_string(), 128, 4)
+        );
+        assert_eq!(
+            route_op_kernel("v6", r1),
+            ("mx_route_wg_8".to_string(), 256, 1)
+        );
+        assert_eq!(route_op_kernel("v6", sb), ("mx_route".to_string(), 64, 1));
+        assert_eq!(
+            route_op_kernel("v5", gpt_oss),
+            ("mx_route".to_string(), 64, 1)
+        );
     }
 
     /// Every GEMV variant names kernels the code objects have (the mma ones in the NVIDIA list),

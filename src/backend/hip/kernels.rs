@@ -85,8 +85,9 @@ pub const NAMES: [&str; 22] = [
     "moe_gemv2_cb6",
 ];
 /// The GEMV kernels of 8-bit codes (FP8, INT8), the combine, decode's fused route + lists, the
-/// MoE input QDQ, and the v2 decode kernels (`MXMOE_HIP_GEMV`, `MXMOE_HIP_ROUTE`).
-pub const NAMES_MORE: [&str; 20] = [
+/// MoE input QDQ, the v2 decode kernels (`MXMOE_HIP_GEMV`, `MXMOE_HIP_ROUTE`) and v6's warp
+/// routing (hip/route_warp.h).
+pub const NAMES_MORE: [&str; 33] = [
     "mx_qdq_lanes",
     "moe_gemv1_cb8",
     "moe_gemv2_cb8",
@@ -107,6 +108,19 @@ pub const NAMES_MORE: [&str; 20] = [
     "mx_route_v4",
     "moe_route_lists_v4",
     "moe_route_lists_w1g",
+    "moe_route_lists_w2_4",
+    "moe_route_lists_w2_8",
+    "moe_route_lists_w2_32",
+    "mx_route_w_4",
+    "mx_route_w_8",
+    "mx_route_w_32",
+    "moe_route_lists_w3_4",
+    "moe_route_lists_w3_8",
+    "moe_route_lists_w3_32",
+    "moe_route_lists_w2g_8",
+    "moe_route_lists_w2g_32",
+    "mx_route_wg_8",
+    "mx_route_wg_32",
 ];
 
 /// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma`, the
@@ -450,6 +464,62 @@ mod tests {
         println!("{text}");
         assert!(run.status.success(), "gemv_mma_emu failed:\n{text}");
         assert_eq!(text.matches(": ok (0 mismatches)").count(), 33, "{text}");
+    }
+
+    /// The warp routing kernels (hip/route_warp.h, `MXMOE_HIP_ROUTE=v6`), compiled for the CPU by
+    /// hip/test/route_emu.cpp (one OS thread per GPU thread; shuffles, warp reductions and the
+    /// block barrier emulated), give the ids, weight bits and one-token lists of a port of the
+    /// CPU router (src/moe/route.rs) with route_token's weight expressions: (top-k) softmax
+    /// routers of 8 to 1024 experts and top-1 to top-32 in the one-warp and the four-warps
+    /// kernels, sigmoid routers with and without correction bias, groups of 32 and 64 experts
+    /// (DeepSeek-V3/R1's 8 groups, top-4 groups, top-8) in the block kernels; random logits
+    /// and logits drawn from a few values (ties to the lower index, both zeros).
+    #[test]
+    fn route_warp_runs_on_the_cpu_emulation() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let cxx = [
+            "clang++-19",
+            "clang++-20",
+            "clang++-21",
+            "clang++-22",
+            "clang++",
+        ]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("no clang++ found (apt-get install clang-19)");
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("route_emu");
+        let out = Command::new(cxx)
+            .args([
+                "-std=c++20",
+                "-O1",
+                "-pthread",
+                "-ffp-contract=off",
+                "-Wno-ignored-attributes",
+                "-I",
+            ])
+            .arg(root.join("hip"))
+            .arg(root.join("hip/test/route_emu.cpp"))
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cxx}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run = Command::new(&exe).output().unwrap();
+        let text = String::from_utf8_lossy(&run.stdout);
+        println!("{text}");
+        assert!(run.status.success(), "route_emu failed:\n{text}");
+        assert!(text.contains("route_emu: ok (0 mismatches)"), "{text}");
+        assert!(text.contains("948 cases, 0 mismatches"), "{text}");
     }
 
     /// Every v2 kernel has its dynamic shared memory in the PTX, more than the 48 KB a launch

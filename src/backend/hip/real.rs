@@ -487,10 +487,11 @@ impl HipBackend {
         };
         let ids = self.out(m * k * 4)?;
         let w = self.out(m * k * 4)?;
+        let (kernel, threads, per_block) = route_op_kernel(route_variant()?, RouterShape::of(&p));
         self.launch(
-            "mx_route",
-            (m as u32, 1),
-            64,
+            &kernel,
+            ((m as u32).div_ceil(per_block), 1),
+            threads,
             &mut args!(p, lb.ptr, bb.ptr, ids.ptr, w.ptr),
         )?;
         self.dev.synchronize()?;
@@ -710,9 +711,12 @@ impl HipBackend {
         let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
         let rb = g.route_bias.as_ref().unwrap_or(&g.dummy).ptr;
         let map = g.map.as_ref().unwrap_or(&g.dummy).ptr;
-        // rp: [m, experts, top_k, scoring, renormalize, groups, topk_group, scaling, has_bias, ..]
-        let simple = rp[3] != crate::moe::Scoring::Sigmoid.id() && rp[5] == 0 && rp[8] == 0;
-        let plan = route_plan(route_variant()?, simple, m, fused_route_tokens());
+        let plan = route_plan(
+            route_variant()?,
+            RouterShape::of(&rp),
+            m,
+            fused_route_tokens(),
+        );
         // Timing::Forward: one event pair around all the kernels (none between them).
         let span = match timing {
             Timing::Forward => Some((dev.event()?, dev.event()?)),
@@ -739,12 +743,13 @@ impl HipBackend {
             RoutePlan::Separate {
                 route,
                 threads,
+                per_block,
                 lists,
             } => {
                 run(
                     "route",
                     &route,
-                    (m as u32, 1),
+                    ((m as u32).div_ceil(per_block), 1),
                     threads,
                     &mut args!(rp, logits_p, rb, ids_p, topw_p),
                 )?;
