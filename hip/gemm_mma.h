@@ -454,7 +454,8 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
         sC[(pc0 + 8u * j + 2u * t + (c & 1u)) * S::LDC + 16u * (FM * rg + m) + g + (c >= 2u ? 8u : 0u)] =
             acc[m][j].v[c];
   sync_threads();
-  gemm_epilogue<TP, MM_ROWS, MM_THREADS>(p, is1, e, start, cnt, jb, sC, rowmax, pair_of_row, out, bias, topw);
+  // gemm1's output goes to gemm2 as bf16 in mx_to_bf16_p8's order (hi, lo, row flags).
+  gemm_epilogue<TP, MM_ROWS, MM_THREADS, true>(p, is1, e, start, cnt, jb, sC, rowmax, pair_of_row, out, bias, topw);
 }
 
 // A split kernel (weight-only schemes: activations as bf16 hi + lo). V >= 1: a tile whose

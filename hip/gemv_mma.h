@@ -197,7 +197,10 @@ MX_DEVICE void gm_store_xb(const MoeParams& p, u16* o, u64 i, u64 lo_off, float 
   }
 }
 
-template <bool SPLIT, u32 R, bool XB = false>
+// XB: the activations as bf16 (mx_to_bf16_p8's order); XBO: gemv1 writes its output that way
+// (gm_store_xb) for gemv2 (both in `mmab`; XBO alone in `mmao`, gemv1 of one to three tokens,
+// where converting the hidden states in a kernel of its own costs more than it saves).
+template <bool SPLIT, u32 R, bool XB = false, bool XBO = XB>
 MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const float* x, const u32* wcodes, const u8* wscales, u32* out,
                              const float* bias, const float* topw, const i32* row_of_pair,
@@ -319,7 +322,7 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       gv += red[w][gi][t1];
       uv += red[w][ui][t1];
     }
-    if (XB) {
+    if (XBO) {
       u32 val = gemv1_value(p, e, start, t1, j, tv, gv, uv, pair_of_row, bias, topw, tmax);
       u64 na = (u64)p.m * p.top_k;
       if (tv) gm_store_xb(p, (u16*)out, (u64)(start + t1) * p.inter + j, na * p.inter, u2f(val));
@@ -373,5 +376,13 @@ GEMV_MMAW_KERNELS(true, _split)
   }
 GEMV_MMAB_KERNELS(false, )
 GEMV_MMAB_KERNELS(true, _split)
+// mmao: mmab's gemv1 on f32 activations (converted in the loop, as mmaw), its output for mmab's
+// gemv2.
+#define GEMV_MMAO_KERNELS(SPLIT, SFX)                                                          \
+  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv1_mmao##SFX##_cb4(GEMV_ARGS) {                     \
+    gemv_mma_body<SPLIT, 2u, false, true>(p, true, GEMV_PASS);                                 \
+  }
+GEMV_MMAO_KERNELS(false, )
+GEMV_MMAO_KERNELS(true, _split)
 
 #endif

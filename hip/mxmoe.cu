@@ -1300,6 +1300,20 @@ MX_KERNEL_OCC(GV_THREADS, GV3_OCC) void moe_gemv2_v3_cb4(GEMV_ARGS) { gemv_body<
 
 MX_DEVICE u32 bf16_bits_rne(float x) { return f2u(bf16_round(x)) >> 16; }
 
+// Element i (row-major, pairs x inter) of gemm1's output as mx_to_bf16_p8 stores it: bf16 hi
+// at its place in its group of 8 (0, 4, 1, 5, 2, 6, 3, 7) and, for weight-only schemes (hi +
+// lo), the bf16 of v - hi (0 where hi is Inf or NaN) pairs x inter elements further.
+MX_DEVICE void gemm_p8_store(const MoeParams& p, u16* o, u64 i, float v) {
+  u32 q = (u32)(i & 7u);
+  u64 pos = (i & ~7ull) | (q < 4u ? 2u * q : 2u * (q - 4u) + 1u);
+  u32 hb = bf16_bits_rne(v);
+  o[pos] = (u16)hb;
+  if (p.act_fmt == FMT_NONE) {
+    float hf = u2f(hb << 16);
+    o[(u64)p.m * p.top_k * p.inter + pos] = (u16)bf16_bits_rne((hb & 0x7F80u) == 0x7F80u ? 0.0f : v - hf);
+  }
+}
+
 // fp32 -> bf16 (hi) and, with lo, the bf16 of the remainder x - hi (Inf/NaN: lo = 0).
 MX_KERNEL(256) void mx_to_bf16(const float* x, u16* hi, u16* lo, u64 n) {
   u64 i = (u64)bid_x() * 256u + tid_x();
@@ -1392,7 +1406,10 @@ MX_DEVICE void w_store(const WPart<CB>& r, const u32* tab, u16* dst) {
 // router weight on input, activation and the intermediate QDQ (the tile's TN / 2 intermediate
 // columns from jb: TN / 64 blocks per row, maxima in rowmax [TM][TN / 64], zeroed); gemm2
 // bias and router weight (output columns jb .. jb + TN).
-template <u32 TM, u32 TN, u32 NT>
+// XBO (the mma GEMM's gemm1, whose gemm2 takes bf16 in mx_to_bf16_p8's order): gemm1 writes
+// its output as mx_to_bf16_p8 would (gemm_p8_store) instead of f32, and column block 0 the row
+// flags of its rows (so the mma path needs no conversion kernel between the GEMMs).
+template <u32 TM, u32 TN, u32 NT, bool XBO = false>
 MX_DEVICE void gemm_epilogue(const MoeParams& p, bool is1, u32 e, u32 start, u32 cnt, u32 jb,
                              const float* sC, u32* rowmax, const u32* pair_of_row, u32* out,
                              const float* bias, const float* topw) {
@@ -1436,7 +1453,19 @@ MX_DEVICE void gemm_epilogue(const MoeParams& p, bool is1, u32 e, u32 start, u32
       for (u32 i = 0; i < cols; ++i) {
         u32 o = vals[i], j = jb + part * cols + i;
         if (p.act_fmt != FMT_NONE) o = intermediate_qdq(p, o, byte);
-        if (j < inter) out[(u64)(start + r) * inter + j] = o;
+        if (j < inter) {
+          if (XBO)
+            gemm_p8_store(p, (u16*)out, (u64)(start + r) * inter + j, u2f(o));
+          else
+            out[(u64)(start + r) * inter + j] = o;
+        }
+      }
+      // The row flags after the lo values (mx_to_bf16_p8's: 1 if some lo of the row is not
+      // +0). With bf16 intermediates every lo is +0 (v - bf16(v) = +0; lo of Inf / NaN is +0);
+      // otherwise 1, which only keeps the lo MMAs (the same sums either way).
+      if (XBO && p.act_fmt == FMT_NONE && bid_x() == 0u && part == 0u) {
+        u64 n = (u64)p.m * p.top_k * inter;
+        ((u32*)((u16*)out + 2u * n))[start + r] = p.round_bf16 ? 0u : 1u;
       }
     }
   } else if (r < cnt) {

@@ -180,9 +180,10 @@ static size_t p8(size_t i) {
 
 // mode 0: `mma`; 1: `mmaw` (two 16-row tiles per warp, the K steps over 4 warps per row group);
 // 2: `mmab` (mmaw on bf16 activations in mx_to_bf16_p8's order, hi then lo; gemv1 writes its
-// output that way).
+// output that way); 3: `mmao` (gemv1 only: f32 activations, output as mmab's).
 static int run_case(const Case& c, std::mt19937& rng, int mode) {
-  bool wide = mode >= 1, xb = mode == 2;
+  if (mode == 3 && !c.is1) return 0;
+  bool wide = mode >= 1, xbi = mode == 2, xb = mode >= 2;
   const u32 E = 3, top_k = 2, m = 9;  // 18 pairs
   MoeParams p{};
   p.m = m;
@@ -264,7 +265,8 @@ static int run_case(const Case& c, std::mt19937& rng, int mode) {
           if (xb)
             f = c.is1 ? (c.split ? moe_gemv1_mmab_split_cb4 : moe_gemv1_mmab_cb4)
                       : (c.split ? moe_gemv2_mmab_split_cb4 : moe_gemv2_mmab_cb4);
-          const float* xin = xb ? (const float*)xbuf.data() : x.data();
+          if (mode == 3) f = c.split ? moe_gemv1_mmao_split_cb4 : moe_gemv1_mmao_cb4;
+          const float* xin = xbi ? (const float*)xbuf.data() : x.data();
           f(p, pair_of_row.data(), tiles.data(), xin, wnv.data(), wscales.data(), out.data(),
             bias.data(), topw.data(), nullptr, nullptr, nullptr);
         });
@@ -329,7 +331,8 @@ static int run_case(const Case& c, std::mt19937& rng, int mode) {
     }
   }
   // Rows of no tile stay untouched (the empty slot wrote nothing).
-  printf("%s%s: %s (%d mismatches)\n", c.name, xb ? ", mmab" : wide ? ", mmaw" : "", bad ? "FAIL" : "ok", bad);
+  printf("%s%s: %s (%d mismatches)\n", c.name, mode == 3 ? ", mmao" : xb ? ", mmab" : wide ? ", mmaw" : "",
+         bad ? "FAIL" : "ok", bad);
   return bad;
 }
 
@@ -350,7 +353,7 @@ int main() {
   };
   int bad = 0;
   for (const Case& c : cases) {
-    for (int mode = 0; mode < 3; ++mode) bad += run_case(c, rng, mode);
+    for (int mode = 0; mode < 4; ++mode) bad += run_case(c, rng, mode);
   }
   return bad ? 1 : 0;
 }

@@ -252,7 +252,7 @@ pub(super) fn env_variant(
 /// fixed-order sum of their partial tiles, slower at every measured size and split, e.g. one
 /// gpt-oss token 0.081 ms, 0.066 with the prefetch alone, against 0.058; commit cb464fa,
 /// docs/h200-2026-12-01s6-gemv.)
-/// `mmaw` (NVIDIA only, not measured yet: `moe_gemv{1,2}_mmaw[_split]_cb4`): `mma` with two
+/// `mmaw` (NVIDIA only: `moe_gemv{1,2}_mmaw[_split]_cb4`): `mma` with two
 /// 16-row tiles per warp instead of four (the block's 64 rows in two groups of 4 warps, each
 /// group's K steps over its 4 warps): 80 registers instead of 128, so three blocks (24 warps)
 /// per multiprocessor instead of two, for about 17 % more instructions per weight byte.
@@ -267,6 +267,22 @@ pub(super) const GEMV_VARIANTS: [&str; 7] = ["v3", "v2", "v2c", "v1", "mma", "mm
 /// Whether a GEMV variant takes its activations as bf16 from mx_to_bf16_p8 (`mmab`).
 pub(super) fn gemv_takes_bf16(variant: &str) -> bool {
     variant == "mmab"
+}
+
+/// `mmab` converts the hidden states in a kernel of its own from this many tokens on; below, its
+/// gemv1 is `mmao` (the conversion in the loop, as `mmaw`; the output for mmab's gemv2). On the
+/// H200 the conversion kernel took ~7 us at 1-16 gpt-oss tokens while mmab's gemv1 saved 3 us at
+/// 1 token (0.022 vs 0.025 ms), 6 at 4 and 14 at 16 (docs/h200-2026-12-01s7-nv4).
+pub(super) const MMAB_CONVERT_MIN_TOKENS: usize = 4;
+
+/// mmab's gemv1 kernel for `tokens` tokens (from `gemv_kernels`' name) and whether the hidden
+/// states go through mx_to_bf16_p8 first.
+pub(super) fn mmab_gemv1(k1: &str, tokens: usize) -> (String, bool) {
+    if tokens < MMAB_CONVERT_MIN_TOKENS {
+        (k1.replace("_mmab", "_mmao"), false)
+    } else {
+        (k1.to_string(), true)
+    }
 }
 
 /// Whether a GEMV variant is a matrix-core one (hip/gemv_mma.h, NVIDIA only, tiles of 8 pairs).
@@ -286,8 +302,13 @@ pub(super) fn gemv_variant() -> Result<&'static str, BackendError> {
 /// registers, three blocks per multiprocessor): the catalog with it forced on every MoE case
 /// passed (587/0/0) and it measured 3-5 % faster than `mma` in the same call (gpt-oss-120b 1 / 4
 /// / 16 tokens 0.053 / 0.104 / 0.197 ms vs 0.056 / 0.106 / 0.204; docs/h200-2026-12-01s6-closing).
+/// Since session 7 it is `mmab` (bf16 activations; gemv1 `mmao` below 4 tokens): the catalog
+/// with mmab forced on every MoE case passed (587/0/0), and on the nv4 layout it measured
+/// gpt-oss-120b 4 / 16 tokens 0.099 / 0.172 ms against mmaw's 0.103 / 0.190, DeepSeek-R1 8
+/// tokens 0.287 vs 0.312 (docs/h200-2026-12-01s7-nv4; at 1 token its conversion kernel cost
+/// what it saved, hence mmao there).
 pub(super) const GEMV_MMA_DEFAULT: bool = true;
-pub(super) const GEMV_MMA_DEFAULT_VARIANT: &str = "mmaw";
+pub(super) const GEMV_MMA_DEFAULT_VARIANT: &str = "mmab";
 
 /// The MXFP4 decode GEMV for a device (`nvidia`: the CUDA driver): `MXMOE_HIP_GEMV` when set
 /// (`mma` on AMD is an error naming the variable), else the default of the device.
@@ -789,6 +810,17 @@ mod tests {
                 || kernels::NAMES_MORE.contains(&n)
                 || kernels::NAMES_GEMV_MMA.contains(&n)
         };
+        // mmab's gemv1 below MMAB_CONVERT_MIN_TOKENS: mmao, no conversion kernel.
+        for split in [false, true] {
+            let (k1, _, _) = gemv_kernels("mmab", 4, [split, split]);
+            for (m, want) in [(1, false), (3, false), (4, true), (64, true)] {
+                let (k, conv) = mmab_gemv1(&k1, m);
+                assert!(built(&k), "{k}");
+                assert_eq!(conv, want, "{m} tokens");
+                assert_eq!(k.contains("_mmao"), !want, "{k}");
+                assert_eq!(k.contains("_split"), split, "{k}");
+            }
+        }
         for v in GEMV_VARIANTS {
             for split in [[false, false], [true, true], [false, true], [true, false]] {
                 let (k1, k2, rows) = gemv_kernels(v, 4, split);

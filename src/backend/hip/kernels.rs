@@ -126,8 +126,9 @@ pub const NAMES_MORE: [&str; 33] = [
 /// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma`, the
 /// default there; hip/gemv_mma.h), `moe_gemv{1,2}_mma[_split]_cb4` (`_split`: f32 activations as
 /// bf16 hi + lo), `mmaw`'s (`MXMOE_HIP_GEMV=mmaw`: two 16-row tiles per warp) and `mmab`'s
-/// (`MXMOE_HIP_GEMV=mmab`: mmaw on bf16 activations from mx_to_bf16_p8).
-pub const NAMES_GEMV_MMA: [&str; 12] = [
+/// (`MXMOE_HIP_GEMV=mmab`: mmaw on bf16 activations from mx_to_bf16_p8; its gemv1 of one to three
+/// tokens `mmao`: f32 activations in, bf16 out).
+pub const NAMES_GEMV_MMA: [&str; 14] = [
     "moe_gemv1_mma_cb4",
     "moe_gemv2_mma_cb4",
     "moe_gemv1_mma_split_cb4",
@@ -140,6 +141,8 @@ pub const NAMES_GEMV_MMA: [&str; 12] = [
     "moe_gemv2_mmab_cb4",
     "moe_gemv1_mmab_split_cb4",
     "moe_gemv2_mmab_split_cb4",
+    "moe_gemv1_mmao_cb4",
+    "moe_gemv1_mmao_split_cb4",
 ];
 
 /// NVIDIA only (sm_80 / sm_90 PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
@@ -406,6 +409,11 @@ mod tests {
                     assert_eq!(mmas(&split), 2 * mmas(&hi), "{what}: {split}");
                 }
             }
+            assert_eq!(
+                mmas("moe_gemv1_mmao_split_cb4"),
+                2 * mmas("moe_gemv1_mmao_cb4"),
+                "{what}: mmao"
+            );
         }
         for (target, bytes) in [("gfx942", GFX942), ("gfx950", GFX950)] {
             let found = bytes
@@ -463,7 +471,7 @@ mod tests {
         let text = String::from_utf8_lossy(&run.stdout);
         println!("{text}");
         assert!(run.status.success(), "gemv_mma_emu failed:\n{text}");
-        assert_eq!(text.matches(": ok (0 mismatches)").count(), 33, "{text}");
+        assert_eq!(text.matches(": ok (0 mismatches)").count(), 38, "{text}");
     }
 
     /// The warp routing kernels (hip/route_warp.h, `MXMOE_HIP_ROUTE=v6`), compiled for the CPU by

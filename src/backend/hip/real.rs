@@ -792,13 +792,17 @@ impl HipBackend {
                 weight_only && !all_bf16(hidden),
                 weight_only && opts.intermediate != Intermediate::Bf16,
             ];
-            let (k1, k2, rows2) = gemv_kernels(gv, cb, split);
+            let (mut k1, k2, rows2) = gemv_kernels(gv, cb, split);
+            let mut convert = false;
+            if gemv_takes_bf16(gv) {
+                (k1, convert) = mmab_gemv1(&k1, m);
+            }
             let g2 = (mt, h.div_ceil(rows2) as u32);
             let none = 0u64;
             // mmab: the hidden states as bf16 in mx_to_bf16_p8's order (hi, then lo and its
             // row flags when split), gemv1 writes a2 that way (hi, lo: two bytes each of the
             // four a2 has per value).
-            let xb = if gemv_takes_bf16(gv) {
+            let xb = if convert {
                 let n = m * h;
                 let buf = dev.alloc(if split[0] { 4 * n + 4 * m } else { 2 * n })?;
                 let lo = if split[0] { buf.ptr + 2 * n as u64 } else { 0u64 };
@@ -975,30 +979,32 @@ impl HipBackend {
                 };
             }
             to_bf16!(x_in, xh.ptr, xlp, m, h)?;
+            // gemm2's bf16 activations: hi, then (split) lo and the row flags, in one buffer.
+            // The mma gemm1 writes them itself (hip/mxmoe.cu gemm_p8_store); v1 / v2 write f32
+            // and a conversion kernel follows.
+            let n2 = na * inter * 2;
+            let ab = dev.alloc(if split { 2 * n2 + flags(na) } else { n2 })?;
+            let (ahp, alp) = (ab.ptr, if split { ab.ptr + n2 as u64 } else { 0u64 });
+            let out1 = if use_mma { ahp } else { a2.ptr };
             run(
                 "moe/gemm1",
                 &k1,
                 g1,
                 block,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p
+                    p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, out1, b13, topw_p
                 ),
             )?;
-            let ah = dev.alloc(na * inter * 2)?;
-            let al = if split {
-                Some(dev.alloc(na * inter * 2 + flags(na))?)
-            } else {
-                None
-            };
-            let alp = al.as_ref().map_or(0u64, |b| b.ptr);
-            to_bf16!(a2.ptr, ah.ptr, alp, na, inter)?;
+            if !use_mma {
+                to_bf16!(a2.ptr, ahp, alp, na, inter)?;
+            }
             run(
                 "moe/gemm2",
                 &k2,
                 g2,
                 block,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, ah.ptr, alp, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p
+                    p, rows.ptr, tiles.ptr, ahp, alp, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p
                 ),
             )?;
         }
