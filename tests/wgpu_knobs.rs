@@ -386,7 +386,9 @@ fn moe_weights_split_across_buffers() {
     );
 }
 
-/// One expert dispatch reads several weight chunks (shaders/moe_weights_multi.wgsl): a layer of
+/// One expert dispatch reads several weight chunks (shaders/moe_weights_multi.wgsl). By default
+/// only GEMV forwards of at most 256 token-expert pairs do (timestamps count the dispatches),
+/// and with `set_chunks_per_pass` every forward: a layer of
 /// 8 local experts in chunks of 3 (3, 3, 2 experts; `set_max_chunk_experts`) run with 1 to 4
 /// chunks per dispatch gives, on both expert paths and at 1, 5 and 40 tokens, the bits of the
 /// one-chunk-per-dispatch run (the same sums over the same weights), and every run satisfies
@@ -399,6 +401,32 @@ fn moe_chunks_per_pass() {
     let b = fresh_gpu!("moe_chunks_per_pass");
     b.set_poison(true);
     b.set_max_chunk_experts(3);
+    if b.has_timestamps() {
+        // The default (no knob): one dispatch over the chunks for GEMV forwards of at most
+        // MULTI_CHUNK_MAX_PAIRS pairs, one per chunk for larger GEMV forwards and the GEMM.
+        let l = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 64, 2));
+        let g = b.prepare(&l.build().unwrap()).unwrap();
+        assert_eq!(g.chunks(), 3);
+        for (m, path, want) in [
+            (1, MoePath::Gemv, 1),
+            (128, MoePath::Gemv, 1),
+            (129, MoePath::Gemv, 3),
+            (1, MoePath::Gemm, 3),
+            (40, MoePath::Gemm, 3),
+        ] {
+            let (hs, lg) = synth_batch(m, 64, 8, 80);
+            let times = b
+                .moe_path(&g, &hs, &lg, MoeOptions::default(), path, true)
+                .unwrap()
+                .1
+                .unwrap_or_default();
+            let stage1 = times
+                .iter()
+                .filter(|(n, _)| n.ends_with("gemv1") || n.ends_with("gemm1"))
+                .count();
+            assert_eq!(stage1, want, "m {m} {path:?}: {times:?}");
+        }
+    }
     let mut mat = Materializer::default();
     let layers = [
         LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 96, 2)),

@@ -163,6 +163,15 @@ fn check_coop_product(got: &[f32]) -> Result<(), String> {
 /// `tests/shaders.rs` checks it against what naga finds the entry points use).
 pub const MULTI_STORAGE_BINDINGS: u32 = 22;
 
+/// Forwards read several weight chunks per expert dispatch (unless `MXMOE_WGPU_CHUNKS_PER_PASS`
+/// says otherwise) only on the GEMV with at most this many token-expert pairs: there a pass's
+/// time is latency, and one dispatch over both of DeepSeek-R1's chunks took 0.087 + 0.050 ms
+/// (gemv1 + gemv2) at 1 token against 0.121 + 0.067 for two dispatches each, 0.443 + 0.252
+/// against 0.452 + 0.264 at 8 tokens; at 64 tokens (512 pairs) both ways measured the same and
+/// from 512 tokens (the GEMV) and on the GEMM (2048 tokens) the one dispatch was 1-5 % slower
+/// (its loads branch on the chunk; H200, docs/h200-2026-12-01s7-wgpu).
+pub const MULTI_CHUNK_MAX_PAIRS: usize = 256;
+
 /// The weight-chunk knobs from the environment and the adapter's limits: (experts per chunk
 /// (0: no limit), chunks per expert pass, why one chunk per pass where it is so). A value that
 /// does not parse, or asks for more chunks per pass than the bindings allow, is an error.
@@ -403,12 +412,16 @@ pub struct Context {
     /// At most this many local experts per weight chunk (0: as many as fit one binding);
     /// `MXMOE_WGPU_CHUNK_EXPERTS` sets it (a test knob: small layers get several chunks).
     pub chunk_experts: AtomicU64,
-    /// How many weight chunks one expert pass reads (1: one dispatch per chunk, through
+    /// The most weight chunks one expert dispatch reads (1: one dispatch per chunk, through
     /// moe_weights_one.wgsl; 2..4: moe_weights_multi.wgsl): [`MAX_CHUNKS_PER_PASS`] where the
     /// adapter's storage-buffer limit holds the multi-chunk passes' bindings
     /// ([`MULTI_STORAGE_BINDINGS`]), else 1; `MXMOE_WGPU_CHUNKS_PER_PASS` sets it (at most
-    /// what fits).
+    /// what fits). Unless set (`chunks_forced`), forwards read several chunks per dispatch only
+    /// on the GEMV up to [`MULTI_CHUNK_MAX_PAIRS`] token-expert pairs.
     pub chunks_per_pass: AtomicU64,
+    /// Whether `chunks_per_pass` holds for every forward (the environment or the test hook set
+    /// it) rather than for decode-sized GEMV forwards only.
+    pub chunks_forced: AtomicBool,
     /// Why the expert passes read one chunk per dispatch where they do (empty otherwise).
     pub chunks_note: String,
     pub poison: AtomicBool,
@@ -620,6 +633,8 @@ impl Context {
             }
         }));
         let (chunk_experts, chunks_per_pass, chunks_note) = chunk_knobs(&limits)?;
+        let chunks_forced = std::env::var("MXMOE_WGPU_CHUNKS_PER_PASS")
+            .is_ok_and(|v| !v.trim().is_empty());
         let mut ctx = Context {
             device,
             queue,
@@ -635,6 +650,7 @@ impl Context {
             chunk_override: AtomicU64::new(0),
             chunk_experts: AtomicU64::new(chunk_experts),
             chunks_per_pass: AtomicU64::new(chunks_per_pass),
+            chunks_forced: AtomicBool::new(chunks_forced),
             chunks_note,
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
             fp4_register_decode: AtomicBool::new(false),

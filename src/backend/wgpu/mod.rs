@@ -173,15 +173,23 @@ impl WgpuBackend {
     /// How the expert passes read weights split into chunks (layers over one storage binding).
     fn chunks_note(&self) -> String {
         let per = self.ctx.chunks_per_pass.load(Ordering::Relaxed);
-        let mut s = if per > 1 {
+        let mut s = if per > 1 && self.ctx.chunks_forced.load(Ordering::Relaxed) {
             format!(
                 "weight chunks: one dispatch per expert pass reads up to {per} chunks \
-                 (moe_weights_multi.wgsl)"
+                 (moe_weights_multi.wgsl; MXMOE_WGPU_CHUNKS_PER_PASS={per}: every forward)"
+            )
+        } else if per > 1 {
+            format!(
+                "weight chunks: one dispatch per expert pass reads up to {per} chunks \
+                 (moe_weights_multi.wgsl) on GEMV forwards of at most {} token-expert pairs, one \
+                 dispatch per chunk above",
+                context::MULTI_CHUNK_MAX_PAIRS
             )
         } else {
+            let why = &self.ctx.chunks_note;
             format!(
-                "weight chunks: one dispatch per chunk and expert pass ({})",
-                self.ctx.chunks_note
+                "weight chunks: one dispatch per chunk and expert pass{}",
+                if why.is_empty() { String::new() } else { format!(" ({why})") }
             )
         };
         match self.ctx.chunk_experts.load(Ordering::Relaxed) {
@@ -191,8 +199,9 @@ impl WgpuBackend {
         s
     }
 
-    /// Test hook: how many weight chunks one expert pass reads (1: a dispatch per chunk; at
-    /// most 4). Err where the adapter cannot bind more than one.
+    /// Test hook: how many weight chunks one expert dispatch reads in every forward, whatever
+    /// its size (1: a dispatch per chunk; at most 4). Err where the adapter cannot bind more
+    /// than one.
     pub fn set_chunks_per_pass(&self, n: usize) -> Result<(), String> {
         if !(1..=source::MAX_CHUNKS_PER_PASS).contains(&n) {
             return Err(format!("{n} chunks per pass: expected 1 to {}", source::MAX_CHUNKS_PER_PASS));
@@ -206,6 +215,7 @@ impl WgpuBackend {
             ));
         }
         self.ctx.chunks_per_pass.store(n as u64, Ordering::Relaxed);
+        self.ctx.chunks_forced.store(true, Ordering::Relaxed);
         Ok(())
     }
 

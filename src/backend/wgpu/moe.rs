@@ -18,7 +18,9 @@
 //! moe_weights_multi.wgsl: a binding set per chunk, the loads pick the tile's expert's chunk):
 //! a layer of C chunks runs ceil(C / chunks-per-pass) dispatches per pass, each skipping the
 //! tiles of the other dispatches' experts. Where the adapter's storage-buffer limit does not
-//! hold the extra bindings, every chunk gets its own dispatch (`Context::chunks_per_pass` = 1).
+//! hold the extra bindings, every chunk gets its own dispatch (`Context::chunks_per_pass` = 1),
+//! and so it does by default past decode sizes (`MULTI_CHUNK_MAX_PAIRS`: where a pass is long,
+//! the multi-chunk loads' branch costs more than a dispatch).
 //!
 //! Over 700 lines: `forward` records every pass of one submit against one set of buffers and
 //! bind groups (the forward cache); splitting it per pass would pass that set around. Layer
@@ -702,10 +704,16 @@ pub fn forward(
         ov.extend(ctx.coop_overrides());
     }
     // Weight chunks per dispatch: all of them (up to four) where the adapter holds the
-    // bindings, else one; the multi-chunk composition only where a dispatch has several.
-    let per_pass = (ctx.chunks_per_pass.load(Ordering::Relaxed) as usize)
-        .clamp(1, super::source::MAX_CHUNKS_PER_PASS)
-        .min(g.chunks.len());
+    // bindings and the forward is a decode-sized GEMV (or the knob forces it), else one; the
+    // multi-chunk composition only where a dispatch has several.
+    let decode = gemv && na <= super::context::MULTI_CHUNK_MAX_PAIRS;
+    let per_pass = if decode || ctx.chunks_forced.load(Ordering::Relaxed) {
+        (ctx.chunks_per_pass.load(Ordering::Relaxed) as usize)
+            .clamp(1, super::source::MAX_CHUNKS_PER_PASS)
+            .min(g.chunks.len())
+    } else {
+        1
+    };
     let (p_g1, p_g2) = if per_pass > 1 {
         ov.push(("W_CHUNKS", per_pass as u32));
         (
