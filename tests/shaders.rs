@@ -92,8 +92,9 @@ fn shader_dir_matches_source_rs() {
         let disk = std::fs::read_to_string(dir.join(f.name)).unwrap();
         assert_eq!(disk, f.src, "{}: the compiled-in source is stale", f.name);
         assert!(
-            Shader::ALL.iter().any(|s| s.files().contains(&f)
-                || s.files_multi().is_some_and(|m| m.contains(&f))),
+            Shader::ALL
+                .iter()
+                .any(|s| s.files().contains(&f) || s.files_multi().is_some_and(|m| m.contains(&f))),
             "{} is used by no Shader",
             f.name
         );
@@ -453,7 +454,10 @@ fn multi_chunk_weights_bindings() {
     for sh in Shader::ALL {
         let Some(src) = sh.compose_multi() else {
             assert!(!sh.reads_weights(), "{sh}");
-            assert!(!sh.compose().contains("---- moe_weights_multi.wgsl ----"), "{sh}");
+            assert!(
+                !sh.compose().contains("---- moe_weights_multi.wgsl ----"),
+                "{sh}"
+            );
             continue;
         };
         let (m1, i1) = validate(sh.name(), &sh.compose());
@@ -471,7 +475,12 @@ fn multi_chunk_weights_bindings() {
             want.sort_unstable();
             let got = entry_bindings(&m, &i, &ep.name);
             assert_eq!(got, want, "{sh}/{}", ep.name);
-            let (idx, _) = m.entry_points.iter().enumerate().find(|(_, e)| e.name == ep.name).unwrap();
+            let (idx, _) = m
+                .entry_points
+                .iter()
+                .enumerate()
+                .find(|(_, e)| e.name == ep.name)
+                .unwrap();
             let fi = i.get_entry_point(idx);
             let storage = m
                 .global_variables
@@ -489,8 +498,14 @@ fn multi_chunk_weights_bindings() {
             }
         }
     }
-    assert!(weight_entries >= 10, "only {weight_entries} entry points read weights");
-    assert_eq!(most, MULTI_STORAGE_BINDINGS, "the most storage buffers of one expert pass");
+    assert!(
+        weight_entries >= 10,
+        "only {weight_entries} entry points read weights"
+    );
+    assert_eq!(
+        most, MULTI_STORAGE_BINDINGS,
+        "the most storage buffers of one expert pass"
+    );
 }
 
 /// Kernels k64p and k64pw: the bindings the backend names for their GEMMs and pre-passes

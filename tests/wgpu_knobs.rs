@@ -455,7 +455,14 @@ fn moe_chunks_per_pass() {
                     }
                     check_on(&b, &mut mat, &case, &[path]);
                     let (got, times) = b
-                        .moe_path(&g, &hs, &lg, MoeOptions::default(), path, b.has_timestamps())
+                        .moe_path(
+                            &g,
+                            &hs,
+                            &lg,
+                            MoeOptions::default(),
+                            path,
+                            b.has_timestamps(),
+                        )
                         .unwrap();
                     let what = format!("layer {li} m {m} {path:?} {per_pass} per pass");
                     match &want {

@@ -176,17 +176,22 @@ pub const MULTI_CHUNK_MAX_PAIRS: usize = 256;
 /// (0: no limit), chunks per expert pass, why one chunk per pass where it is so). A value that
 /// does not parse, or asks for more chunks per pass than the bindings allow, is an error.
 fn chunk_knobs(limits: &wgpu::Limits) -> Result<(u64, u64, String), BackendError> {
-    let parse = |name: &str, ok: &dyn Fn(u64) -> bool, want: &str| -> Result<Option<u64>, BackendError> {
-        match std::env::var(name) {
-            Err(_) => Ok(None),
-            Ok(v) if v.trim().is_empty() => Ok(None),
-            Ok(v) => match v.trim().parse::<u64>() {
-                Ok(n) if ok(n) => Ok(Some(n)),
-                _ => Err(BackendError::Device(format!("{name}={v}: expected {want}"))),
-            },
-        }
-    };
-    let experts = parse("MXMOE_WGPU_CHUNK_EXPERTS", &|n| n >= 1, "a number of experts >= 1")?;
+    let parse =
+        |name: &str, ok: &dyn Fn(u64) -> bool, want: &str| -> Result<Option<u64>, BackendError> {
+            match std::env::var(name) {
+                Err(_) => Ok(None),
+                Ok(v) if v.trim().is_empty() => Ok(None),
+                Ok(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if ok(n) => Ok(Some(n)),
+                    _ => Err(BackendError::Device(format!("{name}={v}: expected {want}"))),
+                },
+            }
+        };
+    let experts = parse(
+        "MXMOE_WGPU_CHUNK_EXPERTS",
+        &|n| n >= 1,
+        "a number of experts >= 1",
+    )?;
     let per_pass = parse(
         "MXMOE_WGPU_CHUNKS_PER_PASS",
         &|n| (1..=MAX_CHUNKS_PER_PASS as u64).contains(&n),
@@ -633,8 +638,8 @@ impl Context {
             }
         }));
         let (chunk_experts, chunks_per_pass, chunks_note) = chunk_knobs(&limits)?;
-        let chunks_forced = std::env::var("MXMOE_WGPU_CHUNKS_PER_PASS")
-            .is_ok_and(|v| !v.trim().is_empty());
+        let chunks_forced =
+            std::env::var("MXMOE_WGPU_CHUNKS_PER_PASS").is_ok_and(|v| !v.trim().is_empty());
         let mut ctx = Context {
             device,
             queue,

@@ -42,8 +42,7 @@ pub mod source;
 
 pub use context::{
     enumerate_adapters, AdapterSummary, ContextInfo, CoopKernel, GemvConfig,
-    COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES, MULTI_STORAGE_BINDINGS, POISON,
-    WRITE_PAR_MIN,
+    COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES, MULTI_STORAGE_BINDINGS, POISON, WRITE_PAR_MIN,
 };
 pub use moe::{
     CoopPrepassOut, GpuLayer, MoePath, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOPP_PREP1_BINDINGS,
@@ -189,7 +188,11 @@ impl WgpuBackend {
             let why = &self.ctx.chunks_note;
             format!(
                 "weight chunks: one dispatch per chunk and expert pass{}",
-                if why.is_empty() { String::new() } else { format!(" ({why})") }
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({why})")
+                }
             )
         };
         match self.ctx.chunk_experts.load(Ordering::Relaxed) {
@@ -204,7 +207,10 @@ impl WgpuBackend {
     /// than one.
     pub fn set_chunks_per_pass(&self, n: usize) -> Result<(), String> {
         if !(1..=source::MAX_CHUNKS_PER_PASS).contains(&n) {
-            return Err(format!("{n} chunks per pass: expected 1 to {}", source::MAX_CHUNKS_PER_PASS));
+            return Err(format!(
+                "{n} chunks per pass: expected 1 to {}",
+                source::MAX_CHUNKS_PER_PASS
+            ));
         }
         let have = self.ctx.limits.max_storage_buffers_per_shader_stage;
         if n > 1 && have < context::MULTI_STORAGE_BINDINGS {

@@ -721,7 +721,10 @@ pub fn forward(
             ctx.pipeline_multi(experts, e2, &ov)?,
         )
     } else {
-        (ctx.pipeline(experts, e1, &ov)?, ctx.pipeline(experts, e2, &ov)?)
+        (
+            ctx.pipeline(experts, e1, &ov)?,
+            ctx.pipeline(experts, e2, &ov)?,
+        )
     };
     let groups: Vec<&[WeightChunk]> = g.chunks.chunks(per_pass).collect();
     let p_comb = ctx.pipeline(Shader::MoeCombine, "combine", &[("ROUND_BF16", bf16)])?;

@@ -205,7 +205,13 @@ impl Shader {
                 MOE_GEMV_FP4_REGISTERS,
                 MOE_GEMM_COOP,
             ],
-            Shader::MoeCoopPrepass => &[MX_COMMON, MOE_COMMON, MOE_WEIGHTS_ONE, MOE_GEMM, MOE_COOP_PREPASS],
+            Shader::MoeCoopPrepass => &[
+                MX_COMMON,
+                MOE_COMMON,
+                MOE_WEIGHTS_ONE,
+                MOE_GEMM,
+                MOE_COOP_PREPASS,
+            ],
             Shader::MoeGemv {
                 registers: false,
                 subgroup: false,
@@ -313,7 +319,13 @@ impl Shader {
         self.reads_weights().then(|| {
             self.files()
                 .iter()
-                .map(|&f| if f == MOE_WEIGHTS_ONE { MOE_WEIGHTS_MULTI } else { f })
+                .map(|&f| {
+                    if f == MOE_WEIGHTS_ONE {
+                        MOE_WEIGHTS_MULTI
+                    } else {
+                        f
+                    }
+                })
                 .collect()
         })
     }
