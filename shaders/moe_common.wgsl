@@ -18,8 +18,10 @@
 //
 // Rows: a "pair" is a (token, slot) of the routing, index token * top_k + slot; `lists` sorts
 // the pairs by local expert into rows, so an expert's rows are contiguous. Weights may be split
-// into chunks of whole experts (binding-size limits): the GEMM and GEMV passes run once per chunk
-// and skip tiles whose expert lies outside [e0, e1).
+// into chunks of whole experts (binding-size limits): the GEMM and GEMV passes read them through
+// moe_weights_one.wgsl (one chunk per dispatch: the passes run once per chunk) or
+// moe_weights_multi.wgsl (up to four chunks per dispatch), and skip tiles whose expert lies
+// outside the dispatch's [e0, e1).
 
 // Fixed per pipeline; the ids (FMT_*, SCALE_*, ACT_*) come from the generated preamble.
 override WEIGHT_FMT: u32 = FMT_MXFP4;      // weight MxFormat
@@ -40,8 +42,12 @@ struct MoeParams {
     has_bias13: u32,
     has_bias2: u32,
     on_input: u32,
-    e0: u32, // this chunk's local experts: [e0, e1)
+    e0: u32, // this dispatch's local experts: [e0, e1)
     e1: u32,
+    chunk_experts: u32, // experts per weight chunk (moe_weights_multi.wgsl)
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: MoeParams;
@@ -49,22 +55,19 @@ struct MoeParams {
 @group(0) @binding(2) var<storage, read> expert_map: array<i32>;
 // pair_of_row: row -> pair; row_of_pair: pair -> row (-1: an expert of another rank);
 // tiles: [count, (expert, first row, end row) per tile]; x_in / out_bits: the pass's input rows
-// and output (f32 bits); w_codes / w_scales: packed weight codes and E8M0 bytes (4 per word) of
-// this chunk; expert_bias: w13_bias or w2_bias; topk_weights: the router weight of each pair;
+// and output (f32 bits); 7 and 8 (and 13, their vec4 view): the weights, declared in
+// moe_weights_one.wgsl / moe_weights_multi.wgsl; expert_bias: w13_bias or w2_bias; topk_weights: the router weight of each pair;
 // expert_out: gemm2's rows (combine).
 @group(0) @binding(3) var<storage, read_write> pair_of_row: array<u32>;
 @group(0) @binding(4) var<storage, read_write> row_of_pair: array<i32>;
 @group(0) @binding(5) var<storage, read_write> tiles: array<u32>;
 @group(0) @binding(6) var<storage, read> x_in: array<f32>;
-@group(0) @binding(7) var<storage, read> w_codes: array<u32>;
-@group(0) @binding(8) var<storage, read> w_scales: array<u32>;
 @group(0) @binding(9) var<storage, read_write> out_bits: array<u32>;
 @group(0) @binding(10) var<storage, read> expert_bias: array<f32>;
 @group(0) @binding(11) var<storage, read> topk_weights: array<f32>;
 @group(0) @binding(12) var<storage, read> expert_out: array<f32>;
-// The FP4 GEMV's vec4 views of the same weights (7) and activations (6): one 32-block (a 16-byte
-// load) per lane and row, x as vec4 loads.
-@group(0) @binding(13) var<storage, read> w_codes_vec4: array<vec4<u32>>;
+// The FP4 GEMV's vec4 view of the activations (6), x as vec4 loads (13, the weights' vec4 view,
+// is in the weights file).
 @group(0) @binding(14) var<storage, read> x_in_vec4: array<vec4<f32>>;
 // gemv2 with the combine fused (GEMV_FUSE_COMBINE in moe_gemv.wgsl): the MoE output [M, H]
 // (f32 bits, what combine writes) and one arrival counter per 64-column slice (zeroed by the
@@ -165,14 +168,14 @@ fn weight_octet_table(wb: u32, el0: u32) -> Octet {
     let wi = wb + bit0 / 32u;
     let b0 = bit0 % 32u;
     let end = b0 + 8u * cb;
-    let w0 = w_codes[wi];
+    let w0 = w_word(wi);
     var w1 = 0u;
     var w2 = 0u;
     if end > 32u {
-        w1 = w_codes[wi + 1u];
+        w1 = w_word(wi + 1u);
     }
     if end > 64u {
-        w2 = w_codes[wi + 2u];
+        w2 = w_word(wi + 2u);
     }
     return Octet(
         vec4<f32>(
@@ -194,7 +197,7 @@ fn decode_weight_octet(wb: u32, el0: u32) -> Octet {
     let cb = mx_spec(WEIGHT_FMT).code_bits;
     if cb == 4u {
         // FP4: one word = 8 codes; a byte-indexed table gives two values per load.
-        let wv = w_codes[wb + el0 / 8u];
+        let wv = w_word(wb + el0 / 8u);
         let p0 = fp4_byte_values[wv & 0xFFu];
         let p1 = fp4_byte_values[(wv >> 8u) & 0xFFu];
         let p2 = fp4_byte_values[(wv >> 16u) & 0xFFu];

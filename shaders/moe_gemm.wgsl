@@ -25,7 +25,7 @@ fn stage_weight_octet(row: u32, kblocks: u32, k0: u32, col: u32, valid: bool) {
     if valid {
         let cb = mx_spec(WEIGHT_FMT).code_bits;
         let sidx = row * kblocks + k0 / 32u;
-        let sc = e8m0_value((w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
+        let sc = e8m0_value((w_scale_word(sidx / 4u) >> (8u * (sidx & 3u))) & 0xFFu);
         let w = decode_weight_octet(sidx * cb, k0 % 32u);
         lo = w.lo * sc;
         hi = w.hi * sc;
@@ -145,7 +145,7 @@ fn gemm1_load(lid: u32, e: u32, start: u32, cnt: u32, jb: u32) -> GemmLoad {
         isup = wr % 2u;
         row = 2u * jb + wr;
     }
-    return GemmLoad(xoff, (e - params.e0) * 2u * inter + row, isup * 64u + c, jb + c < inter);
+    return GemmLoad(xoff, w_use_expert(e) * 2u * inter + row, isup * 64u + c, jb + c < inter);
 }
 
 // gemm2's loads for tile (e, start, cnt), output columns nb..nb+127.
@@ -157,7 +157,7 @@ fn gemm2_load(lid: u32, e: u32, start: u32, cnt: u32, nb: u32) -> GemmLoad {
         xoff = (start + xm) * params.inter;
     }
     let wr = lid / 2u;
-    return GemmLoad(xoff, (e - params.e0) * h + nb + wr, wr, nb + wr < h);
+    return GemmLoad(xoff, w_use_expert(e) * h + nb + wr, wr, nb + wr < h);
 }
 
 // Grid: x = tile slot, y = ceil(I / 64). A tile covers 64 intermediate columns: weight-tile

@@ -175,7 +175,7 @@ fn coop_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wcol: u32, wv: boo
         var w1 = w0;
         if stage && wv {
             let sidx = wrow * kblocks + k0 / 32u;
-            byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+            byte = (w_scale_word(sidx / 4u) >> (8u * (sidx & 3u))) & 0xFFu;
             w0 = decode_weight_octet(sidx * cb, wk);
             w1 = decode_weight_octet(sidx * cb, wk + 8u);
         }
@@ -400,10 +400,10 @@ fn c64_fetch(k0: u32, kk_total: u32, xoff: u32, kq: u32, wrow: u32, wv: bool, bl
     let kb = k0 / 32u + blk;
     if wv && kb < kblocks {
         let sidx = wrow * kblocks + kb;
-        r.byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+        r.byte = (w_scale_word(sidx / 4u) >> (8u * (sidx & 3u))) & 0xFFu;
         r.wok = true;
         if c64_fp4_regs() {
-            r.w = w_codes_vec4[sidx]; // an FP4 block is 4 words
+            r.w = w_word4(sidx); // an FP4 block is 4 words
         }
     }
     return r;
@@ -756,10 +756,10 @@ fn c64p_fetch(k0: u32, kk_total: u32, wrow: u32, wv: bool, blk: u32) -> C64Raw {
     let kb = k0 / 32u + blk;
     if wv && kb < kblocks {
         let sidx = wrow * kblocks + kb;
-        r.byte = (w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu;
+        r.byte = (w_scale_word(sidx / 4u) >> (8u * (sidx & 3u))) & 0xFFu;
         r.wok = true;
         if c64_fp4_regs() {
-            r.w = w_codes_vec4[sidx]; // an FP4 block is 4 words
+            r.w = w_word4(sidx); // an FP4 block is 4 words
         }
     }
     return r;

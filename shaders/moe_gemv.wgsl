@@ -92,7 +92,7 @@ fn gemv_row_block(is1: bool, wr: u32, jb: u32, inter: u32, nrows: u32, rowbase: 
 // byte in the exponent field, and bit 22 set for the two special bytes (0 -> 0x00400000 =
 // 2^-127, 255 -> 0x7FC00000 = MX_NAN), which (byte + 1) & 0xFF < 2 picks out.
 fn block_scale_at(sidx: u32) -> f32 {
-    return e8m0_branchless((w_scales[sidx / 4u] >> (8u * (sidx & 3u))) & 0xFFu);
+    return e8m0_branchless((w_scale_word(sidx / 4u) >> (8u * (sidx & 3u))) & 0xFFu);
 }
 
 // E8M0 byte -> f32 as block_scale_at (also the wide layout's, moe_gemv_wide.wgsl).
@@ -153,9 +153,9 @@ struct Blk8 {
 }
 
 fn load_blk8(w: Rows8, b: u32) -> Blk8 {
-    return Blk8(w_codes_vec4[w.r0 + b], w_codes_vec4[w.r1 + b], w_codes_vec4[w.r2 + b],
-                w_codes_vec4[w.r3 + b], w_codes_vec4[w.r4 + b], w_codes_vec4[w.r5 + b],
-                w_codes_vec4[w.r6 + b], w_codes_vec4[w.r7 + b],
+    return Blk8(w_word4(w.r0 + b), w_word4(w.r1 + b), w_word4(w.r2 + b),
+                w_word4(w.r3 + b), w_word4(w.r4 + b), w_word4(w.r5 + b),
+                w_word4(w.r6 + b), w_word4(w.r7 + b),
                 vec4<f32>(block_scale_at(w.r0 + b), block_scale_at(w.r1 + b),
                           block_scale_at(w.r2 + b), block_scale_at(w.r3 + b)),
                 vec4<f32>(block_scale_at(w.r4 + b), block_scale_at(w.r5 + b),
@@ -313,10 +313,10 @@ struct Wrd8 {
 
 fn load_wrd8(w: Rows8, k: u32) -> Wrd8 {
     let b = k / 4u;
-    return Wrd8(vec4<u32>(w_codes[4u * w.r0 + k], w_codes[4u * w.r1 + k], w_codes[4u * w.r2 + k],
-                          w_codes[4u * w.r3 + k]),
-                vec4<u32>(w_codes[4u * w.r4 + k], w_codes[4u * w.r5 + k], w_codes[4u * w.r6 + k],
-                          w_codes[4u * w.r7 + k]),
+    return Wrd8(vec4<u32>(w_word(4u * w.r0 + k), w_word(4u * w.r1 + k), w_word(4u * w.r2 + k),
+                          w_word(4u * w.r3 + k)),
+                vec4<u32>(w_word(4u * w.r4 + k), w_word(4u * w.r5 + k), w_word(4u * w.r6 + k),
+                          w_word(4u * w.r7 + k)),
                 vec4<f32>(block_scale_at(w.r0 + b), block_scale_at(w.r1 + b),
                           block_scale_at(w.r2 + b), block_scale_at(w.r3 + b)),
                 vec4<f32>(block_scale_at(w.r4 + b), block_scale_at(w.r5 + b),
@@ -602,7 +602,7 @@ fn gemv_geom(lid: u32, is1: bool, e: u32, start: u32, cnt: u32, jb: u32) -> Gemv
         per_e = 2u * inter;
     }
     let kblocks = kk / 32u;
-    let rowbase = (e - params.e0) * per_e;
+    let rowbase = w_use_expert(e) * per_e;
     let g = lid / GEMV_LANES;
     let r0 = g * 8u;
     let rb = Rows8(gemv_row_block(is1, r0, jb, inter, nrows, rowbase, kblocks),

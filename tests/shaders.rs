@@ -92,7 +92,9 @@ fn shader_dir_matches_source_rs() {
         let disk = std::fs::read_to_string(dir.join(f.name)).unwrap();
         assert_eq!(disk, f.src, "{}: the compiled-in source is stale", f.name);
         assert!(
-            Shader::ALL.iter().any(|s| s.files().contains(&f)),
+            Shader::ALL
+                .iter()
+                .any(|s| s.files().contains(&f) || s.files_multi().is_some_and(|m| m.contains(&f))),
             "{} is used by no Shader",
             f.name
         );
@@ -432,6 +434,78 @@ fn entry_bindings(m: &naga::Module, info: &naga::valid::ModuleInfo, entry: &str)
         .collect();
     v.sort_unstable();
     v
+}
+
+/// The multi-chunk compositions (moe_weights_multi.wgsl in place of moe_weights_one.wgsl) of
+/// every shader that reads expert weights validate; each entry point binds exactly what its
+/// one-chunk composition binds plus, for each weight binding it uses (7 codes, 8 scales, 13 the
+/// codes' vec4 view), the same binding of chunks 1..3 (`MULTI_WEIGHT_BINDINGS`, what
+/// src/backend/wgpu/moe.rs adds to a bind group); the most storage buffers any entry point
+/// binds is `MULTI_STORAGE_BINDINGS` (what the backend compares with the adapter's limit before
+/// it runs the multi-chunk passes); the weight-reading entry points specialise and translate
+/// with 2, 3 and 4 chunks. Shaders that read no weights have no multi-chunk composition.
+#[test]
+fn multi_chunk_weights_bindings() {
+    use mxmoe::backend::wgpu::MULTI_STORAGE_BINDINGS;
+    use source::{MAX_CHUNKS_PER_PASS, MULTI_WEIGHT_BINDINGS};
+    assert_eq!(MULTI_WEIGHT_BINDINGS.len() + 1, MAX_CHUNKS_PER_PASS);
+    let mut most = 0;
+    let mut weight_entries = 0;
+    for sh in Shader::ALL {
+        let Some(src) = sh.compose_multi() else {
+            assert!(!sh.reads_weights(), "{sh}");
+            assert!(
+                !sh.compose().contains("---- moe_weights_multi.wgsl ----"),
+                "{sh}"
+            );
+            continue;
+        };
+        let (m1, i1) = validate(sh.name(), &sh.compose());
+        let (m, i) = validate(sh.name(), &src);
+        for ep in &m.entry_points {
+            let one = entry_bindings(&m1, &i1, &ep.name);
+            let mut want = one.clone();
+            for set in MULTI_WEIGHT_BINDINGS {
+                for (k, base) in [7u32, 8, 13].into_iter().enumerate() {
+                    if one.contains(&base) {
+                        want.push(set[k]);
+                    }
+                }
+            }
+            want.sort_unstable();
+            let got = entry_bindings(&m, &i, &ep.name);
+            assert_eq!(got, want, "{sh}/{}", ep.name);
+            let (idx, _) = m
+                .entry_points
+                .iter()
+                .enumerate()
+                .find(|(_, e)| e.name == ep.name)
+                .unwrap();
+            let fi = i.get_entry_point(idx);
+            let storage = m
+                .global_variables
+                .iter()
+                .filter(|(h, g)| {
+                    !fi[*h].is_empty() && matches!(g.space, naga::AddressSpace::Storage { .. })
+                })
+                .count() as u32;
+            most = most.max(storage);
+            if got.len() > one.len() {
+                weight_entries += 1;
+                for n in 2..=MAX_CHUNKS_PER_PASS as u32 {
+                    specialise(sh.name(), &m, &i, &ep.name, &[("W_CHUNKS", n)]);
+                }
+            }
+        }
+    }
+    assert!(
+        weight_entries >= 10,
+        "only {weight_entries} entry points read weights"
+    );
+    assert_eq!(
+        most, MULTI_STORAGE_BINDINGS,
+        "the most storage buffers of one expert pass"
+    );
 }
 
 /// Kernels k64p and k64pw: the bindings the backend names for their GEMMs and pre-passes

@@ -386,6 +386,109 @@ fn moe_weights_split_across_buffers() {
     );
 }
 
+/// One expert dispatch reads several weight chunks (shaders/moe_weights_multi.wgsl). By default
+/// only GEMV forwards of at most 256 token-expert pairs do (timestamps count the dispatches),
+/// and with `set_chunks_per_pass` every forward: a layer of
+/// 8 local experts in chunks of 3 (3, 3, 2 experts; `set_max_chunk_experts`) run with 1 to 4
+/// chunks per dispatch gives, on both expert paths and at 1, 5 and 40 tokens, the bits of the
+/// one-chunk-per-dispatch run (the same sums over the same weights), and every run satisfies
+/// the catalog case against the CPU reference; timestamps show ceil(3 / per-pass) dispatches
+/// of each expert stage. Layers: FP4 weights (the GEMV's vec4 and word loads), FP6 weights
+/// (the code-table octets), FP4 weight-only (gpt-oss SwiGLU), and an expert map (12 router
+/// experts, 8 local). Poisoned outputs: a tile no dispatch covers fails.
+#[test]
+fn moe_chunks_per_pass() {
+    let b = fresh_gpu!("moe_chunks_per_pass");
+    b.set_poison(true);
+    b.set_max_chunk_experts(3);
+    if b.has_timestamps() {
+        // The default (no knob): one dispatch over the chunks for GEMV forwards of at most
+        // MULTI_CHUNK_MAX_PAIRS pairs, one per chunk for larger GEMV forwards and the GEMM.
+        let l = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 64, 2));
+        let g = b.prepare(&l.build().unwrap()).unwrap();
+        assert_eq!(g.chunks(), 3);
+        for (m, path, want) in [
+            (1, MoePath::Gemv, 1),
+            (128, MoePath::Gemv, 1),
+            (129, MoePath::Gemv, 3),
+            (1, MoePath::Gemm, 3),
+            (40, MoePath::Gemm, 3),
+        ] {
+            let (hs, lg) = synth_batch(m, 64, 8, 80);
+            let times = b
+                .moe_path(&g, &hs, &lg, MoeOptions::default(), path, true)
+                .unwrap()
+                .1
+                .unwrap_or_default();
+            let stage1 = times
+                .iter()
+                .filter(|(n, _)| n.ends_with("gemv1") || n.ends_with("gemm1"))
+                .count();
+            assert_eq!(stage1, want, "m {m} {path:?}: {times:?}");
+        }
+    }
+    let mut mat = Materializer::default();
+    let layers = [
+        LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 96, 2)),
+        LayerSpec::new(spec(Scheme::OCP_MX[3], Activation::Silu, 8, 96, 64, 3)),
+        LayerSpec::new(spec(Scheme::ALL[5], Activation::SwigluOai, 8, 64, 64, 4)),
+        {
+            let mut l = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, 64, 64, 2));
+            l.router_experts = Some(12);
+            l
+        },
+    ];
+    for (li, l) in layers.iter().enumerate() {
+        let layer = l.build().unwrap();
+        let g = b.prepare(&layer).unwrap();
+        assert_eq!(g.chunks(), 3, "layer {li}: 8 experts, 3 per chunk");
+        for (m, seed) in [(1, 81), (5, 82), (40, 83)] {
+            let case = moe_case(Tier::Quick, l, m, seed);
+            let (hs, lg) = synth_batch(m, layer.config.hidden, layer.config.n_experts, seed);
+            for path in [MoePath::Gemm, MoePath::Gemv] {
+                let mut want = None;
+                for per_pass in 1..=4 {
+                    if let Err(e) = b.set_chunks_per_pass(per_pass) {
+                        assert!(per_pass > 1, "{e}");
+                        println!("UNSUPPORTED {per_pass} chunks per pass: {e}");
+                        continue;
+                    }
+                    check_on(&b, &mut mat, &case, &[path]);
+                    let (got, times) = b
+                        .moe_path(
+                            &g,
+                            &hs,
+                            &lg,
+                            MoeOptions::default(),
+                            path,
+                            b.has_timestamps(),
+                        )
+                        .unwrap();
+                    let what = format!("layer {li} m {m} {path:?} {per_pass} per pass");
+                    match &want {
+                        None => want = Some(got),
+                        Some(w) => {
+                            let w: &mxmoe::moe::MoeOutput = w;
+                            assert_eq!(first_bit_mismatch(&got.output, &w.output), None, "{what}");
+                            assert_eq!(got.routing.topk_ids, w.routing.topk_ids, "{what}");
+                        }
+                    }
+                    if let Some(times) = times {
+                        let stage1 = times
+                            .iter()
+                            .filter(|(n, _)| n.ends_with("gemv1") || n.ends_with("gemm1"))
+                            .count();
+                        assert_eq!(stage1, g.dispatches(per_pass), "{what}: {times:?}");
+                        assert_eq!(g.dispatches(per_pass), 3usize.div_ceil(per_pass));
+                    }
+                }
+            }
+        }
+    }
+    b.set_chunks_per_pass(1).unwrap();
+    b.set_max_chunk_experts(0);
+}
+
 /// The pipeline cache: a second run of the same ops builds no new pipeline. Uses its own
 /// backend instance (the cache is per device context; other tests run concurrently).
 #[test]

@@ -12,7 +12,7 @@ use super::adapter::{
 };
 pub use super::adapter::{enumerate_adapters, AdapterSummary};
 pub use super::host_profile;
-use super::source::Shader;
+use super::source::{Shader, MAX_CHUNKS_PER_PASS};
 use crate::backend::BackendError;
 use crate::format::MxFormat;
 use std::collections::HashMap;
@@ -158,6 +158,71 @@ fn check_coop_product(got: &[f32]) -> Result<(), String> {
 
 /// A non-negative integer from the environment variable `name`, else `default` (also when it
 /// does not parse: a knob for measurements, not a user setting).
+/// The most storage buffers an expert pass of the multi-chunk compositions binds
+/// (moe_weights_multi.wgsl: 9 more than the one-chunk passes' most, gemv1 and gemv2's 13;
+/// `tests/shaders.rs` checks it against what naga finds the entry points use).
+pub const MULTI_STORAGE_BINDINGS: u32 = 22;
+
+/// Forwards read several weight chunks per expert dispatch (unless `MXMOE_WGPU_CHUNKS_PER_PASS`
+/// says otherwise) only on the GEMV with at most this many token-expert pairs: there a pass's
+/// time is latency, and one dispatch over both of DeepSeek-R1's chunks took 0.087 + 0.050 ms
+/// (gemv1 + gemv2) at 1 token against 0.121 + 0.067 for two dispatches each, 0.443 + 0.252
+/// against 0.452 + 0.264 at 8 tokens; at 64 tokens (512 pairs) both ways measured the same and
+/// from 512 tokens (the GEMV) and on the GEMM (2048 tokens) the one dispatch was 1-5 % slower
+/// (its loads branch on the chunk; H200, docs/h200-2026-12-01s7-wgpu).
+pub const MULTI_CHUNK_MAX_PAIRS: usize = 256;
+
+/// The weight-chunk knobs from the environment and the adapter's limits: (experts per chunk
+/// (0: no limit), chunks per expert pass, why one chunk per pass where it is so). A value that
+/// does not parse, or asks for more chunks per pass than the bindings allow, is an error.
+fn chunk_knobs(limits: &wgpu::Limits) -> Result<(u64, u64, String), BackendError> {
+    let parse =
+        |name: &str, ok: &dyn Fn(u64) -> bool, want: &str| -> Result<Option<u64>, BackendError> {
+            match std::env::var(name) {
+                Err(_) => Ok(None),
+                Ok(v) if v.trim().is_empty() => Ok(None),
+                Ok(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if ok(n) => Ok(Some(n)),
+                    _ => Err(BackendError::Device(format!("{name}={v}: expected {want}"))),
+                },
+            }
+        };
+    let experts = parse(
+        "MXMOE_WGPU_CHUNK_EXPERTS",
+        &|n| n >= 1,
+        "a number of experts >= 1",
+    )?;
+    let per_pass = parse(
+        "MXMOE_WGPU_CHUNKS_PER_PASS",
+        &|n| (1..=MAX_CHUNKS_PER_PASS as u64).contains(&n),
+        "1, 2, 3 or 4",
+    )?;
+    let have = limits.max_storage_buffers_per_shader_stage;
+    let fits = have >= MULTI_STORAGE_BINDINGS;
+    let note = if fits {
+        String::new()
+    } else {
+        format!(
+            "the adapter offers {have} storage buffers per shader stage, the multi-chunk expert              passes bind up to {MULTI_STORAGE_BINDINGS}"
+        )
+    };
+    let per_pass = match per_pass {
+        Some(n) if n > 1 && !fits => {
+            return Err(BackendError::Device(format!(
+                "MXMOE_WGPU_CHUNKS_PER_PASS={n}: {note}; only 1 is possible here"
+            )))
+        }
+        Some(1) => {
+            let note = "MXMOE_WGPU_CHUNKS_PER_PASS=1".to_string();
+            return Ok((experts.unwrap_or(0), 1, note));
+        }
+        Some(n) => n,
+        None if fits => MAX_CHUNKS_PER_PASS as u64,
+        None => 1,
+    };
+    Ok((experts.unwrap_or(0), per_pass, note))
+}
+
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -329,6 +394,8 @@ pub struct ContextInfo {
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct PipeKey {
     shader: Shader,
+    /// Built from [`Shader::compose_multi`] (the weights of several chunks per dispatch).
+    multi: bool,
     entry: &'static str,
     overrides: Vec<(&'static str, u32)>,
 }
@@ -339,13 +406,29 @@ pub struct Context {
     pub queue: wgpu::Queue,
     pub info: ContextInfo,
     pub limits: wgpu::Limits,
-    modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
+    /// Compiled modules by shader and whether it is the multi-chunk composition.
+    modules: Mutex<HashMap<(Shader, bool), wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<PipeKey, wgpu::ComputePipeline>>,
     pool: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
     /// Idle [`Upload`] buffers, mapped (or about to be).
     uploads: Mutex<Vec<Upload>>,
     /// Test hook: the largest weight chunk (bytes) instead of the adapter's binding limit.
     pub chunk_override: AtomicU64,
+    /// At most this many local experts per weight chunk (0: as many as fit one binding);
+    /// `MXMOE_WGPU_CHUNK_EXPERTS` sets it (a test knob: small layers get several chunks).
+    pub chunk_experts: AtomicU64,
+    /// The most weight chunks one expert dispatch reads (1: one dispatch per chunk, through
+    /// moe_weights_one.wgsl; 2..4: moe_weights_multi.wgsl): [`MAX_CHUNKS_PER_PASS`] where the
+    /// adapter's storage-buffer limit holds the multi-chunk passes' bindings
+    /// ([`MULTI_STORAGE_BINDINGS`]), else 1; `MXMOE_WGPU_CHUNKS_PER_PASS` sets it (at most
+    /// what fits). Unless set (`chunks_forced`), forwards read several chunks per dispatch only
+    /// on the GEMV up to [`MULTI_CHUNK_MAX_PAIRS`] token-expert pairs.
+    pub chunks_per_pass: AtomicU64,
+    /// Whether `chunks_per_pass` holds for every forward (the environment or the test hook set
+    /// it) rather than for decode-sized GEMV forwards only.
+    pub chunks_forced: AtomicBool,
+    /// Why the expert passes read one chunk per dispatch where they do (empty otherwise).
+    pub chunks_note: String,
     pub poison: AtomicBool,
     /// Whether the decode GEMV decodes FP4 codes in registers (`FP4_REGISTER_DECODE`) rather
     /// than through a table in workgroup memory: set when the adapter passes
@@ -554,6 +637,9 @@ impl Context {
                 *g = Some(e.to_string());
             }
         }));
+        let (chunk_experts, chunks_per_pass, chunks_note) = chunk_knobs(&limits)?;
+        let chunks_forced =
+            std::env::var("MXMOE_WGPU_CHUNKS_PER_PASS").is_ok_and(|v| !v.trim().is_empty());
         let mut ctx = Context {
             device,
             queue,
@@ -567,6 +653,10 @@ impl Context {
             pool: Mutex::new(HashMap::new()),
             uploads: Mutex::new(Vec::new()),
             chunk_override: AtomicU64::new(0),
+            chunk_experts: AtomicU64::new(chunk_experts),
+            chunks_per_pass: AtomicU64::new(chunks_per_pass),
+            chunks_forced: AtomicBool::new(chunks_forced),
+            chunks_note,
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
             fp4_register_decode: AtomicBool::new(false),
             gemv: Mutex::new(GemvConfig::SHARED),
@@ -1201,8 +1291,35 @@ impl Context {
         entry: &'static str,
         overrides: &[(&'static str, u32)],
     ) -> Result<wgpu::ComputePipeline, BackendError> {
+        self.pipeline_in(shader, false, entry, overrides)
+    }
+
+    /// [`Context::pipeline`] of the shader's multi-chunk composition ([`Shader::compose_multi`]:
+    /// its expert passes read up to four weight chunks per dispatch; override `W_CHUNKS`).
+    pub fn pipeline_multi(
+        &self,
+        shader: Shader,
+        entry: &'static str,
+        overrides: &[(&'static str, u32)],
+    ) -> Result<wgpu::ComputePipeline, BackendError> {
+        self.pipeline_in(shader, true, entry, overrides)
+    }
+
+    fn pipeline_in(
+        &self,
+        shader: Shader,
+        multi: bool,
+        entry: &'static str,
+        overrides: &[(&'static str, u32)],
+    ) -> Result<wgpu::ComputePipeline, BackendError> {
+        if multi && !shader.reads_weights() {
+            return Err(BackendError::Device(format!(
+                "{shader} reads no expert weights: it has no multi-chunk composition"
+            )));
+        }
         let key = PipeKey {
             shader,
+            multi,
             entry,
             overrides: overrides.to_vec(),
         };
@@ -1212,10 +1329,13 @@ impl Context {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = {
             let mut mods = self.modules.lock().unwrap();
-            match mods.get(&shader) {
+            match mods.get(&(shader, multi)) {
                 Some(m) => m.clone(),
                 None => {
-                    let src = shader.compose();
+                    let src = match multi {
+                        true => shader.compose_multi().unwrap_or_default(),
+                        false => shader.compose(),
+                    };
                     let desc = wgpu::ShaderModuleDescriptor {
                         label: Some(shader.name()),
                         source: wgpu::ShaderSource::Wgsl(src.into()),
@@ -1233,13 +1353,16 @@ impl Context {
                     } else {
                         self.device.create_shader_module(desc)
                     };
-                    mods.insert(shader, m.clone());
+                    mods.insert((shader, multi), m.clone());
                     m
                 }
             }
         };
         let consts: Vec<(&str, f64)> = overrides.iter().map(|(n, v)| (*n, *v as f64)).collect();
-        let label = format!("{shader}/{entry}{overrides:?}");
+        let label = format!(
+            "{shader}{}/{entry}{overrides:?}",
+            if multi { "+chunks" } else { "" }
+        );
         let p = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {

@@ -17,7 +17,10 @@
 //!   `EXPERIMENTAL_COOPERATIVE_MATRIX` and the start-up `coop_check` passes, the tiled f32 GEMM
 //!   elsewhere; `MXMOE_GEMM=tiled|coop|auto` chooses (`coop` fails where it cannot run) and
 //!   `mxmoe info` says which runs and why. Weights larger than a binding are split into
-//!   chunks of whole experts; batches whose activations exceed a binding run as several submits.
+//!   chunks of whole experts, and one dispatch of each expert pass reads up to four of them
+//!   (`shaders/moe_weights_multi.wgsl`; one dispatch per chunk where the adapter's
+//!   storage-buffer limit is too low); batches whose activations exceed a binding run as
+//!   several submits.
 //! * [`source`]: every WGSL file (`include_str!`) and the [`source::Shader`]s composed from them
 //!   (a preamble generated from the Rust format table and enum ids + the shader's files).
 //!
@@ -39,7 +42,7 @@ pub mod source;
 
 pub use context::{
     enumerate_adapters, AdapterSummary, ContextInfo, CoopKernel, GemvConfig,
-    COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES, POISON, WRITE_PAR_MIN,
+    COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES, MULTI_STORAGE_BINDINGS, POISON, WRITE_PAR_MIN,
 };
 pub use moe::{
     CoopPrepassOut, GpuLayer, MoePath, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOPP_PREP1_BINDINGS,
@@ -161,8 +164,71 @@ impl WgpuBackend {
                     ""
                 }
             ),
+            self.chunks_note(),
         ]);
         v
+    }
+
+    /// How the expert passes read weights split into chunks (layers over one storage binding).
+    fn chunks_note(&self) -> String {
+        let per = self.ctx.chunks_per_pass.load(Ordering::Relaxed);
+        let mut s = if per > 1 && self.ctx.chunks_forced.load(Ordering::Relaxed) {
+            format!(
+                "weight chunks: one dispatch per expert pass reads up to {per} chunks \
+                 (moe_weights_multi.wgsl; MXMOE_WGPU_CHUNKS_PER_PASS={per}: every forward)"
+            )
+        } else if per > 1 {
+            format!(
+                "weight chunks: one dispatch per expert pass reads up to {per} chunks \
+                 (moe_weights_multi.wgsl) on GEMV forwards of at most {} token-expert pairs, one \
+                 dispatch per chunk above",
+                context::MULTI_CHUNK_MAX_PAIRS
+            )
+        } else {
+            let why = &self.ctx.chunks_note;
+            format!(
+                "weight chunks: one dispatch per chunk and expert pass{}",
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({why})")
+                }
+            )
+        };
+        match self.ctx.chunk_experts.load(Ordering::Relaxed) {
+            0 => {}
+            n => s += &format!("; MXMOE_WGPU_CHUNK_EXPERTS={n}: at most {n} experts per chunk"),
+        }
+        s
+    }
+
+    /// Test hook: how many weight chunks one expert dispatch reads in every forward, whatever
+    /// its size (1: a dispatch per chunk; at most 4). Err where the adapter cannot bind more
+    /// than one.
+    pub fn set_chunks_per_pass(&self, n: usize) -> Result<(), String> {
+        if !(1..=source::MAX_CHUNKS_PER_PASS).contains(&n) {
+            return Err(format!(
+                "{n} chunks per pass: expected 1 to {}",
+                source::MAX_CHUNKS_PER_PASS
+            ));
+        }
+        let have = self.ctx.limits.max_storage_buffers_per_shader_stage;
+        if n > 1 && have < context::MULTI_STORAGE_BINDINGS {
+            return Err(format!(
+                "{n} chunks per pass: the adapter offers {have} storage buffers per stage, the \
+                 multi-chunk passes bind up to {}",
+                context::MULTI_STORAGE_BINDINGS
+            ));
+        }
+        self.ctx.chunks_per_pass.store(n as u64, Ordering::Relaxed);
+        self.ctx.chunks_forced.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Test hook: at most `n` local experts per weight chunk from the next `prepare` on (0: as
+    /// many as fit one binding), so a small layer exercises the multi-chunk passes.
+    pub fn set_max_chunk_experts(&self, n: usize) {
+        self.ctx.chunk_experts.store(n as u64, Ordering::Relaxed);
     }
 
     /// Use the cooperative-matrix GEMM (`true`; Err where the device did not pass its checks)

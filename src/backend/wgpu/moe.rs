@@ -14,7 +14,13 @@
 //! records the passes.
 //!
 //! Weights larger than one storage binding are split into chunks of whole experts, each its own
-//! buffer; the GEMMs run once per chunk and skip the other chunks' tiles.
+//! buffer. One dispatch of each expert pass reads up to four chunks (shaders/
+//! moe_weights_multi.wgsl: a binding set per chunk, the loads pick the tile's expert's chunk):
+//! a layer of C chunks runs ceil(C / chunks-per-pass) dispatches per pass, each skipping the
+//! tiles of the other dispatches' experts. Where the adapter's storage-buffer limit does not
+//! hold the extra bindings, every chunk gets its own dispatch (`Context::chunks_per_pass` = 1),
+//! and so it does by default past decode sizes (`MULTI_CHUNK_MAX_PAIRS`: where a pass is long,
+//! the multi-chunk loads' branch costs more than a dispatch).
 //!
 //! Over 700 lines: `forward` records every pass of one submit against one set of buffers and
 //! bind groups (the forward cache); splitting it per pass would pass that set around. Layer
@@ -22,7 +28,7 @@
 
 use super::context::{host_profile, pod_vec, Context, Timer, Upload, FUSED_COMBINE_MAX_TOKENS};
 use super::route;
-use super::source::{Shader, FMT_NONE};
+use super::source::{Shader, FMT_NONE, MULTI_WEIGHT_BINDINGS};
 use crate::backend::{ops, BackendError, PassTimes};
 use crate::format::MxTensor;
 use crate::moe::{Intermediate, MoeConfig, MoeLayer, MoeOptions, MoeOutput, Routing};
@@ -136,12 +142,25 @@ struct WeightChunk {
     s2: wgpu::Buffer,
 }
 
+impl WeightChunk {
+    /// The codes and scales expert stage `si` (0: w13, 1: w2) reads.
+    fn stage(&self, si: usize) -> (&wgpu::Buffer, &wgpu::Buffer) {
+        if si == 0 {
+            (&self.w13, &self.s13)
+        } else {
+            (&self.w2, &self.s2)
+        }
+    }
+}
+
 /// A layer's weights resident on the device (upload once, run many times).
 pub struct GpuLayer {
     config: MoeConfig,
     /// Whether the layer has an `e_score_correction_bias` (what `supports` is asked about).
     has_correction_bias: bool,
     chunks: Vec<WeightChunk>,
+    /// Local experts per chunk (the last chunk may hold fewer).
+    chunk_experts: usize,
     bias13: Option<wgpu::Buffer>,
     bias2: Option<wgpu::Buffer>,
     map: Option<wgpu::Buffer>,
@@ -163,6 +182,8 @@ struct FwdKey {
     gemv: bool,
     own_lists: bool,
     fuse_combine: bool,
+    /// Weight chunks per expert dispatch.
+    per_pass: usize,
     pipes: Vec<wgpu::ComputePipeline>,
 }
 
@@ -181,10 +202,11 @@ struct FwdCache {
     bufs: Vec<wgpu::Buffer>,
     out_sizes: Vec<u64>,
     qp: Option<wgpu::Buffer>,
+    /// One parameter block per dispatch group of chunks.
     chunk_params: Vec<wgpu::Buffer>,
     bg_lists: Option<wgpu::BindGroup>,
     bg_qdq: Option<wgpu::BindGroup>,
-    /// gemv1/gemm1 per chunk, then gemv2/gemm2 per chunk.
+    /// gemv1/gemm1 per dispatch group of chunks, then gemv2/gemm2 per group.
     bg_stages: Vec<wgpu::BindGroup>,
     bg_comb: wgpu::BindGroup,
     /// Kernel k64p's pre-passes (coopp_prep1, coopp_prep2).
@@ -238,6 +260,10 @@ impl GpuLayer {
     /// How many buffers the weights were split into (1 unless they exceed a binding).
     pub fn chunks(&self) -> usize {
         self.chunks.len()
+    }
+    /// How many dispatches each expert pass takes with `per_pass` chunks per dispatch.
+    pub fn dispatches(&self, per_pass: usize) -> usize {
+        self.chunks.len().div_ceil(per_pass.max(1))
     }
 }
 
@@ -333,7 +359,11 @@ pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError>
             ctx.info.adapter.name
         )));
     }
-    let per_chunk = ((max / per_expert) as usize).clamp(1, el);
+    let mut per_chunk = ((max / per_expert) as usize).clamp(1, el);
+    match ctx.chunk_experts.load(Ordering::Relaxed) {
+        0 => {}
+        n => per_chunk = per_chunk.min(n as usize),
+    }
     let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let sl = |t: &MxTensor, e0: usize, e1: usize, scales: bool| -> Vec<u8> {
         let v = if scales { &t.scales } else { &t.data };
@@ -390,6 +420,7 @@ pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError>
         config: layer.config.clone(),
         has_correction_bias: layer.weights.e_score_correction_bias.is_some(),
         chunks,
+        chunk_experts: per_chunk,
         bias13,
         bias2,
         map,
@@ -400,7 +431,8 @@ pub fn upload(ctx: &Context, layer: &MoeLayer) -> Result<GpuLayer, BackendError>
     })
 }
 
-fn params(g: &GpuLayer, m: usize, e0: usize, e1: usize) -> [u32; 12] {
+/// The MoeParams block (shaders/moe_common.wgsl) of a dispatch over local experts [e0, e1).
+fn params(g: &GpuLayer, m: usize, e0: usize, e1: usize) -> [u32; 16] {
     let l = &g.config;
     [
         m as u32,
@@ -415,6 +447,10 @@ fn params(g: &GpuLayer, m: usize, e0: usize, e1: usize) -> [u32; 12] {
         l.router.apply_router_weight_on_input as u32,
         e0 as u32,
         e1 as u32,
+        g.chunk_experts as u32,
+        0,
+        0,
+        0,
     ]
 }
 
@@ -667,8 +703,30 @@ pub fn forward(
     } else if experts == Shader::MoeGemmCoop {
         ov.extend(ctx.coop_overrides());
     }
-    let p_g1 = ctx.pipeline(experts, e1, &ov)?;
-    let p_g2 = ctx.pipeline(experts, e2, &ov)?;
+    // Weight chunks per dispatch: all of them (up to four) where the adapter holds the
+    // bindings and the forward is a decode-sized GEMV (or the knob forces it), else one; the
+    // multi-chunk composition only where a dispatch has several.
+    let decode = gemv && na <= super::context::MULTI_CHUNK_MAX_PAIRS;
+    let per_pass = if decode || ctx.chunks_forced.load(Ordering::Relaxed) {
+        (ctx.chunks_per_pass.load(Ordering::Relaxed) as usize)
+            .clamp(1, super::source::MAX_CHUNKS_PER_PASS)
+            .min(g.chunks.len())
+    } else {
+        1
+    };
+    let (p_g1, p_g2) = if per_pass > 1 {
+        ov.push(("W_CHUNKS", per_pass as u32));
+        (
+            ctx.pipeline_multi(experts, e1, &ov)?,
+            ctx.pipeline_multi(experts, e2, &ov)?,
+        )
+    } else {
+        (
+            ctx.pipeline(experts, e1, &ov)?,
+            ctx.pipeline(experts, e2, &ov)?,
+        )
+    };
+    let groups: Vec<&[WeightChunk]> = g.chunks.chunks(per_pass).collect();
     let p_comb = ctx.pipeline(Shader::MoeCombine, "combine", &[("ROUND_BF16", bf16)])?;
     let weight_only = l.scheme.activation.is_none();
     let p_prep = if prepass {
@@ -708,6 +766,7 @@ pub fn forward(
         gemv,
         own_lists,
         fuse_combine,
+        per_pass,
         pipes,
     };
     let cached = g.fwd.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -781,13 +840,15 @@ pub fn forward(
             let x_in = if p_qdq.is_some() { xq } else { &hidden_b };
             let b13 = g.bias13.as_ref().unwrap_or(&g.dummy);
             let b2 = g.bias2.as_ref().unwrap_or(&g.dummy);
-            let chunk_params: Vec<wgpu::Buffer> = g
-                .chunks
+            let chunk_params: Vec<wgpu::Buffer> = groups
                 .iter()
-                .map(|c| ctx.uniform(bytemuck::cast_slice(&params(g, m, c.e0, c.e1))))
+                .map(|gr| {
+                    let (e0, e1) = (gr[0].e0, gr[gr.len() - 1].e1);
+                    ctx.uniform(bytemuck::cast_slice(&params(g, m, e0, e1)))
+                })
                 .collect();
-            // GEMM1 then GEMM2, each once per weight chunk: the same bindings but for which
-            // weights, input, output and bias they read and write.
+            // GEMM1 then GEMM2, each once per group of weight chunks: the same bindings but for
+            // which weights, input, output and bias they read and write.
             let mut bg_stages = Vec::new();
             for si in 0..2 {
                 let (pipe, x, o, bias) = if si == 0 {
@@ -795,12 +856,8 @@ pub fn forward(
                 } else {
                     (&p_g2, a2, y2, b2)
                 };
-                for (ch, cp) in g.chunks.iter().zip(&chunk_params) {
-                    let (w, sc) = if si == 0 {
-                        (&ch.w13, &ch.s13)
-                    } else {
-                        (&ch.w2, &ch.s2)
-                    };
+                for (gr, cp) in groups.iter().zip(&chunk_params) {
+                    let (w, sc) = gr[0].stage(si);
                     let mut ents = vec![
                         (0, cp),
                         (3, rows),
@@ -846,6 +903,23 @@ pub fn forward(
                             // gemv2 may combine (GEMV_FUSE_COMBINE): the rows of each pair,
                             // the MoE output and the slice counters (bound either way).
                             ents.extend([(4, slot), (15, out), (16, counts)]);
+                        }
+                    }
+                    if per_pass > 1 {
+                        // moe_weights_multi.wgsl: chunk j of the group beside each weight
+                        // binding of chunk 0 (the last chunk again past the group's end).
+                        for j in 1..super::source::MAX_CHUNKS_PER_PASS {
+                            let (wj, sj) = gr[j.min(gr.len() - 1)].stage(si);
+                            let extra: Vec<(u32, &wgpu::Buffer)> = ents
+                                .iter()
+                                .filter_map(|&(i, _)| match i {
+                                    7 => Some((MULTI_WEIGHT_BINDINGS[j - 1][0], wj)),
+                                    8 => Some((MULTI_WEIGHT_BINDINGS[j - 1][1], sj)),
+                                    13 => Some((MULTI_WEIGHT_BINDINGS[j - 1][2], wj)),
+                                    _ => None,
+                                })
+                                .collect();
+                            ents.extend(extra);
                         }
                     }
                     bg_stages.push(ctx.bind(pipe, &ents));
@@ -924,7 +998,7 @@ pub fn forward(
     host_profile::mark("buffers_uploads");
 
     let mut timer = if timed {
-        ctx.timer(4 + 2 * g.chunks.len() as u32 + 2 * prepass as u32)
+        ctx.timer(4 + 2 * groups.len() as u32 + 2 * prepass as u32)
     } else {
         None
     };
@@ -956,7 +1030,7 @@ pub fn forward(
             ctx.grid((m * h / 32).div_ceil(8) as u32),
         );
     }
-    let nc = g.chunks.len();
+    let nc = groups.len();
     let stages = [
         (&p_g1, e1, if gemv { TN1_GEMV } else { TN1 }, inter),
         (&p_g2, e2, if gemv { TN2_GEMV } else { TN2 }, h),
@@ -1102,7 +1176,7 @@ pub fn coop_prepass(
         "coopp_prep2"
     };
     let pipe = ctx.pipeline(Shader::MoeCoopPrepass, entry, &[("ACT_FMT", act)])?;
-    let mut p = [0u32; 12];
+    let mut p = [0u32; 16];
     p[0] = m as u32;
     p[1] = top_k as u32;
     p[2] = kk as u32; // hidden (stage 1)

@@ -39,6 +39,10 @@ pub const QUANT: File = shader_file!("quant.wgsl");
 pub const ROUTE: File = shader_file!("route.wgsl");
 /// What the MoE passes share: parameters, bindings, tiles, weight decoding, epilogue helpers.
 pub const MOE_COMMON: File = shader_file!("moe_common.wgsl");
+/// How the expert passes read their weights: one binding set (every MoE shader's default).
+pub const MOE_WEIGHTS_ONE: File = shader_file!("moe_weights_one.wgsl");
+/// The same over up to four weight chunks in one dispatch (`Shader::compose_multi`).
+pub const MOE_WEIGHTS_MULTI: File = shader_file!("moe_weights_multi.wgsl");
 /// The MoE pass `lists`: expert histogram, prefix sum, row lists, tile list.
 pub const MOE_LISTS: File = shader_file!("moe_lists.wgsl");
 /// The prefill expert passes `gemm1`, `gemm2` (grouped GEMM).
@@ -65,12 +69,14 @@ pub const MOE_COMBINE: File = shader_file!("moe_combine.wgsl");
 pub const BANDWIDTH_PROBE: File = shader_file!("bandwidth_probe.wgsl");
 
 /// Every file of `shaders/`.
-pub const FILES: [File; 16] = [
+pub const FILES: [File; 18] = [
     MX_COMMON,
     EXACT_MATH,
     QUANT,
     ROUTE,
     MOE_COMMON,
+    MOE_WEIGHTS_ONE,
+    MOE_WEIGHTS_MULTI,
     MOE_LISTS,
     MOE_GEMM,
     MOE_GEMM_COOP,
@@ -83,6 +89,12 @@ pub const FILES: [File; 16] = [
     MOE_COMBINE,
     BANDWIDTH_PROBE,
 ];
+
+/// The most weight chunks one expert pass reads (moe_weights_multi.wgsl's binding sets).
+pub const MAX_CHUNKS_PER_PASS: usize = 4;
+/// The bindings of chunks 1, 2, 3 in moe_weights_multi.wgsl: (codes, scales, codes vec4) each,
+/// standing beside bindings 7, 8 and 13 of chunk 0.
+pub const MULTI_WEIGHT_BINDINGS: [[u32; 3]; 3] = [[22, 23, 24], [25, 26, 27], [28, 29, 30]];
 
 /// The activation format id of a weight-only scheme (no activation QDQ): `FMT_NONE` in WGSL.
 pub const FMT_NONE: u32 = 255;
@@ -183,22 +195,30 @@ impl Shader {
         match self {
             Shader::Quant => &[MX_COMMON, QUANT],
             Shader::Route => &[EXACT_MATH, ROUTE],
-            Shader::MoeLists => &[MX_COMMON, MOE_COMMON, MOE_LISTS],
-            Shader::MoeGemm => &[MX_COMMON, MOE_COMMON, MOE_GEMM],
+            Shader::MoeLists => &[MX_COMMON, MOE_COMMON, MOE_WEIGHTS_ONE, MOE_LISTS],
+            Shader::MoeGemm => &[MX_COMMON, MOE_COMMON, MOE_WEIGHTS_ONE, MOE_GEMM],
             Shader::MoeGemmCoop => &[
                 MX_COMMON,
                 MOE_COMMON,
+                MOE_WEIGHTS_ONE,
                 MOE_GEMM,
                 MOE_GEMV_FP4_REGISTERS,
                 MOE_GEMM_COOP,
             ],
-            Shader::MoeCoopPrepass => &[MX_COMMON, MOE_COMMON, MOE_GEMM, MOE_COOP_PREPASS],
+            Shader::MoeCoopPrepass => &[
+                MX_COMMON,
+                MOE_COMMON,
+                MOE_WEIGHTS_ONE,
+                MOE_GEMM,
+                MOE_COOP_PREPASS,
+            ],
             Shader::MoeGemv {
                 registers: false,
                 subgroup: false,
             } => &[
                 MX_COMMON,
                 MOE_COMMON,
+                MOE_WEIGHTS_ONE,
                 MOE_GEMV_FP4_TABLE,
                 MOE_GEMV_REDUCE_SHARED,
                 MOE_GEMV,
@@ -209,6 +229,7 @@ impl Shader {
             } => &[
                 MX_COMMON,
                 MOE_COMMON,
+                MOE_WEIGHTS_ONE,
                 MOE_GEMV_FP4_REGISTERS,
                 MOE_GEMV_REDUCE_SHARED,
                 MOE_GEMV,
@@ -219,6 +240,7 @@ impl Shader {
             } => &[
                 MX_COMMON,
                 MOE_COMMON,
+                MOE_WEIGHTS_ONE,
                 MOE_GEMV_FP4_TABLE,
                 MOE_GEMV_REDUCE_SUBGROUP,
                 MOE_GEMV,
@@ -229,11 +251,12 @@ impl Shader {
             } => &[
                 MX_COMMON,
                 MOE_COMMON,
+                MOE_WEIGHTS_ONE,
                 MOE_GEMV_FP4_REGISTERS,
                 MOE_GEMV_REDUCE_SUBGROUP,
                 MOE_GEMV,
             ],
-            Shader::MoeCombine => &[MX_COMMON, MOE_COMMON, MOE_COMBINE],
+            Shader::MoeCombine => &[MX_COMMON, MOE_COMMON, MOE_WEIGHTS_ONE, MOE_COMBINE],
             Shader::BandwidthProbe => &[BANDWIDTH_PROBE],
         }
     }
@@ -279,13 +302,50 @@ impl Shader {
         }
     }
 
+    /// Whether the shader's expert passes read weights (bindings 7, 8, 13), so that it also
+    /// exists with the weights of several chunks per dispatch ([`Shader::files_multi`]).
+    pub const fn reads_weights(self) -> bool {
+        matches!(
+            self,
+            Shader::MoeGemm | Shader::MoeGemmCoop | Shader::MoeCoopPrepass | Shader::MoeGemv { .. }
+        )
+    }
+
+    /// The files of the shader with moe_weights_multi.wgsl in place of moe_weights_one.wgsl:
+    /// its expert passes read up to [`MAX_CHUNKS_PER_PASS`] weight chunks in one dispatch
+    /// (bindings [`MULTI_WEIGHT_BINDINGS`] besides 7, 8, 13). None for a shader that reads no
+    /// weights.
+    pub fn files_multi(self) -> Option<Vec<File>> {
+        self.reads_weights().then(|| {
+            self.files()
+                .iter()
+                .map(|&f| {
+                    if f == MOE_WEIGHTS_ONE {
+                        MOE_WEIGHTS_MULTI
+                    } else {
+                        f
+                    }
+                })
+                .collect()
+        })
+    }
+
     /// The full source, ready to compile.
     pub fn compose(self) -> String {
+        self.compose_files(self.files())
+    }
+
+    /// The full source of [`Shader::files_multi`] (None for a shader that reads no weights).
+    pub fn compose_multi(self) -> Option<String> {
+        self.files_multi().map(|f| self.compose_files(&f))
+    }
+
+    fn compose_files(self, files: &[File]) -> String {
         let mut s = self.directives().to_string();
         if self.has_preamble() {
             s += &preamble();
         }
-        for f in self.files() {
+        for f in files {
             s += &format!("// ---- {} ----\n", f.name);
             s += f.src;
             s += "\n";
