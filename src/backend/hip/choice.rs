@@ -333,7 +333,11 @@ pub(super) fn gemv_variant_for(nvidia: bool) -> Result<&'static str, BackendErro
 /// GEMM is the mma one (`MXMOE_HIP_GEMM` auto or mma, its module loaded). Measured as ~11 logic
 /// instructions per code word against ~16 (see hip/nv4.h). A layer prepared one way runs only
 /// with kernels of its layout (`check_layout`).
-pub(super) fn nv4_layout(nvidia: bool, code_bits: u32, mma_gemm: bool) -> Result<bool, BackendError> {
+pub(super) fn nv4_layout(
+    nvidia: bool,
+    code_bits: u32,
+    mma_gemm: bool,
+) -> Result<bool, BackendError> {
     Ok(nvidia
         && code_bits == 4
         && mma_gemm

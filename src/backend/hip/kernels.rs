@@ -426,16 +426,9 @@ mod tests {
         }
     }
 
-    /// The matrix-core GEMV's kernels, compiled for the CPU by hip/test/gemv_mma_emu.cpp (one
-    /// OS thread per GPU thread; mma.sync, bf16x2 fma / cvt and vote emulated from the PTX ISA's
-    /// definitions), give the plain matrix product of the exactly decoded weights: both stages,
-    /// hi-only and hi + lo activations, both activation layouts, scale bytes above 128 (the slow
-    /// decode path), rows past the matrix, tiles of 1..8 pairs, an empty tile slot, the router
-    /// weight on the input or the output, with and without biases; each for `mma` and `mmaw`
-    /// (two tiles per warp, two row groups of K warps). Needs a
-    /// clang++ with C++20 (the clang the PTX build uses brings one).
-    #[test]
-    fn gemv_mma_runs_on_the_cpu_emulation() {
+    /// Compiles hip/test/NAME.cpp for the CPU (clang++ with C++20, `flags` added), runs it and
+    /// returns its standard output after checking that it exited with status 0.
+    fn run_cpu_emulation(name: &str, flags: &[&str]) -> String {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let cxx = [
             "clang++-19",
@@ -453,11 +446,13 @@ mod tests {
         })
         .expect("no clang++ found (apt-get install clang-19)");
         let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join("gemv_mma_emu");
+        let exe = dir.path().join(name);
         let out = Command::new(cxx)
-            .args(["-std=c++20", "-O1", "-pthread", "-I"])
+            .args(["-std=c++20", "-O1", "-pthread"])
+            .args(flags)
+            .arg("-I")
             .arg(root.join("hip"))
-            .arg(root.join("hip/test/gemv_mma_emu.cpp"))
+            .arg(root.join(format!("hip/test/{name}.cpp")))
             .arg("-o")
             .arg(&exe)
             .output()
@@ -468,9 +463,25 @@ mod tests {
             String::from_utf8_lossy(&out.stderr)
         );
         let run = Command::new(&exe).output().unwrap();
-        let text = String::from_utf8_lossy(&run.stdout);
+        let text = String::from_utf8_lossy(&run.stdout).into_owned();
         println!("{text}");
-        assert!(run.status.success(), "gemv_mma_emu failed:\n{text}");
+        assert!(run.status.success(), "{name} failed:\n{text}");
+        text
+    }
+
+    /// The matrix-core GEMV's kernels, compiled for the CPU by hip/test/gemv_mma_emu.cpp (one
+    /// OS thread per GPU thread; mma.sync, bf16x2 fma / cvt and vote emulated from the PTX ISA's
+    /// definitions), on codes in the nv4 layout (hip/nv4.h nv4_word), give the plain matrix
+    /// product of the weights decoded from the stored codes with the E2M1 table: both stages,
+    /// hi-only and hi + lo activations, both activation layouts, scale bytes above 128 (the slow
+    /// decode path), rows past the matrix, tiles of 1..8 pairs, an empty tile slot, the router
+    /// weight on the input or the output, with and without biases; each for `mma`, `mmaw` (two
+    /// tiles per warp, two row groups of K warps), `mmab` (bf16 activations in mx_to_bf16_p8's
+    /// order, gemv1's output written that way) and, for gemv1, `mmao`. Needs a clang++ with
+    /// C++20 (the clang the PTX build uses brings one).
+    #[test]
+    fn gemv_mma_runs_on_the_cpu_emulation() {
+        let text = run_cpu_emulation("gemv_mma_emu", &[]);
         assert_eq!(text.matches(": ok (0 mismatches)").count(), 38, "{text}");
     }
 
@@ -484,48 +495,10 @@ mod tests {
     /// and logits drawn from a few values (ties to the lower index, both zeros).
     #[test]
     fn route_warp_runs_on_the_cpu_emulation() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let cxx = [
-            "clang++-19",
-            "clang++-20",
-            "clang++-21",
-            "clang++-22",
-            "clang++",
-        ]
-        .into_iter()
-        .find(|c| {
-            Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .expect("no clang++ found (apt-get install clang-19)");
-        let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join("route_emu");
-        let out = Command::new(cxx)
-            .args([
-                "-std=c++20",
-                "-O1",
-                "-pthread",
-                "-ffp-contract=off",
-                "-Wno-ignored-attributes",
-                "-I",
-            ])
-            .arg(root.join("hip"))
-            .arg(root.join("hip/test/route_emu.cpp"))
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{cxx}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let text = run_cpu_emulation(
+            "route_emu",
+            &["-ffp-contract=off", "-Wno-ignored-attributes"],
         );
-        let run = Command::new(&exe).output().unwrap();
-        let text = String::from_utf8_lossy(&run.stdout);
-        println!("{text}");
-        assert!(run.status.success(), "route_emu failed:\n{text}");
         assert!(text.contains("route_emu: ok (0 mismatches)"), "{text}");
         assert!(text.contains("948 cases, 0 mismatches"), "{text}");
     }

@@ -805,7 +805,11 @@ impl HipBackend {
             let xb = if convert {
                 let n = m * h;
                 let buf = dev.alloc(if split[0] { 4 * n + 4 * m } else { 2 * n })?;
-                let lo = if split[0] { buf.ptr + 2 * n as u64 } else { 0u64 };
+                let lo = if split[0] {
+                    buf.ptr + 2 * n as u64
+                } else {
+                    0u64
+                };
                 let (r, kk) = (m as u32, h as u32);
                 run(
                     "moe/to_bf16",
