@@ -1984,6 +1984,69 @@ GEMM_V2_KERNELS(16, 3)
 
 #include "gemm_mma.h"  // the swap-AB GEMM (NVIDIA; MXMOE_HIP_GEMM=mma)
 
+#if defined(MX_NV)
+// Row `row` of x (k values, k a multiple of 8) as mx_to_bf16_p8 writes it (gemm_mma.h), by one
+// warp: each lane takes groups of 8 (stored 0, 4, 1, 5, 2, 6, 3, 7: u32 word q = elements q and
+// q + 4), hi and, with lo, the remainders and the row's flag (1 if some lo is not +0; the u32s
+// after the rows x k lo values). No barrier.
+MX_DEVICE void p8_row_warp(const float* x, u16* hi, u16* lo, u32 row, u32 rows, u32 k, u32 lane) {
+  u32 nz = 0u;
+  for (u32 g = lane; g < k / 8u; g += 32u) {
+    u64 base = (u64)row * k + 8u * g;
+    u32 hw[4], lw[4];
+#pragma unroll
+    for (u32 q = 0; q < 4u; ++q) {
+      float v0 = x[base + q], v1 = x[base + q + 4u];
+      u32 h0 = bf16_bits_rne(v0), h1 = bf16_bits_rne(v1);
+      hw[q] = h0 | (h1 << 16);
+      u32 l0 = bf16_bits_rne((h0 & 0x7F80u) == 0x7F80u ? 0.0f : v0 - u2f(h0 << 16));
+      u32 l1 = bf16_bits_rne((h1 & 0x7F80u) == 0x7F80u ? 0.0f : v1 - u2f(h1 << 16));
+      lw[q] = l0 | (l1 << 16);
+      nz |= lw[q];
+    }
+    uint4v hv = {hw[0], hw[1], hw[2], hw[3]};
+    *(uint4v*)(hi + base) = hv;
+    if (lo) {
+      uint4v lv = {lw[0], lw[1], lw[2], lw[3]};
+      *(uint4v*)(lo + base) = lv;
+    }
+  }
+  bool any = mm_warp_any(nz != 0u);
+  if (lo && lane == 0u) ((u32*)(lo + (u64)rows * k))[row] = any ? 1u : 0u;
+}
+
+// v6's warp routing with the hidden states' bf16 conversion folded in (weight-only schemes whose
+// expert kernels take mx_to_bf16_p8's layout: the mma GEMM, the mmab GEMV): the warp that routes
+// token t also converts its row of x (rows = tokens, k = hidden), so no conversion kernel runs.
+// mx_route_wx_<NQ>: mx_route_w_<NQ> + that; moe_route_lists_w3x_<NQ>: moe_route_lists_w3_<NQ> +
+// that (before the block's barrier).
+#define ROUTE_WARP_X_KERNELS(NQ)                                                                  \
+  MX_KERNEL(128) void mx_route_wx_##NQ(RouteParams rp, const float* logits, const u32* bias,      \
+                                       i32* ids, float* weights, const float* x, u16* xh,         \
+                                       u16* xl, u32 k) {                                          \
+    u32 t = bid_x() * 4u + (tid_x() >> 5);                                                        \
+    if (t >= rp.m) return;                                                                        \
+    route_warp_simple<NQ>(rp, t, tid_x() & 31u, logits, ids, weights);                            \
+    p8_row_warp(x, xh, xl, t, rp.m, k, tid_x() & 31u);                                            \
+  }                                                                                               \
+  MX_KERNEL(256) void moe_route_lists_w3x_##NQ(RouteParams rp, MoeParams p, const float* logits, \
+                                               const u32* bias, i32* ids, float* weights,         \
+                                               const i32* expert_map, u32* pair_of_row,            \
+                                               i32* row_of_pair, u32* tiles, const float* x,       \
+                                               u16* xh, u16* xl, u32 k) {                          \
+    MX_SHARED ListsShared ls;                                                                     \
+    for (u32 t = tid_x() >> 5; t < rp.m; t += 8u) {                                               \
+      route_warp_simple<NQ>(rp, t, tid_x() & 31u, logits, ids, weights);                          \
+      p8_row_warp(x, xh, xl, t, rp.m, k, tid_x() & 31u);                                          \
+    }                                                                                             \
+    sync_threads();                                                                               \
+    lists_body<true>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);                    \
+  }
+ROUTE_WARP_X_KERNELS(4)
+ROUTE_WARP_X_KERNELS(8)
+ROUTE_WARP_X_KERNELS(32)
+#endif
+
 // ---- gfx950: the scaled MFMA on MX operands --------------------------------------------------
 // CDNA4 (MI350 / MI355, gfx950) multiplies MX operands directly: v_mfma_scale_f32_16x16x128_
 // f8f6f4 takes 16 x 128 FP8 / FP6 / FP4 codes of A and B with one E8M0 scale per 32-element block

@@ -64,6 +64,22 @@ pub(super) enum RoutePlan {
     },
 }
 
+/// The route plan's kernel that also converts the hidden states to bf16 in mx_to_bf16_p8's
+/// layout (hip/mxmoe.cu `mx_route_wx_<nq>`, `moe_route_lists_w3x_<nq>`: v6's warp routing of
+/// (top-k) softmax routers of several tokens), if it has one.
+pub(super) fn route_with_conversion(plan: &RoutePlan) -> Option<String> {
+    let k = match plan {
+        RoutePlan::Fused { kernel, .. } => kernel,
+        RoutePlan::Separate { route, .. } => route,
+    };
+    if let Some(nq) = k.strip_prefix("moe_route_lists_w3_") {
+        Some(format!("moe_route_lists_w3x_{nq}"))
+    } else {
+        k.strip_prefix("mx_route_w_")
+            .map(|nq| format!("mx_route_wx_{nq}"))
+    }
+}
+
 /// What the route plan needs to know of a router, from its kernel parameters
 /// (`wroute::params`: [m, experts, top_k, scoring, renormalize, groups, topk_group, scaling,
 /// has_bias, ..]).

@@ -193,8 +193,9 @@ pub const V2_TILES: [usize; 3] = [16, 32, 64];
 /// hip/gemm_mma.h, docs/hip-gemm-mma.md), `moe_gemm{1,2}_mma_t<pair cols>[_split]_cb4`, and the
 /// conversion to bf16 in the order its B fragments take (`mx_to_bf16_p8`), and the rearrangement
 /// of a layer's MXFP4 codes into the layout the matrix-core kernels decode (`mx_nv4_repack`,
-/// hip/nv4.h).
-pub const NAMES_MMA: [&str; 26] = [
+/// hip/nv4.h), and v6's warp routing with that conversion of the hidden states folded in
+/// (`mx_route_wx_<nq>`, `moe_route_lists_w3x_<nq>`).
+pub const NAMES_MMA: [&str; 32] = [
     "moe_gemm1_mma_t64_cb4",
     "moe_gemm2_mma_t64_cb4",
     "moe_gemm1_mma_t64_split_cb4",
@@ -221,6 +222,12 @@ pub const NAMES_MMA: [&str; 26] = [
     "moe_gemm2_mma_t16_split_v0_cb4",
     "mx_to_bf16_p8",
     "mx_nv4_repack",
+    "mx_route_wx_4",
+    "mx_route_wx_8",
+    "mx_route_wx_32",
+    "moe_route_lists_w3x_4",
+    "moe_route_lists_w3x_8",
+    "moe_route_lists_w3x_32",
 ];
 
 /// The dynamic shared memory (bytes) a v2 or mma GEMM launch must give: the PTX constant

@@ -717,6 +717,30 @@ impl HipBackend {
             m,
             fused_route_tokens(),
         );
+        // The hidden states as bf16 in mx_to_bf16_p8's layout (hi; lo and row flags for f32
+        // activations of weight-only schemes) for the GEMV mmab from MMAB_CONVERT_MIN_TOKENS and
+        // for the mma GEMM. `x_split` also gives the GEMV its kernels (a bf16 model's hidden
+        // states need no lo). Weight-only schemes under v6's warp routing convert them in the
+        // route kernel (`route_with_conversion`), the others in mx_to_bf16_p8 after the QDQ.
+        let weight_only = l.scheme.activation.is_none();
+        let x_split = if gemv {
+            weight_only && !all_bf16(hidden)
+        } else {
+            weight_only
+        };
+        let x_p8 = (gemv && gemv_takes_bf16(gv) && m >= MMAB_CONVERT_MIN_TOKENS) || (!gemv && use_mma);
+        let xb = if x_p8 {
+            let n = m * h;
+            let buf = dev.alloc(if x_split { 4 * n + 4 * m } else { 2 * n })?;
+            let lo = if x_split { buf.ptr + 2 * n as u64 } else { 0u64 };
+            Some((buf, lo))
+        } else {
+            None
+        };
+        let route_conv = match &xb {
+            Some(_) if weight_only => route_with_conversion(&plan),
+            _ => None,
+        };
         // Timing::Forward: one event pair around all the kernels (none between them).
         let span = match timing {
             Timing::Forward => Some((dev.event()?, dev.event()?)),
@@ -731,28 +755,55 @@ impl HipBackend {
         if let Some((s, _)) = &span {
             s.record()?;
         }
+        let (xbh, xbl) = xb.as_ref().map_or((0u64, 0u64), |(b, lo)| (b.ptr, *lo));
+        let hk = h as u32;
         match plan {
-            RoutePlan::Fused { kernel, threads } => run(
+            RoutePlan::Fused { kernel, threads } => match &route_conv {
+                // Routing, the lists and the hidden states' bf16 in one block.
+                Some(kx) => run(
+                    "route+lists",
+                    kx,
+                    (1, 1),
+                    threads,
+                    &mut args!(
+                        rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr,
+                        hidden_p, xbh, xbl, hk
+                    ),
+                )?,
                 // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists*).
-                "route+lists",
-                &kernel,
-                (1, 1),
-                threads,
-                &mut args!(rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr),
-            )?,
+                None => run(
+                    "route+lists",
+                    &kernel,
+                    (1, 1),
+                    threads,
+                    &mut args!(
+                        rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr
+                    ),
+                )?,
+            },
             RoutePlan::Separate {
                 route,
                 threads,
                 per_block,
                 lists,
             } => {
-                run(
-                    "route",
-                    &route,
-                    ((m as u32).div_ceil(per_block), 1),
-                    threads,
-                    &mut args!(rp, logits_p, rb, ids_p, topw_p),
-                )?;
+                let grid = ((m as u32).div_ceil(per_block), 1);
+                match &route_conv {
+                    Some(kx) => run(
+                        "route",
+                        kx,
+                        grid,
+                        threads,
+                        &mut args!(rp, logits_p, rb, ids_p, topw_p, hidden_p, xbh, xbl, hk),
+                    )?,
+                    None => run(
+                        "route",
+                        &route,
+                        grid,
+                        threads,
+                        &mut args!(rp, logits_p, rb, ids_p, topw_p),
+                    )?,
+                }
                 run(
                     "moe/lists",
                     &lists,
@@ -777,6 +828,17 @@ impl HipBackend {
             }
             _ => hidden_p,
         };
+        // The conversion where the route kernel did not do it.
+        if x_p8 && route_conv.is_none() {
+            let (r, kk) = (m as u32, h as u32);
+            run(
+                "moe/to_bf16",
+                "mx_to_bf16_p8",
+                (r, 1),
+                256,
+                &mut args!(x_in, xbh, xbl, r, kk),
+            )?;
+        }
         let b13 = g.bias13.as_ref().unwrap_or(&g.dummy).ptr;
         let b2 = g.bias2.as_ref().unwrap_or(&g.dummy).ptr;
         let mt = max_tiles as u32;
@@ -787,42 +849,19 @@ impl HipBackend {
             // Weight-only schemes take f32 activations as bf16 hi + lo, unless they are bf16
             // values (a bf16 model's hidden states; the intermediates when rounded to bf16):
             // then lo is +0 and the hi-only kernel gives the same bits with half the MMAs.
-            let weight_only = l.scheme.activation.is_none();
-            let split = [
-                weight_only && !all_bf16(hidden),
-                weight_only && opts.intermediate != Intermediate::Bf16,
-            ];
+            let split = [x_split, weight_only && opts.intermediate != Intermediate::Bf16];
             let (mut k1, k2, rows2) = gemv_kernels(gv, cb, split);
-            let mut convert = false;
             if gemv_takes_bf16(gv) {
-                (k1, convert) = mmab_gemv1(&k1, m);
+                let (k, convert) = mmab_gemv1(&k1, m);
+                debug_assert_eq!(convert, xb.is_some());
+                k1 = k;
             }
             let g2 = (mt, h.div_ceil(rows2) as u32);
             let none = 0u64;
             // mmab: the hidden states as bf16 in mx_to_bf16_p8's order (hi, then lo and its
             // row flags when split), gemv1 writes a2 that way (hi, lo: two bytes each of the
             // four a2 has per value).
-            let xb = if convert {
-                let n = m * h;
-                let buf = dev.alloc(if split[0] { 4 * n + 4 * m } else { 2 * n })?;
-                let lo = if split[0] {
-                    buf.ptr + 2 * n as u64
-                } else {
-                    0u64
-                };
-                let (r, kk) = (m as u32, h as u32);
-                run(
-                    "moe/to_bf16",
-                    "mx_to_bf16_p8",
-                    (r, 1),
-                    256,
-                    &mut args!(x_in, buf.ptr, lo, r, kk),
-                )?;
-                Some(buf)
-            } else {
-                None
-            };
-            let x1 = xb.as_ref().map_or(x_in, |b| b.ptr);
+            let x1 = if xb.is_some() { xbh } else { x_in };
             run(
                 "moe/gemv1",
                 &k1,
@@ -948,41 +987,31 @@ impl HipBackend {
                 (inter.div_ceil(GEMM_N / 2) as u32, mt),
                 (h.div_ceil(GEMM_N) as u32, mt),
             );
-            let xh = dev.alloc(m * h * 2)?;
             // mma: one u32 per row after the lo values (hip/gemm_mma.h mx_to_bf16_p8: whether
             // some lo of the row is not +0; tiles of rows without one skip the lo MMAs).
             let flags = |rows: usize| if use_mma { rows * 4 } else { 0 };
-            let xl = if split {
-                Some(dev.alloc(m * h * 2 + flags(m))?)
-            } else {
+            // The hidden states as bf16: mma in mx_to_bf16_p8's layout, converted above (`xb`:
+            // by the route kernel or mx_to_bf16_p8); v1 / v2 here, one thread a value.
+            let xv12 = if use_mma {
                 None
+            } else {
+                let n = m * h;
+                let xh = dev.alloc(2 * n)?;
+                let xl = if split { Some(dev.alloc(2 * n)?) } else { None };
+                let xlp = xl.as_ref().map_or(0u64, |b| b.ptr);
+                run(
+                    "moe/to_bf16",
+                    "mx_to_bf16",
+                    ((n as u64).div_ceil(256) as u32, 1),
+                    256,
+                    &mut args!(x_in, xh.ptr, xlp, n as u64),
+                )?;
+                Some((xh, xl))
             };
-            let xlp = xl.as_ref().map_or(0u64, |b| b.ptr);
-            // The bf16 conversion: v1 / v2 one thread a value, mma one block a row (its flag).
-            macro_rules! to_bf16 {
-                ($x:expr, $hi:expr, $lo:expr, $rows:expr, $k:expr) => {
-                    if use_mma {
-                        let (r, kk) = ($rows as u32, $k as u32);
-                        run(
-                            "moe/to_bf16",
-                            "mx_to_bf16_p8",
-                            (r, 1),
-                            256,
-                            &mut args!($x, $hi, $lo, r, kk),
-                        )
-                    } else {
-                        let n = ($rows * $k) as u64;
-                        run(
-                            "moe/to_bf16",
-                            "mx_to_bf16",
-                            (n.div_ceil(256) as u32, 1),
-                            256,
-                            &mut args!($x, $hi, $lo, n),
-                        )
-                    }
-                };
-            }
-            to_bf16!(x_in, xh.ptr, xlp, m, h)?;
+            let (xhp, xlp) = match &xv12 {
+                Some((xh, xl)) => (xh.ptr, xl.as_ref().map_or(0u64, |b| b.ptr)),
+                None => (xbh, xbl),
+            };
             // gemm2's bf16 activations: hi, then (split) lo and the row flags, in one buffer.
             // The mma gemm1 writes them itself (hip/mxmoe.cu gemm_p8_store); v1 / v2 write f32
             // and a conversion kernel follows.
@@ -996,11 +1025,18 @@ impl HipBackend {
                 g1,
                 block,
                 &mut args!(
-                    p, rows.ptr, tiles.ptr, xh.ptr, xlp, g.w13.ptr, g.s13.ptr, out1, b13, topw_p
+                    p, rows.ptr, tiles.ptr, xhp, xlp, g.w13.ptr, g.s13.ptr, out1, b13, topw_p
                 ),
             )?;
             if !use_mma {
-                to_bf16!(a2.ptr, ahp, alp, na, inter)?;
+                let n = (na * inter) as u64;
+                run(
+                    "moe/to_bf16",
+                    "mx_to_bf16",
+                    (n.div_ceil(256) as u32, 1),
+                    256,
+                    &mut args!(a2.ptr, ahp, alp, n),
+                )?;
             }
             run(
                 "moe/gemm2",
