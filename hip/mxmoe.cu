@@ -2015,11 +2015,13 @@ MX_DEVICE void p8_row_warp(const float* x, u16* hi, u16* lo, u32 row, u32 rows, 
   if (lo && lane == 0u) ((u32*)(lo + (u64)rows * k))[row] = any ? 1u : 0u;
 }
 
-// v6's warp routing with the hidden states' bf16 conversion folded in (weight-only schemes whose
-// expert kernels take mx_to_bf16_p8's layout: the mma GEMM, the mmab GEMV): the warp that routes
-// token t also converts its row of x (rows = tokens, k = hidden), so no conversion kernel runs.
-// mx_route_wx_<NQ>: mx_route_w_<NQ> + that; moe_route_lists_w3x_<NQ>: moe_route_lists_w3_<NQ> +
-// that (before the block's barrier).
+// v6's warp routing of more tokens than one block routes with their lists (mx_route_w_<NQ>)
+// with the hidden states' bf16 conversion folded in, for weight-only schemes whose expert kernels
+// take mx_to_bf16_p8's layout (the mma GEMM, the mmab GEMV): the warp that routes token t also
+// converts its row of x (rows = tokens, k = hidden), so no conversion kernel runs. (The same
+// fold into the few-token block moe_route_lists_w3_<NQ> made 16 gpt-oss tokens slower on the
+// H200, 0.176 vs 0.170 ms: 8 warps converting 16 rows after routing take longer than the
+// conversion kernel's 16 blocks; docs/h200-2026-12-01s7-fold.)
 #define ROUTE_WARP_X_KERNELS(NQ)                                                                  \
   MX_KERNEL(128) void mx_route_wx_##NQ(RouteParams rp, const float* logits, const u32* bias,      \
                                        i32* ids, float* weights, const float* x, u16* xh,         \
@@ -2028,19 +2030,6 @@ MX_DEVICE void p8_row_warp(const float* x, u16* hi, u16* lo, u32 row, u32 rows, 
     if (t >= rp.m) return;                                                                        \
     route_warp_simple<NQ>(rp, t, tid_x() & 31u, logits, ids, weights);                            \
     p8_row_warp(x, xh, xl, t, rp.m, k, tid_x() & 31u);                                            \
-  }                                                                                               \
-  MX_KERNEL(256) void moe_route_lists_w3x_##NQ(RouteParams rp, MoeParams p, const float* logits, \
-                                               const u32* bias, i32* ids, float* weights,         \
-                                               const i32* expert_map, u32* pair_of_row,            \
-                                               i32* row_of_pair, u32* tiles, const float* x,       \
-                                               u16* xh, u16* xl, u32 k) {                          \
-    MX_SHARED ListsShared ls;                                                                     \
-    for (u32 t = tid_x() >> 5; t < rp.m; t += 8u) {                                               \
-      route_warp_simple<NQ>(rp, t, tid_x() & 31u, logits, ids, weights);                          \
-      p8_row_warp(x, xh, xl, t, rp.m, k, tid_x() & 31u);                                          \
-    }                                                                                             \
-    sync_threads();                                                                               \
-    lists_body<true>(p, ids, expert_map, pair_of_row, row_of_pair, tiles, ls);                    \
   }
 ROUTE_WARP_X_KERNELS(4)
 ROUTE_WARP_X_KERNELS(8)

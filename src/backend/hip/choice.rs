@@ -65,18 +65,16 @@ pub(super) enum RoutePlan {
 }
 
 /// The route plan's kernel that also converts the hidden states to bf16 in mx_to_bf16_p8's
-/// layout (hip/mxmoe.cu `mx_route_wx_<nq>`, `moe_route_lists_w3x_<nq>`: v6's warp routing of
-/// (top-k) softmax routers of several tokens), if it has one.
+/// layout (hip/mxmoe.cu `mx_route_wx_<nq>`: v6's warp routing of (top-k) softmax routers for
+/// more tokens than the fused block takes), if it has one. The H200 measured the fold 4 us
+/// faster at 256 gpt-oss tokens (0.928 -> 0.924 ms) and 2048 (4.048 -> 4.021); folded into the
+/// fused few-token block it was slower (16 tokens 0.170 -> 0.176; docs/h200-2026-12-01s7-fold).
 pub(super) fn route_with_conversion(plan: &RoutePlan) -> Option<String> {
-    let k = match plan {
-        RoutePlan::Fused { kernel, .. } => kernel,
-        RoutePlan::Separate { route, .. } => route,
-    };
-    if let Some(nq) = k.strip_prefix("moe_route_lists_w3_") {
-        Some(format!("moe_route_lists_w3x_{nq}"))
-    } else {
-        k.strip_prefix("mx_route_w_")
-            .map(|nq| format!("mx_route_wx_{nq}"))
+    match plan {
+        RoutePlan::Separate { route, .. } => route
+            .strip_prefix("mx_route_w_")
+            .map(|nq| format!("mx_route_wx_{nq}")),
+        RoutePlan::Fused { .. } => None,
     }
 }
 
@@ -677,6 +675,28 @@ mod tests {
 
     /// The route plans by hand: every kernel named here exists (kernels.rs lists them) and
     /// the thread counts match their launch bounds (hip/mxmoe.cu).
+    #[test]
+    fn route_conversion_only_for_the_separate_warp_route() {
+        let sep = |r: &str| RoutePlan::Separate {
+            route: r.into(),
+            threads: 128,
+            per_block: 4,
+            lists: "moe_lists_v2".into(),
+        };
+        for nq in ["4", "8", "32"] {
+            let k = route_with_conversion(&sep(&format!("mx_route_w_{nq}"))).unwrap();
+            assert_eq!(k, format!("mx_route_wx_{nq}"));
+            assert!(kernels::NAMES_MMA.contains(&k.as_str()), "{k}");
+        }
+        assert_eq!(route_with_conversion(&sep("mx_route_wg_8")), None);
+        assert_eq!(route_with_conversion(&sep("mx_route_v3")), None);
+        let fused = RoutePlan::Fused {
+            kernel: "moe_route_lists_w3_4".into(),
+            threads: 256,
+        };
+        assert_eq!(route_with_conversion(&fused), None);
+    }
+
     #[test]
     fn route_plan_names_the_kernels() {
         let fused = |k: &str, t| RoutePlan::Fused {

@@ -194,8 +194,8 @@ pub const V2_TILES: [usize; 3] = [16, 32, 64];
 /// conversion to bf16 in the order its B fragments take (`mx_to_bf16_p8`), and the rearrangement
 /// of a layer's MXFP4 codes into the layout the matrix-core kernels decode (`mx_nv4_repack`,
 /// hip/nv4.h), and v6's warp routing with that conversion of the hidden states folded in
-/// (`mx_route_wx_<nq>`, `moe_route_lists_w3x_<nq>`).
-pub const NAMES_MMA: [&str; 32] = [
+/// (`mx_route_wx_<nq>`).
+pub const NAMES_MMA: [&str; 29] = [
     "moe_gemm1_mma_t64_cb4",
     "moe_gemm2_mma_t64_cb4",
     "moe_gemm1_mma_t64_split_cb4",
@@ -225,9 +225,6 @@ pub const NAMES_MMA: [&str; 32] = [
     "mx_route_wx_4",
     "mx_route_wx_8",
     "mx_route_wx_32",
-    "moe_route_lists_w3x_4",
-    "moe_route_lists_w3x_8",
-    "moe_route_lists_w3x_32",
 ];
 
 /// The dynamic shared memory (bytes) a v2 or mma GEMM launch must give: the PTX constant

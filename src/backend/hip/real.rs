@@ -728,11 +728,16 @@ impl HipBackend {
         } else {
             weight_only
         };
-        let x_p8 = (gemv && gemv_takes_bf16(gv) && m >= MMAB_CONVERT_MIN_TOKENS) || (!gemv && use_mma);
+        let x_p8 =
+            (gemv && gemv_takes_bf16(gv) && m >= MMAB_CONVERT_MIN_TOKENS) || (!gemv && use_mma);
         let xb = if x_p8 {
             let n = m * h;
             let buf = dev.alloc(if x_split { 4 * n + 4 * m } else { 2 * n })?;
-            let lo = if x_split { buf.ptr + 2 * n as u64 } else { 0u64 };
+            let lo = if x_split {
+                buf.ptr + 2 * n as u64
+            } else {
+                0u64
+            };
             Some((buf, lo))
         } else {
             None
@@ -758,29 +763,14 @@ impl HipBackend {
         let (xbh, xbl) = xb.as_ref().map_or((0u64, 0u64), |(b, lo)| (b.ptr, *lo));
         let hk = h as u32;
         match plan {
-            RoutePlan::Fused { kernel, threads } => match &route_conv {
-                // Routing, the lists and the hidden states' bf16 in one block.
-                Some(kx) => run(
-                    "route+lists",
-                    kx,
-                    (1, 1),
-                    threads,
-                    &mut args!(
-                        rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr,
-                        hidden_p, xbh, xbl, hk
-                    ),
-                )?,
+            RoutePlan::Fused { kernel, threads } => run(
                 // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists*).
-                None => run(
-                    "route+lists",
-                    &kernel,
-                    (1, 1),
-                    threads,
-                    &mut args!(
-                        rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr
-                    ),
-                )?,
-            },
+                "route+lists",
+                &kernel,
+                (1, 1),
+                threads,
+                &mut args!(rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr),
+            )?,
             RoutePlan::Separate {
                 route,
                 threads,
@@ -849,7 +839,10 @@ impl HipBackend {
             // Weight-only schemes take f32 activations as bf16 hi + lo, unless they are bf16
             // values (a bf16 model's hidden states; the intermediates when rounded to bf16):
             // then lo is +0 and the hi-only kernel gives the same bits with half the MMAs.
-            let split = [x_split, weight_only && opts.intermediate != Intermediate::Bf16];
+            let split = [
+                x_split,
+                weight_only && opts.intermediate != Intermediate::Bf16,
+            ];
             let (mut k1, k2, rows2) = gemv_kernels(gv, cb, split);
             if gemv_takes_bf16(gv) {
                 let (k, convert) = mmab_gemv1(&k1, m);
