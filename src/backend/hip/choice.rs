@@ -359,6 +359,23 @@ pub(super) fn nv4_layout(
         && matches!(gemm_version()?, GemmVersion::Auto | GemmVersion::Mma))
 }
 
+/// The MXFP4 GEMV for a prepared layer: `gemv_variant_for`, except that a layer in the stored
+/// layout (`nv4` false: e.g. an NVIDIA device whose mma GEMM module did not load, as when a GPU
+/// offers less shared memory per block than its kernels ask) runs v3 where a matrix-core GEMV
+/// is only the default; one that `MXMOE_HIP_GEMV` sets stays, and `check_layout` refuses it.
+pub(super) fn gemv_variant_for_layer(
+    nvidia: bool,
+    nv4: bool,
+) -> Result<&'static str, BackendError> {
+    let v = gemv_variant_for(nvidia)?;
+    let set = std::env::var("MXMOE_HIP_GEMV").is_ok_and(|v| !v.is_empty());
+    Ok(if gemv_is_mma(v) && !nv4 && !set {
+        "v3"
+    } else {
+        v
+    })
+}
+
 /// A forward's kernels against the layer's code layout (`nv4`: prepared for the matrix-core
 /// kernels): the mma GEMV and GEMM decode only nv4 words, the others only stored ones.
 pub(super) fn check_layout(nv4: bool, mma_kernels: bool) -> Result<(), BackendError> {
@@ -675,6 +692,22 @@ mod tests {
 
     /// The route plans by hand: every kernel named here exists (kernels.rs lists them) and
     /// the thread counts match their launch bounds (hip/mxmoe.cu).
+    #[test]
+    fn stored_layout_layers_fall_back_to_v3() {
+        if std::env::var("MXMOE_HIP_GEMV").is_ok_and(|v| !v.is_empty()) {
+            eprintln!("SKIPPED: MXMOE_HIP_GEMV is set");
+            return;
+        }
+        assert_eq!(
+            gemv_variant_for_layer(true, true).unwrap(),
+            GEMV_MMA_DEFAULT_VARIANT
+        );
+        assert_eq!(gemv_variant_for_layer(true, false).unwrap(), "v3");
+        assert_eq!(gemv_variant_for_layer(false, false).unwrap(), "v3");
+        assert!(check_layout(true, false).is_err() && check_layout(false, true).is_err());
+        assert!(check_layout(true, true).is_ok() && check_layout(false, false).is_ok());
+    }
+
     #[test]
     fn route_conversion_only_for_the_separate_warp_route() {
         let sep = |r: &str| RoutePlan::Separate {

@@ -589,7 +589,7 @@ impl HipBackend {
         // The GEMV for these weights (MXFP4: MXMOE_HIP_GEMV or the device's default).
         let cb = l.scheme.weight.spec().code_bits;
         let gv = if cb == 4 {
-            gemv_variant_for(!self.dev.arch.starts_with("gfx"))?
+            gemv_variant_for_layer(!self.dev.arch.starts_with("gfx"), g.nv4)?
         } else {
             "v1"
         };
