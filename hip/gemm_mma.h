@@ -92,12 +92,8 @@ struct MmShape {
 // chunks whose low three bits (t & 1, ((w ^ t & 2 ^ g) & 3)) are all distinct: no bank conflict.
 MX_DEVICE u32 mm_swz(u32 r, u32 c) { return c ^ ((c >> 2) & 2u) ^ (r & 1u); }
 
-// Where element q (0..7) of a group of 8 goes in mx_to_bf16_p8's output: 0,1,2,3 -> 0,2,4,6,
-// 4,5,6,7 -> 1,3,5,7 (so stored order is 0, 4, 1, 5, 2, 6, 3, 7).
-MX_DEVICE u32 mm_perm8(u32 q) { return q < 4u ? 2u * q : 2u * (q - 4u) + 1u; }
-
 // mx_to_bf16 (fp32 -> bf16 hi and the bf16 of the remainder lo), each group of 8 written in the
-// order the mma GEMM's B fragments take (mm_perm8); one block per row of k values (k a multiple
+// order the mma GEMM's B fragments take (p8_pos); one block per row of k values (k a multiple
 // of 8: rows of 32-blocks). With lo, the row's flag lo_rows[row] (the u32s right after the rows
 // x k lo values: lo + rows * k) is 1 if some lo of the row is not +0, else 0: a row of
 // bf16-representable values (lo all +0) lets the mma GEMM skip the lo MMAs of a tile whose rows
@@ -111,7 +107,7 @@ MX_KERNEL(256) void mx_to_bf16_p8(const float* x, u16* hi, u16* lo, u32 rows, u3
   u32 nz = 0u;
   for (u32 c = tid; c < k; c += 256u) {
     u64 i = (u64)row * k + c;
-    u64 o = (i & ~7ull) | mm_perm8((u32)(i & 7u));
+    u64 o = p8_pos(i);  // gemv_epilogue.h
     float v = x[i];
     u32 hb = bf16_bits_rne(v);
     hi[o] = (u16)hb;

@@ -2,6 +2,15 @@
 // bf16_point and intermediate_qdq) for its GEMV and the matrix-core one (gemv_mma.h), and by
 // test/gemv_mma_emu.cpp, which runs the latter on the CPU.
 #pragma once
+// Where element i of a row-major array of k values (k a multiple of 8) goes in the bf16 layout
+// the matrix-core kernels take (mx_to_bf16_p8, gemm_mma.h): each group of 8 stored 0, 4, 1, 5,
+// 2, 6, 3, 7, so that u32 word q of a group holds elements q and q + 4. Shared by the
+// conversion kernel and the epilogues that write that layout (gm_store_xb, gemm_p8_store).
+MX_DEVICE u64 p8_pos(u64 i) {
+  u32 q = (u32)(i & 7u);
+  return (i & ~7ull) | (q < 4u ? 2u * q : 2u * (q - 4u) + 1u);
+}
+
 // gemv1's epilogue for one (pair t, intermediate column j) of a block, shared by mxmoe.cu's
 // GEMV and the matrix-core one (gemv_mma.h): the gate and up sums gv / uv, the bias, the
 // router weight on the input, the activation, and the intermediate QDQ over the block's 32

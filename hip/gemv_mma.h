@@ -187,8 +187,7 @@ MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], con
 // where gemv2 takes hi + lo (f32 intermediates of weight-only schemes), the bf16 of v - hi
 // (0 where hi is Inf or NaN) lo_off elements further.
 MX_DEVICE void gm_store_xb(const MoeParams& p, u16* o, u64 i, u64 lo_off, float v) {
-  u32 q = (u32)(i & 7u);
-  u64 pos = (i & ~7ull) | (q < 4u ? 2u * q : 2u * (q - 4u) + 1u);
+  u64 pos = p8_pos(i);
   u32 hb = bf16x2_pack(v, 0.0f) & 0xFFFFu;
   o[pos] = (u16)hb;
   if (p.act_fmt == FMT_NONE && !p.round_bf16) {

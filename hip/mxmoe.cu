@@ -1304,8 +1304,7 @@ MX_DEVICE u32 bf16_bits_rne(float x) { return f2u(bf16_round(x)) >> 16; }
 // at its place in its group of 8 (0, 4, 1, 5, 2, 6, 3, 7) and, for weight-only schemes (hi +
 // lo), the bf16 of v - hi (0 where hi is Inf or NaN) pairs x inter elements further.
 MX_DEVICE void gemm_p8_store(const MoeParams& p, u16* o, u64 i, float v) {
-  u32 q = (u32)(i & 7u);
-  u64 pos = (i & ~7ull) | (q < 4u ? 2u * q : 2u * (q - 4u) + 1u);
+  u64 pos = p8_pos(i);
   u32 hb = bf16_bits_rne(v);
   o[pos] = (u16)hb;
   if (p.act_fmt == FMT_NONE) {

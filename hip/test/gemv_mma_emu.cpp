@@ -171,7 +171,7 @@ struct Case {
   bool one = false;       // one pair per tile (a 1-token forward's tiles)
 };
 
-// mx_to_bf16_p8's place of element i (hip/gemm_mma.h mm_perm8: each group of 8 stored 0, 4, 1, 5,
+// mx_to_bf16_p8's place of element i, restated (hip/gemv_epilogue.h p8_pos: each group of 8 stored 0, 4, 1, 5,
 // 2, 6, 3, 7).
 static size_t p8(size_t i) {
   size_t q = i & 7u;
