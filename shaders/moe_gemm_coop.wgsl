@@ -1,4 +1,6 @@
-// moe_gemm_coop.wgsl: the prefill expert passes on cooperative matrices (tensor cores), for
+// moe_gemm_coop.wgsl (~1190 lines: four kernel generations, k32 / k64 / k64p / k64pw, kept
+// selectable for comparison by MXMOE_COOP_KERNEL; the seam is one file per generation once
+// the older ones are dropped): the prefill expert passes on cooperative matrices (tensor cores), for
 // adapters with wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX offering f16 16x16x16 with f32
 // accumulation. Kernels: k32 (`coop_gemm1`, `coop_gemm2`, described first), k64
 // (`coop64_gemm1`, `coop64_gemm2`, below: same tile, epilogues and numerics, cheaper staging),

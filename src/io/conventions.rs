@@ -1,6 +1,9 @@
 //! Naming conventions of MoE checkpoints: how the layers of a [`Store`] are found, described
 //! (headers only) and loaded into a [`MoeLayer`].
 //!
+//! Size (~880 lines): one loader per convention below, each self-contained; the seam is one
+//! file per convention (`conventions/<name>.rs`) behind the shared detection.
+//!
 //! | convention | expert tensors (per layer prefix) | router |
 //! |---|---|---|
 //! | `layer-bundle` | `w13_weight(_scale)`, `w2_weight(_scale)`, `w13_bias`, `w2_bias` (ARCHITECTURE.md) | `router_weight`, `router_bias` |

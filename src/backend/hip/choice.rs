@@ -1,6 +1,10 @@
 //! Which HIP kernels a forward runs, and their shapes: tile heights, the GEMV/GEMM crossover,
 //! the decode fusions, the GEMM, GEMV and route versions, and the `MXMOE_HIP_*` knobs that
 //! override them (docs/ENVIRONMENT.md). Out of `real.rs`, which launches what this decides.
+//!
+//! Size (~940 lines): about 40 % is the long doc comments that keep each default's H200
+//! measurement beside it, and a third the unit tests. The next seam is routing (`RoutePlan`,
+//! `RouterShape`, `route_plan`, `route_with_conversion`: a `choice/route.rs`).
 
 use super::kernels;
 use crate::backend::BackendError;

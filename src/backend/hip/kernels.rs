@@ -1,8 +1,9 @@
 //! The kernel binaries build.rs compiled from `hip/mxmoe.cu`, embedded, and the choice of the
 //! one that serves a device.
 //!
-//! Size (~710 lines): about half is the tests on the embedded code objects (PTX, AMD
-//! disassembly, ptxas, the CPU emulation); they could move to a `kernels/tests.rs`.
+//! Size (~820 lines): over half is the tests on the embedded code objects (PTX, AMD
+//! disassembly, ptxas, the two CPU emulations); the kernel name tables and the code-object
+//! choice are ~300. The seam is the tests: they could move to a `kernels/tests.rs`.
 
 /// PTX for NVIDIA compute capability 9.x and up (NUL-terminated for cuModuleLoadData).
 pub static PTX_SM90: &[u8] = concat!(

@@ -2,6 +2,10 @@
 //! per forward, no host round trips between passes, weights stay packed (dequantized in the GEMM
 //! prologues).
 //!
+//! Size (~1250 lines): the forward's pass encoding and its bind groups in one place (every
+//! pass shares the forward's buffers). Seams for a split: the prefill GEMM passes (tiled and
+//! cooperative) and the weight-chunk planning.
+//!
 //! Passes: route -> lists (histogram, prefix sum, row lists, tile list) -> input QDQ
 //! (quant.wgsl) -> gemm1 per weight chunk (bias, activation, intermediate QDQ fused) -> gemm2 per
 //! weight chunk (bias, router weight) -> combine (slot order, no float atomics). The GEMV path
