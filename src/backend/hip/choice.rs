@@ -280,11 +280,68 @@ pub(super) fn env_variant(
 /// that way by gemv1 itself, so the loop loads its B fragments as they are instead of
 /// converting 32 f32 values per lane and step (~130 of ~540 instructions of an mmaw step with
 /// hi + lo).
-pub(super) const GEMV_VARIANTS: [&str; 7] = ["v3", "v2", "v2c", "v1", "mma", "mmaw", "mmab"];
+/// `mmac` (NVIDIA only: `moe_gemv{1,2}_mmac[_split]_cb4`, gemv1 of one to three tokens
+/// `mmaco`): `mmab` with each warp's weight words and scale bytes streamed through a two-step
+/// cp.async ring in shared memory, so that the next step's loads are in flight while a step
+/// computes, at mmab's occupancy (a second step held in registers cost a block per
+/// multiprocessor, `mmapf` above).
+pub(super) const GEMV_VARIANTS: [&str; 8] =
+    ["v3", "v2", "v2c", "v1", "mma", "mmaw", "mmab", "mmac"];
 
-/// Whether a GEMV variant takes its activations as bf16 from mx_to_bf16_p8 (`mmab`).
+/// Whether a GEMV variant takes its activations as bf16 from mx_to_bf16_p8 (`mmab`, `mmac`).
 pub(super) fn gemv_takes_bf16(variant: &str) -> bool {
-    variant == "mmab"
+    matches!(variant, "mmab" | "mmac")
+}
+
+/// Whether a GEMV variant has gemv2 kernels of 32 output rows per block
+/// (`moe_gemv2_<variant>32[_split]_cb4`).
+pub(super) fn gemv_has_rows32(variant: &str) -> bool {
+    matches!(variant, "mmab" | "mmac")
+}
+
+/// gemv2's output rows per block for a variant with 32-row kernels (`gemv_has_rows32`): 32 when
+/// the 64-row grid (`slots` tile slots x the column blocks of `hidden`) fills less than one wave
+/// of three blocks per multiprocessor (`sms`; 132 when unknown), so that twice the blocks, each
+/// with its K over all 8 warps, keep more warps in flight (one gpt-oss-120b token: 4 x 45 = 180
+/// blocks on the H200's 396 slots), else 64. `MXMOE_HIP_GEMV2_ROWS` (32 or 64) forces one.
+/// Other variants keep theirs (`rows`, from `gemv_kernels`).
+pub(super) fn gemv2_rows(
+    variant: &str,
+    rows: usize,
+    slots: usize,
+    hidden: usize,
+    sms: u32,
+) -> Result<usize, BackendError> {
+    if !gemv_has_rows32(variant) {
+        return Ok(rows);
+    }
+    match std::env::var("MXMOE_HIP_GEMV2_ROWS")
+        .unwrap_or_default()
+        .as_str()
+    {
+        "" => {
+            let wave = 3 * if sms > 0 { sms as usize } else { 132 };
+            Ok(if slots * hidden.div_ceil(GEMV_MMA_OUT_ROWS) < wave {
+                32
+            } else {
+                GEMV_MMA_OUT_ROWS
+            })
+        }
+        "32" => Ok(32),
+        "64" => Ok(64),
+        v => Err(BackendError::Device(format!(
+            "MXMOE_HIP_GEMV2_ROWS={v}: expected 32 or 64 (docs/ENVIRONMENT.md)"
+        ))),
+    }
+}
+
+/// gemv2's kernel name for `rows` output rows per block (`gemv2_rows`).
+pub(super) fn gemv2_kernel_rows(k2: &str, variant: &str, rows: usize) -> String {
+    if rows == 32 && gemv_has_rows32(variant) {
+        k2.replacen(&format!("_{variant}"), &format!("_{variant}32"), 1)
+    } else {
+        k2.to_string()
+    }
 }
 
 /// `mmab` converts the hidden states in a kernel of its own from this many tokens on; below, its
@@ -297,7 +354,10 @@ pub(super) const MMAB_CONVERT_MIN_TOKENS: usize = 4;
 /// states go through mx_to_bf16_p8 first.
 pub(super) fn mmab_gemv1(k1: &str, tokens: usize) -> (String, bool) {
     if tokens < MMAB_CONVERT_MIN_TOKENS {
-        (k1.replace("_mmab", "_mmao"), false)
+        (
+            k1.replace("_mmab", "_mmao").replace("_mmac", "_mmaco"),
+            false,
+        )
     } else {
         (k1.to_string(), true)
     }
@@ -887,17 +947,29 @@ mod tests {
                 || kernels::NAMES_MORE.contains(&n)
                 || kernels::NAMES_GEMV_MMA.contains(&n)
         };
-        // mmab's gemv1 below MMAB_CONVERT_MIN_TOKENS: mmao, no conversion kernel.
-        for split in [false, true] {
-            let (k1, _, _) = gemv_kernels("mmab", 4, [split, split]);
-            for (m, want) in [(1, false), (3, false), (4, true), (64, true)] {
-                let (k, conv) = mmab_gemv1(&k1, m);
-                assert!(built(&k), "{k}");
-                assert_eq!(conv, want, "{m} tokens");
-                assert_eq!(k.contains("_mmao"), !want, "{k}");
-                assert_eq!(k.contains("_split"), split, "{k}");
+        // mmab's / mmac's gemv1 below MMAB_CONVERT_MIN_TOKENS: mmao / mmaco, no conversion
+        // kernel; their gemv2 with 32 rows per block.
+        for (v, o) in [("mmab", "_mmao_"), ("mmac", "_mmaco_")] {
+            for split in [false, true] {
+                let (k1, k2, rows) = gemv_kernels(v, 4, [split, split]);
+                for (m, want) in [(1, false), (3, false), (4, true), (64, true)] {
+                    let (k, conv) = mmab_gemv1(&k1, m);
+                    assert!(built(&k), "{k}");
+                    assert_eq!(conv, want, "{m} tokens");
+                    assert_eq!(k.contains(o.trim_end_matches('_')), !want, "{k}");
+                    assert_eq!(k == k1, want, "{k}");
+                    assert_eq!(k.contains("_split"), split, "{k}");
+                }
+                let k32 = gemv2_kernel_rows(&k2, v, 32);
+                assert!(built(&k32), "{k32}");
+                assert_eq!(k32, k2.replace(v, &format!("{v}32")));
+                assert_eq!(gemv2_kernel_rows(&k2, v, rows), k2);
             }
         }
+        assert_eq!(
+            gemv2_kernel_rows("moe_gemv2_v3_cb4", "v3", 32),
+            "moe_gemv2_v3_cb4"
+        );
         for v in GEMV_VARIANTS {
             for split in [[false, false], [true, true], [false, true], [true, false]] {
                 let (k1, k2, rows) = gemv_kernels(v, 4, split);
@@ -929,6 +1001,27 @@ mod tests {
             assert!(built(&k1) && built(&k2), "{k1}, {k2}");
         }
         assert!(kernels::NAMES_GEMV_MMA.iter().all(|n| n.contains("_mma")));
+    }
+
+    #[test]
+    fn gemv2_rows_halve_below_a_wave() {
+        if std::env::var("MXMOE_HIP_GEMV2_ROWS").is_ok() {
+            return; // the override decides (tested by the catalog runs that set it)
+        }
+        // One gpt-oss-120b token (4 tile slots, hidden 2880: 45 column blocks of 64 rows) on
+        // 132 multiprocessors: 180 blocks < 396 -> 32 rows; 16 tokens (up to 64 slots): 64.
+        assert_eq!(gemv2_rows("mmab", 64, 4, 2880, 132).unwrap(), 32);
+        assert_eq!(gemv2_rows("mmac", 64, 4, 2880, 132).unwrap(), 32);
+        assert_eq!(gemv2_rows("mmac", 64, 64, 2880, 132).unwrap(), 64);
+        assert_eq!(gemv2_rows("mmac", 64, 8, 2880, 132).unwrap(), 32); // 360 < 396
+        assert_eq!(gemv2_rows("mmac", 64, 9, 2880, 132).unwrap(), 64); // 405
+                                                                       // DeepSeek-R1, one token: 8 slots x 112 = 896 blocks.
+        assert_eq!(gemv2_rows("mmab", 64, 8, 7168, 132).unwrap(), 64);
+        // Unknown multiprocessor count: the H200's.
+        assert_eq!(gemv2_rows("mmab", 64, 4, 2880, 0).unwrap(), 32);
+        // Variants without 32-row kernels keep their rows.
+        assert_eq!(gemv2_rows("v3", 32, 4, 2880, 132).unwrap(), 32);
+        assert_eq!(gemv2_rows("mmaw", 64, 4, 2880, 132).unwrap(), 64);
     }
 
     #[test]

@@ -303,6 +303,8 @@ pub struct Device {
     pub arch: String,
     pub total_mem: usize,
     pub driver_version: i32,
+    /// Multiprocessors (CUDA: CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT); 0 where not asked (HIP).
+    pub sms: u32,
     /// Freed allocations kept for reuse (see [`Device::alloc`]).
     pool: std::sync::Mutex<Pool>,
     /// The host staging buffer of [`Device::upload_parts`] and [`DevBuf::read_with`].
@@ -422,6 +424,7 @@ impl Device {
             let mut driver_version = 0;
             (f.driver_version)(&mut driver_version);
             let mut ctx: Ptr = std::ptr::null_mut();
+            let mut sms = 0i32;
             let arch = match driver.vendor {
                 Vendor::Cuda => {
                     let attr = f
@@ -431,6 +434,10 @@ impl Device {
                     // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR (cuda.h).
                     driver.check("device attribute", attr(&mut maj, 75, handle))?;
                     driver.check("device attribute", attr(&mut min, 76, handle))?;
+                    // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT (cuda.h); 0 if refused.
+                    if attr(&mut sms, 16, handle) != 0 {
+                        sms = 0;
+                    }
                     let retain = f
                         .cu_primary_ctx
                         .ok_or_else(|| unavailable("no cuDevicePrimaryCtxRetain".into()))?;
@@ -452,6 +459,7 @@ impl Device {
                 arch,
                 total_mem,
                 driver_version,
+                sms: sms.max(0) as u32,
                 pool: Default::default(),
                 staging: Default::default(),
             })

@@ -128,8 +128,11 @@ pub const NAMES_MORE: [&str; 33] = [
 /// default there; hip/gemv_mma.h), `moe_gemv{1,2}_mma[_split]_cb4` (`_split`: f32 activations as
 /// bf16 hi + lo), `mmaw`'s (`MXMOE_HIP_GEMV=mmaw`: two 16-row tiles per warp) and `mmab`'s
 /// (`MXMOE_HIP_GEMV=mmab`: mmaw on bf16 activations from mx_to_bf16_p8; its gemv1 of one to three
-/// tokens `mmao`: f32 activations in, bf16 out).
-pub const NAMES_GEMV_MMA: [&str; 14] = [
+/// tokens `mmao`: f32 activations in, bf16 out), `mmac`'s (`MXMOE_HIP_GEMV=mmac`: mmab with the
+/// weights streamed through a per-warp cp.async ring; `mmaco` its f32-input gemv1) and the
+/// 32-row gemv2 blocks of mmab and mmac (`moe_gemv2_mmab32`, `moe_gemv2_mmac32`: grids below a
+/// wave).
+pub const NAMES_GEMV_MMA: [&str; 24] = [
     "moe_gemv1_mma_cb4",
     "moe_gemv2_mma_cb4",
     "moe_gemv1_mma_split_cb4",
@@ -144,6 +147,16 @@ pub const NAMES_GEMV_MMA: [&str; 14] = [
     "moe_gemv2_mmab_split_cb4",
     "moe_gemv1_mmao_cb4",
     "moe_gemv1_mmao_split_cb4",
+    "moe_gemv1_mmac_cb4",
+    "moe_gemv2_mmac_cb4",
+    "moe_gemv1_mmac_split_cb4",
+    "moe_gemv2_mmac_split_cb4",
+    "moe_gemv1_mmaco_cb4",
+    "moe_gemv1_mmaco_split_cb4",
+    "moe_gemv2_mmac32_cb4",
+    "moe_gemv2_mmac32_split_cb4",
+    "moe_gemv2_mmab32_cb4",
+    "moe_gemv2_mmab32_split_cb4",
 ];
 
 /// NVIDIA only (sm_80 / sm_90 PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
@@ -384,17 +397,29 @@ mod tests {
                 let t = entries
                     .get(n)
                     .unwrap_or_else(|| panic!("{what}: kernel {n} missing"));
+                // The weights: 16-byte streaming loads, or (mmac) cp.async into the warp's
+                // ring, with no streaming load left.
+                let ring = n.contains("_mmac");
                 for want in [
                     "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
                     "fma.rn.bf16x2",
-                    "ld.global.nc",
+                    if ring {
+                        "cp.async.cg.shared.global"
+                    } else {
+                        "ld.global.nc"
+                    },
                     "vote.sync.any.pred",
                 ] {
                     assert!(t.contains(want), "{what}: {n} has no {want}");
                 }
-                // The activations' f32 -> bf16 conversion: in the loop, except for mmab, whose
-                // gemv2 takes bf16 (gemv1 converts its output in its epilogue).
-                let converts = !n.starts_with("moe_gemv2_mmab");
+                assert_eq!(
+                    t.contains("ld.global.nc"),
+                    !ring,
+                    "{what}: {n}: ld.global.nc"
+                );
+                // The activations' f32 -> bf16 conversion: in the loop, except for mmab /
+                // mmac, whose gemv2 takes bf16 (gemv1 converts its output in its epilogue).
+                let converts = !n.starts_with("moe_gemv2_mmab") && !n.starts_with("moe_gemv2_mmac");
                 assert_eq!(
                     t.contains("cvt.rn.bf16x2.f32"),
                     converts,
@@ -482,12 +507,14 @@ mod tests {
     /// decode path), rows past the matrix, tiles of 1..8 pairs, an empty tile slot, the router
     /// weight on the input or the output, with and without biases; each for `mma`, `mmaw` (two
     /// tiles per warp, two row groups of K warps), `mmab` (bf16 activations in mx_to_bf16_p8's
-    /// order, gemv1's output written that way) and, for gemv1, `mmao`. Needs a clang++ with
+    /// order, gemv1's output written that way), `mmac` (mmab through the cp.async ring, whose
+    /// copies the emulation lands only at the wait that covers them) and, for gemv1, `mmao` and
+    /// `mmaco`, for gemv2 the 32-row `mmab32` and `mmac32`. Needs a clang++ with
     /// C++20 (the clang the PTX build uses brings one).
     #[test]
     fn gemv_mma_runs_on_the_cpu_emulation() {
         let text = run_cpu_emulation("gemv_mma_emu", &[]);
-        assert_eq!(text.matches(": ok (0 mismatches)").count(), 38, "{text}");
+        assert_eq!(text.matches(": ok (0 mismatches)").count(), 66, "{text}");
     }
 
     /// The warp routing kernels (hip/route_warp.h, `MXMOE_HIP_ROUTE=v6`), compiled for the CPU by

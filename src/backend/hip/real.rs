@@ -849,6 +849,8 @@ impl HipBackend {
                 weight_only && opts.intermediate != Intermediate::Bf16,
             ];
             let (mut k1, k2, rows2) = gemv_kernels(gv, cb, split);
+            let rows2 = gemv2_rows(gv, rows2, max_tiles, h, dev.sms)?;
+            let k2 = gemv2_kernel_rows(&k2, gv, rows2);
             if gemv_takes_bf16(gv) {
                 let (k, convert) = mmab_gemv1(&k1, m);
                 debug_assert_eq!(convert, xb.is_some());
