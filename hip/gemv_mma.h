@@ -49,7 +49,12 @@
 // fixed-order sum of their partial tiles: slower at every size, commit cb464fa,
 // docs/h200-2026-12-01s6-gemv). `mmaw` (MXMOE_HIP_GEMV=mmaw; not measured yet): the same block
 // of 64 rows with R = 2 16-row tiles per warp instead of GM_R = 4, the rows in two groups of 32,
-// each group's K steps over 4 warps: 80 registers, three blocks (24 warps) per SM.
+// each group's K steps over 4 warps: 80 registers, three blocks (24 warps) per SM. A variant of
+// mmab that streamed each warp's weight words and scale bytes through a two-step cp.async ring in
+// shared memory (the next step's loads in flight at the same occupancy) measured no faster on
+// the H200 (one gpt-oss token gemv1 0.028 vs 0.027 ms, DeepSeek-R1 0.068 vs 0.063) and was
+// removed (session 8, docs/h200-2026-12-01s8-gemv): with 4-6 warps per scheduler issuing every
+// ~9 cycles, the loop is bound by issue and dependencies, not by the loads' latency.
 // hip/test/gemv_mma_emu.cpp runs the kernels on the CPU (GM_HOST_EMU) against a plain product.
 #pragma once
 #if defined(MX_NV)
@@ -60,7 +65,6 @@
 #define GM_R 4u                // 16-row tiles per warp (mmaw: 2)
 #define GM_ROWS (16u * GM_R)   // weight rows per block
 #define GM_COLS 8u             // token-expert pairs per tile (the MMA's N)
-#define GM_STAGES 2u           // mmac: K steps per warp ring (the one computed, the next)
 
 // The three PTX primitives (hip/test/gemv_mma_emu.cpp, GM_HOST_EMU, defines host twins to run
 // this file's kernels on the CPU, lane by lane).
@@ -88,21 +92,6 @@ MX_DEVICE bool warp_any(bool v) {
 }
 #endif
 #if !defined(GM_HOST_EMU)
-// `mmac`'s per-warp ring (ASYNC): cp.async of a lane's 16-byte code word (.cg: L2 only) and of
-// the aligned 4 bytes holding its scale byte (.ca: the PTX ISA allows .cg for 16 bytes only),
-// committed as one group per K step; wait_group<N>: at most N groups pending, the completed
-// copies visible to the thread that issued them (PTX ISA, "cp.async").
-MX_DEVICE void gm_copy16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-MX_DEVICE void gm_copy4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-MX_DEVICE void gm_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-MX_DEVICE void gm_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 MX_DEVICE uint4v gm_opaque(uint4v v) {
   asm volatile("" : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w));
   return v;
@@ -215,13 +204,9 @@ MX_DEVICE void gm_store_xb(const MoeParams& p, u16* o, u64 i, u64 lo_off, float 
 // XB: the activations as bf16 (mx_to_bf16_p8's order); XBO: gemv1 writes its output that way
 // (gm_store_xb) for gemv2 (both in `mmab`; XBO alone in `mmao`, gemv1 of one to three tokens,
 // where converting the hidden states in a kernel of its own costs more than it saves).
-// ASYNC (`mmac`): each warp streams its weight words and scale bytes through a GM_STAGES-deep
-// ring in shared memory with cp.async (each lane reads back only what it copied itself: no
-// barrier), so the next step's loads are in flight while a step computes, without the registers
-// that a second step of loads would hold (the ring shares its memory with the partial-sum area,
-// used after the loop). ROWS (gemv2 only): output rows per block, GM_ROWS or 32 (R = 2: one
-// group of 8 warps splitting K; twice the blocks, for grids below a wave).
-template <bool SPLIT, u32 R, bool XB = false, bool XBO = XB, bool ASYNC = false, u32 ROWS = GM_ROWS>
+// ROWS (gemv2 only): output rows per block, GM_ROWS or 32 (`mmab32`; R = 2: one group of 8
+// warps splitting K, twice the blocks, for grids of less than two waves).
+template <bool SPLIT, u32 R, bool XB = false, bool XBO = XB, u32 ROWS = GM_ROWS>
 MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const float* x, const u32* wcodes, const u8* wscales, u32* out,
                              const float* bias, const float* topw, const i32* row_of_pair,
@@ -230,16 +215,7 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   // K split across KW warps (R = 4: one group of 8 warps; R = 2, mmaw: two groups of 4).
   constexpr u32 RG = ROWS / (16u * R), KW = GM_WARPS / RG;
   static_assert(RG >= 1u && GM_WARPS % RG == 0u, "ROWS: a multiple of 16 R dividing the warps");
-  struct Ring {
-    uint4v w[GM_STAGES][2u * R][32];
-    u32 s[GM_STAGES][2u * R][32];
-  };
-  union Shared {
-    float red[GM_WARPS][ROWS][GM_COLS + 1u];
-    Ring ring[ASYNC ? GM_WARPS : 1u];
-  };
-  MX_SHARED __attribute__((aligned(16))) Shared sh;
-  auto& red = sh.red;
+  MX_SHARED float red[GM_WARPS][ROWS][GM_COLS + 1u];
   MX_SHARED u32 tmax[GM_COLS];
   u32 tid = tid_x(), lane = tid % 32u, warp = tid / 32u, g = lane >> 2, t = lane & 3u;
   u32 kw = RG == 1u ? warp : warp % KW;           // K warp
@@ -295,9 +271,11 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
         sv[r][hh] = load_stream_u8(ws + ix);
       }
   };
-  // One K step's products from the loaded words w and scale bytes sb (block b of this lane;
-  // kin: b is inside K, else the factors are 0).
-  auto compute = [&](u32 b, bool kin) __attribute__((always_inline)) {
+  for (u32 b0 = 4u * kw; b0 < kblocks; b0 += 4u * KW) {
+    u32 bu = b0 + t;
+    bool kin = bu < kblocks;
+    u32 b = kin ? bu : kblocks - 1u;
+    load_step(b, w, sb);
     // This lane's activations (pair g, block b), read per word inside the step (L1 / L2 hits).
     const float4v* xp = col && kin ? (const float4v*)(xr + (u64)b * 32u) : nullptr;
     const uint4v* bh4 = XB && col && kin ? (const uint4v*)(xhr + (u64)b * 32u) : nullptr;
@@ -329,59 +307,6 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     } else {
       gm_step<SPLIT, false, R, XB>(acc, w, f1, xp, bh4, bl4);
     }
-  };
-  if (!ASYNC) {
-    for (u32 b0 = 4u * kw; b0 < kblocks; b0 += 4u * KW) {
-      u32 bu = b0 + t;
-      bool kin = bu < kblocks;
-      u32 b = kin ? bu : kblocks - 1u;
-      load_step(b, w, sb);
-      compute(b, kin);
-    }
-  } else {
-    // The warp's steps i = 0 .. nsteps - 1 (blocks 4 (kw + i KW) + t); step i + GM_STAGES - 1
-    // is copied into the slot that step i - 1 was read from, then step i is read.
-    u32 nsteps = 4u * kw < kblocks ? (kblocks - 4u * kw + 4u * KW - 1u) / (4u * KW) : 0u;
-    Ring& rg = sh.ring[ASYNC ? warp : 0u];
-    auto issue = [&](u32 i) __attribute__((always_inline)) {
-      if (i < nsteps) {
-        u32 bu = 4u * (kw + i * KW) + t;
-        u32 b = bu < kblocks ? bu : kblocks - 1u;
-        u32 slot = i % GM_STAGES;
-#pragma unroll
-        for (u32 r = 0; r < R; ++r)
-#pragma unroll
-          for (u32 hh = 0; hh < 2u; ++hh) {
-            u32 ix = roff[r][hh] + b;
-            gm_copy16(&rg.w[slot][2u * r + hh][lane], wc + ix);
-            gm_copy4(&rg.s[slot][2u * r + hh][lane], (const void*)((u64)(ws + ix) & ~(u64)3u));
-          }
-      }
-      gm_commit();
-    };
-#pragma unroll
-    for (u32 i = 0; i + 1u < GM_STAGES; ++i) issue(i);
-    for (u32 i = 0; i < nsteps; ++i) {
-      gm_wait<(int)GM_STAGES - 2>();
-      issue(i + GM_STAGES - 1u);
-      u32 bu = 4u * (kw + i * KW) + t;
-      bool kin = bu < kblocks;
-      u32 b = kin ? bu : kblocks - 1u;
-      u32 slot = i % GM_STAGES;
-#pragma unroll
-      for (u32 r = 0; r < R; ++r)
-#pragma unroll
-        for (u32 hh = 0; hh < 2u; ++hh) {
-          w[r][hh] = rg.w[slot][2u * r + hh][lane];
-          u32 sh8 = 8u * (u32)((u64)(ws + roff[r][hh] + b) & 3u);
-          sb[r][hh] = (rg.s[slot][2u * r + hh][lane] >> sh8) & 0xFFu;
-        }
-      compute(b, kin);
-    }
-    // The ring and the partial sums share memory: every warp's copies and reads are done
-    // before any warp writes its sums.
-    gm_wait<0>();
-    sync_threads();
   }
   // The warps' partial tiles, summed in warp order.
 #pragma unroll
@@ -466,25 +391,12 @@ GEMV_MMAB_KERNELS(true, _split)
   }
 GEMV_MMAO_KERNELS(false, )
 GEMV_MMAO_KERNELS(true, _split)
-// mmac: mmab with the weights through the per-warp cp.async ring (ASYNC); mmaco: its gemv1 on
-// f32 activations (as mmao); the `32` gemv2 kernels (mmab32, mmac32): 32 output rows per block.
-#define GEMV_MMAC_KERNELS(SPLIT, SFX)                                                          \
-  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv1_mmac##SFX##_cb4(GEMV_ARGS) {                     \
-    gemv_mma_body<SPLIT, 2u, true, true, true>(p, true, GEMV_PASS);                            \
-  }                                                                                            \
-  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv1_mmaco##SFX##_cb4(GEMV_ARGS) {                    \
-    gemv_mma_body<SPLIT, 2u, false, true, true>(p, true, GEMV_PASS);                           \
-  }                                                                                            \
-  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv2_mmac##SFX##_cb4(GEMV_ARGS) {                     \
-    gemv_mma_body<SPLIT, 2u, true, true, true>(p, false, GEMV_PASS);                           \
-  }                                                                                            \
-  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv2_mmac32##SFX##_cb4(GEMV_ARGS) {                   \
-    gemv_mma_body<SPLIT, 2u, true, true, true, 32u>(p, false, GEMV_PASS);                      \
-  }                                                                                            \
+// mmab32: mmab's gemv2 with 32 output rows per block.
+#define GEMV_MMAB32_KERNELS(SPLIT, SFX)                                                        \
   MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv2_mmab32##SFX##_cb4(GEMV_ARGS) {                   \
-    gemv_mma_body<SPLIT, 2u, true, true, false, 32u>(p, false, GEMV_PASS);                     \
+    gemv_mma_body<SPLIT, 2u, true, true, 32u>(p, false, GEMV_PASS);                            \
   }
-GEMV_MMAC_KERNELS(false, )
-GEMV_MMAC_KERNELS(true, _split)
+GEMV_MMAB32_KERNELS(false, )
+GEMV_MMAB32_KERNELS(true, _split)
 
 #endif

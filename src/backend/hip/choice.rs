@@ -69,15 +69,26 @@ pub(super) enum RoutePlan {
 }
 
 /// The route plan's kernel that also converts the hidden states to bf16 in mx_to_bf16_p8's
-/// layout (hip/mxmoe.cu `mx_route_wx_<nq>`: v6's warp routing of (top-k) softmax routers for
-/// more tokens than the fused block takes), if it has one. The H200 measured the fold 4 us
-/// faster at 256 gpt-oss tokens (0.928 -> 0.924 ms) and 2048 (4.048 -> 4.021); folded into the
-/// fused few-token block it was slower (16 tokens 0.170 -> 0.176; docs/h200-2026-12-01s7-fold).
-pub(super) fn route_with_conversion(plan: &RoutePlan) -> Option<String> {
+/// layout, if it has one: v6's warp routing of (top-k) softmax routers for more tokens than the
+/// fused block takes (hip/mxmoe.cu `mx_route_wx_<nq>`, with the rows' flags the GEMM reads) and,
+/// where no flags are needed (`flags` false: the mmab GEMV), the fused few-token kernels
+/// (`moe_route_lists_w2x_<nq>` / `w3x`: the conversion in blocks of their own beside the routing
+/// block). The H200 measured the separate fold 4 us faster at 256 gpt-oss tokens (0.928 ->
+/// 0.924 ms) and 2048 (4.048 -> 4.021); folded into the fused few-token block itself (after
+/// routing, by the same 8 warps) it was slower (16 tokens 0.170 -> 0.176;
+/// docs/h200-2026-12-01s7-fold), hence the extra blocks.
+pub(super) fn route_with_conversion(plan: &RoutePlan, flags: bool) -> Option<String> {
     match plan {
         RoutePlan::Separate { route, .. } => route
             .strip_prefix("mx_route_w_")
             .map(|nq| format!("mx_route_wx_{nq}")),
+        RoutePlan::Fused { kernel, .. } if !flags => ["moe_route_lists_w2_", "moe_route_lists_w3_"]
+            .iter()
+            .find_map(|pre| {
+                kernel
+                    .strip_prefix(pre)
+                    .map(|nq| format!("{}x_{nq}", pre.trim_end_matches('_')))
+            }),
         RoutePlan::Fused { .. } => None,
     }
 }
@@ -280,30 +291,29 @@ pub(super) fn env_variant(
 /// that way by gemv1 itself, so the loop loads its B fragments as they are instead of
 /// converting 32 f32 values per lane and step (~130 of ~540 instructions of an mmaw step with
 /// hi + lo).
-/// `mmac` (NVIDIA only: `moe_gemv{1,2}_mmac[_split]_cb4`, gemv1 of one to three tokens
-/// `mmaco`): `mmab` with each warp's weight words and scale bytes streamed through a two-step
-/// cp.async ring in shared memory, so that the next step's loads are in flight while a step
-/// computes, at mmab's occupancy (a second step held in registers cost a block per
-/// multiprocessor, `mmapf` above).
-pub(super) const GEMV_VARIANTS: [&str; 8] =
-    ["v3", "v2", "v2c", "v1", "mma", "mmaw", "mmab", "mmac"];
+/// (`mmac`, mmab with each warp's weights streamed through a two-step cp.async ring in shared
+/// memory, measured no faster and was removed: docs/h200-2026-12-01s8-gemv.)
+pub(super) const GEMV_VARIANTS: [&str; 7] = ["v3", "v2", "v2c", "v1", "mma", "mmaw", "mmab"];
 
-/// Whether a GEMV variant takes its activations as bf16 from mx_to_bf16_p8 (`mmab`, `mmac`).
+/// Whether a GEMV variant takes its activations as bf16 from mx_to_bf16_p8 (`mmab`).
 pub(super) fn gemv_takes_bf16(variant: &str) -> bool {
-    matches!(variant, "mmab" | "mmac")
+    variant == "mmab"
 }
 
 /// Whether a GEMV variant has gemv2 kernels of 32 output rows per block
 /// (`moe_gemv2_<variant>32[_split]_cb4`).
 pub(super) fn gemv_has_rows32(variant: &str) -> bool {
-    matches!(variant, "mmab" | "mmac")
+    variant == "mmab"
 }
 
 /// gemv2's output rows per block for a variant with 32-row kernels (`gemv_has_rows32`): 32 when
-/// the 64-row grid (`slots` tile slots x the column blocks of `hidden`) fills less than one wave
-/// of three blocks per multiprocessor (`sms`; 132 when unknown), so that twice the blocks, each
-/// with its K over all 8 warps, keep more warps in flight (one gpt-oss-120b token: 4 x 45 = 180
-/// blocks on the H200's 396 slots), else 64. `MXMOE_HIP_GEMV2_ROWS` (32 or 64) forces one.
+/// the 64-row grid (`slots` tile slots x the column blocks of `hidden`) is less than two waves of
+/// three blocks per multiprocessor (`sms`; 132 when unknown), so that twice the blocks, each
+/// with its K over all 8 warps, keep more warps busy; else 64. On the H200 (docs/
+/// h200-2026-12-01s8-gemv), gemv2 at 1 / 4 gpt-oss-120b tokens (180 / 720 blocks of 64 rows):
+/// 0.015 / 0.032 ms with 32 rows against 0.019 / 0.035; at 16 tokens (~2250 blocks) 0.061 against
+/// 0.059, DeepSeek-R1 1 / 8 tokens (896 / ~6400) 0.036 / 0.111 against 0.034 / 0.098.
+/// `MXMOE_HIP_GEMV2_ROWS` (32 or 64) forces one.
 /// Other variants keep theirs (`rows`, from `gemv_kernels`).
 pub(super) fn gemv2_rows(
     variant: &str,
@@ -320,8 +330,8 @@ pub(super) fn gemv2_rows(
         .as_str()
     {
         "" => {
-            let wave = 3 * if sms > 0 { sms as usize } else { 132 };
-            Ok(if slots * hidden.div_ceil(GEMV_MMA_OUT_ROWS) < wave {
+            let waves2 = 6 * if sms > 0 { sms as usize } else { 132 };
+            Ok(if slots * hidden.div_ceil(GEMV_MMA_OUT_ROWS) < waves2 {
                 32
             } else {
                 GEMV_MMA_OUT_ROWS
@@ -351,13 +361,12 @@ pub(super) fn gemv2_kernel_rows(k2: &str, variant: &str, rows: usize) -> String 
 pub(super) const MMAB_CONVERT_MIN_TOKENS: usize = 4;
 
 /// mmab's gemv1 kernel for `tokens` tokens (from `gemv_kernels`' name) and whether the hidden
-/// states go through mx_to_bf16_p8 first.
-pub(super) fn mmab_gemv1(k1: &str, tokens: usize) -> (String, bool) {
-    if tokens < MMAB_CONVERT_MIN_TOKENS {
-        (
-            k1.replace("_mmab", "_mmao").replace("_mmac", "_mmaco"),
-            false,
-        )
+/// states go through mx_to_bf16_p8's layout first: always where the route kernel converts them
+/// (`in_route`: `route_with_conversion`, no kernel of its own), else from
+/// MMAB_CONVERT_MIN_TOKENS tokens.
+pub(super) fn mmab_gemv1(k1: &str, tokens: usize, in_route: bool) -> (String, bool) {
+    if tokens < MMAB_CONVERT_MIN_TOKENS && !in_route {
+        (k1.replace("_mmab", "_mmao"), false)
     } else {
         (k1.to_string(), true)
     }
@@ -773,25 +782,45 @@ mod tests {
     }
 
     #[test]
-    fn route_conversion_only_for_the_separate_warp_route() {
+    fn route_conversion_where_the_route_kernel_has_it() {
         let sep = |r: &str| RoutePlan::Separate {
             route: r.into(),
             threads: 128,
             per_block: 4,
             lists: "moe_lists_v2".into(),
         };
-        for nq in ["4", "8", "32"] {
-            let k = route_with_conversion(&sep(&format!("mx_route_w_{nq}"))).unwrap();
-            assert_eq!(k, format!("mx_route_wx_{nq}"));
-            assert!(kernels::NAMES_MMA.contains(&k.as_str()), "{k}");
-        }
-        assert_eq!(route_with_conversion(&sep("mx_route_wg_8")), None);
-        assert_eq!(route_with_conversion(&sep("mx_route_v3")), None);
-        let fused = RoutePlan::Fused {
-            kernel: "moe_route_lists_w3_4".into(),
+        let fused = |k: &str| RoutePlan::Fused {
+            kernel: k.into(),
             threads: 256,
         };
-        assert_eq!(route_with_conversion(&fused), None);
+        for nq in ["4", "8", "32"] {
+            // The separate warp route writes the rows' flags: for the GEMV and the GEMM.
+            for flags in [false, true] {
+                let k = route_with_conversion(&sep(&format!("mx_route_w_{nq}")), flags).unwrap();
+                assert_eq!(k, format!("mx_route_wx_{nq}"));
+                assert!(kernels::NAMES_MMA.contains(&k.as_str()), "{k}");
+            }
+            // The fused few-token kernels do not: only where no flags are read.
+            for w in ["w2", "w3"] {
+                let f = fused(&format!("moe_route_lists_{w}_{nq}"));
+                let k = route_with_conversion(&f, false).unwrap();
+                assert_eq!(k, format!("moe_route_lists_{w}x_{nq}"));
+                assert!(kernels::NAMES_MMA.contains(&k.as_str()), "{k}");
+                assert_eq!(route_with_conversion(&f, true), None);
+            }
+        }
+        for flags in [false, true] {
+            assert_eq!(route_with_conversion(&sep("mx_route_wg_8"), flags), None);
+            assert_eq!(route_with_conversion(&sep("mx_route_v3"), flags), None);
+            assert_eq!(
+                route_with_conversion(&fused("moe_route_lists_w2g_8"), flags),
+                None
+            );
+            assert_eq!(
+                route_with_conversion(&fused("moe_route_lists_w1"), flags),
+                None
+            );
+        }
     }
 
     #[test]
@@ -947,13 +976,21 @@ mod tests {
                 || kernels::NAMES_MORE.contains(&n)
                 || kernels::NAMES_GEMV_MMA.contains(&n)
         };
-        // mmab's / mmac's gemv1 below MMAB_CONVERT_MIN_TOKENS: mmao / mmaco, no conversion
-        // kernel; their gemv2 with 32 rows per block.
-        for (v, o) in [("mmab", "_mmao_"), ("mmac", "_mmaco_")] {
+        // mmab's gemv1 below MMAB_CONVERT_MIN_TOKENS: mmao, no conversion kernel; its gemv2
+        // with 32 rows per block.
+        for (v, o) in [("mmab", "_mmao_")] {
             for split in [false, true] {
                 let (k1, k2, rows) = gemv_kernels(v, 4, [split, split]);
-                for (m, want) in [(1, false), (3, false), (4, true), (64, true)] {
-                    let (k, conv) = mmab_gemv1(&k1, m);
+                for (m, in_route, want) in [
+                    (1, false, false),
+                    (3, false, false),
+                    (4, false, true),
+                    (64, false, true),
+                    (1, true, true),
+                    (3, true, true),
+                    (16, true, true),
+                ] {
+                    let (k, conv) = mmab_gemv1(&k1, m, in_route);
                     assert!(built(&k), "{k}");
                     assert_eq!(conv, want, "{m} tokens");
                     assert_eq!(k.contains(o.trim_end_matches('_')), !want, "{k}");
@@ -1004,18 +1041,19 @@ mod tests {
     }
 
     #[test]
-    fn gemv2_rows_halve_below_a_wave() {
+    fn gemv2_rows_halve_below_two_waves() {
         if std::env::var("MXMOE_HIP_GEMV2_ROWS").is_ok() {
             return; // the override decides (tested by the catalog runs that set it)
         }
-        // One gpt-oss-120b token (4 tile slots, hidden 2880: 45 column blocks of 64 rows) on
-        // 132 multiprocessors: 180 blocks < 396 -> 32 rows; 16 tokens (up to 64 slots): 64.
+        // gpt-oss-120b (hidden 2880: 45 column blocks of 64 rows) on 132 multiprocessors (two
+        // waves: 792 blocks): one token (4 tile slots) 180 blocks -> 32 rows, 4 tokens (16
+        // slots) 720 -> 32, 16 tokens (64 slots) 2880 -> 64; 17 slots: 765 -> 32, 18: 810 -> 64.
         assert_eq!(gemv2_rows("mmab", 64, 4, 2880, 132).unwrap(), 32);
-        assert_eq!(gemv2_rows("mmac", 64, 4, 2880, 132).unwrap(), 32);
-        assert_eq!(gemv2_rows("mmac", 64, 64, 2880, 132).unwrap(), 64);
-        assert_eq!(gemv2_rows("mmac", 64, 8, 2880, 132).unwrap(), 32); // 360 < 396
-        assert_eq!(gemv2_rows("mmac", 64, 9, 2880, 132).unwrap(), 64); // 405
-                                                                       // DeepSeek-R1, one token: 8 slots x 112 = 896 blocks.
+        assert_eq!(gemv2_rows("mmab", 64, 16, 2880, 132).unwrap(), 32);
+        assert_eq!(gemv2_rows("mmab", 64, 17, 2880, 132).unwrap(), 32);
+        assert_eq!(gemv2_rows("mmab", 64, 18, 2880, 132).unwrap(), 64);
+        assert_eq!(gemv2_rows("mmab", 64, 64, 2880, 132).unwrap(), 64);
+        // DeepSeek-R1, one token: 8 slots x 112 = 896 blocks.
         assert_eq!(gemv2_rows("mmab", 64, 8, 7168, 132).unwrap(), 64);
         // Unknown multiprocessor count: the H200's.
         assert_eq!(gemv2_rows("mmab", 64, 4, 2880, 0).unwrap(), 32);

@@ -128,11 +128,9 @@ pub const NAMES_MORE: [&str; 33] = [
 /// default there; hip/gemv_mma.h), `moe_gemv{1,2}_mma[_split]_cb4` (`_split`: f32 activations as
 /// bf16 hi + lo), `mmaw`'s (`MXMOE_HIP_GEMV=mmaw`: two 16-row tiles per warp) and `mmab`'s
 /// (`MXMOE_HIP_GEMV=mmab`: mmaw on bf16 activations from mx_to_bf16_p8; its gemv1 of one to three
-/// tokens `mmao`: f32 activations in, bf16 out), `mmac`'s (`MXMOE_HIP_GEMV=mmac`: mmab with the
-/// weights streamed through a per-warp cp.async ring; `mmaco` its f32-input gemv1) and the
-/// 32-row gemv2 blocks of mmab and mmac (`moe_gemv2_mmab32`, `moe_gemv2_mmac32`: grids below a
-/// wave).
-pub const NAMES_GEMV_MMA: [&str; 24] = [
+/// tokens `mmao`: f32 activations in, bf16 out) and mmab's gemv2 with 32 output rows per block
+/// (`moe_gemv2_mmab32`: grids of less than two waves).
+pub const NAMES_GEMV_MMA: [&str; 16] = [
     "moe_gemv1_mma_cb4",
     "moe_gemv2_mma_cb4",
     "moe_gemv1_mma_split_cb4",
@@ -147,14 +145,6 @@ pub const NAMES_GEMV_MMA: [&str; 24] = [
     "moe_gemv2_mmab_split_cb4",
     "moe_gemv1_mmao_cb4",
     "moe_gemv1_mmao_split_cb4",
-    "moe_gemv1_mmac_cb4",
-    "moe_gemv2_mmac_cb4",
-    "moe_gemv1_mmac_split_cb4",
-    "moe_gemv2_mmac_split_cb4",
-    "moe_gemv1_mmaco_cb4",
-    "moe_gemv1_mmaco_split_cb4",
-    "moe_gemv2_mmac32_cb4",
-    "moe_gemv2_mmac32_split_cb4",
     "moe_gemv2_mmab32_cb4",
     "moe_gemv2_mmab32_split_cb4",
 ];
@@ -208,8 +198,9 @@ pub const V2_TILES: [usize; 3] = [16, 32, 64];
 /// conversion to bf16 in the order its B fragments take (`mx_to_bf16_p8`), and the rearrangement
 /// of a layer's MXFP4 codes into the layout the matrix-core kernels decode (`mx_nv4_repack`,
 /// hip/nv4.h), and v6's warp routing with that conversion of the hidden states folded in
-/// (`mx_route_wx_<nq>`).
-pub const NAMES_MMA: [&str; 29] = [
+/// (`mx_route_wx_<nq>`; the fused few-token route + lists with the conversion in blocks of
+/// their own, `moe_route_lists_w2x_<nq>` / `w3x`).
+pub const NAMES_MMA: [&str; 35] = [
     "moe_gemm1_mma_t64_cb4",
     "moe_gemm2_mma_t64_cb4",
     "moe_gemm1_mma_t64_split_cb4",
@@ -239,6 +230,12 @@ pub const NAMES_MMA: [&str; 29] = [
     "mx_route_wx_4",
     "mx_route_wx_8",
     "mx_route_wx_32",
+    "moe_route_lists_w2x_4",
+    "moe_route_lists_w2x_8",
+    "moe_route_lists_w2x_32",
+    "moe_route_lists_w3x_4",
+    "moe_route_lists_w3x_8",
+    "moe_route_lists_w3x_32",
 ];
 
 /// The dynamic shared memory (bytes) a v2 or mma GEMM launch must give: the PTX constant
@@ -397,29 +394,17 @@ mod tests {
                 let t = entries
                     .get(n)
                     .unwrap_or_else(|| panic!("{what}: kernel {n} missing"));
-                // The weights: 16-byte streaming loads, or (mmac) cp.async into the warp's
-                // ring, with no streaming load left.
-                let ring = n.contains("_mmac");
                 for want in [
                     "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
                     "fma.rn.bf16x2",
-                    if ring {
-                        "cp.async.cg.shared.global"
-                    } else {
-                        "ld.global.nc"
-                    },
+                    "ld.global.nc",
                     "vote.sync.any.pred",
                 ] {
                     assert!(t.contains(want), "{what}: {n} has no {want}");
                 }
-                assert_eq!(
-                    t.contains("ld.global.nc"),
-                    !ring,
-                    "{what}: {n}: ld.global.nc"
-                );
-                // The activations' f32 -> bf16 conversion: in the loop, except for mmab /
-                // mmac, whose gemv2 takes bf16 (gemv1 converts its output in its epilogue).
-                let converts = !n.starts_with("moe_gemv2_mmab") && !n.starts_with("moe_gemv2_mmac");
+                // The activations' f32 -> bf16 conversion: in the loop, except for mmab, whose
+                // gemv2 takes bf16 (gemv1 converts its output in its epilogue).
+                let converts = !n.starts_with("moe_gemv2_mmab");
                 assert_eq!(
                     t.contains("cvt.rn.bf16x2.f32"),
                     converts,
@@ -507,14 +492,13 @@ mod tests {
     /// decode path), rows past the matrix, tiles of 1..8 pairs, an empty tile slot, the router
     /// weight on the input or the output, with and without biases; each for `mma`, `mmaw` (two
     /// tiles per warp, two row groups of K warps), `mmab` (bf16 activations in mx_to_bf16_p8's
-    /// order, gemv1's output written that way), `mmac` (mmab through the cp.async ring, whose
-    /// copies the emulation lands only at the wait that covers them) and, for gemv1, `mmao` and
-    /// `mmaco`, for gemv2 the 32-row `mmab32` and `mmac32`. Needs a clang++ with
+    /// order, gemv1's output written that way) and, for gemv1, `mmao`, for gemv2 the 32-row
+    /// `mmab32`. Needs a clang++ with
     /// C++20 (the clang the PTX build uses brings one).
     #[test]
     fn gemv_mma_runs_on_the_cpu_emulation() {
         let text = run_cpu_emulation("gemv_mma_emu", &[]);
-        assert_eq!(text.matches(": ok (0 mismatches)").count(), 66, "{text}");
+        assert_eq!(text.matches(": ok (0 mismatches)").count(), 44, "{text}");
     }
 
     /// The warp routing kernels (hip/route_warp.h, `MXMOE_HIP_ROUTE=v6`), compiled for the CPU by

@@ -723,18 +723,26 @@ impl HipBackend {
             fused_route_tokens(),
         );
         // The hidden states as bf16 in mx_to_bf16_p8's layout (hi; lo and row flags for f32
-        // activations of weight-only schemes) for the GEMV mmab from MMAB_CONVERT_MIN_TOKENS and
-        // for the mma GEMM. `x_split` also gives the GEMV its kernels (a bf16 model's hidden
-        // states need no lo). Weight-only schemes under v6's warp routing convert them in the
-        // route kernel (`route_with_conversion`), the others in mx_to_bf16_p8 after the QDQ.
+        // activations of weight-only schemes) for the GEMV mmab and for the mma GEMM. `x_split`
+        // also gives the GEMV its kernels (a bf16 model's hidden states need no lo).
+        // Weight-only schemes under v6's warp routing convert them in the route kernel
+        // (`route_with_conversion`; the fused few-token kernels, which write no row flags, for
+        // the GEMV only), the others in mx_to_bf16_p8 after the QDQ: for the GEMV from
+        // MMAB_CONVERT_MIN_TOKENS (below, its gemv1 converts in its loop: `mmab_gemv1`).
         let weight_only = l.scheme.activation.is_none();
         let x_split = if gemv {
             weight_only && !all_bf16(hidden)
         } else {
             weight_only
         };
-        let x_p8 =
-            (gemv && gemv_takes_bf16(gv) && m >= MMAB_CONVERT_MIN_TOKENS) || (!gemv && use_mma);
+        let conv_kernel = if weight_only {
+            route_with_conversion(&plan, !gemv)
+        } else {
+            None
+        };
+        let gemv_bf16 =
+            gemv && gemv_takes_bf16(gv) && (m >= MMAB_CONVERT_MIN_TOKENS || conv_kernel.is_some());
+        let x_p8 = gemv_bf16 || (!gemv && use_mma);
         let xb = if x_p8 {
             let n = m * h;
             let buf = dev.alloc(if x_split { 4 * n + 4 * m } else { 2 * n })?;
@@ -747,10 +755,7 @@ impl HipBackend {
         } else {
             None
         };
-        let route_conv = match &xb {
-            Some(_) if weight_only => route_with_conversion(&plan),
-            _ => None,
-        };
+        let route_conv = xb.as_ref().and(conv_kernel);
         // Timing::Forward: one event pair around all the kernels (none between them).
         let span = match timing {
             Timing::Forward => Some((dev.event()?, dev.event()?)),
@@ -768,14 +773,29 @@ impl HipBackend {
         let (xbh, xbl) = xb.as_ref().map_or((0u64, 0u64), |(b, lo)| (b.ptr, *lo));
         let hk = h as u32;
         match plan {
-            RoutePlan::Fused { kernel, threads } => run(
-                // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists*).
-                "route+lists",
-                &kernel,
-                (1, 1),
-                threads,
-                &mut args!(rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr),
-            )?,
+            RoutePlan::Fused { kernel, threads } => match &route_conv {
+                // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists*),
+                // with the conversion: one more block per `threads` groups of 8 values.
+                Some(kx) => run(
+                    "route+lists",
+                    kx,
+                    (1 + (m * h / 8).div_ceil(threads as usize) as u32, 1),
+                    threads,
+                    &mut args!(
+                        rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr,
+                        hidden_p, xbh, xbl, hk
+                    ),
+                )?,
+                None => run(
+                    "route+lists",
+                    &kernel,
+                    (1, 1),
+                    threads,
+                    &mut args!(
+                        rp, p, logits_p, rb, ids_p, topw_p, map, rows.ptr, slot.ptr, tiles.ptr
+                    ),
+                )?,
+            },
             RoutePlan::Separate {
                 route,
                 threads,
@@ -852,7 +872,7 @@ impl HipBackend {
             let rows2 = gemv2_rows(gv, rows2, max_tiles, h, dev.sms)?;
             let k2 = gemv2_kernel_rows(&k2, gv, rows2);
             if gemv_takes_bf16(gv) {
-                let (k, convert) = mmab_gemv1(&k1, m);
+                let (k, convert) = mmab_gemv1(&k1, m, route_conv.is_some());
                 debug_assert_eq!(convert, xb.is_some());
                 k1 = k;
             }
