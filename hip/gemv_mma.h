@@ -102,6 +102,10 @@ MX_DEVICE u32 bf16x2_clamp(u32 v) {
   return d;
 }
 #endif
+template <bool B>
+struct GmBool {
+  static constexpr bool value = B;
+};
 // Codes i and i + 4 (i < 4) of word w (nv4 layout, hip/nv4.h) as bf16x2 (low half: code i),
 // value x 2^-126.
 MX_DEVICE u32 fp4_bf16_pair(u32 w, u32 i) { return nv4_pair(w, i); }
@@ -119,7 +123,8 @@ MX_DEVICE u32 gm_rest2(float x0, float x1, u32 hb) {
 // XB (`mmab`): the activations come as bf16 in mx_to_bf16_p8's order (gemm_mma.h; each group of
 // 8 stored 0, 4, 1, 5, 2, 6, 3, 7): bh4 / bl4 (null: zeros) point at the lane's block of hi / lo,
 // and the 16 bytes of word q are exactly {hh 0: r0, r1; hh 1: r0, r1} of both MMAs' B.
-template <bool SPLIT, bool SLOW, u32 R, bool XB = false>
+// MAYBE0: xp / bh4 may be null (the step that ends K: zeros); else they always point at data.
+template <bool SPLIT, bool SLOW, u32 R, bool XB = false, bool MAYBE0 = true>
 MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], const float4v* xp,
                        const uint4v* bh4 = nullptr, const uint4v* bl4 = nullptr) {
   // Fast path: x f (2^(s - 1)); slow path: x 2^126, then x f (2^(s - 127)).
@@ -139,11 +144,11 @@ MX_DEVICE void gm_step(FragC* acc, const uint4v (*wi)[2], const u32 (*f)[2], con
     float4v x0 = {0.0f, 0.0f, 0.0f, 0.0f}, x1 = x0;
     uint4v h4 = {0u, 0u, 0u, 0u}, l4 = h4;
     if (XB) {
-      if (bh4) {
+      if (!MAYBE0 || bh4) {
         h4 = bh4[q];
         if (SPLIT) l4 = bl4[q];
       }
-    } else if (xp) {
+    } else if (!MAYBE0 || xp) {
       x0 = xp[2u * q];
       x1 = xp[2u * q + 1u];
     }
@@ -271,15 +276,20 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
         sv[r][hh] = load_stream_u8(ws + ix);
       }
   };
-  for (u32 b0 = 4u * kw; b0 < kblocks; b0 += 4u * KW) {
+  // One K step from block b0 + t of each lane; TAIL: the step that ends K (lanes past it get
+  // factor 0 and zero activations: a zero factor alone would make 0 x inf = NaN), the other
+  // steps load without tests. A lane of a column past the tile's pairs reads pair 0's
+  // activations (row 0 above): its product column is never stored.
+  auto kstep = [&](u32 b0, auto tail) __attribute__((always_inline)) {
+    constexpr bool TAIL = decltype(tail)::value;
     u32 bu = b0 + t;
-    bool kin = bu < kblocks;
+    bool kin = !TAIL || bu < kblocks;
     u32 b = kin ? bu : kblocks - 1u;
     load_step(b, w, sb);
     // This lane's activations (pair g, block b), read per word inside the step (L1 / L2 hits).
-    const float4v* xp = col && kin ? (const float4v*)(xr + (u64)b * 32u) : nullptr;
-    const uint4v* bh4 = XB && col && kin ? (const uint4v*)(xhr + (u64)b * 32u) : nullptr;
-    const uint4v* bl4 = bh4 ? (const uint4v*)(xhr + xlo + (u64)b * 32u) : nullptr;
+    const float4v* xp = kin ? (const float4v*)(xr + (u64)b * 32u) : nullptr;
+    const uint4v* bh4 = XB && kin ? (const uint4v*)(xhr + (u64)b * 32u) : nullptr;
+    const uint4v* bl4 = XB && kin ? (const uint4v*)(xhr + xlo + (u64)b * 32u) : nullptr;
     // Factors: 2^(s - 1) as bf16x2 (fast path), 0 for rows / blocks outside the matrix.
     u32 f1[R][2], f2[R][2];
     bool big = false;
@@ -303,11 +313,14 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
           bool ok = kin && ((okmask >> (2u * r + hh)) & 1u) != 0u;
           f2[r][hh] = !ok ? 0u : s == 255u ? 0x7FC07FC0u : s == 0u ? 0x00400040u : s * 0x00800080u;
         }
-      gm_step<SPLIT, true, R, XB>(acc, w, f2, xp, bh4, bl4);
+      gm_step<SPLIT, true, R, XB, TAIL>(acc, w, f2, xp, bh4, bl4);
     } else {
-      gm_step<SPLIT, false, R, XB>(acc, w, f1, xp, bh4, bl4);
+      gm_step<SPLIT, false, R, XB, TAIL>(acc, w, f1, xp, bh4, bl4);
     }
-  }
+  };
+  u32 b0 = 4u * kw;
+  for (; b0 + 3u < kblocks; b0 += 4u * KW) kstep(b0, GmBool<false>{});
+  if (b0 < kblocks) kstep(b0, GmBool<true>{});
   // The warps' partial tiles, summed in warp order.
 #pragma unroll
   for (u32 r = 0; r < R; ++r) {
