@@ -86,15 +86,19 @@ MX_KERNEL(256) void mx_qdq(const u32* x, u32* out, u32 n_blocks, u32 fmt, u32 mo
 // QDQ with one lane per element and 32 lanes per block (the MoE's input QDQ: a few tokens give
 // too few blocks for a thread each): the block's largest magnitude by a butterfly over the
 // lanes (the same bits as block_amax), then each lane's own element. Bit-exact as mx_qdq.
-MX_KERNEL(256) void mx_qdq_lanes(const u32* x, u32* out, u32 n_blocks, u32 fmt, u32 mode) {
-  u64 i = (u64)bid_x() * 256u + tid_x();
-  if (i / 32u >= n_blocks) return;  // whole 32-lane groups (n_blocks * 32 elements)
+// Element i's QDQ'd bits, by the 32 lanes of its block together (every lane of the warp calls).
+MX_DEVICE u32 qdq_lane(const u32* x, u64 i, u32 fmt, u32 mode) {
   u32 v = x[i];
   u32 a = v & 0x7FFFFFFFu;
   for (u32 m = 16u; m > 0u; m >>= 1) a = umax(a, f2u(shfl_xor(u2f(a), m)));
   u32 byte = mx_scale_byte(fmt, mode, a);
   u32 code = byte == 255u ? 0u : mx_encode(fmt, v, (i32)byte - 127);
-  out[i] = mx_dequant_bits(fmt, code, byte);
+  return mx_dequant_bits(fmt, code, byte);
+}
+MX_KERNEL(256) void mx_qdq_lanes(const u32* x, u32* out, u32 n_blocks, u32 fmt, u32 mode) {
+  u64 i = (u64)bid_x() * 256u + tid_x();
+  if (i / 32u >= n_blocks) return;  // whole 32-lane groups (n_blocks * 32 elements)
+  out[i] = qdq_lane(x, i, fmt, mode);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -2008,6 +2012,15 @@ MX_DEVICE u32 p8_group(const float* x, u16* hi, u16* lo, u64 gi) {
     *(uint4v*)(lo + base) = lv;
   }
   return nz;
+}
+
+// mx_qdq_lanes with its output as mx_to_bf16_p8 writes it for the matrix-core kernels (the
+// input QDQ and the conversion in one pass): hi only, the bf16 (RNE, as the conversion) of the
+// QDQ'd value, at element i's place (p8_pos; rows of k values, k a multiple of 32).
+MX_KERNEL(256) void mx_qdq_lanes_p8(const u32* x, u16* hi, u32 n_blocks, u32 fmt, u32 mode) {
+  u64 i = (u64)bid_x() * 256u + tid_x();
+  if (i / 32u >= n_blocks) return;
+  hi[p8_pos(i)] = (u16)bf16_bits_rne(u2f(qdq_lane(x, i, fmt, mode)));
 }
 
 // Row `row` of x (k values, k a multiple of 8) as mx_to_bf16_p8 writes it, by one warp: each

@@ -361,9 +361,9 @@ pub(super) fn gemv2_kernel_rows(k2: &str, variant: &str, rows: usize) -> String 
 pub(super) const MMAB_CONVERT_MIN_TOKENS: usize = 4;
 
 /// mmab's gemv1 kernel for `tokens` tokens (from `gemv_kernels`' name) and whether the hidden
-/// states go through mx_to_bf16_p8's layout first: always where the route kernel converts them
-/// (`in_route`: `route_with_conversion`, no kernel of its own), else from
-/// MMAB_CONVERT_MIN_TOKENS tokens.
+/// states go through mx_to_bf16_p8's layout first: always where a kernel that runs anyway
+/// converts them (`in_route`: the route kernel, `route_with_conversion`, or the input QDQ of MX
+/// activations, mx_qdq_lanes_p8), else from MMAB_CONVERT_MIN_TOKENS tokens.
 pub(super) fn mmab_gemv1(k1: &str, tokens: usize, in_route: bool) -> (String, bool) {
     if tokens < MMAB_CONVERT_MIN_TOKENS && !in_route {
         (k1.replace("_mmab", "_mmao"), false)

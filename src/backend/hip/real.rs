@@ -740,9 +740,13 @@ impl HipBackend {
         } else {
             None
         };
-        let gemv_bf16 =
-            gemv && gemv_takes_bf16(gv) && (m >= MMAB_CONVERT_MIN_TOKENS || conv_kernel.is_some());
+        let gemv_bf16 = gemv
+            && gemv_takes_bf16(gv)
+            && (m >= MMAB_CONVERT_MIN_TOKENS || conv_kernel.is_some() || !weight_only);
         let x_p8 = gemv_bf16 || (!gemv && use_mma);
+        // MX activations: the input QDQ writes the bf16 layout itself (mx_qdq_lanes_p8), no
+        // f32 copy and no conversion kernel.
+        let qdq_p8 = x_p8 && xq.is_some();
         let xb = if x_p8 {
             let n = m * h;
             let buf = dev.alloc(if x_split { 4 * n + 4 * m } else { 2 * n })?;
@@ -832,19 +836,24 @@ impl HipBackend {
             (Some(xq), Some(f)) => {
                 let nb = (m * h / BLOCK) as u32;
                 let (fi, mi) = (f.id(), l.act_scale_mode.id());
+                let (kq, out) = if qdq_p8 {
+                    ("mx_qdq_lanes_p8", xbh)
+                } else {
+                    ("mx_qdq_lanes", xq.ptr)
+                };
                 run(
                     "moe/input_qdq",
-                    "mx_qdq_lanes",
+                    kq,
                     ((nb as usize * BLOCK).div_ceil(256) as u32, 1),
                     256,
-                    &mut args!(hidden_p, xq.ptr, nb, fi, mi),
+                    &mut args!(hidden_p, out, nb, fi, mi),
                 )?;
                 xq.ptr
             }
             _ => hidden_p,
         };
-        // The conversion where the route kernel did not do it.
-        if x_p8 && route_conv.is_none() {
+        // The conversion where neither the route kernel nor the input QDQ did it.
+        if x_p8 && route_conv.is_none() && !qdq_p8 {
             let (r, kk) = (m as u32, h as u32);
             run(
                 "moe/to_bf16",
@@ -872,7 +881,7 @@ impl HipBackend {
             let rows2 = gemv2_rows(gv, rows2, max_tiles, h, dev.sms)?;
             let k2 = gemv2_kernel_rows(&k2, gv, rows2);
             if gemv_takes_bf16(gv) {
-                let (k, convert) = mmab_gemv1(&k1, m, route_conv.is_some());
+                let (k, convert) = mmab_gemv1(&k1, m, route_conv.is_some() || qdq_p8);
                 debug_assert_eq!(convert, xb.is_some());
                 k1 = k;
             }
