@@ -1631,15 +1631,19 @@ impl Context {
     /// Record copies of `(buffer, bytes)` into ONE mappable buffer (each part at a 256-byte
     /// aligned offset), submit `enc`, wait for it (spinning on the fence for a short while before
     /// blocking: a blocking wait adds the wake-up latency of a sleeping thread to every forward),
-    /// map once and hand the parts to `read`, which copies out what it needs. The `uploads` the
-    /// submission reads are asked to map again right after the submit (see [`Upload`]). Device
-    /// errors raised meanwhile are returned as [`BackendError::Device`].
-    pub fn submit_and_map<T>(
+    /// map once and hand the parts to `read`, which copies out what it needs. `pre` runs on
+    /// rayon's threads while the device works (e.g. [`touched_vec`]: the destination's page
+    /// faults, which a fresh allocation of tens of MB otherwise takes during the copy-out); its
+    /// result goes to `read`. The `uploads` the submission reads are asked to map again right
+    /// after the submit (see [`Upload`]). Device errors raised meanwhile are returned as
+    /// [`BackendError::Device`].
+    pub fn submit_and_map<T, P: Send>(
         &self,
         mut enc: wgpu::CommandEncoder,
         uploads: &[&Upload],
         reads: &[(&wgpu::Buffer, u64)],
-        read: impl FnOnce(&[&[u8]]) -> T,
+        pre: impl FnOnce() -> P + Send,
+        read: impl FnOnce(&[&[u8]], P) -> T,
     ) -> Result<T, BackendError> {
         let mut offs = Vec::with_capacity(reads.len());
         let mut total = 0u64;
@@ -1670,21 +1674,10 @@ impl Context {
             .map_async(wgpu::MapMode::Read, move |r| {
                 *d2.lock().unwrap() = Some(r);
             });
-        let t0 = std::time::Instant::now();
-        loop {
-            if done.lock().unwrap().is_some() {
-                break;
-            }
-            if t0.elapsed() > SPIN_WAIT {
-                self.device
-                    .poll(wgpu::PollType::wait_indefinitely())
-                    .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
-                break;
-            }
-            self.device
-                .poll(wgpu::PollType::Poll)
-                .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
-        }
+        // The wait on this thread, `pre` on another (rayon::join: `pre` runs here after the
+        // wait if no thread took it).
+        let (waited, pre) = rayon::join(|| self.spin_until(|| done.lock().unwrap().is_some()), pre);
+        waited?;
         host_profile::mark("wait");
         let status = done.lock().unwrap().take();
         match status {
@@ -1706,7 +1699,7 @@ impl Context {
                 .zip(&offs)
                 .map(|((_, n), o)| &v[*o as usize..(*o + *n) as usize])
                 .collect();
-            read(&parts)
+            read(&parts, pre)
         };
         host_profile::mark("copy_out");
         staging.unmap();
@@ -1716,6 +1709,49 @@ impl Context {
             return Err(BackendError::Device(e));
         }
         Ok(out)
+    }
+
+    /// Poll the device until `ready()` (set by a callback that a poll runs), spinning for up to
+    /// [`SPIN_WAIT`] before one blocking wait for all submitted work.
+    fn spin_until(&self, ready: impl Fn() -> bool) -> Result<(), BackendError> {
+        let t0 = std::time::Instant::now();
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            if t0.elapsed() > SPIN_WAIT {
+                self.device
+                    .poll(wgpu::PollType::wait_indefinitely())
+                    .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
+                return Ok(());
+            }
+            self.device
+                .poll(wgpu::PollType::Poll)
+                .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
+        }
+    }
+
+    /// Submit `enc` and wait until the device has run it (the same spin-then-block wait as
+    /// [`Context::submit_and_map`]); the `uploads` it reads are asked to map again right after
+    /// the submit. For [`crate::backend::Timing::Host`], which ends each phase with a wait.
+    pub fn submit_wait(
+        &self,
+        enc: wgpu::CommandEncoder,
+        uploads: &[&Upload],
+    ) -> Result<(), BackendError> {
+        self.queue.submit([enc.finish()]);
+        for up in uploads {
+            self.request_map(up);
+        }
+        let done = Arc::new(AtomicBool::new(false));
+        let d2 = done.clone();
+        self.queue
+            .on_submitted_work_done(move || d2.store(true, Ordering::Release));
+        self.spin_until(|| done.load(Ordering::Acquire))?;
+        if let Some(e) = self.uncaptured.lock().unwrap().take() {
+            return Err(BackendError::Device(e));
+        }
+        Ok(())
     }
 
     /// The round trip of a minimal submission, in microseconds ([min, median, max] over `n`):
@@ -1733,7 +1769,7 @@ impl Context {
                     label: Some("probe"),
                 });
             enc.clear_buffer(&src, 0, None);
-            self.submit_and_map(enc, &[], &[(&src, 4)], |_| ())?;
+            self.submit_and_map(enc, &[], &[(&src, 4)], || (), |_, _| ())?;
             t.push(t0.elapsed().as_secs_f64() * 1e6);
         }
         self.give([src]);
@@ -1797,9 +1833,44 @@ impl Context {
     }
 }
 
-/// A typed copy of `bytes` (length a multiple of the element size): one copy, split over rayon's
-/// threads when large (a 2048-token readback is tens of MB).
+/// A typed copy of `bytes` (length a multiple of the element size; a trailing partial element
+/// is dropped): [`pod_into`] a new `Vec`.
 pub fn pod_vec<T: bytemuck::Pod + Send>(bytes: &[u8]) -> Vec<T> {
+    let mut out = Vec::new();
+    pod_into(&mut out, bytes);
+    out
+}
+
+/// An empty `Vec` with room for `n` elements whose pages are already faulted in when it is
+/// large (one store per 4 KiB page, split over rayon's threads from [`WRITE_PAR_MIN`] bytes):
+/// the readback's destination, made while the device works ([`Context::submit_and_map`]'s
+/// `pre`). A fresh allocation of tens of MB (glibc mmaps blocks over 32 MiB, e.g. DeepSeek-R1's
+/// 58.7 MB output at 2048 tokens) otherwise takes one page fault per 4 KiB during the copy-out.
+pub fn touched_vec<T: bytemuck::Pod + Send>(n: usize) -> Vec<T> {
+    use rayon::prelude::*;
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    let sz = std::mem::size_of::<T>().max(1);
+    if n * sz >= WRITE_PAR_MIN {
+        // Every 4 KiB page the buffer spans holds one of these elements (stride 4096 bytes
+        // from the first), and the last element covers the last page.
+        let stride = (4096 / sz).max(1);
+        let spare = &mut v.spare_capacity_mut()[..n];
+        spare
+            .par_chunks_mut(stride * 64)
+            .for_each(|c| {
+                for i in (0..c.len()).step_by(stride) {
+                    c[i] = std::mem::MaybeUninit::new(T::zeroed());
+                }
+            });
+        spare[n - 1] = std::mem::MaybeUninit::new(T::zeroed());
+    }
+    v
+}
+
+/// Replace the contents of `out` by a typed copy of `bytes` (length a multiple of the element
+/// size): one copy into `out`'s spare capacity (grown if short), split over rayon's threads
+/// when large (a 2048-token readback is tens of MB).
+pub fn pod_into<T: bytemuck::Pod + Send>(out: &mut Vec<T>, bytes: &[u8]) {
     use rayon::prelude::*;
     let sz = std::mem::size_of::<T>();
     let n = bytes.len() / sz;
@@ -1807,18 +1878,19 @@ pub fn pod_vec<T: bytemuck::Pod + Send>(bytes: &[u8]) -> Vec<T> {
     // Not zero-filled first: a `vec![zeroed; n]` of a size the allocator reuses (glibc keeps
     // freed blocks up to 32 MiB in its heap) is a single-threaded memset of the whole output
     // before the copy (23.6 MB at 2048 gpt-oss tokens).
-    let mut out: Vec<T> = Vec::with_capacity(n);
+    out.clear();
+    out.reserve(n);
     let dst = &mut out.spare_capacity_mut()[..n];
     // Elements per task: small enough that a 2048-token output (23.6 MB for gpt-oss) is spread
     // over every core (the copy out of the mapped buffer also takes the fresh Vec's page
-    // faults; with 4 MiB tasks it ran at ~6.5 GB/s on the H200's host,
-    // docs/h200-2026-12-01s5-wgpu5). Below WRITE_PAR_MIN bytes one thread copies: waking
+    // faults unless `touched_vec` made it; with 4 MiB tasks it ran at ~6.5 GB/s on the H200's
+    // host, docs/h200-2026-12-01s5-wgpu5). Below WRITE_PAR_MIN bytes one thread copies: waking
     // rayon's threads cost more than it saved (gpt-oss 64 tokens, 737 KB: 70 us in one copy,
     // 200 us in 3 tasks on the H200's host, docs/h200-2026-12-01s6-wgpu).
     const CHUNK: usize = 1 << 16;
     // SAFETY (both copies): `d` has room for `s.len()` bytes (CHUNK elements of T against
     // CHUNK * sz bytes; the last pieces are as short as each other), source and destination
-    // do not overlap (a fresh allocation), and T is Pod, so any bytes are a valid T.
+    // do not overlap (`out` is our own allocation), and T is Pod, so any bytes are a valid T.
     let copy = |d: &mut [std::mem::MaybeUninit<T>], s: &[u8]| unsafe {
         std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u8>(), s.len())
     };
@@ -1831,7 +1903,6 @@ pub fn pod_vec<T: bytemuck::Pod + Send>(bytes: &[u8]) -> Vec<T> {
     }
     // SAFETY: all n elements were written above.
     unsafe { out.set_len(n) };
-    out
 }
 
 #[cfg(test)]

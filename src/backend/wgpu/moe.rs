@@ -30,7 +30,9 @@
 //! bind groups (the forward cache); splitting it per pass would pass that set around. Layer
 //! preparation (weight chunks, resident buffers) is the other third.
 
-use super::context::{host_profile, pod_vec, Context, Timer, Upload, FUSED_COMBINE_MAX_TOKENS};
+use super::context::{
+    host_profile, pod_into, pod_vec, touched_vec, Context, Timer, Upload, FUSED_COMBINE_MAX_TOKENS,
+};
 use super::route;
 use super::source::{Shader, FMT_NONE, MULTI_WEIGHT_BINDINGS};
 use crate::backend::{ops, BackendError, PassTimes};
@@ -505,6 +507,21 @@ impl Recorder<'_> {
     }
 }
 
+/// What a forward measures: nothing, the GPU (timestamps per pass and the span), or the host
+/// time of its phases ([`crate::backend::Timing::Host`]: each phase ends with a wait, and the
+/// times come back as `("upload" | "forward" | "readback", ms)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FwdTiming {
+    Off,
+    Gpu,
+    Host,
+}
+
+/// Logits of at least this many values are checked (finite) on another thread while the
+/// inputs are written to the upload buffer (gpt-oss-120b, 2048 tokens: 1 MB, ~0.15 ms on the
+/// H200's host, docs/h200-2026-12-01s6-wgpu); smaller ones first, on this thread.
+const VALIDATE_PAR_MIN: usize = 1 << 16;
+
 /// Run a resident layer on a token batch.
 pub fn forward(
     ctx: &Context,
@@ -513,8 +530,10 @@ pub fn forward(
     logits: &[f32],
     opts: MoeOptions,
     path: MoePath,
-    timed: bool,
+    timing: FwdTiming,
 ) -> Result<(MoeOutput, PassTimes, f64), BackendError> {
+    let timed = timing == FwdTiming::Gpu;
+    let host = timing == FwdTiming::Host;
     let l = &g.config;
     // Batch shapes (the layer itself was validated at upload).
     let h = l.hidden;
@@ -565,12 +584,22 @@ pub fn forward(
                 &logits[t0 * ne..t1 * ne],
                 opts,
                 path,
-                timed,
+                timing,
             )?;
             out.extend(o.output);
             ids.extend(o.routing.topk_ids);
             ws.extend(o.routing.topk_weights);
-            times.extend(t);
+            if host {
+                // The phases of the pieces add up.
+                for (n, ms) in t {
+                    match times.iter_mut().find(|(k, _)| *k == n) {
+                        Some(e) => e.1 += ms,
+                        None => times.push((n, ms)),
+                    }
+                }
+            } else {
+                times.extend(t);
+            }
             span += sp;
         }
         return Ok((
@@ -595,9 +624,15 @@ pub fn forward(
         ),
         Err(e) => format!("round-trip probe failed: {e}"),
     });
+    let t_start = std::time::Instant::now();
     host_profile::start();
-    // The router's input checks (finite logits; the bias was checked at upload).
-    ops::validate_route(&l.router, logits, l.n_experts, None)?;
+    // The router's input checks (finite logits; the bias was checked at upload): here when
+    // small, else beside the inputs' upload (below).
+    let validate = || ops::validate_route(&l.router, logits, l.n_experts, None);
+    let validate_early = logits.len() < VALIDATE_PAR_MIN;
+    if validate_early {
+        validate()?;
+    }
     host_profile::mark("validate");
     let na = m * k;
     let el = l.local_experts;
@@ -985,16 +1020,42 @@ pub fn forward(
         }
     };
     // The inputs go through the set's upload buffer (mapped while idle), copied into the
-    // device buffers at the start of the forward's command buffer.
+    // device buffers at the start of the forward's command buffer (Timing::Host: in a
+    // submission of their own, waited for).
     let (logits_bytes, hidden_bytes): (&[u8], &[u8]) =
         (bytemuck::cast_slice(logits), bytemuck::cast_slice(hidden));
-    if let Err(e) = ctx.fill_upload(
-        &c.upload,
-        &[(0, logits_bytes), (c.hidden_off, hidden_bytes)],
-    ) {
+    let (nl, nh) = (logits_bytes.len() as u64, hidden_bytes.len() as u64);
+    let t_setup = t_start.elapsed();
+    let t_up0 = std::time::Instant::now();
+    let parts = [(0, logits_bytes), (c.hidden_off, hidden_bytes)];
+    let filled = if validate_early {
+        ctx.fill_upload(&c.upload, &parts)
+    } else {
+        let (v, f) = rayon::join(validate, || ctx.fill_upload(&c.upload, &parts));
+        v.map_err(BackendError::from).and(f)
+    };
+    let up_copy = |enc: &mut wgpu::CommandEncoder| {
+        enc.copy_buffer_to_buffer(&c.upload.buf, 0, &c.logits_b, 0, nl);
+        enc.copy_buffer_to_buffer(&c.upload.buf, c.hidden_off, &c.hidden_b, 0, nh);
+    };
+    let filled = filled.and_then(|()| {
+        if !host {
+            return Ok(());
+        }
+        let mut enc = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("moe upload"),
+            });
+        up_copy(&mut enc);
+        ctx.submit_wait(enc, &[&c.upload])
+    });
+    if let Err(e) = filled {
         c.give_back(ctx);
         return Err(e);
     }
+    let t_upload = t_up0.elapsed();
+    let t_fwd0 = std::time::Instant::now();
     for (b, &n) in c.bufs.iter().zip(&c.out_sizes) {
         ctx.maybe_poison(b, n);
     }
@@ -1009,9 +1070,9 @@ pub fn forward(
     let mut enc = ctx
         .device
         .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
-    let (nl, nh) = (logits_bytes.len() as u64, hidden_bytes.len() as u64);
-    enc.copy_buffer_to_buffer(&c.upload.buf, 0, &c.logits_b, 0, nl);
-    enc.copy_buffer_to_buffer(&c.upload.buf, c.hidden_off, &c.hidden_b, 0, nh);
+    if !host {
+        up_copy(&mut enc);
+    }
     if fuse_combine {
         // gemv2's slice counters start at zero (its last workgroups also reset them).
         enc.clear_buffer(counts, 0, None);
@@ -1079,21 +1140,51 @@ pub fn forward(
     if let (Some(t), Some(b)) = (&timer, &resolve) {
         reads.push((b, t.bytes()));
     }
-    // One readback of everything (output, ids, weights, timestamps), one copy each.
+    // Timing::Host: the passes in a submission of their own, waited for; the readback's copies
+    // in the next one.
+    let mut fwd_ms = 0.0;
+    let (enc, uploads) = if host {
+        if let Err(e) = ctx.submit_wait(enc, &[]) {
+            drop(reads);
+            ctx.give(resolve);
+            c.give_back(ctx);
+            return Err(e);
+        }
+        fwd_ms = (t_setup + t_fwd0.elapsed()).as_secs_f64() * 1e3;
+        let enc = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("moe readback"),
+            });
+        (enc, Vec::new())
+    } else {
+        (enc, vec![&c.upload])
+    };
+    let t_rb0 = std::time::Instant::now();
+    // One readback of everything (output, ids, weights, timestamps), one copy each; the
+    // output's destination is allocated (its pages faulted in) while the device works.
     let period = ctx.queue.get_timestamp_period();
-    let r = ctx.submit_and_map(enc, &[&c.upload], &reads, |parts| {
-        let (times, span) = match &timer {
-            Some(t) => (t.durations(parts[3], period), t.span(parts[3], period)),
-            None => (Vec::new(), 0.0),
-        };
-        (
-            pod_vec::<f32>(parts[0]),
-            pod_vec::<i32>(parts[1]),
-            pod_vec::<f32>(parts[2]),
-            times,
-            span,
-        )
-    });
+    let r = ctx.submit_and_map(
+        enc,
+        &uploads,
+        &reads,
+        || touched_vec::<f32>(m * h),
+        |parts, mut output| {
+            let (times, span) = match &timer {
+                Some(t) => (t.durations(parts[3], period), t.span(parts[3], period)),
+                None => (Vec::new(), 0.0),
+            };
+            pod_into(&mut output, parts[0]);
+            (
+                output,
+                pod_vec::<i32>(parts[1]),
+                pod_vec::<f32>(parts[2]),
+                times,
+                span,
+            )
+        },
+    );
+    let rb_ms = t_rb0.elapsed().as_secs_f64() * 1e3;
     drop(reads);
     ctx.give(resolve);
     // Keep the set for the next forward when it is small (decode and middle batches, where the
@@ -1112,7 +1203,14 @@ pub fn forward(
             if timed { " timed" } else { "" }
         )
     });
-    let (output, topk_ids, topk_weights, times, span) = r?;
+    let (output, topk_ids, topk_weights, mut times, span) = r?;
+    if host {
+        times = vec![
+            ("upload".to_string(), t_upload.as_secs_f64() * 1e3),
+            ("forward".to_string(), fwd_ms),
+            ("readback".to_string(), rb_ms),
+        ];
+    }
     Ok((
         MoeOutput {
             output,
