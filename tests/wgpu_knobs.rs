@@ -887,6 +887,47 @@ fn moe_host_phases() {
     }
 }
 
+/// The output read back in pieces (each copied by a submission of its own and copied out while
+/// the device copies the next; by default from 16 MiB on) equals the one-copy readback, bit for
+/// bit: pieces that divide the output evenly and not, one piece, and with timestamps (which
+/// share the first piece's buffer) and host phases.
+#[test]
+fn readback_in_pieces_matches_one_copy() {
+    let b = fresh_gpu!("readback_in_pieces_matches_one_copy");
+    b.set_poison(true);
+    let h = 64;
+    let layer = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, h, 64, 2))
+        .build()
+        .unwrap();
+    let g = b.prepare(&layer).unwrap();
+    let opts = MoeOptions::default();
+    for (m, seed) in [(1, 21), (300, 22)] {
+        let (hs, logits) = synth_batch(m, h, 8, seed);
+        b.set_read_pieces(None);
+        let one = b.moe_timing(&g, &hs, &logits, opts, Timing::Off).unwrap().0;
+        // 300 tokens: 76800 bytes = 300 pieces of 256, 60 of 1280, 42 of 1792 and a short one.
+        for pieces in [(256, 256), (1024, 1280), (0, 1792), (1 << 30, 256)] {
+            b.set_read_pieces(Some(pieces));
+            for (what, timing) in [
+                ("plain", Timing::Off),
+                ("per-pass timestamps", Timing::Passes),
+                ("host phases", Timing::Host),
+            ] {
+                let o = b.moe_timing(&g, &hs, &logits, opts, timing).unwrap().0;
+                let at = format!("M = {m}, pieces {pieces:?}, {what}");
+                assert_eq!(first_bit_mismatch(&o.output, &one.output), None, "{at}");
+                assert_eq!(o.routing.topk_ids, one.routing.topk_ids, "{at}");
+                assert_eq!(
+                    first_bit_mismatch(&o.routing.topk_weights, &one.routing.topk_weights),
+                    None,
+                    "{at}"
+                );
+            }
+        }
+    }
+    b.set_read_pieces(None);
+}
+
 /// `mxmoe bench` on wgpu reports the host phases beside wall and GPU time: every phase's
 /// [min, median, max] ordered and positive, the sum of each forward's phases within the wall
 /// time measured around it, and the forward's host overhead `forward - gpu` where GPU time is

@@ -240,6 +240,12 @@ const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 pub const WRITE_PAR_MIN: usize = 4 << 20;
 const WRITE_PIECE: usize = 1 << 20;
 
+/// [`Context::submit_and_map`] reads a first part of at least this many bytes back in pieces
+/// of [`READ_PIECE`] bytes (a multiple of 256), each in a submission of its own, so that the
+/// host's copy of one piece overlaps the device's copy of the next.
+pub const READ_STREAM_MIN: u64 = 16 << 20;
+pub const READ_PIECE: u64 = 8 << 20;
+
 /// Pooled buffers kept per (usage, power-of-two size) class.
 const POOL_PER_CLASS: usize = 12;
 
@@ -430,6 +436,10 @@ pub struct Context {
     /// Why the expert passes read one chunk per dispatch where they do (empty otherwise).
     pub chunks_note: String,
     pub poison: AtomicBool,
+    /// The readback's pieces (`submit_and_map`): a first part of at least `.0` bytes is read
+    /// back in pieces of `.1` bytes ([`READ_STREAM_MIN`], [`READ_PIECE`]; a test hook sets
+    /// small ones).
+    pub read_pieces: (AtomicU64, AtomicU64),
     /// Whether the decode GEMV decodes FP4 codes in registers (`FP4_REGISTER_DECODE`) rather
     /// than through a table in workgroup memory: set when the adapter passes
     /// `Context::check_fp4_register_decode`; `MXMOE_FP4_DECODE=table|registers` forces it.
@@ -658,6 +668,7 @@ impl Context {
             chunks_forced: AtomicBool::new(chunks_forced),
             chunks_note,
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
+            read_pieces: (AtomicU64::new(READ_STREAM_MIN), AtomicU64::new(READ_PIECE)),
             fp4_register_decode: AtomicBool::new(false),
             gemv: Mutex::new(GemvConfig::SHARED),
             own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
@@ -1631,11 +1642,18 @@ impl Context {
     /// Record copies of `(buffer, bytes)` into ONE mappable buffer (each part at a 256-byte
     /// aligned offset), submit `enc`, wait for it (spinning on the fence for a short while before
     /// blocking: a blocking wait adds the wake-up latency of a sleeping thread to every forward),
-    /// map once and hand the parts to `read`, which copies out what it needs. `pre` runs on
-    /// rayon's threads while the device works (e.g. [`touched_vec`]: the destination's page
-    /// faults, which a fresh allocation of tens of MB otherwise takes during the copy-out); its
-    /// result goes to `read`. The `uploads` the submission reads are asked to map again right
-    /// after the submit (see [`Upload`]). Device errors raised meanwhile are returned as
+    /// map once and hand the parts to `read`, which copies out what it needs.
+    ///
+    /// The first part goes to `stream` instead (called with the destination, the byte offset
+    /// and the bytes; `read` sees it empty): where it is [`READ_STREAM_MIN`] bytes or more, in
+    /// pieces of [`READ_PIECE`] bytes, each copied into its own mappable buffer by a submission
+    /// of its own, so that the host copies piece i out while the device copies piece i + 1
+    /// (a 2048-token DeepSeek-R1 output is 58.7 MB: the device's copy and the host's copy
+    /// each take milliseconds; [`Context::read_pieces`] holds both sizes). `pre` runs on rayon's threads while the device works (e.g.
+    /// [`touched_vec`]: the destination's page faults, which a fresh allocation of tens of MB
+    /// otherwise takes during the copy-out); its result is `stream`'s destination, then goes to
+    /// `read`. The `uploads` the submission reads are asked to map again right after the
+    /// submit (see [`Upload`]). Device errors raised meanwhile are returned as
     /// [`BackendError::Device`].
     pub fn submit_and_map<T, P: Send>(
         &self,
@@ -1643,21 +1661,35 @@ impl Context {
         uploads: &[&Upload],
         reads: &[(&wgpu::Buffer, u64)],
         pre: impl FnOnce() -> P + Send,
+        mut stream: impl FnMut(&mut P, u64, &[u8]),
         read: impl FnOnce(&[&[u8]], P) -> T,
     ) -> Result<T, BackendError> {
+        // The first part's pieces: (offset, bytes); piece 0 shares the first mappable buffer
+        // with the other parts.
+        let n0 = reads.first().map_or(0, |r| r.1);
+        let stream_min = self.read_pieces.0.load(Ordering::Relaxed);
+        let piece = self.read_pieces.1.load(Ordering::Relaxed).max(256);
+        let pieces: Vec<(u64, u64)> = if n0 >= stream_min {
+            (0..n0)
+                .step_by(piece as usize)
+                .map(|o| (o, piece.min(n0 - o)))
+                .collect()
+        } else {
+            vec![(0, n0)]
+        };
         let mut offs = Vec::with_capacity(reads.len());
         let mut total = 0u64;
-        for (_, n) in reads {
+        for (i, (_, n)) in reads.iter().enumerate() {
             offs.push(total);
+            let n = if i == 0 { pieces[0].1 } else { *n };
             total = (total + n).next_multiple_of(256);
         }
-        let staging = self.take(
-            total.max(4),
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        );
-        for ((b, n), o) in reads.iter().zip(&offs) {
-            if *n > 0 {
-                enc.copy_buffer_to_buffer(b, 0, &staging, *o, *n);
+        let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+        let staging = self.take(total.max(4), usage);
+        for (i, ((b, n), o)) in reads.iter().zip(&offs).enumerate() {
+            let n = if i == 0 { pieces[0].1 } else { *n };
+            if n > 0 {
+                enc.copy_buffer_to_buffer(b, 0, &staging, *o, n);
             }
         }
         let cmd = enc.finish();
@@ -1666,30 +1698,75 @@ impl Context {
         for up in uploads {
             self.request_map(up);
         }
+        // The other pieces, a submission each.
+        let mut more = Vec::with_capacity(pieces.len() - 1);
+        for &(o, n) in &pieces[1..] {
+            let st = self.take(n, usage);
+            let mut e = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("readback piece"),
+                });
+            e.copy_buffer_to_buffer(reads[0].0, o, &st, 0, n);
+            self.queue.submit([e.finish()]);
+            more.push(st);
+        }
         host_profile::mark("submit");
-        let done = Arc::new(Mutex::new(None));
-        let d2 = done.clone();
-        staging
-            .slice(0..total.max(4))
-            .map_async(wgpu::MapMode::Read, move |r| {
+        let map = |b: &wgpu::Buffer, n: u64| {
+            let done = Arc::new(Mutex::new(None));
+            let d2 = done.clone();
+            b.slice(0..n).map_async(wgpu::MapMode::Read, move |r| {
                 *d2.lock().unwrap() = Some(r);
             });
+            done
+        };
+        let done = map(&staging, total.max(4));
+        let dones: Vec<_> = more
+            .iter()
+            .zip(&pieces[1..])
+            .map(|(b, &(_, n))| map(b, n))
+            .collect();
+        // Whether a map callback came, and with success.
+        let status = |d: &Mutex<Option<Result<(), wgpu::BufferAsyncError>>>| match d
+            .lock()
+            .unwrap()
+            .take()
+        {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(BackendError::Device(format!("map_async: {e}"))),
+            None => Err(BackendError::Device(
+                "map_async: no callback after wait".into(),
+            )),
+        };
         // The wait on this thread, `pre` on another (rayon::join: `pre` runs here after the
         // wait if no thread took it).
-        let (waited, pre) = rayon::join(|| self.spin_until(|| done.lock().unwrap().is_some()), pre);
-        waited?;
+        let (waited, mut dest) =
+            rayon::join(|| self.spin_until(|| done.lock().unwrap().is_some()), pre);
+        let first = waited.and_then(|()| status(&done));
         host_profile::mark("wait");
-        let status = done.lock().unwrap().take();
-        match status {
-            Some(Ok(())) => {}
-            Some(Err(e)) => return Err(BackendError::Device(format!("map_async: {e}"))),
-            None => {
-                return Err(BackendError::Device(
-                    "map_async: no callback after wait".into(),
-                ))
-            }
+        let mut result = first.and_then(|()| {
+            let v = staging
+                .slice(0..total.max(4))
+                .get_mapped_range()
+                .map_err(|e| BackendError::Device(format!("mapped range: {e}")))?;
+            stream(&mut dest, 0, &v[..pieces[0].1 as usize]);
+            Ok(())
+        });
+        let mut mapped = vec![result.is_ok()];
+        for ((b, d), &(o, n)) in more.iter().zip(&dones).zip(&pieces[1..]) {
+            result = result.and_then(|()| {
+                self.spin_until(|| d.lock().unwrap().is_some())?;
+                status(d)?;
+                let v = b
+                    .slice(0..n)
+                    .get_mapped_range()
+                    .map_err(|e| BackendError::Device(format!("mapped range: {e}")))?;
+                stream(&mut dest, o, &v);
+                Ok(())
+            });
+            mapped.push(result.is_ok());
         }
-        let out = {
+        let out = result.and_then(|()| {
             let v = staging
                 .slice(0..total.max(4))
                 .get_mapped_range()
@@ -1697,14 +1774,27 @@ impl Context {
             let parts: Vec<&[u8]> = reads
                 .iter()
                 .zip(&offs)
-                .map(|((_, n), o)| &v[*o as usize..(*o + *n) as usize])
+                .enumerate()
+                .map(|(i, ((_, n), o))| {
+                    if i == 0 {
+                        &v[0..0]
+                    } else {
+                        &v[*o as usize..(*o + *n) as usize]
+                    }
+                })
                 .collect();
-            read(&parts, pre)
-        };
+            Ok(read(&parts, dest))
+        });
         host_profile::mark("copy_out");
-        staging.unmap();
-        self.give([staging]);
+        // Mapped buffers go back to the pool; one whose map failed or never came is dropped.
+        for (b, ok) in std::iter::once(staging).chain(more).zip(mapped) {
+            if ok {
+                b.unmap();
+                self.give([b]);
+            }
+        }
         host_profile::mark("unmap");
+        let out = out?;
         if let Some(e) = self.uncaptured.lock().unwrap().take() {
             return Err(BackendError::Device(e));
         }
@@ -1769,7 +1859,7 @@ impl Context {
                     label: Some("probe"),
                 });
             enc.clear_buffer(&src, 0, None);
-            self.submit_and_map(enc, &[], &[(&src, 4)], || (), |_, _| ())?;
+            self.submit_and_map(enc, &[], &[(&src, 4)], || (), |_, _, _| (), |_, _| ())?;
             t.push(t0.elapsed().as_secs_f64() * 1e6);
         }
         self.give([src]);
@@ -1867,20 +1957,37 @@ pub fn touched_vec<T: bytemuck::Pod + Send>(n: usize) -> Vec<T> {
     v
 }
 
+/// Append a typed copy of `bytes` (length a multiple of the element size; a trailing partial
+/// element is dropped) to `out`: the readback's pieces ([`Context::submit_and_map`]'s
+/// `stream`), in order.
+pub fn pod_append<T: bytemuck::Pod + Send>(out: &mut Vec<T>, bytes: &[u8]) {
+    let len = out.len();
+    out.reserve(bytes.len() / std::mem::size_of::<T>());
+    let n = pod_copy(out.spare_capacity_mut(), bytes);
+    // SAFETY: pod_copy wrote the first n elements after `len`.
+    unsafe { out.set_len(len + n) };
+}
+
 /// Replace the contents of `out` by a typed copy of `bytes` (length a multiple of the element
-/// size): one copy into `out`'s spare capacity (grown if short), split over rayon's threads
-/// when large (a 2048-token readback is tens of MB).
+/// size; a trailing partial element is dropped).
 pub fn pod_into<T: bytemuck::Pod + Send>(out: &mut Vec<T>, bytes: &[u8]) {
+    out.clear();
+    pod_append(out, bytes);
+}
+
+/// Copy the whole elements of `bytes` into the start of `dst` (which must hold them) and return
+/// how many: one copy, split over rayon's threads when large (a 2048-token readback is tens of
+/// MB).
+fn pod_copy<T: bytemuck::Pod + Send>(dst: &mut [std::mem::MaybeUninit<T>], bytes: &[u8]) -> usize {
     use rayon::prelude::*;
     let sz = std::mem::size_of::<T>();
     let n = bytes.len() / sz;
     let src = &bytes[..n * sz];
-    // Not zero-filled first: a `vec![zeroed; n]` of a size the allocator reuses (glibc keeps
-    // freed blocks up to 32 MiB in its heap) is a single-threaded memset of the whole output
-    // before the copy (23.6 MB at 2048 gpt-oss tokens).
-    out.clear();
-    out.reserve(n);
-    let dst = &mut out.spare_capacity_mut()[..n];
+    // Into uninitialized room, not a zero-filled Vec: a `vec![zeroed; n]` of a size the
+    // allocator reuses (glibc keeps freed blocks up to 32 MiB in its heap) is a
+    // single-threaded memset of the whole output before the copy (23.6 MB at 2048 gpt-oss
+    // tokens).
+    let dst = &mut dst[..n];
     // Elements per task: small enough that a 2048-token output (23.6 MB for gpt-oss) is spread
     // over every core (the copy out of the mapped buffer also takes the fresh Vec's page
     // faults unless `touched_vec` made it; with 4 MiB tasks it ran at ~6.5 GB/s on the H200's
@@ -1890,7 +1997,8 @@ pub fn pod_into<T: bytemuck::Pod + Send>(out: &mut Vec<T>, bytes: &[u8]) {
     const CHUNK: usize = 1 << 16;
     // SAFETY (both copies): `d` has room for `s.len()` bytes (CHUNK elements of T against
     // CHUNK * sz bytes; the last pieces are as short as each other), source and destination
-    // do not overlap (`out` is our own allocation), and T is Pod, so any bytes are a valid T.
+    // do not overlap (`dst` is spare room of our own Vec), and T is Pod, so any bytes are a
+    // valid T.
     let copy = |d: &mut [std::mem::MaybeUninit<T>], s: &[u8]| unsafe {
         std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u8>(), s.len())
     };
@@ -1901,13 +2009,12 @@ pub fn pod_into<T: bytemuck::Pod + Send>(out: &mut Vec<T>, bytes: &[u8]) {
             .zip(src.par_chunks(CHUNK * sz))
             .for_each(|(d, s)| copy(d, s));
     }
-    // SAFETY: all n elements were written above.
-    unsafe { out.set_len(n) };
+    n
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{pod_vec, WRITE_PAR_MIN};
+    use super::{pod_append, pod_vec, touched_vec, WRITE_PAR_MIN};
 
     /// `pod_vec` against a byte-by-byte decode, below and above the size where it splits the
     /// copy over threads, with a short last piece and a trailing partial element (dropped).
@@ -1933,6 +2040,31 @@ mod tests {
                 .map(|c| u16::from_ne_bytes([c[0], c[1]]))
                 .collect();
             assert_eq!(pod_vec::<u16>(&bytes), want16, "{len} bytes as u16");
+        }
+    }
+
+    /// `touched_vec` gives an empty Vec with room for n elements (small and large: the large
+    /// one takes the page-touching path); `pod_append` of the bytes in uneven pieces, some above
+    /// the parallel-copy size, gives the byte-by-byte decode of the whole.
+    #[test]
+    fn touched_vec_and_pod_append_in_pieces() {
+        let n = (WRITE_PAR_MIN * 3) / 4 + 1234;
+        let bytes: Vec<u8> = (0..n * 4).map(|i| (i * 13 + i / 509) as u8).collect();
+        let want: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        for (cap, cuts) in [
+            (n, vec![0, 4 << 20, 4 * n]),
+            (n, vec![0, 4, 4096, WRITE_PAR_MIN + 8, 4 * n]),
+            (3, vec![0, 4 * n]),
+        ] {
+            let mut v = touched_vec::<u32>(cap);
+            assert!(v.is_empty() && v.capacity() >= cap);
+            for w in cuts.windows(2) {
+                pod_append(&mut v, &bytes[w[0]..w[1]]);
+            }
+            assert_eq!(v, want, "capacity {cap}, cuts {cuts:?}");
         }
     }
 }

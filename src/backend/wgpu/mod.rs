@@ -346,6 +346,18 @@ impl WgpuBackend {
         self.ctx.poison.store(on, Ordering::Relaxed);
     }
 
+    /// Test hook: read a forward's output back in pieces of `piece` bytes (rounded up to 256)
+    /// from `min_bytes` on (each piece a submission of its own, copied out while the device
+    /// copies the next); `None` restores the defaults (pieces of 8 MiB from 16 MiB).
+    pub fn set_read_pieces(&self, sizes: Option<(u64, u64)>) {
+        let (min, piece) = sizes.unwrap_or((context::READ_STREAM_MIN, context::READ_PIECE));
+        self.ctx.read_pieces.0.store(min, Ordering::Relaxed);
+        self.ctx
+            .read_pieces
+            .1
+            .store(piece.next_multiple_of(256), Ordering::Relaxed);
+    }
+
     /// Test hook: split weights into chunks of at most `bytes` (0 = the adapter's binding
     /// limit), so a small layer exercises the multi-buffer path.
     pub fn set_max_chunk_bytes(&self, bytes: u64) {

@@ -31,7 +31,7 @@
 //! preparation (weight chunks, resident buffers) is the other third.
 
 use super::context::{
-    host_profile, pod_into, pod_vec, touched_vec, Context, Timer, Upload, FUSED_COMBINE_MAX_TOKENS,
+    host_profile, pod_append, pod_vec, touched_vec, Context, Timer, Upload, FUSED_COMBINE_MAX_TOKENS,
 };
 use super::route;
 use super::source::{Shader, FMT_NONE, MULTI_WEIGHT_BINDINGS};
@@ -1169,12 +1169,13 @@ pub fn forward(
         &uploads,
         &reads,
         || touched_vec::<f32>(m * h),
-        |parts, mut output| {
+        // The output, in the order of its pieces (see Context::submit_and_map).
+        |output, _, piece| pod_append(output, piece),
+        |parts, output| {
             let (times, span) = match &timer {
                 Some(t) => (t.durations(parts[3], period), t.span(parts[3], period)),
                 None => (Vec::new(), 0.0),
             };
-            pod_into(&mut output, parts[0]);
             (
                 output,
                 pod_vec::<i32>(parts[1]),
