@@ -271,6 +271,20 @@ pub struct Upload {
     state: Arc<AtomicU8>,
 }
 
+/// A readback recorded by [`Context::encode_readback`], submitted by
+/// [`Context::submit_readback`]: the finished command buffer (the caller's commands, then the
+/// copies into `staging`), the parts' (offset, bytes) in `staging` (the first part's first
+/// piece only), and the first part's further pieces (command buffer, mappable buffer, offset in
+/// the part, bytes).
+pub struct Readback {
+    cmd: wgpu::CommandBuffer,
+    staging: wgpu::Buffer,
+    total: u64,
+    parts: Vec<(u64, u64)>,
+    #[allow(clippy::type_complexity)]
+    more: Vec<(wgpu::CommandBuffer, wgpu::Buffer, u64, u64)>,
+}
+
 /// GPU timestamps around compute passes (TIMESTAMP_QUERY), for benchmarks.
 pub struct Timer {
     set: wgpu::QuerySet,
@@ -1642,28 +1656,31 @@ impl Context {
     /// Record copies of `(buffer, bytes)` into ONE mappable buffer (each part at a 256-byte
     /// aligned offset), submit `enc`, wait for it (spinning on the fence for a short while before
     /// blocking: a blocking wait adds the wake-up latency of a sleeping thread to every forward),
-    /// map once and hand the parts to `read`, which copies out what it needs.
-    ///
-    /// The first part goes to `stream` instead (called with the destination, the byte offset
-    /// and the bytes; `read` sees it empty): where it is [`READ_STREAM_MIN`] bytes or more, in
-    /// pieces of [`READ_PIECE`] bytes, each copied into its own mappable buffer by a submission
-    /// of its own, so that the host copies piece i out while the device copies piece i + 1
-    /// (a 2048-token DeepSeek-R1 output is 58.7 MB: the device's copy and the host's copy
-    /// each take milliseconds; [`Context::read_pieces`] holds both sizes). `pre` runs on rayon's threads while the device works (e.g.
-    /// [`touched_vec`]: the destination's page faults, which a fresh allocation of tens of MB
-    /// otherwise takes during the copy-out); its result is `stream`'s destination, then goes to
-    /// `read`. The `uploads` the submission reads are asked to map again right after the
-    /// submit (see [`Upload`]). Device errors raised meanwhile are returned as
-    /// [`BackendError::Device`].
+    /// map once and hand the parts to `read`, which copies out what it needs:
+    /// [`Context::encode_readback`], then [`Context::submit_readback`].
     pub fn submit_and_map<T, P: Send>(
         &self,
-        mut enc: wgpu::CommandEncoder,
+        enc: wgpu::CommandEncoder,
         uploads: &[&Upload],
         reads: &[(&wgpu::Buffer, u64)],
         pre: impl FnOnce() -> P + Send,
-        mut stream: impl FnMut(&mut P, u64, &[u8]),
+        stream: impl FnMut(&mut P, u64, &[u8]),
         read: impl FnOnce(&[&[u8]], P) -> T,
     ) -> Result<T, BackendError> {
+        let rb = self.encode_readback(enc, reads);
+        host_profile::mark("finish_encoder");
+        self.submit_readback(rb, uploads, pre, stream, read)
+    }
+
+    /// Record into `enc` the copies of `(buffer, bytes)` into ONE mappable buffer (each part
+    /// at a 256-byte aligned offset) and finish it; no submission yet (a forward records this
+    /// while other threads write its inputs). The first part is read back in pieces where it is
+    /// large: see [`Context::submit_readback`].
+    pub fn encode_readback(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        reads: &[(&wgpu::Buffer, u64)],
+    ) -> Readback {
         // The first part's pieces: (offset, bytes); piece 0 shares the first mappable buffer
         // with the other parts.
         let n0 = reads.first().map_or(0, |r| r.1);
@@ -1677,39 +1694,80 @@ impl Context {
         } else {
             vec![(0, n0)]
         };
-        let mut offs = Vec::with_capacity(reads.len());
+        let mut parts = Vec::with_capacity(reads.len());
         let mut total = 0u64;
         for (i, (_, n)) in reads.iter().enumerate() {
-            offs.push(total);
             let n = if i == 0 { pieces[0].1 } else { *n };
+            parts.push((total, n));
             total = (total + n).next_multiple_of(256);
         }
         let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
         let staging = self.take(total.max(4), usage);
-        for (i, ((b, n), o)) in reads.iter().zip(&offs).enumerate() {
-            let n = if i == 0 { pieces[0].1 } else { *n };
+        for ((b, _), &(o, n)) in reads.iter().zip(&parts) {
             if n > 0 {
-                enc.copy_buffer_to_buffer(b, 0, &staging, *o, n);
+                enc.copy_buffer_to_buffer(b, 0, &staging, o, n);
             }
         }
         let cmd = enc.finish();
-        host_profile::mark("finish_encoder");
+        // The other pieces, a command buffer each (submitted one by one).
+        let more = pieces[1..]
+            .iter()
+            .map(|&(o, n)| {
+                let st = self.take(n, usage);
+                let mut e = self
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("readback piece"),
+                    });
+                e.copy_buffer_to_buffer(reads[0].0, o, &st, 0, n);
+                (e.finish(), st, o, n)
+            })
+            .collect();
+        Readback {
+            cmd,
+            staging,
+            total: total.max(4),
+            parts,
+            more,
+        }
+    }
+
+    /// Submit a recorded readback, wait for it and map it: the parts after the first go to
+    /// `read` (the first as an empty slice). The first part goes to `stream` instead (called
+    /// with the destination, the byte offset and the bytes): where it is
+    /// [`Context::read_pieces`]`.0` bytes or more ([`READ_STREAM_MIN`]), in pieces of
+    /// [`READ_PIECE`] bytes, each copied into its own mappable buffer by a submission of its
+    /// own, so that the host copies piece i out while the device copies piece i + 1 (a
+    /// 2048-token DeepSeek-R1 output is 58.7 MB: the device's copy and the host's copy each
+    /// take milliseconds). `pre` runs on rayon's threads while the device works (e.g.
+    /// [`touched_vec`]: the destination's page faults, which a fresh allocation of tens of MB
+    /// otherwise takes during the copy-out); its result is `stream`'s destination, then goes
+    /// to `read`. The `uploads` the submission reads are asked to map again right after the
+    /// submit (see [`Upload`]). Device errors raised meanwhile are returned as
+    /// [`BackendError::Device`].
+    pub fn submit_readback<T, P: Send>(
+        &self,
+        rb: Readback,
+        uploads: &[&Upload],
+        pre: impl FnOnce() -> P + Send,
+        mut stream: impl FnMut(&mut P, u64, &[u8]),
+        read: impl FnOnce(&[&[u8]], P) -> T,
+    ) -> Result<T, BackendError> {
+        let Readback {
+            cmd,
+            staging,
+            total,
+            parts,
+            more,
+        } = rb;
         self.queue.submit([cmd]);
         for up in uploads {
             self.request_map(up);
         }
-        // The other pieces, a submission each.
-        let mut more = Vec::with_capacity(pieces.len() - 1);
-        for &(o, n) in &pieces[1..] {
-            let st = self.take(n, usage);
-            let mut e = self
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("readback piece"),
-                });
-            e.copy_buffer_to_buffer(reads[0].0, o, &st, 0, n);
-            self.queue.submit([e.finish()]);
-            more.push(st);
+        let mut more_bufs = Vec::with_capacity(more.len());
+        for (c, st, o, n) in more {
+            self.queue.submit([c]);
+            more_bufs.push((st, o, n));
         }
         host_profile::mark("submit");
         let map = |b: &wgpu::Buffer, n: u64| {
@@ -1720,12 +1778,8 @@ impl Context {
             });
             done
         };
-        let done = map(&staging, total.max(4));
-        let dones: Vec<_> = more
-            .iter()
-            .zip(&pieces[1..])
-            .map(|(b, &(_, n))| map(b, n))
-            .collect();
+        let done = map(&staging, total);
+        let dones: Vec<_> = more_bufs.iter().map(|(b, _, n)| map(b, *n)).collect();
         // Whether a map callback came, and with success.
         let status = |d: &Mutex<Option<Result<(), wgpu::BufferAsyncError>>>| match d
             .lock()
@@ -1744,50 +1798,45 @@ impl Context {
             rayon::join(|| self.spin_until(|| done.lock().unwrap().is_some()), pre);
         let first = waited.and_then(|()| status(&done));
         host_profile::mark("wait");
-        let mut result = first.and_then(|()| {
-            let v = staging
-                .slice(0..total.max(4))
+        let range = |b: &wgpu::Buffer, n: u64| {
+            b.slice(0..n)
                 .get_mapped_range()
-                .map_err(|e| BackendError::Device(format!("mapped range: {e}")))?;
-            stream(&mut dest, 0, &v[..pieces[0].1 as usize]);
+                .map_err(|e| BackendError::Device(format!("mapped range: {e}")))
+        };
+        let mut result = first.and_then(|()| {
+            let v = range(&staging, total)?;
+            stream(&mut dest, 0, &v[..parts[0].1 as usize]);
             Ok(())
         });
         let mut mapped = vec![result.is_ok()];
-        for ((b, d), &(o, n)) in more.iter().zip(&dones).zip(&pieces[1..]) {
+        for ((b, o, n), d) in more_bufs.iter().zip(&dones) {
             result = result.and_then(|()| {
                 self.spin_until(|| d.lock().unwrap().is_some())?;
                 status(d)?;
-                let v = b
-                    .slice(0..n)
-                    .get_mapped_range()
-                    .map_err(|e| BackendError::Device(format!("mapped range: {e}")))?;
-                stream(&mut dest, o, &v);
+                stream(&mut dest, *o, &range(b, *n)?);
                 Ok(())
             });
             mapped.push(result.is_ok());
         }
         let out = result.and_then(|()| {
-            let v = staging
-                .slice(0..total.max(4))
-                .get_mapped_range()
-                .map_err(|e| BackendError::Device(format!("mapped range: {e}")))?;
-            let parts: Vec<&[u8]> = reads
+            let v = range(&staging, total)?;
+            let views: Vec<&[u8]> = parts
                 .iter()
-                .zip(&offs)
                 .enumerate()
-                .map(|(i, ((_, n), o))| {
+                .map(|(i, &(o, n))| {
                     if i == 0 {
                         &v[0..0]
                     } else {
-                        &v[*o as usize..(*o + *n) as usize]
+                        &v[o as usize..(o + n) as usize]
                     }
                 })
                 .collect();
-            Ok(read(&parts, dest))
+            Ok(read(&views, dest))
         });
         host_profile::mark("copy_out");
         // Mapped buffers go back to the pool; one whose map failed or never came is dropped.
-        for (b, ok) in std::iter::once(staging).chain(more).zip(mapped) {
+        let bufs = std::iter::once(staging).chain(more_bufs.into_iter().map(|(b, _, _)| b));
+        for (b, ok) in bufs.zip(mapped) {
             if ok {
                 b.unmap();
                 self.give([b]);

@@ -522,6 +522,12 @@ pub enum FwdTiming {
 /// H200's host, docs/h200-2026-12-01s6-wgpu); smaller ones first, on this thread.
 const VALIDATE_PAR_MIN: usize = 1 << 16;
 
+/// Hidden states of at least this many bytes are written to the upload buffer while another
+/// thread records the forward's commands (gpt-oss-120b: 23 tokens and more; the H200's host
+/// writes them at ~23 GB/s, docs/h200-2026-12-01s6-wgpu, and wgpu-core's encoding at `finish`
+/// took 50-220 us there); below it, one after the other (a thread's wake-up costs more).
+const RECORD_PAR_MIN: usize = 256 << 10;
+
 /// Run a resident layer on a token batch.
 pub fn forward(
     ctx: &Context,
@@ -1026,127 +1032,137 @@ pub fn forward(
         (bytemuck::cast_slice(logits), bytemuck::cast_slice(hidden));
     let (nl, nh) = (logits_bytes.len() as u64, hidden_bytes.len() as u64);
     let t_setup = t_start.elapsed();
-    let t_up0 = std::time::Instant::now();
     let parts = [(0, logits_bytes), (c.hidden_off, hidden_bytes)];
-    let filled = if validate_early {
-        ctx.fill_upload(&c.upload, &parts)
-    } else {
-        let (v, f) = rayon::join(validate, || ctx.fill_upload(&c.upload, &parts));
-        v.map_err(BackendError::from).and(f)
+    // The inputs into the upload buffer, the logits checked beside them when large.
+    let fill = || {
+        if validate_early {
+            ctx.fill_upload(&c.upload, &parts)
+        } else {
+            let (v, f) = rayon::join(validate, || ctx.fill_upload(&c.upload, &parts));
+            v.map_err(BackendError::from).and(f)
+        }
     };
     let up_copy = |enc: &mut wgpu::CommandEncoder| {
         enc.copy_buffer_to_buffer(&c.upload.buf, 0, &c.logits_b, 0, nl);
         enc.copy_buffer_to_buffer(&c.upload.buf, c.hidden_off, &c.hidden_b, 0, nh);
     };
-    let filled = filled.and_then(|()| {
-        if !host {
-            return Ok(());
-        }
-        let mut enc = ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("moe upload"),
-            });
-        up_copy(&mut enc);
-        ctx.submit_wait(enc, &[&c.upload])
-    });
-    if let Err(e) = filled {
-        c.give_back(ctx);
-        return Err(e);
-    }
-    let t_upload = t_up0.elapsed();
-    let t_fwd0 = std::time::Instant::now();
     for (b, &n) in c.bufs.iter().zip(&c.out_sizes) {
         ctx.maybe_poison(b, n);
     }
     let (ids, topw, out, counts) = (&c.bufs[0], &c.bufs[1], &c.bufs[7], &c.bufs[9]);
-    host_profile::mark("buffers_uploads");
-
     let mut timer = if timed {
         ctx.timer(4 + 2 * groups.len() as u32 + 2 * prepass as u32)
     } else {
         None
     };
-    let mut enc = ctx
-        .device
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
-    if !host {
-        up_copy(&mut enc);
-    }
-    if fuse_combine {
-        // gemv2's slice counters start at zero (its last workgroups also reset them).
-        enc.clear_buffer(counts, 0, None);
-    }
-    let mut rec = Recorder {
-        enc: &mut enc,
-        timer: timer.as_mut(),
-        one: None,
-    };
-    rec.dispatch("route", &p_route, &c.bg_route, ctx.grid(m as u32));
-    if let Some(bg) = &c.bg_lists {
-        rec.dispatch("moe/lists", &p_lists, bg, (1, 1));
-    }
-    // Input QDQ, once per token.
-    if let (Some(pq), Some(bg)) = (&p_qdq, &c.bg_qdq) {
-        rec.dispatch(
-            "moe/input_qdq",
-            pq,
-            bg,
-            ctx.grid((m * h / 32).div_ceil(8) as u32),
-        );
-    }
-    let nc = groups.len();
-    let stages = [
-        (&p_g1, e1, if gemv { TN1_GEMV } else { TN1 }, inter),
-        (&p_g2, e2, if gemv { TN2_GEMV } else { TN2 }, h),
-    ];
-    for (si, (pipe, label, tn, cols)) in stages.into_iter().enumerate() {
-        // Kernel k64p: the stage's activations converted once (one workgroup per token, then
-        // per GEMM row).
-        if let (Some((pp1, pp2)), Some((bp1, bp2))) = (&p_prep, &c.bg_prep) {
-            let (pp, bp, n, name) = if si == 0 {
-                (pp1, bp1, m, "moe/prep1")
-            } else {
-                (pp2, bp2, na, "moe/prep2")
-            };
-            rec.dispatch(name, pp, bp, ctx.grid(n as u32));
+    // The forward's commands: the inputs' copies (`with_upload`), the passes, the timestamps'
+    // resolve (returns its buffer).
+    let record = |with_upload: bool, mut timer: Option<&mut Timer>| {
+        let mut enc = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
+        if with_upload {
+            up_copy(&mut enc);
         }
-        let name = format!("moe/{label}");
-        for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
+        if fuse_combine {
+            // gemv2's slice counters start at zero (its last workgroups also reset them).
+            enc.clear_buffer(counts, 0, None);
+        }
+        {
+            let timer = timer.as_deref_mut();
+        let mut rec = Recorder {
+            enc: &mut enc,
+            timer,
+            one: None,
+        };
+        rec.dispatch("route", &p_route, &c.bg_route, ctx.grid(m as u32));
+        if let Some(bg) = &c.bg_lists {
+            rec.dispatch("moe/lists", &p_lists, bg, (1, 1));
+        }
+        // Input QDQ, once per token.
+        if let (Some(pq), Some(bg)) = (&p_qdq, &c.bg_qdq) {
             rec.dispatch(
-                &name,
-                pipe,
+                "moe/input_qdq",
+                pq,
                 bg,
-                (max_tiles as u32, cols.div_ceil(tn) as u32),
+                ctx.grid((m * h / 32).div_ceil(8) as u32),
             );
         }
-    }
-    if !fuse_combine {
-        rec.dispatch(
-            "moe/combine",
-            &p_comb,
-            &c.bg_comb,
-            ctx.grid((m * h).div_ceil(256) as u32),
-        );
-    }
-    drop(rec);
-    let resolve = timer.as_ref().map(|t| {
-        let b = ctx.resolve_buffer(t.bytes());
-        t.resolve(&mut enc, &b);
-        b
-    });
-    host_profile::mark("record");
-    let mut reads = vec![(out, bytes(m * h)), (ids, bytes(na)), (topw, bytes(na))];
-    if let (Some(t), Some(b)) = (&timer, &resolve) {
-        reads.push((b, t.bytes()));
-    }
-    // Timing::Host: the passes in a submission of their own, waited for; the readback's copies
-    // in the next one.
+        let nc = groups.len();
+        let stages = [
+            (&p_g1, e1, if gemv { TN1_GEMV } else { TN1 }, inter),
+            (&p_g2, e2, if gemv { TN2_GEMV } else { TN2 }, h),
+        ];
+        for (si, (pipe, label, tn, cols)) in stages.into_iter().enumerate() {
+            // Kernel k64p: the stage's activations converted once (one workgroup per token, then
+            // per GEMM row).
+            if let (Some((pp1, pp2)), Some((bp1, bp2))) = (&p_prep, &c.bg_prep) {
+                let (pp, bp, n, name) = if si == 0 {
+                    (pp1, bp1, m, "moe/prep1")
+                } else {
+                    (pp2, bp2, na, "moe/prep2")
+                };
+                rec.dispatch(name, pp, bp, ctx.grid(n as u32));
+            }
+            let name = format!("moe/{label}");
+            for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
+                rec.dispatch(
+                    &name,
+                    pipe,
+                    bg,
+                    (max_tiles as u32, cols.div_ceil(tn) as u32),
+                );
+            }
+        }
+        if !fuse_combine {
+            rec.dispatch(
+                "moe/combine",
+                &p_comb,
+                &c.bg_comb,
+                ctx.grid((m * h).div_ceil(256) as u32),
+            );
+        }
+        drop(rec);
+        }
+        let resolve = timer.map(|t| {
+            let b = ctx.resolve_buffer(t.bytes());
+            t.resolve(&mut enc, &b);
+            b
+        });
+        (enc, resolve)
+    };
+    // What comes back: output, ids, weights (and the timestamps), one copy each.
+    let readback = |enc: wgpu::CommandEncoder, timer: Option<&Timer>, resolve: &Option<wgpu::Buffer>| {
+        let mut reads = vec![(out, bytes(m * h)), (ids, bytes(na)), (topw, bytes(na))];
+        if let (Some(t), Some(b)) = (timer, resolve) {
+            reads.push((b, t.bytes()));
+        }
+        ctx.encode_readback(enc, &reads)
+    };
     let mut fwd_ms = 0.0;
-    let (enc, uploads) = if host {
+    let mut t_upload = std::time::Duration::ZERO;
+    let (rb, resolve, uploads) = if host {
+        // Timing::Host: the upload, the passes and the readback, each a submission of its own,
+        // waited for.
+        let t_up0 = std::time::Instant::now();
+        let filled = fill().and_then(|()| {
+            let mut enc = ctx
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("moe upload"),
+                });
+            up_copy(&mut enc);
+            ctx.submit_wait(enc, &[&c.upload])
+        });
+        if let Err(e) = filled {
+            c.give_back(ctx);
+            return Err(e);
+        }
+        t_upload = t_up0.elapsed();
+        let t_fwd0 = std::time::Instant::now();
+        let (enc, _) = record(false, None);
+        host_profile::mark("record");
         if let Err(e) = ctx.submit_wait(enc, &[]) {
-            drop(reads);
-            ctx.give(resolve);
             c.give_back(ctx);
             return Err(e);
         }
@@ -1156,20 +1172,40 @@ pub fn forward(
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("moe readback"),
             });
-        (enc, Vec::new())
+        (readback(enc, None, &None), None, Vec::new())
     } else {
-        (enc, vec![&c.upload])
+        // The commands are recorded (and wgpu-core encodes them) while the inputs are written
+        // to the upload buffer, on other threads when they are large (copies from a mapped
+        // buffer may be recorded; it must be unmapped by the submit).
+        let mut work = || {
+            let (enc, resolve) = record(true, timer.as_mut());
+            let rb = readback(enc, timer.as_ref(), &resolve);
+            (rb, resolve)
+        };
+        let (filled, (rb, resolve)) = if hidden_bytes.len() >= RECORD_PAR_MIN {
+            rayon::join(fill, work)
+        } else {
+            (fill(), work())
+        };
+        if let Err(e) = filled {
+            drop(rb);
+            ctx.give(resolve);
+            c.give_back(ctx);
+            return Err(e);
+        }
+        (rb, resolve, vec![&c.upload])
     };
+    // (Profile marks from this thread only: with the recording on another thread, this step
+    // is the inputs' write and the recording together.)
+    host_profile::mark("buffers_uploads_record");
     let t_rb0 = std::time::Instant::now();
-    // One readback of everything (output, ids, weights, timestamps), one copy each; the
-    // output's destination is allocated (its pages faulted in) while the device works.
+    // The output's destination is allocated (its pages faulted in) while the device works.
     let period = ctx.queue.get_timestamp_period();
-    let r = ctx.submit_and_map(
-        enc,
+    let r = ctx.submit_readback(
+        rb,
         &uploads,
-        &reads,
         || touched_vec::<f32>(m * h),
-        // The output, in the order of its pieces (see Context::submit_and_map).
+        // The output, in the order of its pieces (see Context::submit_readback).
         |output, _, piece| pod_append(output, piece),
         |parts, output| {
             let (times, span) = match &timer {
@@ -1186,7 +1222,6 @@ pub fn forward(
         },
     );
     let rb_ms = t_rb0.elapsed().as_secs_f64() * 1e3;
-    drop(reads);
     ctx.give(resolve);
     // Keep the set for the next forward when it is small (decode and middle batches, where the
     // host time per forward matters most); large ones go back to the pool (a model's many layers
@@ -1201,7 +1236,11 @@ pub fn forward(
         format!(
             "moe {} m={m}{}",
             if gemv { "gemv" } else { "gemm" },
-            if timed { " timed" } else { "" }
+            match timing {
+                FwdTiming::Off => "",
+                FwdTiming::Gpu => " timed",
+                FwdTiming::Host => " host phases",
+            }
         )
     });
     let (output, topk_ids, topk_weights, mut times, span) = r?;
