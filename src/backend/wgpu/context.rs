@@ -1657,7 +1657,7 @@ impl Context {
     /// aligned offset), submit `enc`, wait for it (spinning on the fence for a short while before
     /// blocking: a blocking wait adds the wake-up latency of a sleeping thread to every forward),
     /// map once and hand the parts to `read`, which copies out what it needs:
-    /// [`Context::encode_readback`], then [`Context::submit_readback`].
+    /// [`Context::encode_readback`], then [`Context::submit_readback`] (`pre` on this thread).
     pub fn submit_and_map<T, P: Send>(
         &self,
         enc: wgpu::CommandEncoder,
@@ -1669,7 +1669,7 @@ impl Context {
     ) -> Result<T, BackendError> {
         let rb = self.encode_readback(enc, reads);
         host_profile::mark("finish_encoder");
-        self.submit_readback(rb, uploads, pre, stream, read)
+        self.submit_readback(rb, uploads, pre, false, stream, read)
     }
 
     /// Record into `enc` the copies of `(buffer, bytes)` into ONE mappable buffer (each part
@@ -1739,10 +1739,10 @@ impl Context {
     /// [`READ_PIECE`] bytes, each copied into its own mappable buffer by a submission of its
     /// own, so that the host copies piece i out while the device copies piece i + 1 (a
     /// 2048-token DeepSeek-R1 output is 58.7 MB: the device's copy and the host's copy each
-    /// take milliseconds). `pre` runs on rayon's threads while the device works (e.g.
-    /// [`touched_vec`]: the destination's page faults, which a fresh allocation of tens of MB
-    /// otherwise takes during the copy-out); its result is `stream`'s destination, then goes
-    /// to `read`. The `uploads` the submission reads are asked to map again right after the
+    /// take milliseconds). `pre` runs while the device works, with `overlap` on rayon's threads
+    /// (e.g. [`touched_vec`]: the destination's page faults, which a fresh allocation of tens
+    /// of MB otherwise takes during the copy-out); its result is `stream`'s destination, then
+    /// goes to `read`. The `uploads` the submission reads are asked to map again right after the
     /// submit (see [`Upload`]). Device errors raised meanwhile are returned as
     /// [`BackendError::Device`].
     pub fn submit_readback<T, P: Send>(
@@ -1750,6 +1750,7 @@ impl Context {
         rb: Readback,
         uploads: &[&Upload],
         pre: impl FnOnce() -> P + Send,
+        overlap: bool,
         mut stream: impl FnMut(&mut P, u64, &[u8]),
         read: impl FnOnce(&[&[u8]], P) -> T,
     ) -> Result<T, BackendError> {
@@ -1760,14 +1761,14 @@ impl Context {
             parts,
             more,
         } = rb;
-        self.queue.submit([cmd]);
+        let idx = self.queue.submit([cmd]);
         for up in uploads {
             self.request_map(up);
         }
         let mut more_bufs = Vec::with_capacity(more.len());
         for (c, st, o, n) in more {
-            self.queue.submit([c]);
-            more_bufs.push((st, o, n));
+            let i = self.queue.submit([c]);
+            more_bufs.push((st, o, n, i));
         }
         host_profile::mark("submit");
         let map = |b: &wgpu::Buffer, n: u64| {
@@ -1779,7 +1780,7 @@ impl Context {
             done
         };
         let done = map(&staging, total);
-        let dones: Vec<_> = more_bufs.iter().map(|(b, _, n)| map(b, *n)).collect();
+        let dones: Vec<_> = more_bufs.iter().map(|(b, _, n, _)| map(b, *n)).collect();
         // Whether a map callback came, and with success.
         let status = |d: &Mutex<Option<Result<(), wgpu::BufferAsyncError>>>| match d
             .lock()
@@ -1792,10 +1793,16 @@ impl Context {
                 "map_async: no callback after wait".into(),
             )),
         };
-        // The wait on this thread, `pre` on another (rayon::join: `pre` runs here after the
-        // wait if no thread took it).
-        let (waited, mut dest) =
-            rayon::join(|| self.spin_until(|| done.lock().unwrap().is_some()), pre);
+        // With `overlap`, the wait on this thread and `pre` on another (rayon::join: `pre` runs
+        // here after the wait if no thread took it); else `pre` first, all on this thread (a
+        // decode-sized forward would pay two thread wake-ups for nothing).
+        let wait = || self.spin_until(|| done.lock().unwrap().is_some(), &idx);
+        let (waited, mut dest) = if overlap {
+            rayon::join(wait, pre)
+        } else {
+            let dest = pre();
+            (wait(), dest)
+        };
         let first = waited.and_then(|()| status(&done));
         host_profile::mark("wait");
         let range = |b: &wgpu::Buffer, n: u64| {
@@ -1809,9 +1816,9 @@ impl Context {
             Ok(())
         });
         let mut mapped = vec![result.is_ok()];
-        for ((b, o, n), d) in more_bufs.iter().zip(&dones) {
+        for ((b, o, n, i), d) in more_bufs.iter().zip(&dones) {
             result = result.and_then(|()| {
-                self.spin_until(|| d.lock().unwrap().is_some())?;
+                self.spin_until(|| d.lock().unwrap().is_some(), i)?;
                 status(d)?;
                 stream(&mut dest, *o, &range(b, *n)?);
                 Ok(())
@@ -1835,7 +1842,7 @@ impl Context {
         });
         host_profile::mark("copy_out");
         // Mapped buffers go back to the pool; one whose map failed or never came is dropped.
-        let bufs = std::iter::once(staging).chain(more_bufs.into_iter().map(|(b, _, _)| b));
+        let bufs = std::iter::once(staging).chain(more_bufs.into_iter().map(|(b, _, _, _)| b));
         for (b, ok) in bufs.zip(mapped) {
             if ok {
                 b.unmap();
@@ -1851,8 +1858,13 @@ impl Context {
     }
 
     /// Poll the device until `ready()` (set by a callback that a poll runs), spinning for up to
-    /// [`SPIN_WAIT`] before one blocking wait for all submitted work.
-    fn spin_until(&self, ready: impl Fn() -> bool) -> Result<(), BackendError> {
+    /// [`SPIN_WAIT`] before one blocking wait for submission `idx` (not for later ones: the
+    /// readback's further pieces are copied out as each completes).
+    fn spin_until(
+        &self,
+        ready: impl Fn() -> bool,
+        idx: &wgpu::SubmissionIndex,
+    ) -> Result<(), BackendError> {
         let t0 = std::time::Instant::now();
         loop {
             if ready() {
@@ -1860,7 +1872,10 @@ impl Context {
             }
             if t0.elapsed() > SPIN_WAIT {
                 self.device
-                    .poll(wgpu::PollType::wait_indefinitely())
+                    .poll(wgpu::PollType::Wait {
+                        submission_index: Some(idx.clone()),
+                        timeout: None,
+                    })
                     .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
                 return Ok(());
             }
@@ -1878,7 +1893,7 @@ impl Context {
         enc: wgpu::CommandEncoder,
         uploads: &[&Upload],
     ) -> Result<(), BackendError> {
-        self.queue.submit([enc.finish()]);
+        let idx = self.queue.submit([enc.finish()]);
         for up in uploads {
             self.request_map(up);
         }
@@ -1886,7 +1901,7 @@ impl Context {
         let d2 = done.clone();
         self.queue
             .on_submitted_work_done(move || d2.store(true, Ordering::Release));
-        self.spin_until(|| done.load(Ordering::Acquire))?;
+        self.spin_until(|| done.load(Ordering::Acquire), &idx)?;
         if let Some(e) = self.uncaptured.lock().unwrap().take() {
             return Err(BackendError::Device(e));
         }

@@ -32,6 +32,7 @@
 
 use super::context::{
     host_profile, pod_append, pod_vec, touched_vec, Context, Timer, Upload, FUSED_COMBINE_MAX_TOKENS,
+    WRITE_PAR_MIN,
 };
 use super::route;
 use super::source::{Shader, FMT_NONE, MULTI_WEIGHT_BINDINGS};
@@ -523,10 +524,12 @@ pub enum FwdTiming {
 const VALIDATE_PAR_MIN: usize = 1 << 16;
 
 /// Hidden states of at least this many bytes are written to the upload buffer while another
-/// thread records the forward's commands (gpt-oss-120b: 23 tokens and more; the H200's host
-/// writes them at ~23 GB/s, docs/h200-2026-12-01s6-wgpu, and wgpu-core's encoding at `finish`
-/// took 50-220 us there); below it, one after the other (a thread's wake-up costs more).
-const RECORD_PAR_MIN: usize = 256 << 10;
+/// thread records the forward's commands: where the write itself is split over rayon's threads
+/// (`WRITE_PAR_MIN`; gpt-oss-120b from 365 tokens: the H200's host writes them at ~23 GB/s,
+/// 1.1 ms at 2048 tokens, and wgpu-core's encoding at `finish` took 140-220 us there,
+/// docs/h200-2026-12-01s6-wgpu); below it, one after the other (waking a thread would cost
+/// about what the overlap saves).
+const RECORD_PAR_MIN: usize = WRITE_PAR_MIN;
 
 /// Run a resident layer on a token batch.
 pub fn forward(
@@ -1205,6 +1208,7 @@ pub fn forward(
         rb,
         &uploads,
         || touched_vec::<f32>(m * h),
+        m * h * 4 >= WRITE_PAR_MIN,
         // The output, in the order of its pieces (see Context::submit_readback).
         |output, _, piece| pod_append(output, piece),
         |parts, output| {
