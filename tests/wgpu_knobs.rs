@@ -962,6 +962,8 @@ fn bench_reports_host_phases() {
         );
     }
     assert!(hp.forwards >= 2);
+    let f = hp.free_ms;
+    assert!(0.0 <= f[0] && f[0] <= f[1] && f[1] <= f[2] && f[2].is_finite(), "free {f:?}");
     assert!(hp.sum_ms > 0.0 && hp.sum_ms <= hp.wall_ms, "{hp:?}");
     match r.gpu_ms {
         Some(g) => assert_eq!(hp.forward_host_ms, Some(hp.forward_ms[1] - g)),

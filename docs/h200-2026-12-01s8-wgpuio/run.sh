@@ -4,6 +4,7 @@
 # shape; then, if time is left, the HIP backend's host phases. MXMOE_HOST_PROFILE=20 prints the
 # host steps (means over 20 forwards) to the logs. Results: $OUT/r.tgz. Stops by ~185 s.
 set -uo pipefail
+gunzip -f .dev-wgpuio8/mxmoe.gz .dev-wgpuio8/mxmoe-base.gz; chmod +x .dev-wgpuio8/mxmoe .dev-wgpuio8/mxmoe-base
 O="${OUT:-/tmp/out}"; R="$O/r"; mkdir -p "$R"; S0=$(date +%s)
 NEW=.dev-wgpuio8/mxmoe; OLD=.dev-wgpuio8/mxmoe-base
 st() { echo "$(( $(date +%s) - S0 ))s $*" | tee -a "$R/steps.txt"; (cd "$R" && tar czf ../r.tgz .); }

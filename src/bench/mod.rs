@@ -123,6 +123,10 @@ pub struct HostPhases {
     pub sum_ms: f64,
     /// Median wall time of these forwards measured around the call (ms): at least `sum_ms`.
     pub wall_ms: f64,
+    /// [min, median, max] ms of dropping the returned output (its `free`: tens of MB at 2048
+    /// tokens; glibc unmaps blocks over 32 MiB). Outside `wall_ms` here; inside the plain
+    /// forward's `wall_ms` of [`BenchResult`], whose loop drops each output as it goes.
+    pub free_ms: [f64; 3],
     /// The forward's own host overhead: median `forward_ms` - `gpu_ms` (ms), where GPU time is
     /// known.
     pub forward_host_ms: Option<f64>,
@@ -403,14 +407,17 @@ pub fn run(
             // Host phases (upload, forward, readback), each ended by a wait; the output of such
             // a forward is the plain forward's.
             let mut phases: [Vec<f64>; 3] = Default::default();
-            let (mut ph_sums, mut ph_walls) = (Vec::new(), Vec::new());
+            let (mut ph_sums, mut ph_walls, mut frees) = (Vec::new(), Vec::new(), Vec::new());
             let t_phase = Instant::now();
             while ph_walls.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S
             {
                 let (hs, lg) = batch(ph_walls.len());
                 let t0 = Instant::now();
-                let (_, got) = b.moe_timed(&prepared, hs, lg, opts, Timing::Host)?;
+                let (output, got) = b.moe_timed(&prepared, hs, lg, opts, Timing::Host)?;
                 let wall = t0.elapsed().as_secs_f64() * 1e3;
+                let t_free = Instant::now();
+                drop(output);
+                let free = t_free.elapsed().as_secs_f64() * 1e3;
                 let Some(got) = got else { break };
                 let mut sum = 0.0;
                 for (v, name) in phases.iter_mut().zip(HOST_PHASES) {
@@ -425,6 +432,7 @@ pub fn run(
                 }
                 ph_sums.push(sum);
                 ph_walls.push(wall);
+                frees.push(free);
             }
             // The check batch again, after the timed loops: the worst forward counts.
             if let Some(w) = &want {
@@ -446,6 +454,7 @@ pub fn run(
                     readback_ms: r,
                     sum_ms: median(&ph_sums),
                     wall_ms: median(&ph_walls),
+                    free_ms: min_med_max(&frees),
                     forward_host_ms: gpu_ms.map(|g| f[1] - g),
                     forwards: ph_walls.len(),
                 }
@@ -510,7 +519,7 @@ pub fn run(
                 progress(&format!(
                     "M = {m}: host phases (median ms over {} forwards, each ended by a wait): \
                      upload {:.3}, forward {:.3}{}, readback {:.3}; sum {:.3}, wall around them \
-                     {:.3}",
+                     {:.3}; the output's free {:.3}",
                     hp.forwards,
                     hp.upload_ms[1],
                     hp.forward_ms[1],
@@ -518,7 +527,8 @@ pub fn run(
                         .map_or(String::new(), |x| format!(" (host overhead over GPU {x:.3})")),
                     hp.readback_ms[1],
                     hp.sum_ms,
-                    hp.wall_ms
+                    hp.wall_ms,
+                    hp.free_ms[1]
                 ));
             }
             if !r.passes.is_empty() {
