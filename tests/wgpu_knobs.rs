@@ -868,7 +868,10 @@ fn moe_host_phases() {
             "M = {m}: {phases:?}"
         );
         let sum: f64 = phases.iter().map(|(_, ms)| ms).sum();
-        assert!(sum <= wall, "M = {m}: phases {phases:?} sum {sum} > wall {wall} ms");
+        assert!(
+            sum <= wall,
+            "M = {m}: phases {phases:?} sum {sum} > wall {wall} ms"
+        );
         eprintln!("M = {m}: host phases {phases:.3?} (sum {sum:.3}, wall {wall:.3} ms)");
         let again = b.moe_timing(&g, &hs, &logits, opts, Timing::Off).unwrap().0;
         for (what, o) in [("host-phased", &got), ("plain after it", &again)] {
@@ -877,7 +880,10 @@ fn moe_host_phases() {
                 None,
                 "M = {m}: {what} output"
             );
-            assert_eq!(o.routing.topk_ids, plain.routing.topk_ids, "M = {m}: {what}");
+            assert_eq!(
+                o.routing.topk_ids, plain.routing.topk_ids,
+                "M = {m}: {what}"
+            );
             assert_eq!(
                 first_bit_mismatch(&o.routing.topk_weights, &plain.routing.topk_weights),
                 None,
@@ -963,7 +969,10 @@ fn bench_reports_host_phases() {
     }
     assert!(hp.forwards >= 2);
     let f = hp.free_ms;
-    assert!(0.0 <= f[0] && f[0] <= f[1] && f[1] <= f[2] && f[2].is_finite(), "free {f:?}");
+    assert!(
+        0.0 <= f[0] && f[0] <= f[1] && f[1] <= f[2] && f[2].is_finite(),
+        "free {f:?}"
+    );
     assert!(hp.sum_ms > 0.0 && hp.sum_ms <= hp.wall_ms, "{hp:?}");
     match r.gpu_ms {
         Some(g) => assert_eq!(hp.forward_host_ms, Some(hp.forward_ms[1] - g)),

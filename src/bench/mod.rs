@@ -409,8 +409,7 @@ pub fn run(
             let mut phases: [Vec<f64>; 3] = Default::default();
             let (mut ph_sums, mut ph_walls, mut frees) = (Vec::new(), Vec::new(), Vec::new());
             let t_phase = Instant::now();
-            while ph_walls.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S
-            {
+            while ph_walls.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S {
                 let (hs, lg) = batch(ph_walls.len());
                 let t0 = Instant::now();
                 let (output, got) = b.moe_timed(&prepared, hs, lg, opts, Timing::Host)?;
@@ -421,12 +420,16 @@ pub fn run(
                 let Some(got) = got else { break };
                 let mut sum = 0.0;
                 for (v, name) in phases.iter_mut().zip(HOST_PHASES) {
-                    let ms = got.iter().find(|(n, _)| n == name).map(|x| x.1).ok_or_else(|| {
-                        BackendError::Device(format!(
-                            "backend {} reported host phases {got:?} without '{name}'",
-                            b.name()
-                        ))
-                    })?;
+                    let ms = got
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|x| x.1)
+                        .ok_or_else(|| {
+                            BackendError::Device(format!(
+                                "backend {} reported host phases {got:?} without '{name}'",
+                                b.name()
+                            ))
+                        })?;
                     v.push(ms);
                     sum += ms;
                 }
@@ -523,8 +526,9 @@ pub fn run(
                     hp.forwards,
                     hp.upload_ms[1],
                     hp.forward_ms[1],
-                    hp.forward_host_ms
-                        .map_or(String::new(), |x| format!(" (host overhead over GPU {x:.3})")),
+                    hp.forward_host_ms.map_or(String::new(), |x| format!(
+                        " (host overhead over GPU {x:.3})"
+                    )),
                     hp.readback_ms[1],
                     hp.sum_ms,
                     hp.wall_ms,

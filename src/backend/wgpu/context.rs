@@ -2012,13 +2012,11 @@ pub fn touched_vec<T: bytemuck::Pod + Send>(n: usize) -> Vec<T> {
         // from the first), and the last element covers the last page.
         let stride = (4096 / sz).max(1);
         let spare = &mut v.spare_capacity_mut()[..n];
-        spare
-            .par_chunks_mut(stride * 64)
-            .for_each(|c| {
-                for i in (0..c.len()).step_by(stride) {
-                    c[i] = std::mem::MaybeUninit::new(T::zeroed());
-                }
-            });
+        spare.par_chunks_mut(stride * 64).for_each(|c| {
+            for i in (0..c.len()).step_by(stride) {
+                c[i] = std::mem::MaybeUninit::new(T::zeroed());
+            }
+        });
         spare[n - 1] = std::mem::MaybeUninit::new(T::zeroed());
     }
     v
@@ -2052,7 +2050,10 @@ fn advise_huge_pages(ptr: *mut u8, len: usize) {
         // include/uapi/asm-generic/mman-common.h (every Linux architecture).
         const MADV_HUGEPAGE: i32 = 14;
         const HUGE: usize = 2 << 20;
-        let (a, e) = ((ptr as usize).next_multiple_of(HUGE), (ptr as usize + len) & !(HUGE - 1));
+        let (a, e) = (
+            (ptr as usize).next_multiple_of(HUGE),
+            (ptr as usize + len) & !(HUGE - 1),
+        );
         if e > a {
             // SAFETY: [a, e) lies inside the caller's allocation (page-aligned, as madvise
             // wants); MADV_HUGEPAGE changes no contents and no mapping the program can see.

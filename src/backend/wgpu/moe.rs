@@ -31,8 +31,8 @@
 //! preparation (weight chunks, resident buffers) is the other third.
 
 use super::context::{
-    host_profile, pod_append, pod_vec, touched_vec, Context, Timer, Upload, FUSED_COMBINE_MAX_TOKENS,
-    WRITE_PAR_MIN,
+    host_profile, pod_append, pod_vec, touched_vec, Context, Timer, Upload,
+    FUSED_COMBINE_MAX_TOKENS, WRITE_PAR_MIN,
 };
 use super::route;
 use super::source::{Shader, FMT_NONE, MULTI_WEIGHT_BINDINGS};
@@ -1073,59 +1073,59 @@ pub fn forward(
         }
         {
             let timer = timer.as_deref_mut();
-        let mut rec = Recorder {
-            enc: &mut enc,
-            timer,
-            one: None,
-        };
-        rec.dispatch("route", &p_route, &c.bg_route, ctx.grid(m as u32));
-        if let Some(bg) = &c.bg_lists {
-            rec.dispatch("moe/lists", &p_lists, bg, (1, 1));
-        }
-        // Input QDQ, once per token.
-        if let (Some(pq), Some(bg)) = (&p_qdq, &c.bg_qdq) {
-            rec.dispatch(
-                "moe/input_qdq",
-                pq,
-                bg,
-                ctx.grid((m * h / 32).div_ceil(8) as u32),
-            );
-        }
-        let nc = groups.len();
-        let stages = [
-            (&p_g1, e1, if gemv { TN1_GEMV } else { TN1 }, inter),
-            (&p_g2, e2, if gemv { TN2_GEMV } else { TN2 }, h),
-        ];
-        for (si, (pipe, label, tn, cols)) in stages.into_iter().enumerate() {
-            // Kernel k64p: the stage's activations converted once (one workgroup per token, then
-            // per GEMM row).
-            if let (Some((pp1, pp2)), Some((bp1, bp2))) = (&p_prep, &c.bg_prep) {
-                let (pp, bp, n, name) = if si == 0 {
-                    (pp1, bp1, m, "moe/prep1")
-                } else {
-                    (pp2, bp2, na, "moe/prep2")
-                };
-                rec.dispatch(name, pp, bp, ctx.grid(n as u32));
+            let mut rec = Recorder {
+                enc: &mut enc,
+                timer,
+                one: None,
+            };
+            rec.dispatch("route", &p_route, &c.bg_route, ctx.grid(m as u32));
+            if let Some(bg) = &c.bg_lists {
+                rec.dispatch("moe/lists", &p_lists, bg, (1, 1));
             }
-            let name = format!("moe/{label}");
-            for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
+            // Input QDQ, once per token.
+            if let (Some(pq), Some(bg)) = (&p_qdq, &c.bg_qdq) {
                 rec.dispatch(
-                    &name,
-                    pipe,
+                    "moe/input_qdq",
+                    pq,
                     bg,
-                    (max_tiles as u32, cols.div_ceil(tn) as u32),
+                    ctx.grid((m * h / 32).div_ceil(8) as u32),
                 );
             }
-        }
-        if !fuse_combine {
-            rec.dispatch(
-                "moe/combine",
-                &p_comb,
-                &c.bg_comb,
-                ctx.grid((m * h).div_ceil(256) as u32),
-            );
-        }
-        drop(rec);
+            let nc = groups.len();
+            let stages = [
+                (&p_g1, e1, if gemv { TN1_GEMV } else { TN1 }, inter),
+                (&p_g2, e2, if gemv { TN2_GEMV } else { TN2 }, h),
+            ];
+            for (si, (pipe, label, tn, cols)) in stages.into_iter().enumerate() {
+                // Kernel k64p: the stage's activations converted once (one workgroup per token, then
+                // per GEMM row).
+                if let (Some((pp1, pp2)), Some((bp1, bp2))) = (&p_prep, &c.bg_prep) {
+                    let (pp, bp, n, name) = if si == 0 {
+                        (pp1, bp1, m, "moe/prep1")
+                    } else {
+                        (pp2, bp2, na, "moe/prep2")
+                    };
+                    rec.dispatch(name, pp, bp, ctx.grid(n as u32));
+                }
+                let name = format!("moe/{label}");
+                for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
+                    rec.dispatch(
+                        &name,
+                        pipe,
+                        bg,
+                        (max_tiles as u32, cols.div_ceil(tn) as u32),
+                    );
+                }
+            }
+            if !fuse_combine {
+                rec.dispatch(
+                    "moe/combine",
+                    &p_comb,
+                    &c.bg_comb,
+                    ctx.grid((m * h).div_ceil(256) as u32),
+                );
+            }
+            drop(rec);
         }
         let resolve = timer.map(|t| {
             let b = ctx.resolve_buffer(t.bytes());
@@ -1135,13 +1135,14 @@ pub fn forward(
         (enc, resolve)
     };
     // What comes back: output, ids, weights (and the timestamps), one copy each.
-    let readback = |enc: wgpu::CommandEncoder, timer: Option<&Timer>, resolve: &Option<wgpu::Buffer>| {
-        let mut reads = vec![(out, bytes(m * h)), (ids, bytes(na)), (topw, bytes(na))];
-        if let (Some(t), Some(b)) = (timer, resolve) {
-            reads.push((b, t.bytes()));
-        }
-        ctx.encode_readback(enc, &reads)
-    };
+    let readback =
+        |enc: wgpu::CommandEncoder, timer: Option<&Timer>, resolve: &Option<wgpu::Buffer>| {
+            let mut reads = vec![(out, bytes(m * h)), (ids, bytes(na)), (topw, bytes(na))];
+            if let (Some(t), Some(b)) = (timer, resolve) {
+                reads.push((b, t.bytes()));
+            }
+            ctx.encode_readback(enc, &reads)
+        };
     let mut fwd_ms = 0.0;
     let mut t_upload = std::time::Duration::ZERO;
     let (rb, resolve, uploads) = if host {
