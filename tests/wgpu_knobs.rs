@@ -838,6 +838,150 @@ fn moe_timed_forward() {
     }
 }
 
+/// Timing::Host: the forward's host phases come back as `upload`, `forward`, `readback` (every
+/// adapter: host clocks, no timestamps), each positive and finite, their sum within the wall
+/// time measured around the call; the output, ids and weights are the plain forward's, bit for
+/// bit, and a plain forward after it (the upload buffer and the forward cache as the phased
+/// forward left them) too. Decode (GEMV, lists built by gemv1), a GEMM-sized batch, and a batch
+/// large enough to take the parallel upload and readback copies.
+#[test]
+fn moe_host_phases() {
+    let b = gpu!("moe_host_phases");
+    let h = 64;
+    let layer = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, h, 64, 2))
+        .build()
+        .unwrap();
+    let g = b.prepare(&layer).unwrap();
+    let opts = MoeOptions::default();
+    // 20000 tokens: 5.1 MB of hidden states and of output (above WRITE_PAR_MIN).
+    for (m, seed) in [(1, 11), (3, 12), (300, 13), (20000, 14)] {
+        let (hs, logits) = synth_batch(m, h, 8, seed);
+        let plain = b.moe_timing(&g, &hs, &logits, opts, Timing::Off).unwrap().0;
+        let t0 = Instant::now();
+        let (got, phases) = b.moe_timing(&g, &hs, &logits, opts, Timing::Host).unwrap();
+        let wall = t0.elapsed().as_secs_f64() * 1e3;
+        let phases = phases.expect("Timing::Host reports phases on every adapter");
+        let names: Vec<&str> = phases.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, mxmoe::backend::HOST_PHASES, "M = {m}");
+        assert!(
+            phases.iter().all(|(_, ms)| ms.is_finite() && *ms > 0.0),
+            "M = {m}: {phases:?}"
+        );
+        let sum: f64 = phases.iter().map(|(_, ms)| ms).sum();
+        assert!(
+            sum <= wall,
+            "M = {m}: phases {phases:?} sum {sum} > wall {wall} ms"
+        );
+        eprintln!("M = {m}: host phases {phases:.3?} (sum {sum:.3}, wall {wall:.3} ms)");
+        let again = b.moe_timing(&g, &hs, &logits, opts, Timing::Off).unwrap().0;
+        for (what, o) in [("host-phased", &got), ("plain after it", &again)] {
+            assert_eq!(
+                first_bit_mismatch(&o.output, &plain.output),
+                None,
+                "M = {m}: {what} output"
+            );
+            assert_eq!(
+                o.routing.topk_ids, plain.routing.topk_ids,
+                "M = {m}: {what}"
+            );
+            assert_eq!(
+                first_bit_mismatch(&o.routing.topk_weights, &plain.routing.topk_weights),
+                None,
+                "M = {m}: {what} weights"
+            );
+        }
+    }
+}
+
+/// The output read back in pieces (each copied by a submission of its own and copied out while
+/// the device copies the next; by default from 16 MiB on) equals the one-copy readback, bit for
+/// bit: pieces that divide the output evenly and not, one piece, and with timestamps (which
+/// share the first piece's buffer) and host phases.
+#[test]
+fn readback_in_pieces_matches_one_copy() {
+    let b = fresh_gpu!("readback_in_pieces_matches_one_copy");
+    b.set_poison(true);
+    let h = 64;
+    let layer = LayerSpec::new(spec(Scheme::OCP_MX[0], Activation::Silu, 8, h, 64, 2))
+        .build()
+        .unwrap();
+    let g = b.prepare(&layer).unwrap();
+    let opts = MoeOptions::default();
+    for (m, seed) in [(1, 21), (300, 22)] {
+        let (hs, logits) = synth_batch(m, h, 8, seed);
+        b.set_read_pieces(None);
+        let one = b.moe_timing(&g, &hs, &logits, opts, Timing::Off).unwrap().0;
+        // 300 tokens: 76800 bytes = 300 pieces of 256, 60 of 1280, 42 of 1792 and a short one.
+        for pieces in [(256, 256), (1024, 1280), (0, 1792), (1 << 30, 256)] {
+            b.set_read_pieces(Some(pieces));
+            for (what, timing) in [
+                ("plain", Timing::Off),
+                ("per-pass timestamps", Timing::Passes),
+                ("host phases", Timing::Host),
+            ] {
+                let o = b.moe_timing(&g, &hs, &logits, opts, timing).unwrap().0;
+                let at = format!("M = {m}, pieces {pieces:?}, {what}");
+                assert_eq!(first_bit_mismatch(&o.output, &one.output), None, "{at}");
+                assert_eq!(o.routing.topk_ids, one.routing.topk_ids, "{at}");
+                assert_eq!(
+                    first_bit_mismatch(&o.routing.topk_weights, &one.routing.topk_weights),
+                    None,
+                    "{at}"
+                );
+            }
+        }
+    }
+    b.set_read_pieces(None);
+}
+
+/// `mxmoe bench` on wgpu reports the host phases beside wall and GPU time: every phase's
+/// [min, median, max] ordered and positive, the sum of each forward's phases within the wall
+/// time measured around it, and the forward's host overhead `forward - gpu` where GPU time is
+/// known.
+#[test]
+fn bench_reports_host_phases() {
+    let _ = gpu!("bench_reports_host_phases");
+    let b = mxmoe::backend::Backend::open(mxmoe::backend::BackendKind::Wgpu, None).unwrap();
+    let mut shape = mxmoe::check::catalog::model_shape("gpt-oss-120b").unwrap();
+    (shape.synth.n_experts, shape.synth.hidden, shape.synth.inter) = (8, 64, 64);
+    let p = mxmoe::bench::BenchParams {
+        tokens: vec![2],
+        iters: 2,
+        rotate: 2,
+        hbm_gbps: 1000.0,
+        check: true,
+        gemv_layouts: Vec::new(),
+        bf16_activations: false,
+    };
+    let res = mxmoe::bench::run(&b, &shape, &p, |_| ()).unwrap();
+    assert_eq!(res.len(), 1);
+    let r = &res[0];
+    let hp = r.host_phases.as_ref().expect("wgpu reports host phases");
+    for (name, v) in [
+        ("upload", hp.upload_ms),
+        ("forward", hp.forward_ms),
+        ("readback", hp.readback_ms),
+    ] {
+        assert!(
+            v[0] > 0.0 && v[0] <= v[1] && v[1] <= v[2] && v[2].is_finite(),
+            "{name}: {v:?}"
+        );
+    }
+    assert!(hp.forwards >= 2);
+    let f = hp.free_ms;
+    assert!(
+        0.0 <= f[0] && f[0] <= f[1] && f[1] <= f[2] && f[2].is_finite(),
+        "free {f:?}"
+    );
+    assert!(hp.sum_ms > 0.0 && hp.sum_ms <= hp.wall_ms, "{hp:?}");
+    match r.gpu_ms {
+        Some(g) => assert_eq!(hp.forward_host_ms, Some(hp.forward_ms[1] - g)),
+        None => assert_eq!(hp.forward_host_ms, None),
+    }
+    let j = serde_json::to_value(r).unwrap();
+    assert!(j["host_phases"]["upload_ms"].is_array(), "{j}");
+}
+
 /// Not a correctness test: GPU pass times for a few shapes on both paths (run with
 /// `cargo test --release --test wgpu_backend -- --ignored --nocapture timing_report`;
 /// `MXMOE_TIMING="128,2880,2880,4,1;128,2880,2880,4,256"` for model shapes).

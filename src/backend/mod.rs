@@ -180,7 +180,20 @@ pub enum Timing {
     /// after the last kernel; wgpu, timestamps at the first pass's beginning and the last
     /// pass's end (the gaps between kernels / passes included).
     Forward,
+    /// Host time of the forward's three phases, each ended by a wait for the device so that
+    /// none hides in another: `("upload", ms)` (the inputs written to the device and the copy
+    /// finished), `("forward", ms)` (the host work before the kernels — validation, pipelines,
+    /// buffers, encoding — then submit / launch and the wait until the GPU is done; inputs
+    /// already on the device, the output still there) and `("readback", ms)` (the output and
+    /// routing copied to host-visible memory, the wait, and the copy into the returned
+    /// `Vec`s). The extra waits make the phases' sum a little larger than the plain forward's
+    /// wall time (one device round trip each); the output is the plain forward's, bit for bit.
+    /// No GPU timestamps are taken in this mode.
+    Host,
 }
+
+/// The phase names [`Timing::Host`] reports, in order.
+pub const HOST_PHASES: [&str; 3] = ["upload", "forward", "readback"];
 
 impl Backend {
     /// Open a backend. `adapter` filters GPU adapters by a name substring (also read from

@@ -11,8 +11,11 @@
 //! users pay it), once for GPU time (the forward as one span of timestamps / events, gaps
 //! between kernels included: [`Timing::Forward`]) and once pass by pass (the breakdown,
 //! [`Timing::Passes`]; its sum, reported on its own, leaves the gaps out). Wall and GPU time are
-//! reported as min/median/max. The upload (`prepare`) is timed once, on its own; the host time
-//! outside the GPU span is `wall - gpu`. Token batches rotate (several distinct batches) so that repeated runs
+//! reported as min/median/max. A fourth loop times the host phases ([`Timing::Host`]: the
+//! activations' upload, the forward with its inputs on the device, the readback, each ended by
+//! a wait: [`HostPhases`]), so that the transfers are reported on their own rows and the
+//! forward's own host overhead is `forward - gpu`. The weights' upload (`prepare`) is timed
+//! once, on its own; the host time outside the GPU span is `wall - gpu`. Token batches rotate (several distinct batches) so that repeated runs
 //! do not just re-read activations from L2. Every point is checked against the CPU reference
 //! (for M > [`CHECK_TOKENS`], on an evenly spaced sample of that many tokens: routing is per
 //! token, so the CPU's result on the sample is exactly its result on those rows), in the
@@ -23,7 +26,7 @@
 //! (`check::catalog::bench_cases` of a named model shape), so a benchmark point and a
 //! conformance case of the same id are the same computation.
 
-use crate::backend::{Backend, BackendError, Timing};
+use crate::backend::{Backend, BackendError, Timing, HOST_PHASES};
 use crate::check::catalog::{self, Kind, LayerSpec};
 use crate::check::rel_l2;
 use crate::moe::{self, Accumulate, MoeLayer, MoeOptions};
@@ -70,6 +73,9 @@ pub struct BenchResult {
     pub passes_sum_ms: Option<f64>,
     /// Median host time per forward outside the GPU passes (wall - gpu, ms).
     pub host_ms: Option<f64>,
+    /// Where that host time goes: the forward's phases timed on their own ([`Timing::Host`]),
+    /// if the backend reports them (wgpu, HIP; not the CPU).
+    pub host_phases: Option<HostPhases>,
     /// Forwards timed (each of the wall and the GPU phase).
     pub timed_forwards: usize,
     /// How the point was warmed up, in words.
@@ -97,6 +103,35 @@ pub struct BenchResult {
     pub checked_forwards: usize,
     /// Whether the routing ids of the checked tokens equal the CPU's in every checked forward.
     pub ids_match: Option<bool>,
+}
+
+/// The host phases of a forward ([`Timing::Host`], their own timed loop of back-to-back
+/// forwards): [min, median, max] ms of each. Each phase ends with a wait for the device, so
+/// none hides in another; those waits make `sum_ms` a little larger than the plain forward's
+/// `wall_ms` (one device round trip each, ~30-45 us on the H200).
+#[derive(Clone, Debug, Serialize)]
+pub struct HostPhases {
+    /// The activations (hidden states, router logits) written to the device, the copy done.
+    pub upload_ms: [f64; 3],
+    /// The forward with its inputs on the device: host setup (validation, pipelines, buffers,
+    /// encoding), submit / launch, GPU, the wait; the output still on the device.
+    pub forward_ms: [f64; 3],
+    /// The output, ids and weights copied to host-visible memory, the wait, and the copy into
+    /// the returned vectors.
+    pub readback_ms: [f64; 3],
+    /// Median of upload + forward + readback per forward (ms).
+    pub sum_ms: f64,
+    /// Median wall time of these forwards measured around the call (ms): at least `sum_ms`.
+    pub wall_ms: f64,
+    /// [min, median, max] ms of dropping the returned output (its `free`: tens of MB at 2048
+    /// tokens; glibc unmaps blocks over 32 MiB). Outside `wall_ms` here; inside the plain
+    /// forward's `wall_ms` of [`BenchResult`], whose loop drops each output as it goes.
+    pub free_ms: [f64; 3],
+    /// The forward's own host overhead: median `forward_ms` - `gpu_ms` (ms), where GPU time is
+    /// known.
+    pub forward_host_ms: Option<f64>,
+    /// Forwards timed in this mode.
+    pub forwards: usize,
 }
 
 /// Forwards of the check batch run again after the timed loops and compared with the same CPU
@@ -369,6 +404,39 @@ pub fn run(
             }
             let passes: Vec<(String, f64)> =
                 per_pass.into_iter().map(|(n, v)| (n, median(&v))).collect();
+            // Host phases (upload, forward, readback), each ended by a wait; the output of such
+            // a forward is the plain forward's.
+            let mut phases: [Vec<f64>; 3] = Default::default();
+            let (mut ph_sums, mut ph_walls, mut frees) = (Vec::new(), Vec::new(), Vec::new());
+            let t_phase = Instant::now();
+            while ph_walls.len() < p.iters.max(1) || t_phase.elapsed().as_secs_f64() < TIMED_MIN_S {
+                let (hs, lg) = batch(ph_walls.len());
+                let t0 = Instant::now();
+                let (output, got) = b.moe_timed(&prepared, hs, lg, opts, Timing::Host)?;
+                let wall = t0.elapsed().as_secs_f64() * 1e3;
+                let t_free = Instant::now();
+                drop(output);
+                let free = t_free.elapsed().as_secs_f64() * 1e3;
+                let Some(got) = got else { break };
+                let mut sum = 0.0;
+                for (v, name) in phases.iter_mut().zip(HOST_PHASES) {
+                    let ms = got
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|x| x.1)
+                        .ok_or_else(|| {
+                            BackendError::Device(format!(
+                                "backend {} reported host phases {got:?} without '{name}'",
+                                b.name()
+                            ))
+                        })?;
+                    v.push(ms);
+                    sum += ms;
+                }
+                ph_sums.push(sum);
+                ph_walls.push(wall);
+                frees.push(free);
+            }
             // The check batch again, after the timed loops: the worst forward counts.
             if let Some(w) = &want {
                 for _ in 0..CHECK_REPEATS {
@@ -381,6 +449,19 @@ pub fn run(
             let gpu_r = (!gpu.is_empty()).then(|| min_med_max(&gpu));
             let wall_ms = wall_r[1];
             let gpu_ms = gpu_r.map(|r| r[1]);
+            let host_phases = (!ph_walls.is_empty()).then(|| {
+                let [u, f, r] = phases.each_ref().map(|v| min_med_max(v));
+                HostPhases {
+                    upload_ms: u,
+                    forward_ms: f,
+                    readback_ms: r,
+                    sum_ms: median(&ph_sums),
+                    wall_ms: median(&ph_walls),
+                    free_ms: min_med_max(&frees),
+                    forward_host_ms: gpu_ms.map(|g| f[1] - g),
+                    forwards: ph_walls.len(),
+                }
+            });
             let t = gpu_ms.unwrap_or(wall_ms);
             let floor_ms = bytes / (p.hbm_gbps * 1e9) * 1e3;
             let r = BenchResult {
@@ -403,6 +484,7 @@ pub fn run(
                 gpu_ms,
                 gpu_ms_range: gpu_r,
                 host_ms: gpu_ms.map(|g| wall_ms - g),
+                host_phases,
                 passes,
                 passes_sum_ms: (!pass_sums.is_empty()).then(|| min_med_max(&pass_sums)[1]),
                 timed_forwards: walls.len(),
@@ -436,6 +518,23 @@ pub fn run(
                 if r.ids_match == Some(true) { "equal" } else { "DIFFER" }
             ))
         ));
+            if let Some(hp) = &r.host_phases {
+                progress(&format!(
+                    "M = {m}: host phases (median ms over {} forwards, each ended by a wait): \
+                     upload {:.3}, forward {:.3}{}, readback {:.3}; sum {:.3}, wall around them \
+                     {:.3}; the output's free {:.3}",
+                    hp.forwards,
+                    hp.upload_ms[1],
+                    hp.forward_ms[1],
+                    hp.forward_host_ms.map_or(String::new(), |x| format!(
+                        " (host overhead over GPU {x:.3})"
+                    )),
+                    hp.readback_ms[1],
+                    hp.sum_ms,
+                    hp.wall_ms,
+                    hp.free_ms[1]
+                ));
+            }
             if !r.passes.is_empty() {
                 let list: Vec<String> = r
                     .passes

@@ -26,8 +26,11 @@ H 7168, I 2048, top-8, w_mxfp4_a_mxfp4), or custom with --experts/--hidden/--int
 random finite codes with plausible scales. The floor is the packed bytes of the experts the tokens\n\
 touch divided by --hbm-gbps (default 4550: the WGSL streaming read measured on an H200).\n\n\
 Each point warms up (>= 1 s back to back), then times wall (submit + GPU + readback), GPU time (the forward\n\
-as one span of timestamps / events, gaps between kernels included) and, in a third phase, each pass on\n\
-its own (the `passes` breakdown), and checks the output against the CPU reference."
+as one span of timestamps / events, gaps between kernels included), in a third phase each pass on its own\n\
+(the `passes` breakdown) and in a fourth the host phases (wgpu, HIP): `up` the activations' upload, `fwd`\n\
+the forward with its inputs on the device (host setup, submit, GPU, wait), `rb` the readback; each phase\n\
+ends with a wait, so their sum exceeds the plain wall by a device round trip or two. `fwd - gpu` is the\n\
+forward's own host overhead. The output is checked against the CPU reference."
 )]
 pub struct BenchArgs {
     #[arg(long, default_value = "auto")]
@@ -209,11 +212,14 @@ fn floor_words(gbps: f64) -> String {
 
 fn print_table(res: &[BenchResult]) {
     println!(
-        "{:>6} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8} {:>10}",
+        "{:>6} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9} {:>8} {:>10}",
         "tokens",
         "experts",
         "wall ms",
         "gpu ms",
+        "up ms",
+        "fwd ms",
+        "rb ms",
         "floor ms",
         "GB/s",
         "TFLOP/s",
@@ -221,12 +227,20 @@ fn print_table(res: &[BenchResult]) {
         "rel-L2"
     );
     for r in res {
+        let ph = |f: fn(&mxmoe::bench::HostPhases) -> f64| {
+            r.host_phases
+                .as_ref()
+                .map_or("-".into(), |p| format!("{:.3}", f(p)))
+        };
         println!(
-            "{:>6} {:>8.1} {:>10.3} {:>10} {:>10.4} {:>9.0} {:>9.2} {:>8.1} {:>10}",
+            "{:>6} {:>8.1} {:>10.3} {:>10} {:>9} {:>9} {:>9} {:>10.4} {:>9.0} {:>9.2} {:>8.1} {:>10}",
             r.tokens,
             r.active_experts,
             r.wall_ms,
             r.gpu_ms.map_or("-".into(), |g| format!("{g:.3}")),
+            ph(|p| p.upload_ms[1]),
+            ph(|p| p.forward_ms[1]),
+            ph(|p| p.readback_ms[1]),
             r.floor_ms,
             r.gbps,
             r.tflops,

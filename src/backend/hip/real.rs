@@ -585,6 +585,9 @@ impl HipBackend {
     ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
         let l = &g.config;
         let timed = timing == Timing::Passes;
+        // Timing::Host: the host time of the upload (waited for), the forward (setup, launches,
+        // synchronize) and the readback.
+        let t_start = std::time::Instant::now();
         let m = ops::validate_moe(l, hidden, logits)?;
         ops::validate_route(&l.router, logits, l.n_experts, None)?;
         let _guard = self.guard()?;
@@ -768,8 +771,15 @@ impl HipBackend {
         // The inputs in one copy (logits, then the hidden states) through the page-locked
         // staging buffer, last before the kernels: the host work above is done by then, so the
         // first kernel's launch follows the copy at once (the GPU does not wait for it).
+        let t_setup = t_start.elapsed();
+        let t_up0 = std::time::Instant::now();
         let (inputs, in_ptrs) = dev.upload_parts(&[f32_bytes(logits), f32_bytes(hidden)])?;
         let (logits_p, hidden_p) = (in_ptrs[0], in_ptrs[1]);
+        if timing == Timing::Host {
+            dev.synchronize()?;
+        }
+        let upload_ms = t_up0.elapsed().as_secs_f64() * 1e3;
+        let t_fwd0 = std::time::Instant::now();
         let t_upload = prof.lap();
         if let Some((s, _)) = &span {
             s.record()?;
@@ -1092,6 +1102,8 @@ impl HipBackend {
         let t_launch = prof.lap();
         dev.synchronize()?;
         let t_gpu = prof.lap();
+        let forward_ms = (t_setup + t_fwd0.elapsed()).as_secs_f64() * 1e3;
+        let t_rb0 = std::time::Instant::now();
         let times = if let Some((s, e)) = &span {
             Some(vec![("forward".to_string(), s.elapsed_to(e)?)])
         } else if timed {
@@ -1115,6 +1127,16 @@ impl HipBackend {
         })?;
         drop(inputs);
         prof.report(m, [t_upload, t_launch, t_gpu, prof.lap()]);
+        let times = if timing == Timing::Host {
+            let rb = t_rb0.elapsed().as_secs_f64() * 1e3;
+            Some(vec![
+                ("upload".to_string(), upload_ms),
+                ("forward".to_string(), forward_ms),
+                ("readback".to_string(), rb),
+            ])
+        } else {
+            times
+        };
         Ok((
             MoeOutput {
                 output,

@@ -240,6 +240,12 @@ const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 pub const WRITE_PAR_MIN: usize = 4 << 20;
 const WRITE_PIECE: usize = 1 << 20;
 
+/// [`Context::submit_and_map`] reads a first part of at least this many bytes back in pieces
+/// of [`READ_PIECE`] bytes (a multiple of 256), each in a submission of its own, so that the
+/// host's copy of one piece overlaps the device's copy of the next.
+pub const READ_STREAM_MIN: u64 = 16 << 20;
+pub const READ_PIECE: u64 = 8 << 20;
+
 /// Pooled buffers kept per (usage, power-of-two size) class.
 const POOL_PER_CLASS: usize = 12;
 
@@ -263,6 +269,20 @@ const UP_FAILED: u8 = 3;
 pub struct Upload {
     pub buf: wgpu::Buffer,
     state: Arc<AtomicU8>,
+}
+
+/// A readback recorded by [`Context::encode_readback`], submitted by
+/// [`Context::submit_readback`]: the finished command buffer (the caller's commands, then the
+/// copies into `staging`), the parts' (offset, bytes) in `staging` (the first part's first
+/// piece only), and the first part's further pieces (command buffer, mappable buffer, offset in
+/// the part, bytes).
+pub struct Readback {
+    cmd: wgpu::CommandBuffer,
+    staging: wgpu::Buffer,
+    total: u64,
+    parts: Vec<(u64, u64)>,
+    #[allow(clippy::type_complexity)]
+    more: Vec<(wgpu::CommandBuffer, wgpu::Buffer, u64, u64)>,
 }
 
 /// GPU timestamps around compute passes (TIMESTAMP_QUERY), for benchmarks.
@@ -430,6 +450,10 @@ pub struct Context {
     /// Why the expert passes read one chunk per dispatch where they do (empty otherwise).
     pub chunks_note: String,
     pub poison: AtomicBool,
+    /// The readback's pieces (`submit_and_map`): a first part of at least `.0` bytes is read
+    /// back in pieces of `.1` bytes ([`READ_STREAM_MIN`], [`READ_PIECE`]; a test hook sets
+    /// small ones).
+    pub read_pieces: (AtomicU64, AtomicU64),
     /// Whether the decode GEMV decodes FP4 codes in registers (`FP4_REGISTER_DECODE`) rather
     /// than through a table in workgroup memory: set when the adapter passes
     /// `Context::check_fp4_register_decode`; `MXMOE_FP4_DECODE=table|registers` forces it.
@@ -658,6 +682,7 @@ impl Context {
             chunks_forced: AtomicBool::new(chunks_forced),
             chunks_note,
             poison: AtomicBool::new(std::env::var("MXMOE_POISON").is_ok_and(|v| v == "1")),
+            read_pieces: (AtomicU64::new(READ_STREAM_MIN), AtomicU64::new(READ_PIECE)),
             fp4_register_decode: AtomicBool::new(false),
             gemv: Mutex::new(GemvConfig::SHARED),
             own_lists: AtomicBool::new(std::env::var("MXMOE_GEMV_OWN_LISTS").as_deref() != Ok("0")),
@@ -1631,91 +1656,256 @@ impl Context {
     /// Record copies of `(buffer, bytes)` into ONE mappable buffer (each part at a 256-byte
     /// aligned offset), submit `enc`, wait for it (spinning on the fence for a short while before
     /// blocking: a blocking wait adds the wake-up latency of a sleeping thread to every forward),
-    /// map once and hand the parts to `read`, which copies out what it needs. The `uploads` the
-    /// submission reads are asked to map again right after the submit (see [`Upload`]). Device
-    /// errors raised meanwhile are returned as [`BackendError::Device`].
-    pub fn submit_and_map<T>(
+    /// map once and hand the parts to `read`, which copies out what it needs:
+    /// [`Context::encode_readback`], then [`Context::submit_readback`] (`pre` on this thread).
+    pub fn submit_and_map<T, P: Send>(
         &self,
-        mut enc: wgpu::CommandEncoder,
+        enc: wgpu::CommandEncoder,
         uploads: &[&Upload],
         reads: &[(&wgpu::Buffer, u64)],
-        read: impl FnOnce(&[&[u8]]) -> T,
+        pre: impl FnOnce() -> P + Send,
+        stream: impl FnMut(&mut P, u64, &[u8]),
+        read: impl FnOnce(&[&[u8]], P) -> T,
     ) -> Result<T, BackendError> {
-        let mut offs = Vec::with_capacity(reads.len());
+        let rb = self.encode_readback(enc, reads);
+        host_profile::mark("finish_encoder");
+        self.submit_readback(rb, uploads, pre, false, stream, read)
+    }
+
+    /// Record into `enc` the copies of `(buffer, bytes)` into ONE mappable buffer (each part
+    /// at a 256-byte aligned offset) and finish it; no submission yet (a forward records this
+    /// while other threads write its inputs). The first part is read back in pieces where it is
+    /// large: see [`Context::submit_readback`].
+    pub fn encode_readback(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        reads: &[(&wgpu::Buffer, u64)],
+    ) -> Readback {
+        // The first part's pieces: (offset, bytes); piece 0 shares the first mappable buffer
+        // with the other parts.
+        let n0 = reads.first().map_or(0, |r| r.1);
+        let stream_min = self.read_pieces.0.load(Ordering::Relaxed);
+        let piece = self.read_pieces.1.load(Ordering::Relaxed).max(256);
+        let pieces: Vec<(u64, u64)> = if n0 >= stream_min {
+            (0..n0)
+                .step_by(piece as usize)
+                .map(|o| (o, piece.min(n0 - o)))
+                .collect()
+        } else {
+            vec![(0, n0)]
+        };
+        let mut parts = Vec::with_capacity(reads.len());
         let mut total = 0u64;
-        for (_, n) in reads {
-            offs.push(total);
+        for (i, (_, n)) in reads.iter().enumerate() {
+            let n = if i == 0 { pieces[0].1 } else { *n };
+            parts.push((total, n));
             total = (total + n).next_multiple_of(256);
         }
-        let staging = self.take(
-            total.max(4),
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        );
-        for ((b, n), o) in reads.iter().zip(&offs) {
-            if *n > 0 {
-                enc.copy_buffer_to_buffer(b, 0, &staging, *o, *n);
+        let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+        let staging = self.take(total.max(4), usage);
+        for ((b, _), &(o, n)) in reads.iter().zip(&parts) {
+            if n > 0 {
+                enc.copy_buffer_to_buffer(b, 0, &staging, o, n);
             }
         }
         let cmd = enc.finish();
-        host_profile::mark("finish_encoder");
-        self.queue.submit([cmd]);
+        // The other pieces, a command buffer each (submitted one by one).
+        let more = pieces[1..]
+            .iter()
+            .map(|&(o, n)| {
+                let st = self.take(n, usage);
+                let mut e = self
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("readback piece"),
+                    });
+                e.copy_buffer_to_buffer(reads[0].0, o, &st, 0, n);
+                (e.finish(), st, o, n)
+            })
+            .collect();
+        Readback {
+            cmd,
+            staging,
+            total: total.max(4),
+            parts,
+            more,
+        }
+    }
+
+    /// Submit a recorded readback, wait for it and map it: the parts after the first go to
+    /// `read` (the first as an empty slice). The first part goes to `stream` instead (called
+    /// with the destination, the byte offset and the bytes): where it is
+    /// [`Context::read_pieces`]`.0` bytes or more ([`READ_STREAM_MIN`]), in pieces of
+    /// [`READ_PIECE`] bytes, each copied into its own mappable buffer by a submission of its
+    /// own, so that the host copies piece i out while the device copies piece i + 1 (a
+    /// 2048-token DeepSeek-R1 output is 58.7 MB: the device's copy and the host's copy each
+    /// take milliseconds). `pre` runs while the device works, with `overlap` on rayon's threads
+    /// (e.g. [`touched_vec`]: the destination's page faults, which a fresh allocation of tens
+    /// of MB otherwise takes during the copy-out); its result is `stream`'s destination, then
+    /// goes to `read`. The `uploads` the submission reads are asked to map again right after the
+    /// submit (see [`Upload`]). Device errors raised meanwhile are returned as
+    /// [`BackendError::Device`].
+    pub fn submit_readback<T, P: Send>(
+        &self,
+        rb: Readback,
+        uploads: &[&Upload],
+        pre: impl FnOnce() -> P + Send,
+        overlap: bool,
+        mut stream: impl FnMut(&mut P, u64, &[u8]),
+        read: impl FnOnce(&[&[u8]], P) -> T,
+    ) -> Result<T, BackendError> {
+        let Readback {
+            cmd,
+            staging,
+            total,
+            parts,
+            more,
+        } = rb;
+        let idx = self.queue.submit([cmd]);
         for up in uploads {
             self.request_map(up);
         }
+        let mut more_bufs = Vec::with_capacity(more.len());
+        for (c, st, o, n) in more {
+            let i = self.queue.submit([c]);
+            more_bufs.push((st, o, n, i));
+        }
         host_profile::mark("submit");
-        let done = Arc::new(Mutex::new(None));
-        let d2 = done.clone();
-        staging
-            .slice(0..total.max(4))
-            .map_async(wgpu::MapMode::Read, move |r| {
+        let map = |b: &wgpu::Buffer, n: u64| {
+            let done = Arc::new(Mutex::new(None));
+            let d2 = done.clone();
+            b.slice(0..n).map_async(wgpu::MapMode::Read, move |r| {
                 *d2.lock().unwrap() = Some(r);
             });
+            done
+        };
+        let done = map(&staging, total);
+        let dones: Vec<_> = more_bufs.iter().map(|(b, _, n, _)| map(b, *n)).collect();
+        // Whether a map callback came, and with success.
+        let status = |d: &Mutex<Option<Result<(), wgpu::BufferAsyncError>>>| match d
+            .lock()
+            .unwrap()
+            .take()
+        {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(BackendError::Device(format!("map_async: {e}"))),
+            None => Err(BackendError::Device(
+                "map_async: no callback after wait".into(),
+            )),
+        };
+        // With `overlap`, the wait on this thread and `pre` on another (rayon::join: `pre` runs
+        // here after the wait if no thread took it); else `pre` first, all on this thread (a
+        // decode-sized forward would pay two thread wake-ups for nothing).
+        let wait = || self.spin_until(|| done.lock().unwrap().is_some(), &idx);
+        let (waited, mut dest) = if overlap {
+            rayon::join(wait, pre)
+        } else {
+            let dest = pre();
+            (wait(), dest)
+        };
+        let first = waited.and_then(|()| status(&done));
+        host_profile::mark("wait");
+        let range = |b: &wgpu::Buffer, n: u64| {
+            b.slice(0..n)
+                .get_mapped_range()
+                .map_err(|e| BackendError::Device(format!("mapped range: {e}")))
+        };
+        let mut result = first.and_then(|()| {
+            let v = range(&staging, total)?;
+            stream(&mut dest, 0, &v[..parts[0].1 as usize]);
+            Ok(())
+        });
+        let mut mapped = vec![result.is_ok()];
+        for ((b, o, n, i), d) in more_bufs.iter().zip(&dones) {
+            result = result.and_then(|()| {
+                self.spin_until(|| d.lock().unwrap().is_some(), i)?;
+                status(d)?;
+                stream(&mut dest, *o, &range(b, *n)?);
+                Ok(())
+            });
+            mapped.push(result.is_ok());
+        }
+        let out = result.and_then(|()| {
+            let v = range(&staging, total)?;
+            let views: Vec<&[u8]> = parts
+                .iter()
+                .enumerate()
+                .map(|(i, &(o, n))| {
+                    if i == 0 {
+                        &v[0..0]
+                    } else {
+                        &v[o as usize..(o + n) as usize]
+                    }
+                })
+                .collect();
+            Ok(read(&views, dest))
+        });
+        host_profile::mark("copy_out");
+        // Mapped buffers go back to the pool; one whose map failed or never came is dropped.
+        let bufs = std::iter::once(staging).chain(more_bufs.into_iter().map(|(b, _, _, _)| b));
+        for (b, ok) in bufs.zip(mapped) {
+            if ok {
+                b.unmap();
+                self.give([b]);
+            }
+        }
+        host_profile::mark("unmap");
+        let out = out?;
+        if let Some(e) = self.uncaptured.lock().unwrap().take() {
+            return Err(BackendError::Device(e));
+        }
+        Ok(out)
+    }
+
+    /// Poll the device until `ready()` (set by a callback that a poll runs), spinning for up to
+    /// [`SPIN_WAIT`] before one blocking wait for submission `idx` (not for later ones: the
+    /// readback's further pieces are copied out as each completes).
+    fn spin_until(
+        &self,
+        ready: impl Fn() -> bool,
+        idx: &wgpu::SubmissionIndex,
+    ) -> Result<(), BackendError> {
         let t0 = std::time::Instant::now();
         loop {
-            if done.lock().unwrap().is_some() {
-                break;
+            if ready() {
+                return Ok(());
             }
             if t0.elapsed() > SPIN_WAIT {
                 self.device
-                    .poll(wgpu::PollType::wait_indefinitely())
+                    .poll(wgpu::PollType::Wait {
+                        submission_index: Some(idx.clone()),
+                        timeout: None,
+                    })
                     .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
-                break;
+                return Ok(());
             }
             self.device
                 .poll(wgpu::PollType::Poll)
                 .map_err(|e| BackendError::Device(format!("poll: {e}")))?;
         }
-        host_profile::mark("wait");
-        let status = done.lock().unwrap().take();
-        match status {
-            Some(Ok(())) => {}
-            Some(Err(e)) => return Err(BackendError::Device(format!("map_async: {e}"))),
-            None => {
-                return Err(BackendError::Device(
-                    "map_async: no callback after wait".into(),
-                ))
-            }
+    }
+
+    /// Submit `enc` and wait until the device has run it (the same spin-then-block wait as
+    /// [`Context::submit_and_map`]); the `uploads` it reads are asked to map again right after
+    /// the submit. For [`crate::backend::Timing::Host`], which ends each phase with a wait.
+    pub fn submit_wait(
+        &self,
+        enc: wgpu::CommandEncoder,
+        uploads: &[&Upload],
+    ) -> Result<(), BackendError> {
+        let idx = self.queue.submit([enc.finish()]);
+        for up in uploads {
+            self.request_map(up);
         }
-        let out = {
-            let v = staging
-                .slice(0..total.max(4))
-                .get_mapped_range()
-                .map_err(|e| BackendError::Device(format!("mapped range: {e}")))?;
-            let parts: Vec<&[u8]> = reads
-                .iter()
-                .zip(&offs)
-                .map(|((_, n), o)| &v[*o as usize..(*o + *n) as usize])
-                .collect();
-            read(&parts)
-        };
-        host_profile::mark("copy_out");
-        staging.unmap();
-        self.give([staging]);
-        host_profile::mark("unmap");
+        let done = Arc::new(AtomicBool::new(false));
+        let d2 = done.clone();
+        self.queue
+            .on_submitted_work_done(move || d2.store(true, Ordering::Release));
+        self.spin_until(|| done.load(Ordering::Acquire), &idx)?;
         if let Some(e) = self.uncaptured.lock().unwrap().take() {
             return Err(BackendError::Device(e));
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The round trip of a minimal submission, in microseconds ([min, median, max] over `n`):
@@ -1733,7 +1923,7 @@ impl Context {
                     label: Some("probe"),
                 });
             enc.clear_buffer(&src, 0, None);
-            self.submit_and_map(enc, &[], &[(&src, 4)], |_| ())?;
+            self.submit_and_map(enc, &[], &[(&src, 4)], || (), |_, _, _| (), |_, _| ())?;
             t.push(t0.elapsed().as_secs_f64() * 1e6);
         }
         self.give([src]);
@@ -1797,28 +1987,114 @@ impl Context {
     }
 }
 
-/// A typed copy of `bytes` (length a multiple of the element size): one copy, split over rayon's
-/// threads when large (a 2048-token readback is tens of MB).
+/// A typed copy of `bytes` (length a multiple of the element size; a trailing partial element
+/// is dropped): [`pod_into`] a new `Vec`.
 pub fn pod_vec<T: bytemuck::Pod + Send>(bytes: &[u8]) -> Vec<T> {
+    let mut out = Vec::new();
+    pod_into(&mut out, bytes);
+    out
+}
+
+/// An empty `Vec` with room for `n` elements whose pages are already faulted in when it is
+/// large (one store per 4 KiB page, split over rayon's threads from [`WRITE_PAR_MIN`] bytes):
+/// the readback's destination, made while the device works ([`Context::submit_readback`]'s
+/// `pre`). A fresh allocation of tens of MB (glibc mmaps blocks over 32 MiB, e.g. DeepSeek-R1's
+/// 58.7 MB output at 2048 tokens) otherwise takes one page fault per 4 KiB during the copy-out;
+/// large ones also ask for huge pages ([`advise_huge_pages`]), which makes the faults and the
+/// caller's eventual `free` cheaper.
+pub fn touched_vec<T: bytemuck::Pod + Send>(n: usize) -> Vec<T> {
+    use rayon::prelude::*;
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    let sz = std::mem::size_of::<T>().max(1);
+    if n * sz >= WRITE_PAR_MIN {
+        advise_huge_pages(v.as_mut_ptr().cast(), n * sz);
+        // Every 4 KiB page the buffer spans holds one of these elements (stride 4096 bytes
+        // from the first), and the last element covers the last page.
+        let stride = (4096 / sz).max(1);
+        let spare = &mut v.spare_capacity_mut()[..n];
+        spare.par_chunks_mut(stride * 64).for_each(|c| {
+            for i in (0..c.len()).step_by(stride) {
+                c[i] = std::mem::MaybeUninit::new(T::zeroed());
+            }
+        });
+        spare[n - 1] = std::mem::MaybeUninit::new(T::zeroed());
+    }
+    v
+}
+
+/// Append a typed copy of `bytes` (length a multiple of the element size; a trailing partial
+/// element is dropped) to `out`: the readback's pieces ([`Context::submit_and_map`]'s
+/// `stream`), in order.
+pub fn pod_append<T: bytemuck::Pod + Send>(out: &mut Vec<T>, bytes: &[u8]) {
+    let len = out.len();
+    out.reserve(bytes.len() / std::mem::size_of::<T>());
+    let n = pod_copy(out.spare_capacity_mut(), bytes);
+    // SAFETY: pod_copy wrote the first n elements after `len`.
+    unsafe { out.set_len(len + n) };
+}
+
+/// Ask Linux for transparent huge pages on the whole 2 MiB pages inside `[ptr, ptr + len)`
+/// (`madvise(MADV_HUGEPAGE)`; where THP is "madvise", the default of many distributions, large
+/// allocations otherwise get 4 KiB pages). A 58.7 MB readback destination then takes ~30 page
+/// faults instead of ~14,000, and its `free` unmaps 2 MiB pages: on the 2-core build machine
+/// (a VM, THP "madvise") faulting 58.7 MB took 30-55 ms in 4 KiB pages and 6-8 ms with the
+/// advice, and the `free` 6-8 ms against 0.3-0.4 ms (a C loop of malloc, one store per 4 KiB,
+/// free; 2026-12-01). Advisory only: the contents and the allocation are unchanged, and an
+/// error (no THP, an old kernel) changes nothing.
+fn advise_huge_pages(ptr: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        extern "C" {
+            fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+        }
+        // include/uapi/asm-generic/mman-common.h (every Linux architecture).
+        const MADV_HUGEPAGE: i32 = 14;
+        const HUGE: usize = 2 << 20;
+        let (a, e) = (
+            (ptr as usize).next_multiple_of(HUGE),
+            (ptr as usize + len) & !(HUGE - 1),
+        );
+        if e > a {
+            // SAFETY: [a, e) lies inside the caller's allocation (page-aligned, as madvise
+            // wants); MADV_HUGEPAGE changes no contents and no mapping the program can see.
+            unsafe { madvise(a as *mut std::ffi::c_void, e - a, MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, len);
+}
+
+/// Replace the contents of `out` by a typed copy of `bytes` (length a multiple of the element
+/// size; a trailing partial element is dropped).
+pub fn pod_into<T: bytemuck::Pod + Send>(out: &mut Vec<T>, bytes: &[u8]) {
+    out.clear();
+    pod_append(out, bytes);
+}
+
+/// Copy the whole elements of `bytes` into the start of `dst` (which must hold them) and return
+/// how many: one copy, split over rayon's threads when large (a 2048-token readback is tens of
+/// MB).
+fn pod_copy<T: bytemuck::Pod + Send>(dst: &mut [std::mem::MaybeUninit<T>], bytes: &[u8]) -> usize {
     use rayon::prelude::*;
     let sz = std::mem::size_of::<T>();
     let n = bytes.len() / sz;
     let src = &bytes[..n * sz];
-    // Not zero-filled first: a `vec![zeroed; n]` of a size the allocator reuses (glibc keeps
-    // freed blocks up to 32 MiB in its heap) is a single-threaded memset of the whole output
-    // before the copy (23.6 MB at 2048 gpt-oss tokens).
-    let mut out: Vec<T> = Vec::with_capacity(n);
-    let dst = &mut out.spare_capacity_mut()[..n];
+    // Into uninitialized room, not a zero-filled Vec: a `vec![zeroed; n]` of a size the
+    // allocator reuses (glibc keeps freed blocks up to 32 MiB in its heap) is a
+    // single-threaded memset of the whole output before the copy (23.6 MB at 2048 gpt-oss
+    // tokens).
+    let dst = &mut dst[..n];
     // Elements per task: small enough that a 2048-token output (23.6 MB for gpt-oss) is spread
     // over every core (the copy out of the mapped buffer also takes the fresh Vec's page
-    // faults; with 4 MiB tasks it ran at ~6.5 GB/s on the H200's host,
-    // docs/h200-2026-12-01s5-wgpu5). Below WRITE_PAR_MIN bytes one thread copies: waking
+    // faults unless `touched_vec` made it; with 4 MiB tasks it ran at ~6.5 GB/s on the H200's
+    // host, docs/h200-2026-12-01s5-wgpu5). Below WRITE_PAR_MIN bytes one thread copies: waking
     // rayon's threads cost more than it saved (gpt-oss 64 tokens, 737 KB: 70 us in one copy,
     // 200 us in 3 tasks on the H200's host, docs/h200-2026-12-01s6-wgpu).
     const CHUNK: usize = 1 << 16;
     // SAFETY (both copies): `d` has room for `s.len()` bytes (CHUNK elements of T against
     // CHUNK * sz bytes; the last pieces are as short as each other), source and destination
-    // do not overlap (a fresh allocation), and T is Pod, so any bytes are a valid T.
+    // do not overlap (`dst` is spare room of our own Vec), and T is Pod, so any bytes are a
+    // valid T.
     let copy = |d: &mut [std::mem::MaybeUninit<T>], s: &[u8]| unsafe {
         std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr().cast::<u8>(), s.len())
     };
@@ -1829,14 +2105,12 @@ pub fn pod_vec<T: bytemuck::Pod + Send>(bytes: &[u8]) -> Vec<T> {
             .zip(src.par_chunks(CHUNK * sz))
             .for_each(|(d, s)| copy(d, s));
     }
-    // SAFETY: all n elements were written above.
-    unsafe { out.set_len(n) };
-    out
+    n
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{pod_vec, WRITE_PAR_MIN};
+    use super::{pod_append, pod_vec, touched_vec, WRITE_PAR_MIN};
 
     /// `pod_vec` against a byte-by-byte decode, below and above the size where it splits the
     /// copy over threads, with a short last piece and a trailing partial element (dropped).
@@ -1862,6 +2136,31 @@ mod tests {
                 .map(|c| u16::from_ne_bytes([c[0], c[1]]))
                 .collect();
             assert_eq!(pod_vec::<u16>(&bytes), want16, "{len} bytes as u16");
+        }
+    }
+
+    /// `touched_vec` gives an empty Vec with room for n elements (small and large: the large
+    /// one takes the page-touching path); `pod_append` of the bytes in uneven pieces, some above
+    /// the parallel-copy size, gives the byte-by-byte decode of the whole.
+    #[test]
+    fn touched_vec_and_pod_append_in_pieces() {
+        let n = (WRITE_PAR_MIN * 3) / 4 + 1234;
+        let bytes: Vec<u8> = (0..n * 4).map(|i| (i * 13 + i / 509) as u8).collect();
+        let want: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        for (cap, cuts) in [
+            (n, vec![0, 4 << 20, 4 * n]),
+            (n, vec![0, 4, 4096, WRITE_PAR_MIN + 8, 4 * n]),
+            (3, vec![0, 4 * n]),
+        ] {
+            let mut v = touched_vec::<u32>(cap);
+            assert!(v.is_empty() && v.capacity() >= cap);
+            for w in cuts.windows(2) {
+                pod_append(&mut v, &bytes[w[0]..w[1]]);
+            }
+            assert_eq!(v, want, "capacity {cap}, cuts {cuts:?}");
         }
     }
 }

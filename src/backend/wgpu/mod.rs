@@ -346,6 +346,18 @@ impl WgpuBackend {
         self.ctx.poison.store(on, Ordering::Relaxed);
     }
 
+    /// Test hook: read a forward's output back in pieces of `piece` bytes (rounded up to 256)
+    /// from `min_bytes` on (each piece a submission of its own, copied out while the device
+    /// copies the next); `None` restores the defaults (pieces of 8 MiB from 16 MiB).
+    pub fn set_read_pieces(&self, sizes: Option<(u64, u64)>) {
+        let (min, piece) = sizes.unwrap_or((context::READ_STREAM_MIN, context::READ_PIECE));
+        self.ctx.read_pieces.0.store(min, Ordering::Relaxed);
+        self.ctx
+            .read_pieces
+            .1
+            .store(piece.next_multiple_of(256), Ordering::Relaxed);
+    }
+
     /// Test hook: split weights into chunks of at most `bytes` (0 = the adapter's binding
     /// limit), so a small layer exercises the multi-buffer path.
     pub fn set_max_chunk_bytes(&self, bytes: u64) {
@@ -478,14 +490,20 @@ impl WgpuBackend {
         timed: bool,
     ) -> Result<(MoeOutput, Option<(PassTimes, f64)>), BackendError> {
         let timed = timed && self.has_timestamps();
+        let mode = if timed {
+            moe::FwdTiming::Gpu
+        } else {
+            moe::FwdTiming::Off
+        };
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let (o, t, span) = moe::forward(&self.ctx, layer, hidden, logits, opts, path, timed)?;
+        let (o, t, span) = moe::forward(&self.ctx, layer, hidden, logits, opts, path, mode)?;
         Ok((o, timed.then_some((t, span))))
     }
 
     /// [`WgpuBackend::moe`] timed as `timing` asks: per pass, or the forward as one span (the
     /// first pass's beginning to the last one's end, the gaps between passes included), one
-    /// entry `("forward", ms)`; `None` without TIMESTAMP_QUERY.
+    /// entry `("forward", ms)`; `None` without TIMESTAMP_QUERY. [`Timing::Host`]: the host time
+    /// of the upload, the forward and the readback, each ended by a wait (every adapter).
     pub fn moe_timing(
         &self,
         layer: &GpuLayer,
@@ -501,6 +519,19 @@ impl WgpuBackend {
                 let (o, t) =
                     self.forward_timed(layer, hidden, logits, opts, MoePath::Auto, true)?;
                 Ok((o, t.map(|(_, span)| vec![("forward".to_string(), span)])))
+            }
+            Timing::Host => {
+                let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
+                let (o, t, _) = moe::forward(
+                    &self.ctx,
+                    layer,
+                    hidden,
+                    logits,
+                    opts,
+                    MoePath::Auto,
+                    moe::FwdTiming::Host,
+                )?;
+                Ok((o, Some(t)))
             }
         }
     }

@@ -30,7 +30,10 @@
 //! bind groups (the forward cache); splitting it per pass would pass that set around. Layer
 //! preparation (weight chunks, resident buffers) is the other third.
 
-use super::context::{host_profile, pod_vec, Context, Timer, Upload, FUSED_COMBINE_MAX_TOKENS};
+use super::context::{
+    host_profile, pod_append, pod_vec, touched_vec, Context, Timer, Upload,
+    FUSED_COMBINE_MAX_TOKENS, WRITE_PAR_MIN,
+};
 use super::route;
 use super::source::{Shader, FMT_NONE, MULTI_WEIGHT_BINDINGS};
 use crate::backend::{ops, BackendError, PassTimes};
@@ -505,6 +508,29 @@ impl Recorder<'_> {
     }
 }
 
+/// What a forward measures: nothing, the GPU (timestamps per pass and the span), or the host
+/// time of its phases ([`crate::backend::Timing::Host`]: each phase ends with a wait, and the
+/// times come back as `("upload" | "forward" | "readback", ms)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FwdTiming {
+    Off,
+    Gpu,
+    Host,
+}
+
+/// Logits of at least this many values are checked (finite) on another thread while the
+/// inputs are written to the upload buffer (gpt-oss-120b, 2048 tokens: 1 MB, ~0.15 ms on the
+/// H200's host, docs/h200-2026-12-01s6-wgpu); smaller ones first, on this thread.
+const VALIDATE_PAR_MIN: usize = 1 << 16;
+
+/// Hidden states of at least this many bytes are written to the upload buffer while another
+/// thread records the forward's commands: where the write itself is split over rayon's threads
+/// (`WRITE_PAR_MIN`; gpt-oss-120b from 365 tokens: the H200's host writes them at ~23 GB/s,
+/// 1.1 ms at 2048 tokens, and wgpu-core's encoding at `finish` took 140-220 us there,
+/// docs/h200-2026-12-01s6-wgpu); below it, one after the other (waking a thread would cost
+/// about what the overlap saves).
+const RECORD_PAR_MIN: usize = WRITE_PAR_MIN;
+
 /// Run a resident layer on a token batch.
 pub fn forward(
     ctx: &Context,
@@ -513,8 +539,10 @@ pub fn forward(
     logits: &[f32],
     opts: MoeOptions,
     path: MoePath,
-    timed: bool,
+    timing: FwdTiming,
 ) -> Result<(MoeOutput, PassTimes, f64), BackendError> {
+    let timed = timing == FwdTiming::Gpu;
+    let host = timing == FwdTiming::Host;
     let l = &g.config;
     // Batch shapes (the layer itself was validated at upload).
     let h = l.hidden;
@@ -565,12 +593,22 @@ pub fn forward(
                 &logits[t0 * ne..t1 * ne],
                 opts,
                 path,
-                timed,
+                timing,
             )?;
             out.extend(o.output);
             ids.extend(o.routing.topk_ids);
             ws.extend(o.routing.topk_weights);
-            times.extend(t);
+            if host {
+                // The phases of the pieces add up.
+                for (n, ms) in t {
+                    match times.iter_mut().find(|(k, _)| *k == n) {
+                        Some(e) => e.1 += ms,
+                        None => times.push((n, ms)),
+                    }
+                }
+            } else {
+                times.extend(t);
+            }
             span += sp;
         }
         return Ok((
@@ -595,9 +633,15 @@ pub fn forward(
         ),
         Err(e) => format!("round-trip probe failed: {e}"),
     });
+    let t_start = std::time::Instant::now();
     host_profile::start();
-    // The router's input checks (finite logits; the bias was checked at upload).
-    ops::validate_route(&l.router, logits, l.n_experts, None)?;
+    // The router's input checks (finite logits; the bias was checked at upload): here when
+    // small, else beside the inputs' upload (below).
+    let validate = || ops::validate_route(&l.router, logits, l.n_experts, None);
+    let validate_early = logits.len() < VALIDATE_PAR_MIN;
+    if validate_early {
+        validate()?;
+    }
     host_profile::mark("validate");
     let na = m * k;
     let el = l.local_experts;
@@ -985,116 +1029,204 @@ pub fn forward(
         }
     };
     // The inputs go through the set's upload buffer (mapped while idle), copied into the
-    // device buffers at the start of the forward's command buffer.
+    // device buffers at the start of the forward's command buffer (Timing::Host: in a
+    // submission of their own, waited for).
     let (logits_bytes, hidden_bytes): (&[u8], &[u8]) =
         (bytemuck::cast_slice(logits), bytemuck::cast_slice(hidden));
-    if let Err(e) = ctx.fill_upload(
-        &c.upload,
-        &[(0, logits_bytes), (c.hidden_off, hidden_bytes)],
-    ) {
-        c.give_back(ctx);
-        return Err(e);
-    }
+    let (nl, nh) = (logits_bytes.len() as u64, hidden_bytes.len() as u64);
+    let t_setup = t_start.elapsed();
+    let parts = [(0, logits_bytes), (c.hidden_off, hidden_bytes)];
+    // The inputs into the upload buffer, the logits checked beside them when large.
+    let fill = || {
+        if validate_early {
+            ctx.fill_upload(&c.upload, &parts)
+        } else {
+            let (v, f) = rayon::join(validate, || ctx.fill_upload(&c.upload, &parts));
+            v.map_err(BackendError::from).and(f)
+        }
+    };
+    let up_copy = |enc: &mut wgpu::CommandEncoder| {
+        enc.copy_buffer_to_buffer(&c.upload.buf, 0, &c.logits_b, 0, nl);
+        enc.copy_buffer_to_buffer(&c.upload.buf, c.hidden_off, &c.hidden_b, 0, nh);
+    };
     for (b, &n) in c.bufs.iter().zip(&c.out_sizes) {
         ctx.maybe_poison(b, n);
     }
     let (ids, topw, out, counts) = (&c.bufs[0], &c.bufs[1], &c.bufs[7], &c.bufs[9]);
-    host_profile::mark("buffers_uploads");
-
     let mut timer = if timed {
         ctx.timer(4 + 2 * groups.len() as u32 + 2 * prepass as u32)
     } else {
         None
     };
-    let mut enc = ctx
-        .device
-        .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
-    let (nl, nh) = (logits_bytes.len() as u64, hidden_bytes.len() as u64);
-    enc.copy_buffer_to_buffer(&c.upload.buf, 0, &c.logits_b, 0, nl);
-    enc.copy_buffer_to_buffer(&c.upload.buf, c.hidden_off, &c.hidden_b, 0, nh);
-    if fuse_combine {
-        // gemv2's slice counters start at zero (its last workgroups also reset them).
-        enc.clear_buffer(counts, 0, None);
-    }
-    let mut rec = Recorder {
-        enc: &mut enc,
-        timer: timer.as_mut(),
-        one: None,
-    };
-    rec.dispatch("route", &p_route, &c.bg_route, ctx.grid(m as u32));
-    if let Some(bg) = &c.bg_lists {
-        rec.dispatch("moe/lists", &p_lists, bg, (1, 1));
-    }
-    // Input QDQ, once per token.
-    if let (Some(pq), Some(bg)) = (&p_qdq, &c.bg_qdq) {
-        rec.dispatch(
-            "moe/input_qdq",
-            pq,
-            bg,
-            ctx.grid((m * h / 32).div_ceil(8) as u32),
-        );
-    }
-    let nc = groups.len();
-    let stages = [
-        (&p_g1, e1, if gemv { TN1_GEMV } else { TN1 }, inter),
-        (&p_g2, e2, if gemv { TN2_GEMV } else { TN2 }, h),
-    ];
-    for (si, (pipe, label, tn, cols)) in stages.into_iter().enumerate() {
-        // Kernel k64p: the stage's activations converted once (one workgroup per token, then
-        // per GEMM row).
-        if let (Some((pp1, pp2)), Some((bp1, bp2))) = (&p_prep, &c.bg_prep) {
-            let (pp, bp, n, name) = if si == 0 {
-                (pp1, bp1, m, "moe/prep1")
-            } else {
-                (pp2, bp2, na, "moe/prep2")
+    // The forward's commands: the inputs' copies (`with_upload`), the passes, the timestamps'
+    // resolve (returns its buffer).
+    let record = |with_upload: bool, mut timer: Option<&mut Timer>| {
+        let mut enc = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("moe") });
+        if with_upload {
+            up_copy(&mut enc);
+        }
+        if fuse_combine {
+            // gemv2's slice counters start at zero (its last workgroups also reset them).
+            enc.clear_buffer(counts, 0, None);
+        }
+        {
+            let timer = timer.as_deref_mut();
+            let mut rec = Recorder {
+                enc: &mut enc,
+                timer,
+                one: None,
             };
-            rec.dispatch(name, pp, bp, ctx.grid(n as u32));
+            rec.dispatch("route", &p_route, &c.bg_route, ctx.grid(m as u32));
+            if let Some(bg) = &c.bg_lists {
+                rec.dispatch("moe/lists", &p_lists, bg, (1, 1));
+            }
+            // Input QDQ, once per token.
+            if let (Some(pq), Some(bg)) = (&p_qdq, &c.bg_qdq) {
+                rec.dispatch(
+                    "moe/input_qdq",
+                    pq,
+                    bg,
+                    ctx.grid((m * h / 32).div_ceil(8) as u32),
+                );
+            }
+            let nc = groups.len();
+            let stages = [
+                (&p_g1, e1, if gemv { TN1_GEMV } else { TN1 }, inter),
+                (&p_g2, e2, if gemv { TN2_GEMV } else { TN2 }, h),
+            ];
+            for (si, (pipe, label, tn, cols)) in stages.into_iter().enumerate() {
+                // Kernel k64p: the stage's activations converted once (one workgroup per token, then
+                // per GEMM row).
+                if let (Some((pp1, pp2)), Some((bp1, bp2))) = (&p_prep, &c.bg_prep) {
+                    let (pp, bp, n, name) = if si == 0 {
+                        (pp1, bp1, m, "moe/prep1")
+                    } else {
+                        (pp2, bp2, na, "moe/prep2")
+                    };
+                    rec.dispatch(name, pp, bp, ctx.grid(n as u32));
+                }
+                let name = format!("moe/{label}");
+                for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
+                    rec.dispatch(
+                        &name,
+                        pipe,
+                        bg,
+                        (max_tiles as u32, cols.div_ceil(tn) as u32),
+                    );
+                }
+            }
+            if !fuse_combine {
+                rec.dispatch(
+                    "moe/combine",
+                    &p_comb,
+                    &c.bg_comb,
+                    ctx.grid((m * h).div_ceil(256) as u32),
+                );
+            }
+            drop(rec);
         }
-        let name = format!("moe/{label}");
-        for bg in &c.bg_stages[si * nc..(si + 1) * nc] {
-            rec.dispatch(
-                &name,
-                pipe,
-                bg,
-                (max_tiles as u32, cols.div_ceil(tn) as u32),
-            );
-        }
-    }
-    if !fuse_combine {
-        rec.dispatch(
-            "moe/combine",
-            &p_comb,
-            &c.bg_comb,
-            ctx.grid((m * h).div_ceil(256) as u32),
-        );
-    }
-    drop(rec);
-    let resolve = timer.as_ref().map(|t| {
-        let b = ctx.resolve_buffer(t.bytes());
-        t.resolve(&mut enc, &b);
-        b
-    });
-    host_profile::mark("record");
-    let mut reads = vec![(out, bytes(m * h)), (ids, bytes(na)), (topw, bytes(na))];
-    if let (Some(t), Some(b)) = (&timer, &resolve) {
-        reads.push((b, t.bytes()));
-    }
-    // One readback of everything (output, ids, weights, timestamps), one copy each.
-    let period = ctx.queue.get_timestamp_period();
-    let r = ctx.submit_and_map(enc, &[&c.upload], &reads, |parts| {
-        let (times, span) = match &timer {
-            Some(t) => (t.durations(parts[3], period), t.span(parts[3], period)),
-            None => (Vec::new(), 0.0),
+        let resolve = timer.map(|t| {
+            let b = ctx.resolve_buffer(t.bytes());
+            t.resolve(&mut enc, &b);
+            b
+        });
+        (enc, resolve)
+    };
+    // What comes back: output, ids, weights (and the timestamps), one copy each.
+    let readback =
+        |enc: wgpu::CommandEncoder, timer: Option<&Timer>, resolve: &Option<wgpu::Buffer>| {
+            let mut reads = vec![(out, bytes(m * h)), (ids, bytes(na)), (topw, bytes(na))];
+            if let (Some(t), Some(b)) = (timer, resolve) {
+                reads.push((b, t.bytes()));
+            }
+            ctx.encode_readback(enc, &reads)
         };
-        (
-            pod_vec::<f32>(parts[0]),
-            pod_vec::<i32>(parts[1]),
-            pod_vec::<f32>(parts[2]),
-            times,
-            span,
-        )
-    });
-    drop(reads);
+    let mut fwd_ms = 0.0;
+    let mut t_upload = std::time::Duration::ZERO;
+    let (rb, resolve, uploads) = if host {
+        // Timing::Host: the upload, the passes and the readback, each a submission of its own,
+        // waited for.
+        let t_up0 = std::time::Instant::now();
+        let filled = fill().and_then(|()| {
+            let mut enc = ctx
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("moe upload"),
+                });
+            up_copy(&mut enc);
+            ctx.submit_wait(enc, &[&c.upload])
+        });
+        if let Err(e) = filled {
+            c.give_back(ctx);
+            return Err(e);
+        }
+        t_upload = t_up0.elapsed();
+        let t_fwd0 = std::time::Instant::now();
+        let (enc, _) = record(false, None);
+        host_profile::mark("record");
+        if let Err(e) = ctx.submit_wait(enc, &[]) {
+            c.give_back(ctx);
+            return Err(e);
+        }
+        fwd_ms = (t_setup + t_fwd0.elapsed()).as_secs_f64() * 1e3;
+        let enc = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("moe readback"),
+            });
+        (readback(enc, None, &None), None, Vec::new())
+    } else {
+        // The commands are recorded (and wgpu-core encodes them) while the inputs are written
+        // to the upload buffer, on other threads when they are large (copies from a mapped
+        // buffer may be recorded; it must be unmapped by the submit).
+        let mut work = || {
+            let (enc, resolve) = record(true, timer.as_mut());
+            let rb = readback(enc, timer.as_ref(), &resolve);
+            (rb, resolve)
+        };
+        let (filled, (rb, resolve)) = if hidden_bytes.len() >= RECORD_PAR_MIN {
+            rayon::join(fill, work)
+        } else {
+            (fill(), work())
+        };
+        if let Err(e) = filled {
+            drop(rb);
+            ctx.give(resolve);
+            c.give_back(ctx);
+            return Err(e);
+        }
+        (rb, resolve, vec![&c.upload])
+    };
+    // (Profile marks from this thread only: with the recording on another thread, this step
+    // is the inputs' write and the recording together.)
+    host_profile::mark("buffers_uploads_record");
+    let t_rb0 = std::time::Instant::now();
+    // The output's destination is allocated (its pages faulted in) while the device works.
+    let period = ctx.queue.get_timestamp_period();
+    let r = ctx.submit_readback(
+        rb,
+        &uploads,
+        || touched_vec::<f32>(m * h),
+        m * h * 4 >= WRITE_PAR_MIN,
+        // The output, in the order of its pieces (see Context::submit_readback).
+        |output, _, piece| pod_append(output, piece),
+        |parts, output| {
+            let (times, span) = match &timer {
+                Some(t) => (t.durations(parts[3], period), t.span(parts[3], period)),
+                None => (Vec::new(), 0.0),
+            };
+            (
+                output,
+                pod_vec::<i32>(parts[1]),
+                pod_vec::<f32>(parts[2]),
+                times,
+                span,
+            )
+        },
+    );
+    let rb_ms = t_rb0.elapsed().as_secs_f64() * 1e3;
     ctx.give(resolve);
     // Keep the set for the next forward when it is small (decode and middle batches, where the
     // host time per forward matters most); large ones go back to the pool (a model's many layers
@@ -1109,10 +1241,21 @@ pub fn forward(
         format!(
             "moe {} m={m}{}",
             if gemv { "gemv" } else { "gemm" },
-            if timed { " timed" } else { "" }
+            match timing {
+                FwdTiming::Off => "",
+                FwdTiming::Gpu => " timed",
+                FwdTiming::Host => " host phases",
+            }
         )
     });
-    let (output, topk_ids, topk_weights, times, span) = r?;
+    let (output, topk_ids, topk_weights, mut times, span) = r?;
+    if host {
+        times = vec![
+            ("upload".to_string(), t_upload.as_secs_f64() * 1e3),
+            ("forward".to_string(), fwd_ms),
+            ("readback".to_string(), rb_ms),
+        ];
+    }
     Ok((
         MoeOutput {
             output,
