@@ -22,17 +22,17 @@ if [ "$P" = a ] || [ "$P" = all ]; then
   echo "check wgpu rc=$?"; grep -E "FAIL" "$OUT/check_wgpu.txt" | head -5; tail -3 "$OUT/check_wgpu.txt"
   MXMOE_REQUIRE_HIP=1 timeout 100 $B check --backend hip --suite full --json "$T/ch.json" > "$OUT/check_hip.txt" 2>&1
   echo "check hip rc=$?"; grep -E "FAIL" "$OUT/check_hip.txt" | head -5; tail -3 "$OUT/check_hip.txt"
-  timeout 140 $B bench --backend wgpu --shape gpt-oss-120b --tokens 1,4,16,64,256,2048 --iters 30 \
+  timeout 170 $B bench --backend wgpu --shape gpt-oss-120b --tokens 1,4,16,64,256,2048 --iters 30 \
     --json "$OUT/bench_wgpu_gptoss.json" > "$OUT/bench_wgpu.log" 2>&1; echo "bench wgpu gpt-oss rc=$?"
-  timeout 170 $B bench --backend wgpu --shape deepseek-r1 --tokens 1,8,64,512,2048 --iters 30 \
+  timeout 190 $B bench --backend wgpu --shape deepseek-r1 --tokens 1,8,64,512,2048 --iters 30 \
     --json "$OUT/bench_wgpu_dsr1.json" >> "$OUT/bench_wgpu.log" 2>&1; echo "bench wgpu dsr1 rc=$?"
   clocks >> "$OUT/bench_wgpu.log"
   grep -E "^ +[0-9]+ +[0-9.]+ " "$OUT/bench_wgpu.log" | cut -c1-160
 fi
 if [ "$P" = b ] || [ "$P" = all ]; then
-  timeout 120 $B bench --backend hip --shape gpt-oss-120b --tokens 1,4,16,64,256,2048 --iters 30 \
+  timeout 140 $B bench --backend hip --shape gpt-oss-120b --tokens 1,4,16,64,256,2048 --iters 30 \
     --json "$OUT/bench_hip_gptoss.json" > "$OUT/bench_hip.log" 2>&1; echo "bench hip gpt-oss rc=$?"
-  timeout 150 $B bench --backend hip --shape deepseek-r1 --tokens 1,8,64,512,2048 --iters 30 \
+  timeout 170 $B bench --backend hip --shape deepseek-r1 --tokens 1,8,64,512,2048 --iters 30 \
     --json "$OUT/bench_hip_dsr1.json" >> "$OUT/bench_hip.log" 2>&1; echo "bench hip dsr1 rc=$?"
   clocks >> "$OUT/bench_hip.log"
   grep -E "^ +[0-9]+ +[0-9.]+ " "$OUT/bench_hip.log" | cut -c1-160
