@@ -411,5 +411,11 @@ GEMV_MMAO_KERNELS(true, _split)
   }
 GEMV_MMAB32_KERNELS(false, )
 GEMV_MMAB32_KERNELS(true, _split)
+// mmab4: mmab's hi-only gemv1 (MX activations) at four blocks per multiprocessor (<= 64
+// registers): for grids just over one wave of three (DeepSeek-R1 at one token: 8 x 64 = 512
+// blocks, 1.29 waves of 396 on the H200, one of 528).
+MX_KERNEL_OCC(GM_THREADS, 4) void moe_gemv1_mmab4_cb4(GEMV_ARGS) {
+  gemv_mma_body<false, 2u, true>(p, true, GEMV_PASS);
+}
 
 #endif

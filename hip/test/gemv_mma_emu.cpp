@@ -181,12 +181,14 @@ static size_t p8(size_t i) {
 // mode 0: `mma`; 1: `mmaw` (two 16-row tiles per warp, the K steps over 4 warps per row group);
 // 2: `mmab` (mmaw on bf16 activations in mx_to_bf16_p8's order, hi then lo; gemv1 writes its
 // output that way); 3: `mmao` (gemv1 only: f32 activations, output as mmab's); 4: `mmab32`
-// (gemv2 only: mmab with 32 output rows per block).
-static const char* MODE_NAMES[5] = {"", ", mmaw", ", mmab", ", mmao", ", mmab32"};
+// (gemv2 only: mmab with 32 output rows per block); 5: `mmab4` (hi-only gemv1 only: mmab's kernel
+// built for four blocks per multiprocessor).
+static const char* MODE_NAMES[6] = {"", ", mmaw", ", mmab", ", mmao", ", mmab32", ", mmab4"};
 static int run_case(const Case& c, std::mt19937& rng, int mode) {
   if (mode == 3 && !c.is1) return 0;
   if (mode == 4 && c.is1) return 0;
-  bool wide = mode >= 1, xbi = mode == 2 || mode == 4, xb = mode == 2 || mode == 3;
+  if (mode == 5 && (!c.is1 || c.split)) return 0;
+  bool wide = mode >= 1, xbi = mode == 2 || mode == 4 || mode == 5, xb = mode == 2 || mode == 3 || mode == 5;
   u32 rows2 = mode == 4 ? 32u : GM_ROWS;
   const u32 E = 3, top_k = 2, m = 9;  // 18 pairs
   MoeParams p{};
@@ -271,6 +273,7 @@ static int run_case(const Case& c, std::mt19937& rng, int mode) {
                       : (c.split ? moe_gemv2_mmab_split_cb4 : moe_gemv2_mmab_cb4);
           if (mode == 3) f = c.split ? moe_gemv1_mmao_split_cb4 : moe_gemv1_mmao_cb4;
           if (mode == 4) f = c.split ? moe_gemv2_mmab32_split_cb4 : moe_gemv2_mmab32_cb4;
+          if (mode == 5) f = moe_gemv1_mmab4_cb4;
           const float* xin = xbi ? (const float*)xbuf.data() : x.data();
           f(p, pair_of_row.data(), tiles.data(), xin, wnv.data(), wscales.data(), out.data(),
             bias.data(), topw.data(), nullptr, nullptr, nullptr);
@@ -357,7 +360,7 @@ int main() {
   };
   int bad = 0;
   for (const Case& c : cases) {
-    for (int mode = 0; mode < 5; ++mode) bad += run_case(c, rng, mode);
+    for (int mode = 0; mode < 6; ++mode) bad += run_case(c, rng, mode);
   }
   return bad ? 1 : 0;
 }

@@ -345,6 +345,22 @@ pub(super) fn gemv2_rows(
     }
 }
 
+/// mmab's hi-only gemv1 (`moe_gemv1_mmab_cb4`: MX activations, or bf16 hidden states) at four
+/// blocks per multiprocessor (`moe_gemv1_mmab4_cb4`, <= 64 registers) where its grid (`slots`
+/// tile slots x `inter` / 32 column blocks) is more than one wave of three (`sms`; 132 when
+/// unknown): on the H200 DeepSeek-R1 at one token (8 x 64 = 512 blocks: 1.29 waves of three,
+/// one of four) gemv1 took 0.046 ms against 0.061 and the forward 0.088 against 0.103, at 8
+/// tokens 0.263 against 0.266 (docs/h200-2026-12-01s8-occ). Below one wave (one gpt-oss token:
+/// 4 x 90 = 360) the fourth slot adds nothing. Other gemv1 kernels are returned unchanged.
+pub(super) fn gemv1_occupancy(k1: &str, slots: usize, inter: usize, sms: u32) -> String {
+    let wave = 3 * if sms > 0 { sms as usize } else { 132 };
+    if k1 == "moe_gemv1_mmab_cb4" && slots * (inter / 32) > wave {
+        "moe_gemv1_mmab4_cb4".to_string()
+    } else {
+        k1.to_string()
+    }
+}
+
 /// gemv2's kernel name for `rows` output rows per block (`gemv2_rows`).
 pub(super) fn gemv2_kernel_rows(k2: &str, variant: &str, rows: usize) -> String {
     if rows == 32 && gemv_has_rows32(variant) {
@@ -1060,6 +1076,27 @@ mod tests {
         // Variants without 32-row kernels keep their rows.
         assert_eq!(gemv2_rows("v3", 32, 4, 2880, 132).unwrap(), 32);
         assert_eq!(gemv2_rows("mmaw", 64, 4, 2880, 132).unwrap(), 64);
+    }
+
+    #[test]
+    fn gemv1_four_blocks_beyond_a_wave() {
+        let hi = "moe_gemv1_mmab_cb4";
+        // DeepSeek-R1 (inter 2048: 64 column blocks): one token 8 slots = 512 blocks > 396.
+        assert_eq!(gemv1_occupancy(hi, 8, 2048, 132), "moe_gemv1_mmab4_cb4");
+        assert_eq!(gemv1_occupancy(hi, 64, 2048, 132), "moe_gemv1_mmab4_cb4");
+        // gpt-oss-120b (inter 2880: 90) with bf16 hidden states, one token: 360 <= 396.
+        assert_eq!(gemv1_occupancy(hi, 4, 2880, 132), hi);
+        assert_eq!(gemv1_occupancy(hi, 5, 2880, 132), "moe_gemv1_mmab4_cb4"); // 450
+        assert_eq!(gemv1_occupancy(hi, 4, 2880, 0), hi);
+        // Only the hi-only mmab gemv1 has a four-block kernel.
+        for k in [
+            "moe_gemv1_mmab_split_cb4",
+            "moe_gemv1_mmao_cb4",
+            "moe_gemv1_v3_cb4",
+        ] {
+            assert_eq!(gemv1_occupancy(k, 64, 2048, 132), k);
+        }
+        assert!(kernels::NAMES_GEMV_MMA.contains(&"moe_gemv1_mmab4_cb4"));
     }
 
     #[test]

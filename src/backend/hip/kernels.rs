@@ -128,9 +128,10 @@ pub const NAMES_MORE: [&str; 33] = [
 /// default there; hip/gemv_mma.h), `moe_gemv{1,2}_mma[_split]_cb4` (`_split`: f32 activations as
 /// bf16 hi + lo), `mmaw`'s (`MXMOE_HIP_GEMV=mmaw`: two 16-row tiles per warp) and `mmab`'s
 /// (`MXMOE_HIP_GEMV=mmab`: mmaw on bf16 activations from mx_to_bf16_p8; its gemv1 of one to three
-/// tokens `mmao`: f32 activations in, bf16 out) and mmab's gemv2 with 32 output rows per block
-/// (`moe_gemv2_mmab32`: grids of less than two waves).
-pub const NAMES_GEMV_MMA: [&str; 16] = [
+/// tokens `mmao`: f32 activations in, bf16 out), mmab's gemv2 with 32 output rows per block
+/// (`moe_gemv2_mmab32`: grids of less than two waves) and its hi-only gemv1 at four blocks per
+/// multiprocessor (`moe_gemv1_mmab4_cb4`: grids beyond one wave of three).
+pub const NAMES_GEMV_MMA: [&str; 17] = [
     "moe_gemv1_mma_cb4",
     "moe_gemv2_mma_cb4",
     "moe_gemv1_mma_split_cb4",
@@ -147,6 +148,7 @@ pub const NAMES_GEMV_MMA: [&str; 16] = [
     "moe_gemv1_mmao_split_cb4",
     "moe_gemv2_mmab32_cb4",
     "moe_gemv2_mmab32_split_cb4",
+    "moe_gemv1_mmab4_cb4",
 ];
 
 /// NVIDIA only (sm_80 / sm_90 PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
@@ -494,13 +496,13 @@ mod tests {
     /// decode path), rows past the matrix, tiles of 1..8 pairs, an empty tile slot, the router
     /// weight on the input or the output, with and without biases; each for `mma`, `mmaw` (two
     /// tiles per warp, two row groups of K warps), `mmab` (bf16 activations in mx_to_bf16_p8's
-    /// order, gemv1's output written that way) and, for gemv1, `mmao`, for gemv2 the 32-row
-    /// `mmab32`. Needs a clang++ with
+    /// order, gemv1's output written that way) and, for gemv1, `mmao` and the four-block hi-only
+    /// `mmab4`, for gemv2 the 32-row `mmab32`. Needs a clang++ with
     /// C++20 (the clang the PTX build uses brings one).
     #[test]
     fn gemv_mma_runs_on_the_cpu_emulation() {
         let text = run_cpu_emulation("gemv_mma_emu", &[]);
-        assert_eq!(text.matches(": ok (0 mismatches)").count(), 44, "{text}");
+        assert_eq!(text.matches(": ok (0 mismatches)").count(), 46, "{text}");
     }
 
     /// The warp routing kernels (hip/route_warp.h, `MXMOE_HIP_ROUTE=v6`), compiled for the CPU by

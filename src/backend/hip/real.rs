@@ -892,6 +892,7 @@ impl HipBackend {
             let k2 = gemv2_kernel_rows(&k2, gv, rows2);
             if gemv_takes_bf16(gv) {
                 let (k, convert) = mmab_gemv1(&k1, m, route_conv.is_some() || qdq_p8);
+                let k = gemv1_occupancy(&k, max_tiles, inter, dev.sms);
                 debug_assert_eq!(convert, xb.is_some());
                 k1 = k;
             }
