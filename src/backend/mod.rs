@@ -26,6 +26,7 @@
 
 pub mod cpu;
 pub mod hip;
+pub mod host_io;
 pub mod ops;
 pub mod wgpu;
 

@@ -1104,7 +1104,7 @@ impl HipBackend {
         // The output's room, its pages faulted in (huge pages when large) while the device
         // works: a fresh `vec![0.0; m * h]` of tens of MB costs a page fault per 4 KiB in the
         // copy-out and a slow free (wgpu's readback destination, docs/h200-2026-12-01s8-wgpuio).
-        let mut output = crate::backend::wgpu::context::touched_vec::<f32>(m * h);
+        let mut output = crate::backend::host_io::touched_vec::<f32>(m * h);
         dev.synchronize()?;
         let t_gpu = prof.lap();
         let forward_ms = (t_setup + t_fwd0.elapsed()).as_secs_f64() * 1e3;
@@ -1124,7 +1124,7 @@ impl HipBackend {
         let mut topk_ids = vec![0i32; na];
         let mut topk_weights = vec![0f32; na];
         result.read_with(w_off + na * 4, |st| {
-            crate::backend::wgpu::context::pod_append(&mut output, &st[..out_bytes]);
+            crate::backend::host_io::pod_append(&mut output, &st[..out_bytes]);
             bytemuck::cast_slice_mut(&mut topk_ids).copy_from_slice(&st[ids_off..ids_off + na * 4]);
             bytemuck::cast_slice_mut(&mut topk_weights).copy_from_slice(&st[w_off..w_off + na * 4]);
             Ok(())
