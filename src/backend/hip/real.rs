@@ -1,7 +1,7 @@
 //! The HIP backend (feature `hip`): host side of the kernels in `hip/mxmoe.cu`, on whatever the
 //! run-time driver offers (an AMD GPU through HIP, an NVIDIA GPU through the CUDA driver).
 //!
-//! Size (~1140 lines): the ops' launches, and the MoE forward, one function of ~450 lines
+//! Size (~1200 lines): the ops' launches, and the MoE forward, one function of ~450 lines
 //! that stages every pass of a forward in order (choice.rs decides the kernels). Its seam is
 //! the expert stage: the GEMV, the gfx950 MX GEMM and the bf16 GEMM branches could each move
 //! to a function of a `moe.rs` taking the forward's buffers; not done yet.
