@@ -327,7 +327,7 @@ impl<'a> Analyzer<'a> {
             },
             E::Unary { op, expr } => match (op, self.eval(fx, st, *expr)) {
                 (naga::UnaryOperator::LogicalNot, V::I(a, b)) => V::I(1 - b, 1 - a),
-                (naga::UnaryOperator::Negate, V::I(a, b)) => fit(rt, -b, -a),
+                (naga::UnaryOperator::Negate, V::I(a, b)) => fit(rt, -(b as i128), -(a as i128)),
                 _ => V::Top,
             },
             E::Binary { op, left, right } => {
@@ -1030,9 +1030,10 @@ fn lit(l: &Literal) -> V {
 }
 
 /// [a, b] if it fits type `t`, else unknown (the operation may wrap).
-fn fit(t: &TypeInner, a: i64, b: i64) -> V {
+/// (Computed in i128: no operation on two 32-bit values overflows it.)
+fn fit(t: &TypeInner, a: i128, b: i128) -> V {
     match range_of(t) {
-        Some((lo, hi)) if a >= lo && b <= hi => V::I(a, b),
+        Some((lo, hi)) if a >= lo as i128 && b <= hi as i128 => V::I(a as i64, b as i64),
         _ => V::Top,
     }
 }
@@ -1043,6 +1044,10 @@ fn scalar_of(t: &TypeInner) -> Option<TypeInner> {
         TypeInner::Vector { scalar, .. } => Some(TypeInner::Scalar(*scalar)),
         _ => None,
     }
+}
+
+fn w(x: i64) -> i128 {
+    x as i128
 }
 
 fn binary(op: B, l: &V, r: &V, lt: &TypeInner, rt: &TypeInner, out: &TypeInner) -> V {
@@ -1087,13 +1092,13 @@ fn binary(op: B, l: &V, r: &V, lt: &TypeInner, rt: &TypeInner, out: &TypeInner) 
     let ((a, b), (c, d)) = (li, ri);
     let cmp = |lo: bool, hi: bool| V::I(lo as i64, hi as i64);
     match op {
-        B::Add => fit(out, a + c, b + d),
-        B::Subtract => fit(out, a - d, b - c),
+        B::Add => fit(out, w(a) + w(c), w(b) + w(d)),
+        B::Subtract => fit(out, w(a) - w(d), w(b) - w(c)),
         B::Multiply => {
-            let p = [a * c, a * d, b * c, b * d];
+            let p = [w(a) * w(c), w(a) * w(d), w(b) * w(c), w(b) * w(d)];
             fit(out, *p.iter().min().unwrap(), *p.iter().max().unwrap())
         }
-        B::Divide if c > 0 && a >= 0 => fit(out, a / d, b / c),
+        B::Divide if c > 0 && a >= 0 => fit(out, w(a / d), w(b / c)),
         B::Modulo if c > 0 && a >= 0 => {
             if b < c {
                 V::I(a, b)
@@ -1120,7 +1125,7 @@ fn binary(op: B, l: &V, r: &V, lt: &TypeInner, rt: &TypeInner, out: &TypeInner) 
         }
         B::LogicalAnd => V::I(a.min(c), b.min(d)),
         B::LogicalOr => V::I(a.max(c), b.max(d)),
-        B::ShiftLeft if a >= 0 && c >= 0 && d < 32 => fit(out, a << c, b << d),
+        B::ShiftLeft if a >= 0 && c >= 0 && d < 32 => fit(out, w(a) << c, w(b) << d),
         B::ShiftRight if a >= 0 && c >= 0 && d < 32 => V::I(a >> d, b >> c),
         B::Less => cmp(b < c, a < d),
         B::LessEqual => cmp(b <= c, a <= d),
@@ -1128,6 +1133,6 @@ fn binary(op: B, l: &V, r: &V, lt: &TypeInner, rt: &TypeInner, out: &TypeInner) 
         B::GreaterEqual => cmp(a >= d, b >= c),
         B::Equal => cmp(a == b && c == d && a == c, !(b < c || d < a)),
         B::NotEqual => cmp(b < c || d < a, !(a == b && c == d && a == c)),
-        _ => fit(out, i64::MIN, i64::MAX),
+        _ => fit(out, i128::MIN, i128::MAX),
     }
 }

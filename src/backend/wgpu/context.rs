@@ -73,8 +73,8 @@ pub const COOP64_WORKGROUP_BYTES: u32 =
 pub const COOP64P_WORKGROUP_BYTES: u32 = COOP64_WORKGROUP_BYTES - 2 * 64 * 72 * 2;
 
 /// The entry points of shaders/moe_gemm_coop.wgsl built without naga's index clamps and loop
-/// bounding by default (kernels k64, k64p and k64pw: [`coop_runtime_checks`]; on the H200 the
-/// clamps cost 15 % of a gpt-oss prefill, docs/h200-2026-12-01s5-route). tests/shaders.rs
+/// bounding by default (kernels k64, k64p and k64pw: [`coop_runtime_checks`]; on the H200 this
+/// takes 9 % off a 2048-token prefill, docs/h200-2026-12-01s9-wgpucoop). tests/shaders.rs
 /// (`coop_trusted_entries_are_in_bounds`) proves, for every override combination the backend
 /// uses, that each index into a workgroup, private or function array or vector these entry
 /// points reach (cooperative loads and stores over their whole 16x16 extent included) is in
