@@ -366,6 +366,25 @@ var<workgroup> c64_ah: array<f16, 4608>; // [64 k][C64_SAT]: activation hi, colu
 var<workgroup> c64_al: array<f16, 4608>; // [64 k][C64_SAT]: activation lo (weight-only schemes)
 var<workgroup> c64_b: array<f16, 8704>;  // [64 k][C64_SBT]: weights, row-major B
 var<workgroup> c64_c: array<f32, 2176>;  // [32][C64_SC]: zeros, then the hand-out staging
+// In range by construction (kernels k64 / k64p / k64pw are built without naga's index clamps
+// and loop bounding: COOP_TRUSTED_ENTRIES in src/backend/wgpu/context.rs; tests/shaders.rs
+// `coop_trusted_entries_are_in_bounds` proves each of these by interval analysis of the
+// specialised IR, for every override combination), with lid < 256, sg = lid / 32 < 8:
+//   * activation stores (c64_stage_x, c64pw_store8): k = (lid / 64) * 16 + 0..15 <= 63 and
+//     row = lid % 64, so k * C64_SAT + row <= 63 * 72 + 63 = 4599 < 4608.
+//   * weight stores (c64_stage_w8): k = (lid / 128) * 32 + 0..31 <= 63 and n = the tile column
+//     < 128 (gemm1_load / gemm2_load give wcol < 128 for lid < 256), so <= 63 * 136 + 127 =
+//     8695 < 8704.
+//   * MMA fragments: ks in 0, 16, 32, 48, r0 + 16 <= 48, n0 + 16 <= 112: A reads up to
+//     (48 + 15) * 72 + 48 + 15 = 4599, B up to (48 + 15) * 136 + 112 + 15 = 8695.
+//   * hand-out: so + 15 * C64_SC + 15 <= 1136 + 1035 = 2171 < 2176, and c64_read /
+//     c64p_read read up to 28 * 68 + 28 + 3 * 68 + 32 + 3 = 2171; c64_c[lid] < 256.
+//   * coop_xmax / coop_wmax: slot = step & 1 and lid < 2 under `if lid < 2u`; code_value
+//     (256) by lid and by codes masked to code_bits <= 8; block_amax (128) by
+//     (ty * 4 + 3) * 2 + 1 <= 127 and lid < 128 under its guard.
+//   * loops: the K loop counts steps (<= 2^26), the MMA loop 4, the epilogues' 4 or 8.
+// Storage buffers are not clamped by naga here either way: Vulkan's robust buffer access
+// (enabled by wgpu where the device offers it) bounds them.
 
 // What one invocation loads for one K step (registers; loaded a step ahead).
 struct C64Raw {
@@ -525,8 +544,12 @@ fn c64_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wn: u32, wv: bool) 
     var ew = 0;
     let stage = (COOP_DIAG & 4u) == 0u;
     var raw = c64_fetch(0u, kk_total, xoff, kq, wrow, wv, blk);
-    for (var k0 = 0u; k0 < kk_total; k0 = k0 + 64u) {
-        let slot = (k0 / 64u) & 1u;
+    // Counted in steps (steps <= 2^26: the counter cannot wrap, a loop that provably ends:
+    // these kernels are built without naga's loop bounding, COOP_TRUSTED_ENTRIES).
+    let steps = kk_total / 64u + select(0u, 1u, kk_total % 64u != 0u);
+    for (var step = 0u; step < steps; step = step + 1u) {
+        let k0 = 64u * step;
+        let slot = step & 1u;
         let gx = subgroupMax(c64_xmax(raw));
         let gw = subgroupMax(select(raw.byte, 0u, raw.byte == 255u));
         if lid % 32u == 0u {
@@ -563,7 +586,8 @@ fn c64_k_loop(lid: u32, kk_total: u32, xoff: u32, wrow: u32, wn: u32, wv: bool) 
         workgroupBarrier();
         // The next step's loads, in flight during this step's MMAs.
         raw = c64_fetch(k0 + 64u, kk_total, xoff, kq, wrow, wv, blk);
-        for (var ks = 0u; (ks < 64u) & ((COOP_DIAG & 2u) == 0u); ks = ks + 16u) {
+        for (var kq16 = 0u; (kq16 < 4u) & ((COOP_DIAG & 2u) == 0u); kq16 = kq16 + 1u) {
+            let ks = 16u * kq16; // 0, 16, 32, 48: the fragments' extents end at k 63
             let b0 = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT + n0], C64_SBT);
             let b1 = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT + n0 + 16u], C64_SBT);
             let a0 = coopLoad<coop_mat16x16<f16, A>>(&c64_ah[ks * C64_SAT + r0], C64_SAT);
@@ -820,8 +844,12 @@ fn c64p_k_loop(lid: u32, kk_total: u32, start: u32, cnt: u32, wrow: u32, wn: u32
     var ew = 0;
     let stage = (COOP_DIAG & 4u) == 0u;
     var raw = c64p_fetch(0u, kk_total, wrow, wv, blk);
-    for (var k0 = 0u; k0 < kk_total; k0 = k0 + 64u) {
-        let slot = (k0 / 64u) & 1u;
+    // Counted in steps (steps <= 2^26: the counter cannot wrap, a loop that provably ends:
+    // these kernels are built without naga's loop bounding, COOP_TRUSTED_ENTRIES).
+    let steps = kk_total / 64u + select(0u, 1u, kk_total % 64u != 0u);
+    for (var step = 0u; step < steps; step = step + 1u) {
+        let k0 = 64u * step;
+        let slot = step & 1u;
         let gw = subgroupMax(select(raw.byte, 0u, raw.byte == 255u));
         if lid % 32u == 0u {
             atomicMax(&coop_wmax[slot], gw);
@@ -848,7 +876,8 @@ fn c64p_k_loop(lid: u32, kk_total: u32, start: u32, cnt: u32, wrow: u32, wn: u32
         workgroupBarrier();
         // The next step's weight loads, in flight during this step's MMAs.
         raw = c64p_fetch(k0 + 64u, kk_total, wrow, wv, blk);
-        for (var ks = 0u; (ks < 64u) & ((COOP_DIAG & 2u) == 0u); ks = ks + 16u) {
+        for (var kq16 = 0u; (kq16 < 4u) & ((COOP_DIAG & 2u) == 0u); kq16 = kq16 + 1u) {
+            let ks = 16u * kq16; // 0, 16, 32, 48: the fragments' extents end at k 63
             if k0 + ks >= kk_total {
                 break; // K is a multiple of 32: the step's second half may lie past K
             }
@@ -1068,8 +1097,12 @@ fn c64pw_k_loop(lid: u32, kk_total: u32, start: u32, cnt: u32, wrow: u32, wn: u3
     let stage = (COOP_DIAG & 4u) == 0u;
     var raw = c64p_fetch(0u, kk_total, wrow, wv, blk);
     var xa = c64pw_fetch(0u, kk_total, start, cnt, xr, kq);
-    for (var k0 = 0u; k0 < kk_total; k0 = k0 + 64u) {
-        let slot = (k0 / 64u) & 1u;
+    // Counted in steps (steps <= 2^26: the counter cannot wrap, a loop that provably ends:
+    // these kernels are built without naga's loop bounding, COOP_TRUSTED_ENTRIES).
+    let steps = kk_total / 64u + select(0u, 1u, kk_total % 64u != 0u);
+    for (var step = 0u; step < steps; step = step + 1u) {
+        let k0 = 64u * step;
+        let slot = step & 1u;
         let gw = subgroupMax(select(raw.byte, 0u, raw.byte == 255u));
         if lid % 32u == 0u {
             atomicMax(&coop_wmax[slot], gw);
@@ -1101,7 +1134,8 @@ fn c64pw_k_loop(lid: u32, kk_total: u32, start: u32, cnt: u32, wrow: u32, wn: u3
         // The next step's loads, in flight during this step's MMAs.
         raw = c64p_fetch(k0 + 64u, kk_total, wrow, wv, blk);
         xa = c64pw_fetch(k0 + 64u, kk_total, start, cnt, xr, kq);
-        for (var ks = 0u; (ks < 64u) & ((COOP_DIAG & 2u) == 0u); ks = ks + 16u) {
+        for (var kq16 = 0u; (kq16 < 4u) & ((COOP_DIAG & 2u) == 0u); kq16 = kq16 + 1u) {
+            let ks = 16u * kq16; // 0, 16, 32, 48: the fragments' extents end at k 63
             let b0 = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT + n0], C64_SBT);
             let b1 = coopLoadT<coop_mat16x16<f16, B>>(&c64_b[ks * C64_SBT + n0 + 16u], C64_SBT);
             let a0 = coopLoad<coop_mat16x16<f16, A>>(&c64_ah[ks * C64_SAT + r0], C64_SAT);

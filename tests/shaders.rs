@@ -10,6 +10,8 @@
 //! constants are checked against the Rust enums, and the WGSL against comparing those ids with
 //! number literals.
 
+mod shader_bounds;
+
 use mxmoe::backend::wgpu::source::{self, Shader};
 use mxmoe::format::{MxFormat, ScaleMode};
 use mxmoe::moe::{Activation, Scoring};
@@ -639,4 +641,205 @@ fn coop64_workgroup_memory() {
     // gemm2 has no intermediate QDQ (block_amax).
     assert_eq!(g2 + 512, g1);
     assert!(g1 <= 49152, "{g1} B: over the H200's Vulkan limit");
+}
+
+/// Specialise `entry` of `m` with `overrides` and run the bounds / loop analysis on it.
+fn bounds_report(
+    m: &naga::Module,
+    i: &naga::valid::ModuleInfo,
+    entry: &str,
+    overrides: &[(&str, u32)],
+) -> shader_bounds::Report {
+    let mut consts = naga::back::PipelineConstants::default();
+    for (k, v) in overrides {
+        consts.insert(k.to_string(), *v as f64);
+    }
+    let (m, i) = naga::back::pipeline_constants::process_overrides(
+        m,
+        i,
+        Some((naga::ShaderStage::Compute, entry)),
+        &consts,
+    )
+    .unwrap_or_else(|e| panic!("{entry} {overrides:?}: overrides: {e}"));
+    let mut a = shader_bounds::Analyzer::new(&m, &i);
+    a.entry(entry);
+    a.report
+}
+
+/// The entry points the backend builds without naga's index clamps and loop bounding
+/// (`COOP_TRUSTED_ENTRIES`: the cooperative GEMM's kernels k64, k64p, k64pw; see
+/// `coop_runtime_checks`) index every workgroup / private / function array and vector in
+/// range, keep every cooperative load and store inside its workgroup array, and end every
+/// loop (tests/shader_bounds: interval analysis of the specialised IR), for every weight
+/// format, activation format (weight-only and MX), activation, FP4 decode and diagnostic mask,
+/// in the one-chunk and the multi-chunk compositions. Fails naming the index, its interval and
+/// the array's length. The analysis must also see what it proves (a change that hid the
+/// arrays from it would fail here, not pass vacuously).
+#[test]
+fn coop_trusted_entries_are_in_bounds() {
+    use mxmoe::backend::wgpu::COOP_TRUSTED_ENTRIES;
+    let sh = Shader::MoeGemmCoop;
+    let one = validate(sh.name(), &sh.compose());
+    let multi = validate(
+        sh.name(),
+        &sh.compose_multi().expect("multi-chunk composition"),
+    );
+    let mut bad = Vec::new();
+    let mut runs = 0;
+    for entry in COOP_TRUSTED_ENTRIES {
+        let mut seen = (0, 0, 0);
+        let mut combos: Vec<(bool, Vec<(&str, u32)>)> = Vec::new();
+        for w in MxFormat::ALL {
+            for a in [
+                source::FMT_NONE,
+                MxFormat::Fp4E2M1.id(),
+                MxFormat::Fp8E4M3.id(),
+                MxFormat::Int8.id(),
+            ] {
+                for act in Activation::ALL {
+                    for regs in [0u32, 1] {
+                        combos.push((
+                            false,
+                            vec![
+                                ("WEIGHT_FMT", w.id()),
+                                ("ACT_FMT", a),
+                                ("ACTIVATION", act.id()),
+                                ("ROUND_BF16", act.id()),
+                                ("COOP_FP4_REGISTERS", regs),
+                            ],
+                        ));
+                    }
+                }
+            }
+            for chunks in [2u32, 4] {
+                combos.push((
+                    true,
+                    vec![
+                        ("WEIGHT_FMT", w.id()),
+                        ("W_CHUNKS", chunks),
+                        ("COOP_FP4_REGISTERS", 1),
+                    ],
+                ));
+            }
+        }
+        for diag in [2u32, 4, 8] {
+            combos.push((false, vec![("COOP_DIAG", diag)]));
+        }
+        for md in ScaleMode::ALL {
+            combos.push((
+                false,
+                vec![
+                    ("ACT_FMT", MxFormat::Fp4E2M1.id()),
+                    ("ACT_SCALE_MODE", md.id()),
+                ],
+            ));
+        }
+        for (is_multi, ov) in &combos {
+            let (m, i) = if *is_multi { &multi } else { &one };
+            let r = bounds_report(m, i, entry, ov);
+            runs += 1;
+            for v in &r.violations {
+                bad.push(format!("{entry} {ov:?}: {v}"));
+            }
+            seen.0 = seen.0.max(r.workgroup_indices());
+            seen.1 = seen.1.max(r.coop_extents.len());
+            seen.2 = seen.2.max(r.loops.len());
+        }
+        println!(
+            "{entry}: up to {} workgroup indices, {} cooperative extents, {} loops proved",
+            seen.0, seen.1, seen.2
+        );
+        assert!(
+            seen.0 >= 10,
+            "{entry}: only {} workgroup indices seen",
+            seen.0
+        );
+        // k64p loads A from storage (not counted): its B loads, the zero load, the stores.
+        assert!(
+            seen.1 >= 7,
+            "{entry}: only {} cooperative extents seen",
+            seen.1
+        );
+        assert!(seen.2 >= 3, "{entry}: only {} loops seen", seen.2);
+    }
+    bad.dedup();
+    assert!(
+        bad.is_empty(),
+        "{} of {runs} specialisations unproved:\n{}",
+        bad.len(),
+        bad.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// The analysis of `coop_trusted_entries_are_in_bounds` flags what it must: an index one past
+/// a workgroup array, an index a guard does not bound, a cooperative load past its array, a
+/// loop whose bound the host sets (could wrap), a loop that is not counted; and proves the
+/// same code written in range.
+#[test]
+fn bounds_analysis_flags_out_of_range() {
+    let run = |src: &str| -> shader_bounds::Report {
+        let module = naga::front::wgsl::parse_str(src)
+            .unwrap_or_else(|e| panic!("parse:\n{}", e.emit_to_string(src)));
+        let info = Validator::new(
+            ValidationFlags::all(),
+            Capabilities::SHADER_FLOAT16 | Capabilities::COOPERATIVE_MATRIX,
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("validate:\n{}", e.emit_to_string(src)));
+        bounds_report(&module, &info, "main", &[])
+    };
+    let head = "enable f16; enable wgpu_cooperative_matrix;\n\
+                struct P { n: u32 }\n\
+                @group(0) @binding(0) var<uniform> p: P;\n\
+                @group(0) @binding(1) var<storage, read_write> o: array<u32>;\n\
+                var<workgroup> a: array<u32, 64>;\n\
+                var<workgroup> b: array<u32, 2>;\n\
+                var<workgroup> h: array<f16, 256>;\n\
+                @compute @workgroup_size(64)\n\
+                fn main(@builtin(local_invocation_index) lid: u32) {\n";
+    let case = |body: &str| run(&format!("{head}{body}\n}}\n"));
+    // In range: the index, the guarded index, a counted loop, a 16x16 load at the end; a
+    // loop bound the host sets, step 1 (cannot wrap).
+    let ok = case(
+        "a[lid] = 1u;\n\
+         if lid < 2u { b[lid] = 0u; }\n\
+         for (var i = 0u; i < 4u; i = i + 1u) { o[i] = a[lid / 4u + 16u * i]; }\n\
+         let m = coopLoad<coop_mat16x16<f16, A>>(&h[0], 16u);\n\
+         coopStore(m, &h[0], 16u);\n\
+         for (var j = 0u; j < p.n; j = j + 1u) { o[j] = 0u; }",
+    );
+    assert!(ok.violations.is_empty(), "{:?}", ok.violations);
+    assert_eq!(ok.workgroup_indices(), 3, "{ok:?}");
+    assert_eq!((ok.coop_extents.len(), ok.loops.len()), (2, 2), "{ok:?}");
+    for (body, what) in [
+        ("a[lid + 1u] = 1u;", "one past the array"),
+        (
+            "if lid < 3u { b[lid] = 0u; }",
+            "a guard that does not bound",
+        ),
+        ("b[lid % 3u] = 0u;", "a modulus one too large"),
+        (
+            "let m = coopLoad<coop_mat16x16<f16, A>>(&h[1], 16u);",
+            "a cooperative load one past",
+        ),
+        (
+            "let m = coopLoad<coop_mat16x16<f16, A>>(&h[0], 17u);",
+            "a cooperative stride too large",
+        ),
+        (
+            "for (var i = 0u; i < p.n; i = i + 2u) { o[i] = 0u; }",
+            "a loop bound the host sets (i + 2 may wrap)",
+        ),
+        (
+            "var i = 0u; loop { if o[i] == 0u { break; } i = i + 1u; }",
+            "a loop that is not counted",
+        ),
+        (
+            "for (var i = 0u; i < 64u; i = i + 1u) { if i > 8u { o[i] = a[i + 1u]; } }",
+            "an index past the array in a loop",
+        ),
+    ] {
+        let r = case(body);
+        assert!(!r.violations.is_empty(), "{what}: not flagged ({r:?})");
+    }
 }

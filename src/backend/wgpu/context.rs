@@ -72,6 +72,36 @@ pub const COOP64_WORKGROUP_BYTES: u32 =
 /// from the pre-converted storage buffers).
 pub const COOP64P_WORKGROUP_BYTES: u32 = COOP64_WORKGROUP_BYTES - 2 * 64 * 72 * 2;
 
+/// The entry points of shaders/moe_gemm_coop.wgsl built without naga's index clamps and loop
+/// bounding by default (kernels k64, k64p and k64pw: [`coop_runtime_checks`]; on the H200 this
+/// takes 9 % off a 2048-token prefill, docs/h200-2026-12-01s9-wgpucoop). tests/shaders.rs
+/// (`coop_trusted_entries_are_in_bounds`) proves, for every override combination the backend
+/// uses, that each index into a workgroup, private or function array or vector these entry
+/// points reach (cooperative loads and stores over their whole 16x16 extent included) is in
+/// range and that each of their loops ends. Storage buffers keep the driver's robust buffer
+/// access on Vulkan either way. `MXMOE_WGPU_COOP_CHECKED=1` builds them checked.
+pub const COOP_TRUSTED_ENTRIES: [&str; 6] = [
+    "coop64_gemm1",
+    "coop64_gemm2",
+    "coop64p_gemm1",
+    "coop64p_gemm2",
+    "coop64pw_gemm1",
+    "coop64pw_gemm2",
+];
+
+/// The runtime checks of [`COOP_TRUSTED_ENTRIES`]' module: no bounds checks (naga's clamps
+/// of workgroup / private indices; on Vulkan storage buffers keep the device's robust buffer
+/// access, which wgpu enables where offered) and no loop bounding, both justified by
+/// tests/shaders.rs; integer-division guards stay (the divisors are constants but for the
+/// host's `top_k` and `chunk_experts`, which a static check cannot see; the guards of
+/// constant divisors fold away).
+pub fn coop_runtime_checks() -> wgpu::ShaderRuntimeChecks {
+    let mut c = wgpu::ShaderRuntimeChecks::checked();
+    c.bounds_checks = false;
+    c.force_loop_bounding = false;
+    c
+}
+
 /// The cooperative GEMM's kernels (`MXMOE_COOP_KERNEL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CoopKernel {
@@ -427,8 +457,9 @@ pub struct Context {
     pub queue: wgpu::Queue,
     pub info: ContextInfo,
     pub limits: wgpu::Limits,
-    /// Compiled modules by shader and whether it is the multi-chunk composition.
-    modules: Mutex<HashMap<(Shader, bool), wgpu::ShaderModule>>,
+    /// Compiled modules by shader, whether it is the multi-chunk composition, and whether it
+    /// was built without runtime checks ([`Context::runtime_checks`]).
+    modules: Mutex<HashMap<(Shader, bool, bool), wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<PipeKey, wgpu::ComputePipeline>>,
     pool: Mutex<HashMap<(u32, u64), Vec<wgpu::Buffer>>>,
     /// Idle [`Upload`] buffers, mapped (or about to be).
@@ -522,6 +553,11 @@ pub struct Context {
     /// knob; our shaders index within bounds and divide by non-zero values by construction, and
     /// the check suite runs with it on as well as off.
     pub trusted_shaders: bool,
+    /// Whether the cooperative GEMM's kernels k64 / k64p / k64pw ([`COOP_TRUSTED_ENTRIES`])
+    /// are built without naga's index clamps and loop bounding ([`coop_runtime_checks`]): on
+    /// by default, `MXMOE_WGPU_COOP_CHECKED=1` turns it off (every module then as
+    /// `trusted_shaders` says).
+    pub trusted_coop: bool,
     /// Auto picks the GEMV while the token-expert pairs are at most this many per local expert
     /// (on average) when `MXMOE_GEMV_PAIRS` sets it (`gemv_pairs_set`); else
     /// [`Context::gemv_pairs_for`] picks a default per scheme.
@@ -701,6 +737,7 @@ impl Context {
             )),
             diag_gemv_loads_only: std::env::var("MXMOE_DIAG_GEMV_LOADS_ONLY").as_deref() == Ok("1"),
             trusted_shaders: std::env::var("MXMOE_WGPU_TRUSTED").as_deref() == Ok("1"),
+            trusted_coop: std::env::var("MXMOE_WGPU_COOP_CHECKED").as_deref() != Ok("1"),
             gemv_pairs_per_expert: AtomicU64::new(env_u64(
                 "MXMOE_GEMV_PAIRS",
                 DEFAULT_GEMV_PAIRS_PER_EXPERT,
@@ -1331,6 +1368,19 @@ impl Context {
         self.pipeline_in(shader, true, entry, overrides)
     }
 
+    /// How the module of `entry` of `shader` is built: `None` checked (wgpu's default),
+    /// else the runtime checks it keeps (`MXMOE_WGPU_TRUSTED=1`: none, every module; else
+    /// [`coop_runtime_checks`] for [`COOP_TRUSTED_ENTRIES`] unless `MXMOE_WGPU_COOP_CHECKED=1`).
+    pub fn runtime_checks(&self, shader: Shader, entry: &str) -> Option<wgpu::ShaderRuntimeChecks> {
+        if self.trusted_shaders {
+            return Some(wgpu::ShaderRuntimeChecks::unchecked());
+        }
+        (self.trusted_coop
+            && shader == Shader::MoeGemmCoop
+            && COOP_TRUSTED_ENTRIES.contains(&entry))
+        .then(coop_runtime_checks)
+    }
+
     fn pipeline_in(
         &self,
         shader: Shader,
@@ -1353,9 +1403,10 @@ impl Context {
             return Ok(p.clone());
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let checks = self.runtime_checks(shader, entry);
         let module = {
             let mut mods = self.modules.lock().unwrap();
-            match mods.get(&(shader, multi)) {
+            match mods.get(&(shader, multi, checks.is_some())) {
                 Some(m) => m.clone(),
                 None => {
                     let src = match multi {
@@ -1366,20 +1417,19 @@ impl Context {
                         label: Some(shader.name()),
                         source: wgpu::ShaderSource::Wgsl(src.into()),
                     };
-                    let m = if self.trusted_shaders {
-                        // SAFETY: MXMOE_WGPU_TRUSTED=1 (see `trusted_shaders`): every shader of
-                        // this crate indexes its arrays within bounds and never divides by
-                        // zero or loops without end (the check suite runs with it on).
-                        unsafe {
-                            self.device.create_shader_module_trusted(
-                                desc,
-                                wgpu::ShaderRuntimeChecks::unchecked(),
-                            )
-                        }
-                    } else {
-                        self.device.create_shader_module(desc)
+                    let m = match checks {
+                        // SAFETY: either MXMOE_WGPU_TRUSTED=1 (see `trusted_shaders`: every
+                        // shader of this crate indexes its arrays within bounds, never divides
+                        // by zero and ends its loops; the check suite runs with it on), or one
+                        // of the cooperative GEMM's COOP_TRUSTED_ENTRIES, whose workgroup and
+                        // private array / vector indices (cooperative loads and stores
+                        // included) and loops tests/shaders.rs proves in range and finite
+                        // (`coop_trusted_entries_are_in_bounds`); their integer divisions keep
+                        // naga's guards (`coop_runtime_checks`).
+                        Some(c) => unsafe { self.device.create_shader_module_trusted(desc, c) },
+                        None => self.device.create_shader_module(desc),
                     };
-                    mods.insert((shader, multi), m.clone());
+                    mods.insert((shader, multi, checks.is_some()), m.clone());
                     m
                 }
             }

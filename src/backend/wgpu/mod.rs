@@ -41,8 +41,9 @@ pub mod route;
 pub mod source;
 
 pub use context::{
-    enumerate_adapters, AdapterSummary, ContextInfo, CoopKernel, GemvConfig,
-    COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES, MULTI_STORAGE_BINDINGS, POISON, WRITE_PAR_MIN,
+    coop_runtime_checks, enumerate_adapters, AdapterSummary, ContextInfo, CoopKernel, GemvConfig,
+    COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES, COOP_TRUSTED_ENTRIES, MULTI_STORAGE_BINDINGS,
+    POISON, WRITE_PAR_MIN,
 };
 pub use moe::{
     CoopPrepassOut, GpuLayer, MoePath, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOPP_PREP1_BINDINGS,
@@ -116,6 +117,16 @@ impl WgpuBackend {
                  loop bounding or division guards)"
                     .to_string(),
             );
+        } else if self.ctx.coop_gemm() {
+            v.push(if self.ctx.trusted_coop {
+                "cooperative GEMM kernels k64/k64p/k64pw built without index clamps and loop \
+                 bounding (indices and loops proved in range by tests/shaders.rs; \
+                 MXMOE_WGPU_COOP_CHECKED=1 keeps the checks)"
+                    .to_string()
+            } else {
+                "MXMOE_WGPU_COOP_CHECKED=1: the cooperative GEMM keeps naga's runtime checks"
+                    .to_string()
+            });
         }
         v.extend([
             format!(
