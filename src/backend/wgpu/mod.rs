@@ -2,7 +2,10 @@
 //! DX12 GPU and on Mesa lavapipe (GL adapters with compute work too: `WGPU_BACKEND=gl`).
 //!
 //! * [`context`]: the device context, created once (adapter choice, limits, features, pipeline
-//!   cache keyed by shader + entry + overrides, buffer pool, timestamp timers).
+//!   cache keyed by shader + entry + overrides); its other methods live in [`buffers`] (buffer
+//!   pool, uploads, poisoning), [`readback`] (submission, waits, readback in pieces), [`timer`]
+//!   (timestamp timers), [`coop`] (the cooperative GEMM's kernels and start-up checks) and
+//!   [`gemv_config`] (the decode GEMV's layout and checks).
 //! * [`quant`]: quantize / dequantize / QDQ, bit-exact against the CPU reference (integer
 //!   arithmetic on fp32 bits; inputs larger than a binding are processed in chunks).
 //! * [`route`]: routing with exactly the CPU's ids: selection compares the logits, or with an
@@ -33,18 +36,26 @@
 //! UNSUPPORTED (reported, never silently run): more than 1024 experts or top_k > 32.
 
 pub mod adapter;
+pub mod buffers;
 pub mod context;
+pub mod coop;
+pub mod gemv_config;
 pub mod host_profile;
 pub mod moe;
 pub mod quant;
+pub mod readback;
 pub mod route;
 pub mod source;
+pub mod timer;
 
-pub use context::{
-    coop_runtime_checks, enumerate_adapters, AdapterSummary, ContextInfo, CoopKernel, GemvConfig,
-    COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES, COOP_TRUSTED_ENTRIES, MULTI_STORAGE_BINDINGS,
-    POISON, WRITE_PAR_MIN,
+pub use crate::backend::host_io::WRITE_PAR_MIN;
+pub use buffers::POISON;
+pub use context::{enumerate_adapters, AdapterSummary, ContextInfo, MULTI_STORAGE_BINDINGS};
+pub use coop::{
+    coop_runtime_checks, CoopKernel, COOP64P_WORKGROUP_BYTES, COOP64_WORKGROUP_BYTES,
+    COOP_TRUSTED_ENTRIES,
 };
+pub use gemv_config::GemvConfig;
 pub use moe::{
     CoopPrepassOut, GpuLayer, MoePath, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOPP_PREP1_BINDINGS,
     COOPP_PREP2_BINDINGS, GEMM_PRE_REF_BINDINGS,
@@ -361,7 +372,7 @@ impl WgpuBackend {
     /// from `min_bytes` on (each piece a submission of its own, copied out while the device
     /// copies the next); `None` restores the defaults (pieces of 8 MiB from 16 MiB).
     pub fn set_read_pieces(&self, sizes: Option<(u64, u64)>) {
-        let (min, piece) = sizes.unwrap_or((context::READ_STREAM_MIN, context::READ_PIECE));
+        let (min, piece) = sizes.unwrap_or((readback::READ_STREAM_MIN, readback::READ_PIECE));
         self.ctx.read_pieces.0.store(min, Ordering::Relaxed);
         self.ctx
             .read_pieces

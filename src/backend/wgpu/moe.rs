@@ -30,12 +30,13 @@
 //! bind groups (the forward cache); splitting it per pass would pass that set around. Layer
 //! preparation (weight chunks, resident buffers) is the other third.
 
-use super::context::{
-    host_profile, pod_append, pod_vec, touched_vec, Context, Timer, Upload,
-    FUSED_COMBINE_MAX_TOKENS, WRITE_PAR_MIN,
-};
+use super::buffers::Upload;
+use super::context::{Context, FUSED_COMBINE_MAX_TOKENS};
+use super::host_profile;
 use super::route;
 use super::source::{Shader, FMT_NONE, MULTI_WEIGHT_BINDINGS};
+use super::timer::Timer;
+use crate::backend::host_io::{pod_append, pod_vec, touched_vec, WRITE_PAR_MIN};
 use crate::backend::{ops, BackendError, PassTimes};
 use crate::format::MxTensor;
 use crate::moe::{Intermediate, MoeConfig, MoeLayer, MoeOptions, MoeOutput, Routing};

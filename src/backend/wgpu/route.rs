@@ -4,8 +4,9 @@
 //! or for softmax routers an integer exp and an exact division). Those weights are bit-exact too;
 //! softmax weights without a bias are within float tolerance (the GPU's `exp`).
 
-use super::context::{Context, Timer};
+use super::context::Context;
 use super::source::Shader;
+use super::timer::Timer;
 use crate::backend::{BackendError, Op, RouteOp, Support};
 use crate::moe::{RouterConfig, Routing, Scoring};
 
