@@ -1,6 +1,6 @@
 //! A small abstract interpreter over naga IR (intervals of integers), used by tests/shaders.rs
 //! to prove what wgpu's runtime checks would otherwise enforce for the entry points the backend
-//! builds without them (`COOP_TRUSTED_ENTRIES`, src/backend/wgpu/context.rs):
+//! builds without them (`COOP_TRUSTED_ENTRIES`, src/backend/wgpu/coop.rs):
 //!
 //! * every dynamic index into a fixed-size array (workgroup, private, function or value) or a
 //!   vector lies in range (what naga's `BoundsCheckPolicy::Restrict` would clamp),

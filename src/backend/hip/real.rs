@@ -18,7 +18,8 @@
 //! (the route and lists kernels' shared arrays).
 //!
 //! Over 600 lines (rustfmt's layout of the kernel-argument lists is most of it): one type whose
-//! ops share the device, the op lock, poisoning and the launch helper, as `wgpu/context.rs`.
+//! ops share the device, the op lock, poisoning and the launch helper, as wgpu's `Context` does
+//! (`wgpu/context.rs`, `wgpu/buffers.rs`).
 
 use super::driver::{DevBuf, Device, Driver, Event};
 
