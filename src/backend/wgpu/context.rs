@@ -1,6 +1,7 @@
 //! The wgpu context, created once: instance, adapter choice, device, queue, limits, the
-//! weight-chunk knobs, the pipeline cache (keyed by [`Shader`] + entry + overrides) and the
-//! dispatch helpers every op file uses (bind groups, grid sizing).
+//! weight-chunk knobs, the pipeline cache (keyed by [`Shader`] + entry + overrides), the
+//! dispatch helpers every op file uses (bind groups, grid sizing) and the one-workgroup runner
+//! of the start-up device checks (`run_check`).
 //!
 //! `Context`'s other methods live beside it, in further `impl Context` blocks over its fields
 //! (`pub(super)` where they need them): the buffer pool and uploads in buffers.rs, submission
