@@ -175,7 +175,7 @@ impl FwdCache {
         let el = l.local_experts;
         let bytes = word_bytes;
         let weight_only = l.scheme.activation.is_none();
-        let out_sizes = vec![
+        let mut out_sizes = vec![
             bytes(na),                     // ids
             bytes(na),                     // weights
             bytes(na),                     // rows
@@ -187,7 +187,6 @@ impl FwdCache {
             bytes(m * h),                  // xq
             bytes(h.div_ceil(TN2_GEMV)),   // slice arrivals (fused combine)
         ];
-        let mut out_sizes = out_sizes;
         if plan.prepass {
             out_sizes.extend([
                 plan.xp_bytes, // xp_hi

@@ -1,5 +1,5 @@
 //! A MoE layer's weights resident on the device ([`GpuLayer`]): the upload ([`upload`]), split
-//! into chunks of whole experts that each fit one storage binding ([`WeightChunk`]), the size
+//! into chunks of whole experts that each fit one storage binding (`WeightChunk`), the size
 //! checks made before anything is allocated ([`check_layer_sizes`]), and the `MoeParams` block
 //! of a dispatch over a range of local experts (`params`, shaders/moe_common.wgsl).
 //!
