@@ -442,7 +442,7 @@ fn entry_bindings(m: &naga::Module, info: &naga::valid::ModuleInfo, entry: &str)
 /// every shader that reads expert weights validate; each entry point binds exactly what its
 /// one-chunk composition binds plus, for each weight binding it uses (7 codes, 8 scales, 13 the
 /// codes' vec4 view), the same binding of chunks 1..3 (`MULTI_WEIGHT_BINDINGS`, what
-/// src/backend/wgpu/moe.rs adds to a bind group); the most storage buffers any entry point
+/// src/backend/wgpu/fwd_cache.rs adds to a bind group); the most storage buffers any entry point
 /// binds is `MULTI_STORAGE_BINDINGS` (what the backend compares with the adapter's limit before
 /// it runs the multi-chunk passes); the weight-reading entry points specialise and translate
 /// with 2, 3 and 4 chunks. Shaders that read no weights have no multi-chunk composition.
@@ -511,7 +511,7 @@ fn multi_chunk_weights_bindings() {
 }
 
 /// Kernels k64p and k64pw: the bindings the backend names for their GEMMs and pre-passes
-/// (src/backend/wgpu/moe.rs) are exactly those naga finds the entry points use (a bind group
+/// (src/backend/wgpu/prepass.rs) are exactly those naga finds the entry points use (a bind group
 /// naming one more or one fewer fails on the device); its workgroup memory is the backend's
 /// figure (`COOP64P_WORKGROUP_BYTES`, what `check_coop64p` compares with the adapter's limit)
 /// and holds no activation tile; every kernel's entry points exist in the shader; the

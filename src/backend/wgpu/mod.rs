@@ -39,9 +39,13 @@ pub mod adapter;
 pub mod buffers;
 pub mod context;
 pub mod coop;
+mod fwd_cache;
 pub mod gemv_config;
 pub mod host_profile;
+pub mod layer;
 pub mod moe;
+mod plan;
+pub mod prepass;
 pub mod quant;
 pub mod readback;
 pub mod route;
@@ -56,8 +60,10 @@ pub use coop::{
     COOP_TRUSTED_ENTRIES,
 };
 pub use gemv_config::GemvConfig;
-pub use moe::{
-    CoopPrepassOut, GpuLayer, MoePath, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOPP_PREP1_BINDINGS,
+pub use layer::GpuLayer;
+pub use moe::MoePath;
+pub use prepass::{
+    CoopPrepassOut, COOP64PW_BINDINGS, COOP64P_BINDINGS, COOPP_PREP1_BINDINGS,
     COOPP_PREP2_BINDINGS, GEMM_PRE_REF_BINDINGS,
 };
 
@@ -297,7 +303,7 @@ impl WgpuBackend {
 
     /// Test and diagnostic hook: run one of kernel k64p's activation pre-passes
     /// (moe_coop_prepass.wgsl; plain compute, every adapter) on `x`; see
-    /// [`moe::coop_prepass`].
+    /// [`prepass::coop_prepass`].
     #[allow(clippy::too_many_arguments)]
     pub fn coop_prepass(
         &self,
@@ -310,7 +316,7 @@ impl WgpuBackend {
         weight_only: bool,
     ) -> Result<CoopPrepassOut, BackendError> {
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-        moe::coop_prepass(&self.ctx, stage, x, m, kk, top_k, row_of_pair, weight_only)
+        prepass::coop_prepass(&self.ctx, stage, x, m, kk, top_k, row_of_pair, weight_only)
     }
 
     /// Test hook: the decode GEMV's layout (subgroup or workgroup-memory reductions, with or
@@ -468,7 +474,7 @@ impl WgpuBackend {
             });
         }
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-        moe::upload(&self.ctx, layer)
+        self::layer::upload(&self.ctx, layer)
     }
 
     /// Run a resident layer (see [`WgpuBackend::prepare`]): one submit, one readback; with

@@ -14,7 +14,7 @@ const BLOCKS_PER_WG: u64 = 8;
 /// of 8 blocks so a chunk's scale bytes start on a word.
 fn chunk_blocks(ctx: &Context, bytes_per_block: u64) -> usize {
     // Never more than u32 bytes per binding: the shader indexes with u32.
-    let max = ctx.max_binding().min(super::moe::MAX_U32_BYTES) / bytes_per_block;
+    let max = ctx.max_binding().min(super::layer::MAX_U32_BYTES) / bytes_per_block;
     ((max / BLOCKS_PER_WG) * BLOCKS_PER_WG).max(BLOCKS_PER_WG) as usize
 }
 
