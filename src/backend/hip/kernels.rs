@@ -2,7 +2,7 @@
 //! one that serves a device.
 //!
 //! Size (~820 lines): over half is the tests on the embedded code objects (PTX, AMD
-//! disassembly, ptxas, the two CPU emulations); the kernel name tables and the code-object
+//! disassembly, ptxas, the three CPU emulations); the kernel name tables and the code-object
 //! choice are ~300. The seam is the tests: they could move to a `kernels/tests.rs`.
 
 /// PTX for NVIDIA compute capability 9.x and up (NUL-terminated for cuModuleLoadData).
@@ -521,6 +521,29 @@ mod tests {
         );
         assert!(text.contains("route_emu: ok (0 mismatches)"), "{text}");
         assert!(text.contains("948 cases, 0 mismatches"), "{text}");
+    }
+
+    /// The AMD-only code of the prefill GEMMs, executed without an AMD GPU: hip/test/amd_gemm_emu.cpp
+    /// compiles the whole kernel source for the CPU as the gfx942 / gfx950 targets see it
+    /// (`MX_AMD`, 64-lane wavefronts, `__gfx950__`), one OS thread per GPU thread, with the two
+    /// matrix instructions emulated from AMD's documented lane layouts
+    /// (`v_mfma_f32_16x16x16_bf16` of the fragment interface, gfx950's
+    /// `v_mfma_scale_f32_16x16x128_f8f6f4` on packed MX codes and E8M0 scales), and checks both
+    /// GEMM stages against a double-precision product of codes decoded by its own OCP tables:
+    /// the bf16 MFMA kernels for every weight format (FP4, both FP6, both FP8, INT8; hi-only and
+    /// hi + lo activations, the intermediate QDQ, SiLU and SwiGLU-OAI, router weight on the
+    /// input or the output) and the seven scaled-MFMA kernels (each stage). What it cannot
+    /// show is that the hardware follows the documents and that clang's gfx code is right.
+    #[test]
+    fn amd_gemms_run_on_the_cpu_emulation() {
+        let text = run_cpu_emulation("amd_gemm_emu", &["-Wno-ignored-attributes", "-Wno-psabi"]);
+        assert!(text.contains("amd_gemm_emu: 32 cases, 0 failed"), "{text}");
+        assert_eq!(
+            text.matches(": ok (0 mismatches, 0 unwritten").count(),
+            32,
+            "{text}"
+        );
+        assert!(!text.contains("FAILED"), "{text}");
     }
 
     /// Every v2 kernel has its dynamic shared memory in the PTX, more than the 48 KB a launch
