@@ -1,0 +1,206 @@
+// hip_emu.cpp: a stand-in for AMD's HIP runtime (libamdhip64.so) that runs the HIP backend's
+// kernels on the CPU as an MI350 (gfx950) or MI300 (gfx942) would, so that the whole backend
+// (src/backend/hip/: device open, code-object choice, kernel names, launch geometry, buffers)
+// and every AMD code path of hip/mxmoe.cu run without AMD hardware:
+//
+//   clang++-19 -std=c++20 -O1 -pthread -shared -fPIC -Wno-ignored-attributes -Wno-psabi -I hip \
+//     hip/test/hip_emu.cpp -o /tmp/libamdhip64_emu.so
+//   MXMOE_HIP_LIBRARY=/tmp/libamdhip64_emu.so MXMOE_REQUIRE_HIP=1 \
+//     mxmoe check --backend hip --suite quick --filter moe/
+//
+// It implements the calls src/backend/hip/driver.rs binds (HIP's module API): device memory is
+// host memory (a device pointer is the host address), copies are memcpy, kernels run at once and
+// in order (so events time wall clock), and hipModuleGetFunction finds a kernel by name in the
+// table below: every kernel of the AMD code objects (hip/test/amd_kernels.inc, which a test
+// compares with kernels.rs's name tables), compiled from hip/mxmoe.cu for the host under
+// hip/test/amd_emu.h (64-lane wavefronts, both MFMA instructions emulated from AMD's documented
+// layouts, one OS thread per GPU thread). The code object the backend passes is only checked to
+// be an ELF file (its kernels are these host builds of the same source).
+//
+// MXMOE_HIP_EMU_ARCH=gfx942 makes it an MI300 (the backend then picks the gfx942 code object and
+// its kernels; the scaled-MFMA GEMMs are not used); the default is gfx950. It is slow (every GPU
+// thread is an OS thread meeting the others at barriers): meant for the catalog's small cases.
+#include "amd_emu.h"
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "mxmoe.cu"
+
+namespace {
+
+// A kernel: its launch from HIP's argument array (params[i] points at argument i).
+typedef std::function<void(void**)> Invoke;
+template <class... A, size_t... N>
+void invoke_with(void (*f)(A...), void** params, std::index_sequence<N...>) {
+  f(*static_cast<std::remove_cv_t<std::remove_reference_t<A>>*>(params[N])...);
+}
+template <class... A>
+Invoke wrap(void (*f)(A...)) {
+  return [f](void** params) { invoke_with(f, params, std::index_sequence_for<A...>{}); };
+}
+
+struct Kernel {
+  const char* name;
+  Invoke run;
+};
+const std::vector<Kernel>& kernels() {
+  static const std::vector<Kernel> table = {
+#define K(name) {#name, wrap(name)},
+#include "amd_kernels.inc"
+#undef K
+  };
+  return table;
+}
+
+std::string arch() {
+  const char* a = getenv("MXMOE_HIP_EMU_ARCH");
+  return a && *a ? a : "gfx950";
+}
+
+std::mutex g_launch;  // one kernel at a time (the kernels' shared memory is static)
+
+// hipError_t values (HIP's hip_runtime_api.h).
+enum : int {
+  kSuccess = 0,
+  kInvalidValue = 1,
+  kOutOfMemory = 2,
+  kInvalidDevice = 101,
+  kInvalidImage = 200,
+  kNotFound = 500,
+};
+
+}  // namespace
+
+extern "C" {
+
+int hipInit(unsigned) { return kSuccess; }
+int hipGetDeviceCount(int* n) {
+  *n = 1;
+  return kSuccess;
+}
+int hipDeviceGet(int* dev, int ordinal) {
+  if (ordinal != 0) return kInvalidDevice;
+  *dev = 0;
+  return kSuccess;
+}
+int hipSetDevice(int ordinal) { return ordinal == 0 ? kSuccess : kInvalidDevice; }
+int hipDeviceGetName(char* name, int len, int) {
+  std::string s = arch() == "gfx942" ? "AMD Instinct MI300X (mxmoe CPU emulation)"
+                                     : "AMD Instinct MI350X (mxmoe CPU emulation)";
+  snprintf(name, (size_t)len, "%s", s.c_str());
+  return kSuccess;
+}
+int hipDeviceTotalMem(size_t* bytes, int) {
+  *bytes = (size_t)4 << 30;
+  return kSuccess;
+}
+int hipDriverGetVersion(int* v) {
+  *v = 60000000;
+  return kSuccess;
+}
+// hipDeviceProp_t: the backend only looks for gcnArchName ("gfx..." somewhere in the struct);
+// the name goes first, as in the real layout.
+int hipGetDevicePropertiesR0600(void* props, int) {
+  char* p = (char*)props;
+  memset(p, 0, 1472);
+  hipDeviceGetName(p, 256, 0);
+  std::string a = arch() + ":sramecc+:xnack-";
+  memcpy(p + 1160, a.c_str(), a.size() + 1);
+  return kSuccess;
+}
+int hipModuleLoadData(void** module, const void* image) {
+  const unsigned char* b = (const unsigned char*)image;
+  if (!b || b[0] != 0x7F || b[1] != 'E' || b[2] != 'L' || b[3] != 'F') return kInvalidImage;
+  *module = (void*)&kernels();
+  return kSuccess;
+}
+int hipModuleGetFunction(void** f, void*, const char* name) {
+  for (const Kernel& k : kernels())
+    if (strcmp(k.name, name) == 0) {
+      *f = (void*)&k;
+      return kSuccess;
+    }
+  return kNotFound;
+}
+int hipFuncSetAttribute(const void*, int, int) { return kSuccess; }
+int hipModuleLaunchKernel(void* f, u32 gx, u32 gy, u32 gz, u32 bx, u32 by, u32 bz, u32, void*, void** params,
+                          void** extra) {
+  const Kernel* k = (const Kernel*)f;
+  u32 n = bx * by * bz;
+  if (!k || extra || n == 0u || n > 1024u || by != 1u || bz != 1u || gz != 1u) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(g_launch);
+  const Invoke& run = k->run;
+  std::function<void()> body = [&] { run(params); };
+  for (u32 y = 0; y < gy; ++y)
+    for (u32 x = 0; x < gx; ++x) emu_launch(n, x, y, body);
+  return kSuccess;
+}
+int hipMalloc(u64* ptr, size_t bytes) {
+  void* p = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  if (!p) return kOutOfMemory;
+  *ptr = (u64)(uintptr_t)p;
+  return kSuccess;
+}
+int hipFree(u64 ptr) {
+  free((void*)(uintptr_t)ptr);
+  return kSuccess;
+}
+int hipHostMalloc(void** p, size_t bytes, unsigned) {
+  *p = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  return *p ? kSuccess : kOutOfMemory;
+}
+int hipHostFree(void* p) {
+  free(p);
+  return kSuccess;
+}
+int hipMemcpyHtoD(u64 dst, const void* src, size_t bytes) {
+  memcpy((void*)(uintptr_t)dst, src, bytes);
+  return kSuccess;
+}
+int hipMemcpyHtoDAsync(u64 dst, const void* src, size_t bytes, void*) { return hipMemcpyHtoD(dst, src, bytes); }
+int hipMemcpyDtoH(void* dst, u64 src, size_t bytes) {
+  memcpy(dst, (const void*)(uintptr_t)src, bytes);
+  return kSuccess;
+}
+int hipMemsetD32(u64 dst, u32 value, size_t count) {
+  u32* p = (u32*)(uintptr_t)dst;
+  for (size_t i = 0; i < count; ++i) p[i] = value;
+  return kSuccess;
+}
+int hipDeviceSynchronize() { return kSuccess; }
+// Events: the time of the record call (everything before it has run).
+int hipEventCreateWithFlags(void** e, unsigned) {
+  *e = new double(0.0);
+  return kSuccess;
+}
+int hipEventRecord(void* e, void*) {
+  *(double*)e = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return kSuccess;
+}
+int hipEventSynchronize(void*) { return kSuccess; }
+int hipEventElapsedTime(float* ms, void* a, void* b) {
+  *ms = (float)(*(double*)b - *(double*)a);
+  return kSuccess;
+}
+int hipEventDestroy(void* e) {
+  delete (double*)e;
+  return kSuccess;
+}
+const char* hipGetErrorString(int e) {
+  switch (e) {
+    case kSuccess: return "hipSuccess";
+    case kInvalidValue: return "hipErrorInvalidValue (mxmoe CPU emulation: a launch it cannot run)";
+    case kOutOfMemory: return "hipErrorOutOfMemory";
+    case kInvalidDevice: return "hipErrorInvalidDevice";
+    case kInvalidImage: return "hipErrorInvalidImage (not an ELF code object)";
+    case kNotFound: return "hipErrorNotFound (no such kernel in the emulation's table)";
+  }
+  return "unknown error";
+}
+
+}  // extern "C"
