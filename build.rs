@@ -17,17 +17,32 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SOURCES: [&str; 10] = [
+/// hip/mxmoe.cu and every file under hip/ it includes (a change to any rebuilds the kernels); the
+/// test `build_rs_lists_every_hip_source` (src/backend/hip/kernels.rs) checks the list.
+const SOURCES: [&str; 23] = [
     "hip/mxmoe.cu",
-    "hip/route_warp.h",
-    "hip/gemv_mma.h",
-    "hip/gemv_epilogue.h",
     "hip/mx_compat.h",
     "hip/mx_formats.h",
     "hip/mx_common.h",
     "hip/exact_math.h",
     "hip/mx_fragment.h",
+    "hip/nv4.h",
+    "hip/quant.h",
+    "hip/route.h",
+    "hip/moe_common.h",
+    "hip/gemv_epilogue.h",
+    "hip/lists.h",
+    "hip/route_warp.h",
+    "hip/route_lists_w3.h",
+    "hip/moe_tile.h",
+    "hip/gemv.h",
+    "hip/gemv_mma.h",
+    "hip/gemm_v1.h",
+    "hip/gemm_v2.h",
     "hip/gemm_mma.h",
+    "hip/p8_fused.h",
+    "hip/gemm_mx.h",
+    "hip/combine.h",
 ];
 
 struct Target {

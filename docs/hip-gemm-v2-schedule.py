@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A model of the v2 GEMM's pipeline (hip/mxmoe.cu gemm_v2_body; docs/hip-gemm-v2.md): ring
+"""A model of the v2 GEMM's pipeline (hip/gemm_v2.h gemm_v2_body; docs/hip-gemm-v2.md): ring
 slots of activations (A) and raw weight codes (W), the two bf16 B buffers, cp.async groups that
 land only when waited for. Checks that no slot is overwritten before it is consumed and that every
 read sees the right step. Run: python3 docs/hip-gemm-v2-schedule.py"""

@@ -1,7 +1,7 @@
 // gemm_mma.h: the "swap AB" grouped GEMM for prefill (NVIDIA only; MXMOE_HIP_GEMM=mma,
-// docs/hip-gemm-mma.md). Included from mxmoe.cu after the v1 GEMM (it uses its MoeParams,
-// load_tile, weight_row, gemm_epilogue and GEMM_BF16_ARGS). MXFP4 weights only (cb4); MXFP6 /
-// MXFP8 / MXINT8 weights keep v1 / v2.
+// docs/hip-gemm-mma.md). Included from mxmoe.cu after the v1 and v2 GEMMs (it uses gemm_v1.h's
+// gemm_epilogue and GEMM_BF16_ARGS, moe_tile.h's load_tile and weight_row, moe_common.h's
+// MoeParams). MXFP4 weights only (cb4); MXFP6 / MXFP8 / MXINT8 weights keep v1 / v2.
 //
 // The idea is Marlin's (IST-DASLab/marlin, "Mixed-precision Auto-Regressive LINear kernels",
 // Frantar et al. 2024): the quantized weights are the A operand of mma.sync and are decoded in

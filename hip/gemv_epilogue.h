@@ -1,6 +1,6 @@
-// gemv_epilogue.h: gemv1's epilogue, included by mxmoe.cu (after MoeParams, activate,
-// bf16_point and intermediate_qdq) for its GEMV and the matrix-core one (gemv_mma.h), and by
-// test/gemv_mma_emu.cpp, which runs the latter on the CPU.
+// gemv_epilogue.h: gemv1's epilogue, included by mxmoe.cu (after moe_common.h: MoeParams,
+// activate, bf16_point and intermediate_qdq) for the GEMV of gemv.h and the matrix-core one
+// (gemv_mma.h), and by test/gemv_mma_emu.cpp, which runs the latter on the CPU.
 #pragma once
 // Where element i of a row-major array of k values (k a multiple of 8) goes in the bf16 layout
 // the matrix-core kernels take (mx_to_bf16_p8, gemm_mma.h): each group of 8 stored 0, 4, 1, 5,
@@ -11,7 +11,7 @@ MX_DEVICE u64 p8_pos(u64 i) {
   return (i & ~7ull) | (q < 4u ? 2u * q : 2u * (q - 4u) + 1u);
 }
 
-// gemv1's epilogue for one (pair t, intermediate column j) of a block, shared by mxmoe.cu's
+// gemv1's epilogue for one (pair t, intermediate column j) of a block, shared by gemv.h's
 // GEMV and the matrix-core one (gemv_mma.h): the gate and up sums gv / uv, the bias, the
 // router weight on the input, the activation, and the intermediate QDQ over the block's 32
 // columns (their maximum through tmax[t], zeroed by the caller); tv: pair t is in the tile.

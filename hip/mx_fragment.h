@@ -1,4 +1,4 @@
-// mx_fragment.h: the matrix-core fragment interface of the grouped GEMM (hip/mxmoe.cu), the ONLY
+// mx_fragment.h: the matrix-core fragment interface of the grouped GEMM (hip/gemm_v1.h), the ONLY
 // target-specific code of the GEMM. A warp (NVIDIA, 32 lanes) or wavefront (AMD, 64 lanes)
 // multiplies a 16 x FRAG_K slice of A (row-major in shared memory, k contiguous) by a
 // FRAG_K x FRAG_N slice of B (stored n-major, k contiguous) into FRAG_N-wide f32 accumulators:
@@ -22,7 +22,7 @@
 //     16x16x16bf16_1k; CDNA3 ISA guide section 7 and AMD's "matrix instruction calculator": lane
 //     l holds A[l % 16][4 (l / 16) + 0..3], B[4 (l / 16) + 0..3][l % 16] and
 //     D[4 (l / 16) + 0..3][l % 16]).
-// gfx950's scaled MFMA on MX operands is in mxmoe.cu's gemm_mx_scaled (its operands are the
+// gfx950's scaled MFMA on MX operands is in gemm_mx.h's gemm_mx_body (its operands are the
 // packed codes and E8M0 bytes, not bf16 fragments).
 #pragma once
 #include "mx_compat.h"

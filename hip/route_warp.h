@@ -1,6 +1,6 @@
 // route_warp.h: routing by warps, without block barriers in the selection (MXMOE_HIP_ROUTE=v6,
-// the default). Included by hip/mxmoe.cu after its routing and lists sections (RouteParams,
-// MoeParams, key_ord, the exact scores of exact_math.h) and by the CPU emulation
+// the default). Included by hip/mxmoe.cu after route.h and lists.h (RouteParams, key_ord;
+// MoeParams from moe_common.h, the exact scores of exact_math.h) and by the CPU emulation
 // hip/test/route_emu.cpp, which runs every kernel here against a port of src/moe/route.rs.
 //
 // The selection is route_token's (src/moe/route.rs top_k_indices): k rounds, each taking the

@@ -3,10 +3,11 @@
 // exactly decoded weights. The GPU primitives are host twins: mma.sync m16n8k16 from the PTX ISA's
 // fragment layout (the lanes of a warp meet at a barrier, each computes its C elements from all
 // lanes' A and B registers), bf16x2 fma / cvt with round-to-nearest-even, vote.any, the block
-// barrier. What comes from hip/mxmoe.cu (MoeParams, load_tile, weight_row) is copied here; the
-// activation is a stand-in (linear, so that the gate / up row mapping shows) and the intermediate
-// QDQ is off. Built and run by the test backend::hip::kernels::tests::gemv_mma_runs_on_the_cpu_
-// emulation (clang++, C++20); every case runs the `mma` and the `mmaw` kernels; by hand:
+// barrier. What comes from hip/moe_common.h (MoeParams), moe_tile.h (load_tile, weight_row) and
+// gemv.h (gemv2_combine, GEMV_ARGS) is copied here or stubbed; the activation is a stand-in
+// (linear, so that the gate / up row mapping shows) and the intermediate QDQ is off. Built and
+// run by the test backend::hip::kernels::tests::gemv_mma_runs_on_the_cpu_emulation (clang++,
+// C++20); every case runs the `mma` and the `mmaw` kernels; by hand:
 //   clang++-19 -std=c++20 -O1 -pthread -I hip hip/test/gemv_mma_emu.cpp -o /tmp/emu && /tmp/emu
 // Exit status 0 when every output matches.
 #include <algorithm>
@@ -118,7 +119,7 @@ MX_DEVICE void mma(FragC& c, const FragA& a, const FragB& b) {
   warp_sync();
 }
 
-// ---- hip/mxmoe.cu's pieces the GEMV uses ----------------------------------------------------
+// ---- the pieces of hip/moe_common.h, moe_tile.h and gemv.h the GEMV uses ------------------
 struct MoeParams {
   u32 m, top_k, hidden, inter, n_experts, e_local, has_map, has_bias13, has_bias2, on_input;
   u32 weight_fmt, act_fmt, act_mode, activation, round_bf16, tile_m;

@@ -2,15 +2,15 @@
 // CPU, one OS thread per GPU thread of a block, and compares their ids, weights (bits) and
 // one-token lists with a port of the CPU router (src/moe/route.rs route_row: top_k_indices with
 // ties to the lower index, the group scores, exact_sigmoid + add_ftz keys, the serial sums and
-// exact_div) and of the GPU weight expressions of route_token (hip/mxmoe.cu: fast_exp, the
+// exact_div) and of the GPU weight expressions of route_token (hip/route.h: fast_exp, the
 // 64-partial softmax sum and its tree, route_weights_serial), on random logits and on logits
 // drawn from a few values (ties, both zeros, negative values). The GPU primitives are host
 // twins: shuffles through a per-warp array between two warp barriers, the block barrier, exp2f
 // for the hardware exp2 (the same function on both sides of the comparison). The warp
 // reductions take route_warp.h's portable path (a shuffle butterfly; NVIDIA's redux.sync gives
-// the same max / min / or). What comes from hip/mxmoe.cu (RouteParams, MoeParams, key_ord) is
-// copied here. Built and run by backend::hip::kernels::tests::route_warp_runs_on_the_cpu_
-// emulation (clang++, C++20); by hand:
+// the same max / min / or). What comes from hip/route.h (RouteParams, key_ord) and
+// hip/moe_common.h (MoeParams) is copied here. Built and run by
+// backend::hip::kernels::tests::route_warp_runs_on_the_cpu_emulation (clang++, C++20); by hand:
 //   clang++-19 -std=c++20 -O1 -pthread -ffp-contract=off -I hip hip/test/route_emu.cpp -o /tmp/r
 // Exit status 0 when every output matches.
 #include <barrier>
@@ -61,7 +61,7 @@ MX_DEVICE float fast_exp(float x) { return exp2f(x * 1.4426950408889634f); }
 
 #include "exact_math.h"
 
-// ---- hip/mxmoe.cu's pieces the routing kernels use --------------------------------------------
+// ---- hip/route.h's and moe_common.h's pieces the routing kernels use -------------------------
 struct RouteParams {
   u32 m, n_experts, top_k, scoring, renormalize, n_group, topk_group, scaling, has_bias, p0, p1, p2;
 };

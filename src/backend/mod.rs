@@ -8,19 +8,19 @@
 //! inputs and ±0); routing gives exactly the CPU ids; MoE outputs agree with the CPU reference
 //! within a relative-L2 bound (GEMM accumulation order differs between backends).
 //!
-//! Where each op lives (CPU = the reference; HIP = `hip/mxmoe.cu`, host side
-//! `backend/hip/real.rs`):
+//! Where each op lives (CPU = the reference; HIP = `hip/mxmoe.cu` and the headers it includes,
+//! host side `backend/hip/real.rs`):
 //!
 //! | op | CPU | WGSL (shader / host) | HIP |
 //! |---|---|---|---|
 //! | element codec, E8M0, packing | `format/{codec,scale,pack}.rs` | `shaders/mx_common.wgsl` (+ the preamble of `wgpu/source.rs`) | `hip/mx_common.h` (+ `hip/mx_formats.h` from `hip/header.rs`) |
-//! | quantize, dequantize, QDQ | `format/tensor.rs` | `shaders/quant.wgsl` / `wgpu/quant.rs` | `mx_quantize`, `mx_dequantize`, `mx_qdq` |
-//! | route | `moe/route.rs` + `moe/exact_math.rs` | `shaders/route.wgsl` + `shaders/exact_math.wgsl` / `wgpu/route.rs` | `mx_route` + `hip/exact_math.h` |
-//! | expert lists | (`moe/reference.rs`, `assignments_by_expert`) | `shaders/moe_lists.wgsl` / `wgpu/moe.rs` | `moe_lists` |
-//! | grouped GEMM (prefill) | `moe/reference.rs` | `shaders/moe_gemm.wgsl` / `wgpu/moe.rs` | `moe_gemm{1,2}[_split]` on `hip/mx_fragment.h` |
-//! | grouped GEMV (decode) | `moe/reference.rs` | `shaders/moe_gemv.wgsl` + `moe_gemv_fp4_{table,registers}.wgsl` + `moe_gemv_reduce_{subgroup,shared}.wgsl` / `wgpu/moe.rs` | `moe_gemv{1,2}_cb{4,6,8}` |
+//! | quantize, dequantize, QDQ | `format/tensor.rs` | `shaders/quant.wgsl` / `wgpu/quant.rs` | `mx_quantize`, `mx_dequantize`, `mx_qdq` (`hip/quant.h`) |
+//! | route | `moe/route.rs` + `moe/exact_math.rs` | `shaders/route.wgsl` + `shaders/exact_math.wgsl` / `wgpu/route.rs` | `mx_route` (`hip/route.h`) + `hip/exact_math.h` |
+//! | expert lists | (`moe/reference.rs`, `assignments_by_expert`) | `shaders/moe_lists.wgsl` / `wgpu/moe.rs` | `moe_lists` (`hip/lists.h`) |
+//! | grouped GEMM (prefill) | `moe/reference.rs` | `shaders/moe_gemm.wgsl` / `wgpu/moe.rs` | `moe_gemm{1,2}[_split]` (`hip/gemm_v1.h`) on `hip/mx_fragment.h` |
+//! | grouped GEMV (decode) | `moe/reference.rs` | `shaders/moe_gemv.wgsl` + `moe_gemv_fp4_{table,registers}.wgsl` + `moe_gemv_reduce_{subgroup,shared}.wgsl` / `wgpu/moe.rs` | `moe_gemv{1,2}_cb{4,6,8}` (`hip/gemv.h`) |
 //! | activation + intermediate QDQ | `moe/reference.rs` (`activate`, `qdq_slice`) | the GEMM1/GEMV1 epilogues (`shaders/moe_common.wgsl`) | the gemm1 / gemv1 epilogues |
-//! | combine | `moe/reference.rs` | `shaders/moe_combine.wgsl` / `wgpu/moe.rs` | `moe_combine` |
+//! | combine | `moe/reference.rs` | `shaders/moe_combine.wgsl` / `wgpu/moe.rs` | `moe_combine` (`hip/combine.h`) |
 //! | op descriptors, validation | `backend/ops.rs` | (shared) | (shared) |
 //! | dispatch | `backend/cpu/mod.rs` | `backend/wgpu/mod.rs` | `backend/hip/real.rs` (feature `hip`; `stub.rs` without) |
 

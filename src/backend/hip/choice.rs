@@ -14,12 +14,12 @@ pub const MAX_EXPERTS: usize = 1024;
 pub const MAX_TOP_K: usize = 32;
 pub const MAX_GROUPS: usize = MAX_EXPERTS;
 
-/// Rows per tile of the GEMM and the GEMV (hip/mxmoe.cu GT_M, and the GEMV's 4).
+/// Rows per tile of the GEMM and the GEMV (hip/gemm_v1.h GT_M, and the GEMV's 4).
 pub(super) const GEMM_TILE: usize = 64;
 pub(super) const GEMV_TILE: usize = 4;
-/// gemv2's output rows per block (hip/mxmoe.cu GV_OUT_ROWS; gemv1 blocks: 32 columns).
+/// gemv2's output rows per block (hip/gemv.h GV_OUT_ROWS; gemv1 blocks: 32 columns).
 pub(super) const GEMV_OUT_ROWS: usize = 64;
-/// The same for the v2 GEMV (hip/mxmoe.cu GV2_OUT_ROWS); the combine counters are sized for it
+/// The same for the v2 GEMV (hip/gemv.h GV2_OUT_ROWS); the combine counters are sized for it
 /// (the smaller, so the larger count).
 pub(super) const GEMV2_OUT_ROWS: usize = 32;
 
@@ -70,7 +70,7 @@ pub(super) enum RoutePlan {
 
 /// The route plan's kernel that also converts the hidden states to bf16 in mx_to_bf16_p8's
 /// layout, if it has one: v6's warp routing of (top-k) softmax routers for more tokens than the
-/// fused block takes (hip/mxmoe.cu `mx_route_wx_<nq>`, with the rows' flags the GEMM reads) and,
+/// fused block takes (hip/p8_fused.h `mx_route_wx_<nq>`, with the rows' flags the GEMM reads) and,
 /// where no flags are needed (`flags` false: the mmab GEMV), the fused few-token kernels
 /// (`moe_route_lists_w2x_<nq>` / `w3x`: the conversion in blocks of their own beside the routing
 /// block). The H200 measured the separate fold 4 us faster at 256 gpt-oss tokens (0.928 ->
@@ -159,11 +159,12 @@ pub(super) fn route_op_kernel(variant: &str, shape: RouterShape) -> (String, u32
     ("mx_route".into(), 64, 1)
 }
 
-/// Which route / lists kernels run (hip/mxmoe.cu): `variant` of `MXMOE_HIP_ROUTE`, `simple` a
-/// (top-k) softmax router without correction bias or groups, `m` tokens, fused up to `fused`
-/// tokens (`MXMOE_HIP_FUSED_ROUTE`). v4: one token with a simple router in one warp
-/// (`moe_route_lists_w1`); the other routers with all 256 threads computing the scores
-/// (`moe_route_lists_v4`, `mx_route_v4`); simple routers of several tokens as v3.
+/// Which route / lists kernels run (hip/route.h, lists.h, route_warp.h, route_lists_w3.h,
+/// p8_fused.h): `variant` of `MXMOE_HIP_ROUTE`, `simple` a (top-k) softmax router without
+/// correction bias or groups, `m` tokens, fused up to `fused` tokens (`MXMOE_HIP_FUSED_ROUTE`).
+/// v4: one token with a simple router in one warp (`moe_route_lists_w1`); the other routers
+/// with all 256 threads computing the scores (`moe_route_lists_v4`, `mx_route_v4`); simple
+/// routers of several tokens as v3.
 /// v6: the warp kernels where the router allows (`shape`), else v5's; `fused` (None: the
 /// default) is the most tokens routed together with their lists.
 pub(super) fn route_plan(
@@ -563,10 +564,10 @@ pub(super) fn gemv_pairs_for(variant: &str) -> f64 {
         })
 }
 
-/// The bf16 matrix-core GEMM's tile (hip/mxmoe.cu): GEMM_TILE pair rows x GEMM_N weight rows,
+/// The bf16 matrix-core GEMM's tile (hip/gemm_v1.h): GEMM_TILE pair rows x GEMM_N weight rows,
 /// which in stage 1 are the gate and up rows of GEMM_N / 2 intermediate columns.
 pub(super) const GEMM_N: usize = 128;
-/// Threads per v2 GEMM block (hip/mxmoe.cu V2_THREADS: 4 warps, one weight row of the 128 each);
+/// Threads per v2 GEMM block (hip/gemm_v2.h V2_THREADS: 4 warps, one weight row of the 128 each);
 /// its column blocks are GEMM_N wide, as v1's.
 pub(super) const V2_THREADS: u32 = 128;
 
@@ -576,7 +577,7 @@ pub(super) fn with_shared(threads: u32, shared: u32) -> u64 {
     threads as u64 | (shared as u64) << 32
 }
 
-/// Threads per GEMM block (hip/mxmoe.cu GEMM_THREADS): 4 warps (NVIDIA, 32 lanes) or 4
+/// Threads per GEMM block (hip/gemm_v1.h GEMM_THREADS): 4 warps (NVIDIA, 32 lanes) or 4
 /// wavefronts (AMD, 64 lanes).
 pub(super) fn gemm_threads(arch: &str) -> u32 {
     if arch.starts_with("gfx") {
@@ -780,7 +781,7 @@ mod tests {
     }
 
     /// The route plans by hand: every kernel named here exists (kernels.rs lists them) and
-    /// the thread counts match their launch bounds (hip/mxmoe.cu).
+    /// the thread counts match their launch bounds (hip/mxmoe.cu's headers).
     #[test]
     fn stored_layout_layers_fall_back_to_v3() {
         if std::env::var("MXMOE_HIP_GEMV").is_ok_and(|v| !v.is_empty()) {

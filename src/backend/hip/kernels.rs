@@ -192,7 +192,7 @@ pub const NAMES_V2: [&str; 36] = [
     "moe_gemm2_v2_t16_split_cb8",
 ];
 
-/// The v2 GEMM's pair-row tiles (hip/mxmoe.cu GEMM_V2_KERNELS); the mma GEMM has the same.
+/// The v2 GEMM's pair-row tiles (hip/gemm_v2.h GEMM_V2_KERNELS); the mma GEMM has the same.
 pub const V2_TILES: [usize; 3] = [16, 32, 64];
 
 /// NVIDIA only: the swap-AB GEMM on register-decoded MXFP4 weights (`MXMOE_HIP_GEMM=mma`,
@@ -243,7 +243,7 @@ pub const NAMES_MMA: [&str; 36] = [
 ];
 
 /// The dynamic shared memory (bytes) a v2 or mma GEMM launch must give: the PTX constant
-/// `moe_gemm_v2_t<tm>[_split]_cb<cb>_smem` (`moe_gemm_mma_...`) of `ptx` (hip/mxmoe.cu and
+/// `moe_gemm_v2_t<tm>[_split]_cb<cb>_smem` (`moe_gemm_mma_...`) of `ptx` (hip/gemm_v2.h and
 /// hip/gemm_mma.h compute the layouts; the kernels stop on a launch with less). `kernel` is a
 /// GEMM name of [`NAMES_V2`] or [`NAMES_MMA`].
 pub fn v2_smem(ptx: &[u8], kernel: &str) -> Option<u32> {
@@ -546,9 +546,39 @@ mod tests {
         assert!(!text.contains("FAILED"), "{text}");
     }
 
+    /// build.rs recompiles the kernels when any file they are built from changes: its SOURCES
+    /// list names every `.cu` and `.h` under hip/ (hip/mxmoe.cu and the op-family headers it
+    /// includes, and the primitives those rest on), and each header is included somewhere.
+    #[test]
+    fn build_rs_lists_every_hip_source() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let build = std::fs::read_to_string(root.join("build.rs")).unwrap();
+        let mut names = Vec::new();
+        let mut text = String::new();
+        for e in std::fs::read_dir(root.join("hip")).unwrap() {
+            let path = e.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap().to_string();
+            if name.ends_with(".h") || name.ends_with(".cu") {
+                text.push_str(&std::fs::read_to_string(&path).unwrap());
+                names.push(name);
+            }
+        }
+        assert!(names.len() >= 23, "{names:?}");
+        for name in &names {
+            assert!(
+                build.contains(&format!("\"hip/{name}\"")),
+                "build.rs SOURCES lacks hip/{name}"
+            );
+            assert!(
+                name.ends_with(".cu") || text.contains(&format!("#include \"{name}\"")),
+                "hip/{name} is included nowhere"
+            );
+        }
+    }
+
     /// Every v2 kernel has its dynamic shared memory in the PTX, more than the 48 KB a launch
     /// gets without asking (else v2 would not need the attribute) and within sm_90's 227 KB per
-    /// block; the figures are the layout of hip/mxmoe.cu V2Shape, recomputed here by hand.
+    /// block; the figures are the layout of hip/gemm_v2.h V2Shape, recomputed here by hand.
     #[test]
     fn ptx_v2_gemms_declare_their_shared_memory() {
         // (pair rows, split, code bits) -> stages x A + 2 B tiles + stages x raw codes, bytes.

@@ -99,7 +99,7 @@ pub struct HipLayer {
     map: Option<DevBuf>,
     route_bias: Option<DevBuf>,
     dummy: DevBuf,
-    /// gemv2's per-column-block counters (hip/mxmoe.cu gemv2_combine), zero between forwards.
+    /// gemv2's per-column-block counters (hip/gemv.h gemv2_combine), zero between forwards.
     counters: DevBuf,
     /// The MXFP4 codes are in the nv4 layout (hip/nv4.h; choice.rs nv4_layout).
     nv4: bool,
@@ -789,8 +789,9 @@ impl HipBackend {
         let hk = h as u32;
         match plan {
             RoutePlan::Fused { kernel, threads } => match &route_conv {
-                // Decode: routing and the lists in one block (hip/mxmoe.cu moe_route_lists*),
-                // with the conversion: one more block per `threads` groups of 8 values.
+                // Decode: routing and the lists in one block (moe_route_lists*: hip/lists.h, v6's
+                // route_warp.h, route_lists_w3.h, p8_fused.h), with the conversion: one more
+                // block per `threads` groups of 8 values.
                 Some(kx) => run(
                     "route+lists",
                     kx,
@@ -879,7 +880,7 @@ impl HipBackend {
         let mt = max_tiles as u32;
         let (g1, g2) = ((mt, (inter / 32) as u32), (mt, h.div_ceil(64) as u32));
         if gemv {
-            // hip/mxmoe.cu gemv_body, hip/gemv_mma.h: 32 intermediate columns / `rows2` output
+            // hip/gemv.h gemv_body, hip/gemv_mma.h: 32 intermediate columns / `rows2` output
             // rows per block.
             // Weight-only schemes take f32 activations as bf16 hi + lo, unless they are bf16
             // values (a bf16 model's hidden states; the intermediates when rounded to bf16):
@@ -991,7 +992,7 @@ impl HipBackend {
                         format!("moe_gemm2_mma_t{tm}{sfx}{vs}_cb4"),
                     )
                 }
-                // The same arguments, grid and tile list contract as v1 (hip/mxmoe.cu
+                // The same arguments, grid and tile list contract as v1 (hip/gemm_v2.h
                 // gemm_v2_body), tiles of tm pair rows.
                 Some(tm) => (
                     format!("moe_gemm1_v2_t{tm}{sfx}_cb{cb}"),
@@ -1017,7 +1018,7 @@ impl HipBackend {
                 }
                 _ => gemm_threads(&dev.arch) as u64,
             };
-            // x = column block, y = tile slot (hip/mxmoe.cu: L2 reuse); grid y is at most 65535.
+            // x = column block, y = tile slot (hip/gemm_v1.h: L2 reuse); grid y is at most 65535.
             if mt > 65535 {
                 return Err(BackendError::Device(format!(
                     "HIP GEMM: {na} token-expert pairs need {mt} row tiles, more than the 65535 \
@@ -1054,7 +1055,7 @@ impl HipBackend {
                 None => (xbh, xbl),
             };
             // gemm2's bf16 activations: hi, then (split) lo and the row flags, in one buffer.
-            // The mma gemm1 writes them itself (hip/mxmoe.cu gemm_p8_store); v1 / v2 write f32
+            // The mma gemm1 writes them itself (hip/gemm_v1.h gemm_p8_store); v1 / v2 write f32
             // and a conversion kernel follows.
             let n2 = na * inter * 2;
             let ab = dev.alloc(if split { 2 * n2 + flags(na) } else { n2 })?;
