@@ -1,5 +1,5 @@
 // gemv_mma.h: the decode GEMV on NVIDIA matrix cores ("swap AB"), `moe_gemv{1,2}_mma[_split]_cb4`
-// (MXMOE_HIP_GEMV=mma; src/backend/hip/choice.rs). Included from hip/mxmoe.cu after the v3 GEMV,
+// (MXMOE_HIP_GEMV=mma; src/backend/hip/choice/gemv.rs). Included from hip/mxmoe.cu after the v3 GEMV,
 // whose tile list, row mapping (weight_row), epilogues and fused combine (gemv2_combine) it reuses.
 // NVIDIA only (mma.sync, bf16x2 fma, cvt.bf16x2); AMD keeps the v3 / v1 GEMVs. MXFP4 weights only
 // (the other formats run the v1 GEMV).

@@ -9,7 +9,7 @@
 //! within a relative-L2 bound (GEMM accumulation order differs between backends).
 //!
 //! Where each op lives (CPU = the reference; HIP = `hip/mxmoe.cu`, host side
-//! `backend/hip/real.rs`):
+//! `backend/hip/single_ops.rs` and, for the MoE forward, `backend/hip/moe.rs`):
 //!
 //! | op | CPU | WGSL (shader / host) | HIP |
 //! |---|---|---|---|
