@@ -483,7 +483,7 @@ MX_DEVICE void gemm_mma_split(const MoeParams& p, bool is1, const u32* pair_of_r
 // moe_gemm{1,2}_mma_t<TP>[_split][<VS>]_cb4 and per (TP, split, VS) the dynamic shared memory
 // its launch must give, as a PTX global the host reads (src/backend/hip/kernels.rs dyn_smem).
 // OCC blocks per multiprocessor (launch bounds: 2 -> <= 128 registers). VS: the variant suffix
-// (MXMOE_HIP_MMA_VARIANT, src/backend/hip/choice.rs): none = V 1, _v0 = session 5's kernel.
+// (MXMOE_HIP_MMA_VARIANT, src/backend/hip/choice/gemm.rs): none = V 1, _v0 = session 5's kernel.
 #define GEMM_MMA_VARIANT(TP, FM, SPLIT, SFX, V, OCC, VS)                                          \
   extern "C" __attribute__((device, used)) const u32 moe_gemm_mma_t##TP##SFX##VS##_cb4_smem =     \
       MmShape<TP, SPLIT, FM>::SMEM;                                                               \

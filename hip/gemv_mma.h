@@ -1,7 +1,7 @@
 // gemv_mma.h: the decode GEMV on NVIDIA matrix cores ("swap AB"), `moe_gemv{1,2}_mma[_split]_cb4`
-// (MXMOE_HIP_GEMV=mma; src/backend/hip/choice.rs). Included from hip/mxmoe.cu after gemv.h (the
-// v1 .. v3 GEMVs), whose fused combine (gemv2_combine) and GEMV_ARGS it reuses, with the tile
-// list and row mapping of moe_tile.h (load_tile, weight_row) and gemv_epilogue.h's epilogues.
+// (MXMOE_HIP_GEMV=mma; src/backend/hip/choice/gemv.rs). Included from hip/mxmoe.cu after gemv.h
+// (the v1 .. v3 GEMVs), whose fused combine (gemv2_combine) and GEMV_ARGS it reuses, with the
+// tile list and row mapping of moe_tile.h (load_tile, weight_row) and gemv_epilogue.h's epilogues.
 // NVIDIA only (mma.sync, bf16x2 fma, cvt.bf16x2); AMD keeps the v3 / v1 GEMVs. MXFP4 weights only
 // (the other formats run the v1 GEMV).
 //

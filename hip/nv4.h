@@ -1,7 +1,7 @@
 // nv4.h: the NVIDIA layout of MXFP4 code words, which the matrix-core GEMV (gemv_mma.h) and GEMM
 // (gemm_mma.h) decode. A layer's MXFP4 codes are rearranged once on the device (mx_nv4_repack,
-// src/backend/hip/real.rs prepare) when the NVIDIA device will run only those kernels on them
-// (src/backend/hip/choice.rs nv4_layout).
+// src/backend/hip/layer.rs prepare) when the NVIDIA device will run only those kernels on them
+// (src/backend/hip/choice/layout.rs nv4_layout).
 //
 // Both kernels turn codes i and i + 4 (i < 4) of a 32-bit word (8 codes, code j at bits 4j ..
 // 4j + 3 in the stored MXFP4 layout, sign in the code's bit 3) into one bf16x2 register: sign to

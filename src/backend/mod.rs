@@ -9,7 +9,7 @@
 //! within a relative-L2 bound (GEMM accumulation order differs between backends).
 //!
 //! Where each op lives (CPU = the reference; HIP = `hip/mxmoe.cu` and the headers it includes,
-//! host side `backend/hip/real.rs`):
+//! host side `backend/hip/single_ops.rs` and, for the MoE forward, `backend/hip/moe.rs`):
 //!
 //! | op | CPU | WGSL (shader / host) | HIP |
 //! |---|---|---|---|

@@ -8,7 +8,15 @@
 //!   checks the checked-in header).
 //! * `driver` (feature `hip`): the driver API, one table of function pointers over HIP's module
 //!   API or the CUDA driver API (they map one to one).
-//! * `kernels` / `ops` (feature `hip`): the embedded binaries and the host side of every op.
+//! * `kernels` (feature `hip`): the embedded binaries, the kernel names they hold and the code
+//!   object that serves a device.
+//! * The host side of every op (feature `hip`), each file with its own `impl HipBackend`: `real`
+//!   ([`HipBackend`] itself: device and code object, `supports`, `notes`, the launch helpers),
+//!   `single_ops` (quantize, dequantize, QDQ, routing on their own), `layer` ([`HipLayer`]: a
+//!   layer's weights uploaded once), `moe` (the MoE forward's launch sequence; `host_profile`
+//!   times its host phases).
+//! * `choice` (feature `hip`): which kernels and shapes those run, per op family (route, GEMV,
+//!   GEMM, code layout), and the `MXMOE_HIP_*` knobs that override them.
 //!
 //! Without the feature, [`HipBackend::new`] says "not compiled in"; with it but without a driver
 //! or device it says which of the two is missing (or that no code object serves the GPU's
@@ -21,11 +29,21 @@ mod choice;
 #[cfg(feature = "hip")]
 mod driver;
 #[cfg(feature = "hip")]
+mod host_profile;
+#[cfg(feature = "hip")]
 mod kernels;
+#[cfg(feature = "hip")]
+mod layer;
 #[cfg(all(test, feature = "hip"))]
 mod mma_layout;
 #[cfg(feature = "hip")]
+mod moe;
+#[cfg(feature = "hip")]
 mod real;
+#[cfg(feature = "hip")]
+mod single_ops;
+#[cfg(feature = "hip")]
+pub use layer::HipLayer;
 #[cfg(feature = "hip")]
 pub use real::*;
 

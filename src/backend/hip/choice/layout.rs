@@ -1,0 +1,81 @@
+//! The layout of a layer's MXFP4 code words on the device: nv4 (hip/nv4.h, for the
+//! matrix-core GEMV and GEMM on NVIDIA) or as stored, chosen once when the layer is uploaded
+//! (`nv4_layout`, `layer.rs`), the GEMV a layer of either layout runs (`gemv_variant_for_layer`),
+//! and the check that a forward's kernels decode the layer's layout (`check_layout`).
+
+use super::gemm::{gemm_version, GemmVersion};
+use super::gemv::{gemv_is_mma, gemv_variant_for};
+use crate::backend::BackendError;
+
+/// Whether a layer's MXFP4 code words go to the device in the nv4 layout (hip/nv4.h, rearranged
+/// once by `mx_nv4_repack`): on NVIDIA, for 4-bit codes, when every kernel that may run on them
+/// decodes nv4, i.e. the GEMV is a matrix-core one (`MXMOE_HIP_GEMV` unset or mma*) and the
+/// GEMM is the mma one (`MXMOE_HIP_GEMM` auto or mma, its module loaded). Measured as ~11 logic
+/// instructions per code word against ~16 (see hip/nv4.h). A layer prepared one way runs only
+/// with kernels of its layout (`check_layout`).
+pub(in crate::backend::hip) fn nv4_layout(
+    nvidia: bool,
+    code_bits: u32,
+    mma_gemm: bool,
+) -> Result<bool, BackendError> {
+    Ok(nvidia
+        && code_bits == 4
+        && mma_gemm
+        && gemv_is_mma(gemv_variant_for(true)?)
+        && matches!(gemm_version()?, GemmVersion::Auto | GemmVersion::Mma))
+}
+
+/// The MXFP4 GEMV for a prepared layer: `gemv_variant_for`, except that a layer in the stored
+/// layout (`nv4` false: e.g. an NVIDIA device whose mma GEMM module did not load, as when a GPU
+/// offers less shared memory per block than its kernels ask) runs v3 where a matrix-core GEMV
+/// is only the default; one that `MXMOE_HIP_GEMV` sets stays, and `check_layout` refuses it.
+pub(in crate::backend::hip) fn gemv_variant_for_layer(
+    nvidia: bool,
+    nv4: bool,
+) -> Result<&'static str, BackendError> {
+    let v = gemv_variant_for(nvidia)?;
+    let set = std::env::var("MXMOE_HIP_GEMV").is_ok_and(|v| !v.is_empty());
+    Ok(if gemv_is_mma(v) && !nv4 && !set {
+        "v3"
+    } else {
+        v
+    })
+}
+
+/// A forward's kernels against the layer's code layout (`nv4`: prepared for the matrix-core
+/// kernels): the mma GEMV and GEMM decode only nv4 words, the others only stored ones.
+pub(in crate::backend::hip) fn check_layout(
+    nv4: bool,
+    mma_kernels: bool,
+) -> Result<(), BackendError> {
+    if nv4 == mma_kernels {
+        return Ok(());
+    }
+    Err(BackendError::Device(format!(
+        "this layer's MXFP4 codes were uploaded in the {} layout, but this forward runs {}          kernels: MXMOE_HIP_GEMV / MXMOE_HIP_GEMM changed after the layer was prepared; prepare          it again with the same settings (docs/ENVIRONMENT.md)",
+        if nv4 { "matrix-core (nv4)" } else { "stored" },
+        if mma_kernels { "matrix-core" } else { "other" }
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::gemv::GEMV_MMA_DEFAULT_VARIANT;
+    use super::*;
+
+    #[test]
+    fn stored_layout_layers_fall_back_to_v3() {
+        if std::env::var("MXMOE_HIP_GEMV").is_ok_and(|v| !v.is_empty()) {
+            eprintln!("SKIPPED: MXMOE_HIP_GEMV is set");
+            return;
+        }
+        assert_eq!(
+            gemv_variant_for_layer(true, true).unwrap(),
+            GEMV_MMA_DEFAULT_VARIANT
+        );
+        assert_eq!(gemv_variant_for_layer(true, false).unwrap(), "v3");
+        assert_eq!(gemv_variant_for_layer(false, false).unwrap(), "v3");
+        assert!(check_layout(true, false).is_err() && check_layout(false, true).is_err());
+        assert!(check_layout(true, true).is_ok() && check_layout(false, false).is_ok());
+    }
+}
