@@ -1,6 +1,6 @@
 // amd_emu.h: the host twins under which the HIP kernel source (hip/mxmoe.cu) compiles and runs on
 // the CPU as the AMD targets see it: MX_AMD, 64-lane wavefronts, __gfx950__ (the scaled-MFMA
-// kernels), one OS thread per GPU thread of a block. Included, before hip/mxmoe.cu, by
+// kernels), every GPU thread of a block a fiber on the calling OS thread. Included, before hip/mxmoe.cu, by
 // hip/test/amd_gemm_emu.cpp (the GEMMs against a double-precision product) and
 // hip/test/hip_emu.cpp (a stand-in for libamdhip64.so that runs the whole backend).
 //
@@ -18,11 +18,10 @@
 //     llvm.amdgcn.mfma.scale.* tests); codes are decoded by this file's own OCP tables;
 //   - thread / block ids, the block barrier, wavefront-wide shuffles by exchange (AMD's
 //     shfl_xor / shfl_idx of hip/mx_compat.h stay within a group of 32 lanes), and a launcher
-//     that runs the blocks of a grid one after another on a pool of threads per block size.
+//     that runs a block's threads as fibers (see "the launcher" below).
 #pragma once
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -31,7 +30,6 @@
 #include <cstring>
 #include <functional>
 #include <random>
-#include <thread>
 #include <vector>
 
 typedef unsigned int u32;
@@ -51,30 +49,33 @@ typedef unsigned char u8;
 #define __gfx950__ 1
 #endif
 
-// ---- the GPU's thread ids, barriers and shuffles (a block of 256 threads, 4 wavefronts) -----
-static thread_local u32 g_tid;
+// ---- the GPU's thread ids, barriers and shuffles (blocks of up to 1024 threads, 16 wavefronts) --
+static u32 g_tid;  // the GPU thread running now (the scheduler below sets it)
 static u32 g_bx, g_by, g_bdim;
-static std::barrier<>* g_block;
-static std::barrier<>* g_wave[16];
+static void emu_wait(int kind);
 MX_DEVICE u32 tid_x() { return g_tid; }
 MX_DEVICE u32 bid_x() { return g_bx; }
 MX_DEVICE u32 bid_y() { return g_by; }
-MX_DEVICE void sync_threads() { g_block->arrive_and_wait(); }
-static void wave_sync() { g_wave[g_tid / 64u]->arrive_and_wait(); }
+MX_DEVICE void sync_threads() { emu_wait(1); }
+static void wave_sync() { emu_wait(2); }
 MX_DEVICE u32 f2u(float f) { u32 u; memcpy(&u, &f, 4); return u; }
 MX_DEVICE float u2f(u32 u) { float f; memcpy(&f, &u, 4); return f; }
+// The shuffles of hip/mx_compat.h (AMD: ds_bpermute within the executing group of 32 lanes):
+// the 32 lanes of a half wavefront meet (a half's lanes may shuffle while the other half does
+// something else, as in a divergent branch).
+static void half_sync() { emu_wait(4); }
 static u32 g_x[16][64];
 static u32 xchg(u32 v, u32 src) {
   u32 w = g_tid / 64u, l = g_tid % 64u;
   g_x[w][l] = v;
-  wave_sync();
-  u32 r = g_x[w][src & 63u];
-  wave_sync();
+  half_sync();
+  u32 r = g_x[w][(l & 32u) | (src & 31u)];
+  half_sync();
   return r;
 }
 // AMD's shfl_xor / shfl_idx (hip/mx_compat.h): within the executing group of 32 lanes.
 MX_DEVICE float shfl_xor(float v, u32 mask) { return u2f(xchg(f2u(v), (g_tid % 64u) ^ mask)); }
-MX_DEVICE float shfl_idx(float v, u32 src) { return u2f(xchg(f2u(v), ((g_tid % 64u) & 32u) | src)); }
+MX_DEVICE float shfl_idx(float v, u32 src) { return u2f(xchg(f2u(v), src)); }
 MX_DEVICE float fast_exp2(float x) { return exp2f(x); }
 MX_DEVICE void fence_device() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 MX_DEVICE float load_coherent(const float* p) {
@@ -209,54 +210,166 @@ static v4f32 __builtin_amdgcn_mfma_scale_f32_16x16x128_f8f6f4(v8i32e a, v8i32e b
 }
 
 // ---- the launcher ------------------------------------------------------------------------------
-// A pool of n OS threads per block size n (thread t is GPU thread t of every block), started
-// once and released block by block through two barriers; blocks run one after another, so the
-// kernels' `static` locals (MX_SHARED) are their shared memory.
-struct EmuPool {
-  std::barrier<> start, done;
-  const std::function<void()>* job = nullptr;
-  bool stop = false;
-  std::vector<std::thread> th;
-  explicit EmuPool(u32 n) : start(n + 1), done(n + 1) {
-    for (u32 t = 0; t < n; ++t)
-      th.emplace_back([this, t] {
-        g_tid = t;
-        for (;;) {
-          start.arrive_and_wait();
-          if (stop) return;
-          (*job)();
-          done.arrive_and_wait();
-        }
-      });
-  }
-  ~EmuPool() {
-    stop = true;
-    start.arrive_and_wait();
-    for (auto& x : th) x.join();
-  }
+// The GPU threads of a block are fibers (user-level contexts with their own stacks) on the
+// calling OS thread. The scheduler runs every runnable fiber in thread order until it waits at a
+// barrier or leaves the kernel; then it releases each wavefront whose live lanes all wait at the
+// wavefront barrier (an MFMA) and each half wavefront whose live lanes all wait at a shuffle,
+// else the block when every live thread waits at the
+// block barrier; a thread that has left the kernel no longer counts (as on the GPU). Anything
+// else is a deadlock (lanes of a wavefront at different barriers), reported as an error.
+// Blocks run one after another, so the kernels' `static` locals (MX_SHARED) are their shared
+// memory. x86-64 switches contexts with the few instructions below (callee-saved registers and
+// the stack pointer, System V ABI); elsewhere with ucontext.
+#if defined(__x86_64__)
+extern "C" void mxemu_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .p2align 4
+  .hidden mxemu_switch
+  .type mxemu_switch,@function
+mxemu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size mxemu_switch, .-mxemu_switch
+)");
+#else
+#include <ucontext.h>
+#endif
+
+namespace emu {
+const u32 kStack = 256u * 1024u;
+enum State : int { kRunnable = 0, kBlock = 1, kWave = 2, kDone = 3, kHalf = 4 };
+// The kernel running now, for the deadlock report (hip_emu.cpp sets it).
+static const char* kernel_name = "?";
+struct Fiber {
+  int state = kDone;
+  std::vector<unsigned char> stack;
+#if defined(__x86_64__)
+  void* sp = nullptr;
+#else
+  ucontext_t ctx;
+#endif
 };
-static EmuPool* emu_pool(u32 n) {
-  static EmuPool* pools[1025] = {};
+static std::vector<Fiber> fibers;
+#if defined(__x86_64__)
+static void* sched_sp;
+#else
+static ucontext_t sched_ctx;
+#endif
+static const std::function<void()>* job;
+
+static void to_scheduler() {
+#if defined(__x86_64__)
+  mxemu_switch(&fibers[g_tid].sp, sched_sp);
+#else
+  swapcontext(&fibers[g_tid].ctx, &sched_ctx);
+#endif
+}
+static void entry() {
+  (*job)();
+  fibers[g_tid].state = kDone;
+  to_scheduler();
+  std::_Exit(5);  // never resumed
+}
+static void start(u32 t) {
+  Fiber& f = fibers[t];
+  f.state = kRunnable;
+  if (f.stack.empty()) f.stack.resize(kStack);
+#if defined(__x86_64__)
+  uintptr_t top = ((uintptr_t)f.stack.data() + f.stack.size()) & ~(uintptr_t)15;
+  void** sp = (void**)(top - 8 * sizeof(void*));
+  for (int i = 0; i < 6; ++i) sp[i] = nullptr;  // r15 .. rbp
+  sp[6] = (void*)&entry;                        // mxemu_switch's ret lands here, rsp = 8 mod 16
+  sp[7] = nullptr;
+  f.sp = sp;
+#else
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.data();
+  f.ctx.uc_stack.ss_size = f.stack.size();
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, entry, 0);
+#endif
+}
+static void resume(u32 t) {
+  g_tid = t;
+#if defined(__x86_64__)
+  mxemu_switch(&sched_sp, fibers[t].sp);
+#else
+  swapcontext(&sched_ctx, &fibers[t].ctx);
+#endif
+}
+}  // namespace emu
+
+static void emu_wait(int kind) {
+  emu::fibers[g_tid].state = kind;
+  emu::to_scheduler();
+}
+
+// Block (bx, by) of n threads, each running f.
+static void emu_launch(u32 n, u32 bx, u32 by, const std::function<void()>& f) {
+  using namespace emu;
   if (n == 0u || n > 1024u) {
     fprintf(stderr, "amd_emu: block size %u\n", n);
     std::_Exit(3);
   }
-  if (!pools[n]) pools[n] = new EmuPool(n);  // kept until exit: their threads wait on `start`
-  return pools[n];
-}
-// Block (bx, by) of n threads, each running f.
-static void emu_launch(u32 n, u32 bx, u32 by, const std::function<void()>& f) {
-  std::barrier<> block(n);
-  g_block = &block;
-  u32 waves = (n + 63u) / 64u;
-  for (u32 w = 0; w < waves; ++w) g_wave[w] = new std::barrier<>(std::min(64u, n - 64u * w));
+  if (fibers.size() < n) fibers.resize(n);
   g_bx = bx;
   g_by = by;
   g_bdim = n;
-  EmuPool* p = emu_pool(n);
-  p->job = &f;
-  p->start.arrive_and_wait();
-  p->done.arrive_and_wait();
-  for (u32 w = 0; w < waves; ++w) delete g_wave[w];
+  job = &f;
+  for (u32 t = 0; t < n; ++t) start(t);
+  for (;;) {
+    for (u32 t = 0; t < n; ++t)
+      if (fibers[t].state == kRunnable) resume(t);
+    bool released = false, all_done = true, all_block = true;
+    // Wavefronts (64 lanes: the MFMAs) and half wavefronts (32 lanes: the shuffles) whose live
+    // lanes all wait at their barrier go on.
+    for (u32 size : {64u, 32u}) {
+      int kind = size == 64u ? kWave : kHalf;
+      for (u32 g = 0; g * size < n; ++g) {
+        bool any = false, all = true;
+        for (u32 t = size * g; t < std::min(n, size * g + size); ++t) {
+          int st = fibers[t].state;
+          if (st == kDone) continue;
+          any = true;
+          all = all && st == kind;
+        }
+        if (any && all) {
+          for (u32 t = size * g; t < std::min(n, size * g + size); ++t)
+            if (fibers[t].state == kind) fibers[t].state = kRunnable;
+          released = true;
+        }
+      }
+    }
+    for (u32 t = 0; t < n; ++t) {
+      int st = fibers[t].state;
+      all_done = all_done && st == kDone;
+      all_block = all_block && (st == kDone || st == kBlock);
+    }
+    if (all_done) break;
+    if (released) continue;
+    if (all_block) {
+      for (u32 t = 0; t < n; ++t)
+        if (fibers[t].state == kBlock) fibers[t].state = kRunnable;
+      continue;
+    }
+    fprintf(stderr, "amd_emu: deadlock in %s, block (%u, %u) of %u threads: lanes of a wavefront wait at different barriers:",
+            kernel_name, bx, by, n);
+    for (u32 t = 0; t < n; ++t) fprintf(stderr, "%s%d", t % 64u ? "" : " ", fibers[t].state);
+    fprintf(stderr, "\n");
+    std::_Exit(4);
+  }
 }
-

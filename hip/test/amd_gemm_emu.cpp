@@ -1,8 +1,8 @@
 // amd_gemm_emu.cpp: runs the AMD-only code of the HIP backend's prefill GEMMs on the CPU, so that
 // it is executed somewhere although no MI300 / MI350 is reachable. The whole kernel source
 // (hip/mxmoe.cu and its headers) is compiled for the host as the AMD targets see it (MX_AMD,
-// 64-lane wavefronts, and __gfx950__ for the scaled-MFMA kernels), one OS thread per GPU thread
-// of a block (256 = 4 wavefronts), with host twins of the target primitives and both matrix
+// 64-lane wavefronts, and __gfx950__ for the scaled-MFMA kernels), every GPU thread of a block
+// (256 = 4 wavefronts) a fiber, with host twins of the target primitives and both matrix
 // instructions emulated from AMD's documented lane layouts (hip/test/amd_emu.h).
 //
 // Each case fills random weights (every code of the format but NaN / Inf encodings, random
@@ -342,12 +342,6 @@ static bool run_case(const Case& cs, u32 seed) {
 }
 
 int main() {
-  // A watchdog: a lane that skips an MFMA its wavefront runs would hang the exchange.
-  std::thread([] {
-    std::this_thread::sleep_for(std::chrono::seconds(300));
-    fprintf(stderr, "amd_gemm_emu: timed out (a wavefront's lanes diverged at an MFMA?)\n");
-    std::_Exit(2);
-  }).detach();
   const u32 N = FMT_NONE;
   const Case cases[] = {
       // gfx942 / gfx950: the bf16 MFMA kernel (moe_gemm{1,2}[_split]_cb{4,6,8})

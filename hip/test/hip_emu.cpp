@@ -14,12 +14,12 @@
 // table below: every kernel of the AMD code objects (hip/test/amd_kernels.inc, which a test
 // compares with kernels.rs's name tables), compiled from hip/mxmoe.cu for the host under
 // hip/test/amd_emu.h (64-lane wavefronts, both MFMA instructions emulated from AMD's documented
-// layouts, one OS thread per GPU thread). The code object the backend passes is only checked to
+// layouts, every GPU thread a fiber). The code object the backend passes is only checked to
 // be an ELF file (its kernels are these host builds of the same source).
 //
-// MXMOE_HIP_EMU_ARCH=gfx942 makes it an MI300 (the backend then picks the gfx942 code object and
-// its kernels; the scaled-MFMA GEMMs are not used); the default is gfx950. It is slow (every GPU
-// thread is an OS thread meeting the others at barriers): meant for the catalog's small cases.
+// MXMOE_HIP_EMU_STATS=1 lists the kernels that ran at exit. MXMOE_HIP_EMU_ARCH=gfx942 makes it an MI300 (the backend then picks the gfx942 code object and
+// its kernels; the scaled-MFMA GEMMs are not used); the default is gfx950. It is slow (one CPU
+// thread runs every GPU thread, switching at each barrier): meant for the catalog's small cases.
 #include "amd_emu.h"
 
 #include <chrono>
@@ -47,10 +47,11 @@ Invoke wrap(void (*f)(A...)) {
 struct Kernel {
   const char* name;
   Invoke run;
+  mutable u64 launches = 0;
 };
 const std::vector<Kernel>& kernels() {
   static const std::vector<Kernel> table = {
-#define K(name) {#name, wrap(name)},
+#define K(name) {#name, wrap(name), 0},
 #include "amd_kernels.inc"
 #undef K
   };
@@ -73,6 +74,17 @@ enum : int {
   kInvalidImage = 200,
   kNotFound = 500,
 };
+
+// MXMOE_HIP_EMU_STATS=1: at exit, every kernel launched and how often (stderr).
+struct Stats {
+  ~Stats() {
+    const char* v = getenv("MXMOE_HIP_EMU_STATS");
+    if (!v || strcmp(v, "1") != 0) return;
+    fprintf(stderr, "hip_emu: kernel launches (%s):\n", arch().c_str());
+    for (const Kernel& k : kernels())
+      if (k.launches) fprintf(stderr, "  %-36s %llu\n", k.name, (unsigned long long)k.launches);
+  }
+} g_stats;
 
 }  // namespace
 
@@ -134,6 +146,8 @@ int hipModuleLaunchKernel(void* f, u32 gx, u32 gy, u32 gz, u32 bx, u32 by, u32 b
   u32 n = bx * by * bz;
   if (!k || extra || n == 0u || n > 1024u || by != 1u || bz != 1u || gz != 1u) return kInvalidValue;
   std::lock_guard<std::mutex> lock(g_launch);
+  emu::kernel_name = k->name;
+  ++k->launches;
   const Invoke& run = k->run;
   std::function<void()> body = [&] { run(params); };
   for (u32 y = 0; y < gy; ++y)

@@ -525,7 +525,7 @@ mod tests {
 
     /// The AMD-only code of the prefill GEMMs, executed without an AMD GPU: hip/test/amd_gemm_emu.cpp
     /// compiles the whole kernel source for the CPU as the gfx942 / gfx950 targets see it
-    /// (`MX_AMD`, 64-lane wavefronts, `__gfx950__`), one OS thread per GPU thread, with the two
+    /// (`MX_AMD`, 64-lane wavefronts, `__gfx950__`), each GPU thread a fiber, with the two
     /// matrix instructions emulated from AMD's documented lane layouts
     /// (`v_mfma_f32_16x16x16_bf16` of the fragment interface, gfx950's
     /// `v_mfma_scale_f32_16x16x128_f8f6f4` on packed MX codes and E8M0 scales), and checks both
@@ -544,6 +544,26 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("FAILED"), "{text}");
+    }
+
+    /// The kernel table of the CPU stand-in for libamdhip64.so (hip/test/hip_emu.cpp, through
+    /// hip/test/amd_kernels.inc) is every kernel the AMD code objects export: `NAMES`,
+    /// `NAMES_MORE` and gfx950's `NAMES_GFX950`, no more, no fewer.
+    #[test]
+    fn hip_emu_kernel_table_matches_the_names() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let inc = std::fs::read_to_string(root.join("hip/test/amd_kernels.inc")).unwrap();
+        let listed: Vec<&str> = inc
+            .lines()
+            .filter_map(|l| l.strip_prefix("K(")?.strip_suffix(')'))
+            .collect();
+        let want: Vec<&str> = NAMES
+            .iter()
+            .chain(NAMES_MORE.iter())
+            .chain(NAMES_GFX950.iter())
+            .copied()
+            .collect();
+        assert_eq!(listed, want, "hip/test/amd_kernels.inc");
     }
 
     /// build.rs recompiles the kernels when any file they are built from changes: its SOURCES
