@@ -104,7 +104,7 @@ fn invalid_inputs_are_errors() {
 /// backend (device open, code-object choice, the AMD kernel names and launch geometry) with
 /// `mxmoe check --backend hip`, against the CPU reference as on any GPU. Every case must pass and
 /// the AMD-only kernels must have run (the scaled-MFMA GEMMs on gfx950, the bf16 MFMA GEMMs on
-/// both). Not the hardware: that the GPUs follow AMD's documents, and clang's gfx code, stay
+/// both); a third run takes the first routing and GEMV kernels on gfx942. Not the hardware: that the GPUs follow AMD's documents, and clang's gfx code, stay
 /// unchecked (CI disassembles the code objects).
 #[cfg(feature = "hip")]
 #[test]
@@ -149,26 +149,37 @@ fn hip_backend_on_emulated_amd_gpus() {
         "{cxx}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for (arch, must_run) in [
+    // (arch, knobs, kernels that must have run): the defaults on both targets, then gfx942
+    // with the first routing and GEMV kernels (MXMOE_HIP_ROUTE=v1, MXMOE_HIP_GEMV=v1).
+    let runs: [(&str, &[(&str, &str)], &[&str]); 3] = [
         (
             "gfx950",
+            &[],
             &[
                 "moe_gemm1_mx_fp4_fp4",
                 "moe_gemm2_mx_fp6e2m3_fp6e2m3",
                 "moe_gemm1_split_cb4",
-            ][..],
+            ],
         ),
         (
             "gfx942",
-            &["moe_gemm1_cb4", "moe_gemm2_split_cb6", "moe_gemm1_cb8"][..],
+            &[],
+            &["moe_gemm1_cb4", "moe_gemm2_split_cb6", "moe_gemm1_cb8"],
         ),
-    ] {
+        (
+            "gfx942",
+            &[("MXMOE_HIP_ROUTE", "v1"), ("MXMOE_HIP_GEMV", "v1")],
+            &["moe_lists", "moe_route_lists", "moe_gemv1_cb4"],
+        ),
+    ];
+    for (arch, knobs, must_run) in runs {
         let run = Command::new(env!("CARGO_BIN_EXE_mxmoe"))
             .args(["check", "--backend", "hip", "--suite", "quick"])
             .env("MXMOE_HIP_LIBRARY", &lib)
             .env("MXMOE_HIP_EMU_ARCH", arch)
             .env("MXMOE_HIP_EMU_STATS", "1")
             .env("MXMOE_REQUIRE_HIP", "1")
+            .envs(knobs.iter().copied())
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&run.stdout);
