@@ -52,7 +52,9 @@ pub(in crate::backend::hip) fn check_layout(
         return Ok(());
     }
     Err(BackendError::Device(format!(
-        "this layer's MXFP4 codes were uploaded in the {} layout, but this forward runs {}          kernels: MXMOE_HIP_GEMV / MXMOE_HIP_GEMM changed after the layer was prepared; prepare          it again with the same settings (docs/ENVIRONMENT.md)",
+        "this layer's MXFP4 codes were uploaded in the {} layout, but this forward runs {} \
+         kernels: MXMOE_HIP_GEMV / MXMOE_HIP_GEMM changed after the layer was prepared; prepare \
+         it again with the same settings (docs/ENVIRONMENT.md)",
         if nv4 { "matrix-core (nv4)" } else { "stored" },
         if mma_kernels { "matrix-core" } else { "other" }
     )))
@@ -77,5 +79,10 @@ mod tests {
         assert_eq!(gemv_variant_for_layer(false, false).unwrap(), "v3");
         assert!(check_layout(true, false).is_err() && check_layout(false, true).is_err());
         assert!(check_layout(true, true).is_ok() && check_layout(false, false).is_ok());
+        let msg = check_layout(true, false).unwrap_err().to_string();
+        assert!(
+            msg.contains("matrix-core (nv4) layout") && !msg.contains("  "),
+            "{msg}"
+        );
     }
 }
