@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The HIP backend's conformance catalog on emulated AMD GPUs, for a machine without one: builds
+# hip/test/hip_emu.cpp (a CPU stand-in for libamdhip64.so that runs the kernels of hip/mxmoe.cu
+# as an MI350 / MI300 would: 64-lane wavefronts, MFMA instructions emulated from AMD's documented
+# layouts) and runs `mxmoe check --backend hip` through it as gfx950 and as gfx942.
+#   scripts/hip_emu.sh                 the quick suite on both (about a minute with the build)
+#   SUITE=full scripts/hip_emu.sh      the full suite (a few minutes)
+#   ARCHS=gfx942 scripts/hip_emu.sh    one target; extra arguments go to `mxmoe check`
+# Needs clang++ (C++20; clang-19 is what the HIP build uses) and the compilers of --features hip
+# (scripts/test.sh installs them on Debian/Ubuntu). What it checks is our code against AMD's
+# documents, not AMD hardware (docs/ARCHITECTURE.md, "HIP backend").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cxx=""
+for c in clang++-19 clang++-20 clang++-21 clang++-22 clang++; do
+  if command -v "$c" >/dev/null 2>&1; then cxx="$c"; break; fi
+done
+[ -n "$cxx" ] || { echo "scripts/hip_emu.sh: no clang++ found (apt-get install clang-19)" >&2; exit 1; }
+mkdir -p target/hip_emu
+lib="$PWD/target/hip_emu/libamdhip64_emu.so"
+echo "== building $lib with $cxx"
+"$cxx" -std=c++20 -O1 -shared -fPIC -Wno-ignored-attributes -Wno-psabi -I hip hip/test/hip_emu.cpp -o "$lib"
+echo "== building mxmoe (--features hip)"
+cargo build --release --features hip --bin mxmoe
+rc=0
+for arch in ${ARCHS:-gfx950 gfx942}; do
+  echo "== $arch (emulated)"
+  MXMOE_HIP_LIBRARY="$lib" MXMOE_HIP_EMU_ARCH="$arch" MXMOE_REQUIRE_HIP=1 \
+    ./target/release/mxmoe check --backend hip --suite "${SUITE:-quick}" "$@" || rc=1
+done
+exit $rc
