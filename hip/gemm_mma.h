@@ -54,7 +54,11 @@
 #define MM_BK 128u       // k per step: four 32-blocks
 #define MM_ROWB 256u     // bytes of one pair row of a ring stage (MM_BK bf16)
 
+#if !defined(MX_HOST_EMU)  // hip/test/nv_emu.h: emu_dsmem
 extern MX_SHARED __attribute__((aligned(16))) unsigned char mm_dsmem[];
+#else
+#define mm_dsmem emu_dsmem
+#endif
 
 // One kernel's dynamic shared memory (bytes): [ring: STAGES x (hi[, lo]) x TP rows x MM_ROWB];
 // the epilogue's f32 [TP][MM_ROWS + 1] (v1's sC layout) reuses it from the start.
@@ -130,6 +134,8 @@ MX_KERNEL(256) void mx_nv4_repack(u32* w, u64 n) {
   if (i < n) w[i] = nv4_word(w[i]);
 }
 
+// The CPU emulation (hip/test/nv_emu.h) gives its own twins of the PTX functions below.
+#if !defined(MX_HOST_EMU)
 // d = a * b + c on bf16 pairs (PTX ISA: fma.rn.bf16x2, sm_80+).
 MX_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) {
   u32 d;
@@ -173,6 +179,7 @@ MX_DEVICE u32 fp4_bf16_pair_raw(u32 v) {
   }
   return r;
 }
+#endif  // !MX_HOST_EMU
 #define MM_BF16X2_2P126 0x7E807E80u  // 2^126, twice
 #define MM_BF16X2_NEG0 0x80008000u   // -0, twice (a * b + -0 = a * b, signs of zeros included)
 // The E8M0 byte as a bf16 (exact: 2^-127 is a bf16 subnormal; 255 = NaN), twice.
@@ -180,6 +187,7 @@ MX_DEVICE u32 e8m0_bf16x2(u32 s) {
   u32 b = s == 0u ? 0x0040u : (s == 255u ? 0x7FC0u : s << 7);
   return b | (b << 16);
 }
+#if !defined(MX_HOST_EMU)
 // Whether b holds on any lane of the warp (vote.sync.any; every lane gets the same answer).
 MX_DEVICE bool mm_warp_any(bool b) {
   u32 r;
@@ -201,6 +209,8 @@ MX_DEVICE bool mm_block_any(bool b) {
       : "memory");
   return r != 0u;
 }
+
+#endif  // !MX_HOST_EMU
 
 // Compile-time values for the generic lambdas below (no <type_traits> here).
 template <bool B>

@@ -30,7 +30,11 @@
 #define V2_LDC (V2_TN + 4u)  // f32 per row of the epilogue tile
 #define V2_THREADS 128u      // 4 warps; thread t owns weight row t of the tile
 
+#if !defined(MX_HOST_EMU)  // hip/test/nv_emu.h: emu_dsmem
 extern MX_SHARED __attribute__((aligned(16))) u16 v2_dsmem[];
+#else
+#define v2_dsmem ((u16*)emu_dsmem)
+#endif
 
 // The layout of one kernel's dynamic shared memory (bytes; every region a multiple of 16):
 // [A ring: STAGES x (hi[, lo]) x TM x V2_LDS bf16][B: 2 x V2_TN x V2_LDS bf16][W ring: STAGES x

@@ -37,6 +37,8 @@ struct FragA { u32 r[4]; };
 struct FragB { u32 r[2]; };
 struct FragC { float v[4]; };
 
+// The CPU emulation (hip/test/nv_emu.h) gives its own twins of the PTX functions below.
+#if !defined(MX_HOST_EMU)
 // The 32-bit shared-state-space address of a generic pointer into shared memory (ldmatrix).
 // An address-space cast (not inline cvta) so that LLVM folds it into the shared array's address
 // plus an offset, computed once outside the loops.
@@ -76,8 +78,10 @@ MX_DEVICE void mma(FragC& c, const FragA& a, const FragB& b) {
       : "+f"(c.v[0]), "+f"(c.v[1]), "+f"(c.v[2]), "+f"(c.v[3])
       : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
 }
+#endif  // !MX_HOST_EMU
 MX_DEVICE u32 c_row(u32 lane, u32 i) { return (lane >> 2) + (i >= 2u ? 8u : 0u); }
 MX_DEVICE u32 c_col(u32 lane, u32 i) { return 2u * (lane & 3u) + (i & 1u); }
+#if !defined(MX_HOST_EMU)
 // cp.async (sm_80+; PTX ISA, "cp.async"): .cg (L2 only), 16 bytes; a source size of 0 writes
 // 16 zero bytes and reads nothing.
 MX_DEVICE void copy16_async(void* dst, const void* src, bool valid) {
@@ -108,6 +112,7 @@ MX_DEVICE u32 dynamic_smem_bytes() {
   return r;
 }
 
+#endif  // !MX_HOST_EMU
 #elif defined(MX_AMD)
 #define FRAG_N 16
 #define FRAG_C 4

@@ -20,7 +20,7 @@
 #pragma once
 
 // ---- warp reductions on u32 (all 32 lanes of the group take part and get the result) -------
-#if defined(MX_NV) && __CUDA_ARCH__ >= 800
+#if defined(MX_NV) && __CUDA_ARCH__ >= 800 && !defined(MX_HOST_EMU)
 MX_DEVICE u32 warp_max_u32(u32 v) {
   u32 r;
   asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
@@ -37,7 +37,7 @@ MX_DEVICE u32 warp_or_u32(u32 v) {
   return r;
 }
 #else
-// AMD (a 32-lane half of the wavefront, as shfl_xor) and the CPU emulation: a butterfly.
+// AMD (a 32-lane half of the wavefront, as shfl_xor) and the CPU emulations: a butterfly.
 MX_DEVICE u32 warp_max_u32(u32 v) {
   for (u32 m = 16u; m > 0u; m >>= 1) v = umax(v, f2u(shfl_xor(u2f(v), m)));
   return v;

@@ -97,18 +97,23 @@ fn invalid_inputs_are_errors() {
     run_catalog("invalid inputs", |c| matches!(c.kind, Kind::Invalid(_)));
 }
 
-/// The HIP backend on AMD GPUs we do not have: hip/test/hip_emu.cpp, built here with clang++ as a
-/// stand-in for libamdhip64.so, runs the kernels of hip/mxmoe.cu on the CPU as an MI350 (gfx950)
-/// and an MI300 (gfx942) would (64-lane wavefronts, the MFMA instructions emulated from AMD's
-/// documented layouts, hip/test/amd_emu.h); the whole quick catalog then runs through the real
-/// backend (device open, code-object choice, the AMD kernel names and launch geometry) with
-/// `mxmoe check --backend hip`, against the CPU reference as on any GPU. Every case must pass and
-/// the AMD-only kernels must have run (the scaled-MFMA GEMMs on gfx950, the bf16 MFMA GEMMs on
-/// both); a third run takes the first routing and GEMV kernels on gfx942. Not the hardware: that the GPUs follow AMD's documents, and clang's gfx code, stay
-/// unchecked (CI disassembles the code objects).
+/// The HIP backend on GPUs CI does not have: two stand-ins for the vendor driver, built here with
+/// clang++, run the kernels of hip/mxmoe.cu on the CPU as the GPU would (hip/test/emu_core.h:
+/// every GPU thread a fiber, barriers as scheduler rounds): hip/test/hip_emu.cpp as
+/// libamdhip64.so, an MI350 (gfx950) or MI300 (gfx942) with 64-lane wavefronts and the MFMA
+/// instructions emulated from AMD's documented layouts (hip/test/amd_emu.h), and
+/// hip/test/cuda_emu.cpp as the CUDA driver, an H200 (sm_90) with mma.sync, ldmatrix, cp.async
+/// and the other PTX the kernels use emulated from the PTX ISA (hip/test/nv_emu.h). The whole
+/// quick catalog then runs through the real backend (device open, code-object choice, kernel
+/// names, launch geometry, the weight layouts) with `mxmoe check --backend hip`, against the CPU
+/// reference as on any GPU: every case must pass, and the kernels named must have run (the
+/// scaled-MFMA GEMMs on gfx950, the bf16 MFMA GEMMs on both AMD targets, the matrix-core GEMV
+/// and GEMM on sm_90, and the older kernels behind the knobs). Not the hardware: that the GPUs
+/// follow their vendors' documents, and the compilers' code, stay unchecked here (CI
+/// disassembles the AMD objects; the NVIDIA kernels ran on an H200, docs/MEASURED.md).
 #[cfg(feature = "hip")]
 #[test]
-fn hip_backend_on_emulated_amd_gpus() {
+fn hip_backend_on_emulated_gpus() {
     use std::process::Command;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let cxx = [
@@ -127,32 +132,40 @@ fn hip_backend_on_emulated_amd_gpus() {
     })
     .expect("no clang++ found (apt-get install clang-19; scripts/test.sh installs it)");
     let dir = tempfile::tempdir().unwrap();
-    let lib = dir.path().join("libamdhip64_emu.so");
-    let out = Command::new(cxx)
-        .args([
-            "-std=c++20",
-            "-O1",
-            "-shared",
-            "-fPIC",
-            "-Wno-ignored-attributes",
-            "-Wno-psabi",
-        ])
-        .arg("-I")
-        .arg(root.join("hip"))
-        .arg(root.join("hip/test/hip_emu.cpp"))
-        .arg("-o")
-        .arg(&lib)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{cxx}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // (arch, knobs, kernels that must have run): the defaults on both targets, then gfx942
-    // with the first routing and GEMV kernels (MXMOE_HIP_ROUTE=v1, MXMOE_HIP_GEMV=v1).
-    let runs: [(&str, &[(&str, &str)], &[&str]); 3] = [
+    let build = |src: &str, lib: &str| {
+        let path = dir.path().join(lib);
+        let out = Command::new(cxx)
+            .args([
+                "-std=c++20",
+                "-O1",
+                "-shared",
+                "-fPIC",
+                "-Wno-ignored-attributes",
+                "-Wno-psabi",
+            ])
+            .arg("-I")
+            .arg(root.join("hip"))
+            .arg(root.join(src))
+            .arg("-o")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cxx} {src}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        path
+    };
+    let amd = build("hip/test/hip_emu.cpp", "libamdhip64_emu.so");
+    // A library name containing "cuda" is driven through the CUDA driver API (driver.rs).
+    let nv = build("hip/test/cuda_emu.cpp", "libcuda_emu.so");
+    // (library, arch, knobs, kernels that must have run): the defaults on each target, gfx942
+    // with the first routing and GEMV kernels, sm_90 with the GEMM on every MoE case and with
+    // the v2 GEMM and the two-tile GEMV.
+    let runs: [(&std::path::Path, &str, &[(&str, &str)], &[&str]); 6] = [
         (
+            &amd,
             "gfx950",
             &[],
             &[
@@ -162,20 +175,46 @@ fn hip_backend_on_emulated_amd_gpus() {
             ],
         ),
         (
+            &amd,
             "gfx942",
             &[],
             &["moe_gemm1_cb4", "moe_gemm2_split_cb6", "moe_gemm1_cb8"],
         ),
         (
+            &amd,
             "gfx942",
             &[("MXMOE_HIP_ROUTE", "v1"), ("MXMOE_HIP_GEMV", "v1")],
             &["moe_lists", "moe_route_lists", "moe_gemv1_cb4"],
         ),
+        (
+            &nv,
+            "sm_90",
+            &[],
+            &[
+                "moe_gemv1_mmab_cb4",
+                "moe_gemm1_mma_t64_cb4",
+                "mx_nv4_repack",
+                "moe_route_lists_w2x_4",
+            ],
+        ),
+        (
+            &nv,
+            "sm_90",
+            &[("MXMOE_HIP_GEMV_PAIRS", "0")],
+            &["moe_gemm1_mma_t16_split_cb4", "moe_gemm2_v2_t16_cb8"],
+        ),
+        (
+            &nv,
+            "sm_90",
+            &[("MXMOE_HIP_GEMM", "v2"), ("MXMOE_HIP_GEMV", "mmaw")],
+            &["moe_gemm1_v2_t64_cb4", "moe_gemv1_mmaw_cb4"],
+        ),
     ];
-    for (arch, knobs, must_run) in runs {
+    let n = check::cases(Suite::Quick).len();
+    for (lib, arch, knobs, must_run) in runs {
         let run = Command::new(env!("CARGO_BIN_EXE_mxmoe"))
             .args(["check", "--backend", "hip", "--suite", "quick"])
-            .env("MXMOE_HIP_LIBRARY", &lib)
+            .env("MXMOE_HIP_LIBRARY", lib)
             .env("MXMOE_HIP_EMU_ARCH", arch)
             .env("MXMOE_HIP_EMU_STATS", "1")
             .env("MXMOE_REQUIRE_HIP", "1")
@@ -184,30 +223,30 @@ fn hip_backend_on_emulated_amd_gpus() {
             .unwrap();
         let text = String::from_utf8_lossy(&run.stdout);
         let err = String::from_utf8_lossy(&run.stderr);
-        println!("{arch}:\n{text}\n{err}");
+        let what = format!("{arch} {knobs:?}");
+        println!("{what}:\n{text}\n{err}");
         assert!(
             run.status.success(),
-            "{arch}: mxmoe check failed:\n{text}\n{err}"
+            "{what}: mxmoe check failed:\n{text}\n{err}"
         );
         assert!(
             text.contains("CPU emulation) ("),
-            "{arch}: not the emulated device:\n{text}"
+            "{what}: not the emulated device:\n{text}"
         );
         assert!(
             text.contains(&format!("kernels: {arch}")),
-            "{arch}: code object:\n{text}"
+            "{what}: code object:\n{text}"
         );
-        let n = check::cases(Suite::Quick).len();
         assert!(
             text.contains(&format!(
                 "totals: {n} cases, {n} passed, 0 failed, 0 unsupported, 0 skipped"
             )),
-            "{arch}: not every case passed:\n{text}"
+            "{what}: not every case passed:\n{text}"
         );
         for k in must_run {
             assert!(
                 err.contains(&format!("  {k} ")),
-                "{arch}: {k} did not run:\n{err}"
+                "{what}: {k} did not run:\n{err}"
             );
         }
     }

@@ -22,36 +22,17 @@
 // thread runs every GPU thread, switching at each barrier): meant for the catalog's small cases.
 #include "amd_emu.h"
 
-#include <chrono>
-#include <map>
-#include <mutex>
 #include <string>
-#include <type_traits>
-#include <utility>
 
 #include "mxmoe.cu"
+#include "emu_runtime.h"
 
 namespace {
 
-// A kernel: its launch from HIP's argument array (params[i] points at argument i).
-typedef std::function<void(void**)> Invoke;
-template <class... A, size_t... N>
-void invoke_with(void (*f)(A...), void** params, std::index_sequence<N...>) {
-  f(*static_cast<std::remove_cv_t<std::remove_reference_t<A>>*>(params[N])...);
-}
-template <class... A>
-Invoke wrap(void (*f)(A...)) {
-  return [f](void** params) { invoke_with(f, params, std::index_sequence_for<A...>{}); };
-}
-
-struct Kernel {
-  const char* name;
-  Invoke run;
-  mutable u64 launches = 0;
-};
+using emu_rt::Kernel;
 const std::vector<Kernel>& kernels() {
   static const std::vector<Kernel> table = {
-#define K(name) {#name, wrap(name), 0},
+#define K(name) {#name, emu_rt::wrap(name), 0},
 #include "amd_kernels.inc"
 #undef K
   };
@@ -62,8 +43,6 @@ std::string arch() {
   const char* a = getenv("MXMOE_HIP_EMU_ARCH");
   return a && *a ? a : "gfx950";
 }
-
-std::mutex g_launch;  // one kernel at a time (the kernels' shared memory is static)
 
 // hipError_t values (HIP's hip_runtime_api.h).
 enum : int {
@@ -77,13 +56,7 @@ enum : int {
 
 // MXMOE_HIP_EMU_STATS=1: at exit, every kernel launched and how often (stderr).
 struct Stats {
-  ~Stats() {
-    const char* v = getenv("MXMOE_HIP_EMU_STATS");
-    if (!v || strcmp(v, "1") != 0) return;
-    fprintf(stderr, "hip_emu: kernel launches (%s):\n", arch().c_str());
-    for (const Kernel& k : kernels())
-      if (k.launches) fprintf(stderr, "  %-36s %llu\n", k.name, (unsigned long long)k.launches);
-  }
+  ~Stats() { emu_rt::print_stats(kernels(), arch().c_str()); }
 } g_stats;
 
 }  // namespace
@@ -132,30 +105,19 @@ int hipModuleLoadData(void** module, const void* image) {
   return kSuccess;
 }
 int hipModuleGetFunction(void** f, void*, const char* name) {
-  for (const Kernel& k : kernels())
-    if (strcmp(k.name, name) == 0) {
-      *f = (void*)&k;
-      return kSuccess;
-    }
-  return kNotFound;
+  const Kernel* k = emu_rt::find(kernels(), name);
+  if (!k) return kNotFound;
+  *f = (void*)k;
+  return kSuccess;
 }
 int hipFuncSetAttribute(const void*, int, int) { return kSuccess; }
 int hipModuleLaunchKernel(void* f, u32 gx, u32 gy, u32 gz, u32 bx, u32 by, u32 bz, u32, void*, void** params,
                           void** extra) {
-  const Kernel* k = (const Kernel*)f;
-  u32 n = bx * by * bz;
-  if (!k || extra || n == 0u || n > 1024u || by != 1u || bz != 1u || gz != 1u) return kInvalidValue;
-  std::lock_guard<std::mutex> lock(g_launch);
-  emu::kernel_name = k->name;
-  ++k->launches;
-  const Invoke& run = k->run;
-  std::function<void()> body = [&] { run(params); };
-  for (u32 y = 0; y < gy; ++y)
-    for (u32 x = 0; x < gx; ++x) emu_launch(n, x, y, body);
-  return kSuccess;
+  if (extra) return kInvalidValue;
+  return emu_rt::launch((const Kernel*)f, gx, gy, gz, bx, by, bz, params) ? kSuccess : kInvalidValue;
 }
 int hipMalloc(u64* ptr, size_t bytes) {
-  void* p = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  void* p = emu_rt::alloc(bytes);
   if (!p) return kOutOfMemory;
   *ptr = (u64)(uintptr_t)p;
   return kSuccess;
@@ -165,7 +127,7 @@ int hipFree(u64 ptr) {
   return kSuccess;
 }
 int hipHostMalloc(void** p, size_t bytes, unsigned) {
-  *p = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  *p = emu_rt::alloc(bytes);
   return *p ? kSuccess : kOutOfMemory;
 }
 int hipHostFree(void* p) {
@@ -193,7 +155,7 @@ int hipEventCreateWithFlags(void** e, unsigned) {
   return kSuccess;
 }
 int hipEventRecord(void* e, void*) {
-  *(double*)e = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  *(double*)e = emu_rt::now_ms();
   return kSuccess;
 }
 int hipEventSynchronize(void*) { return kSuccess; }

@@ -7,10 +7,11 @@
 //! CUDA driver); `MXMOE_HIP_DEVICE=n` the device (default 0). Every failure is an error that says
 //! which library, call and code, so `HipBackend::new` can report why the backend is unavailable.
 //!
-//! Without an AMD GPU, `hip/test/hip_emu.cpp` builds a stand-in for `libamdhip64.so` that runs
-//! the kernels on the CPU as an MI350 or MI300 (`MXMOE_HIP_EMU_ARCH=gfx950|gfx942`,
-//! `MXMOE_HIP_EMU_STATS=1` lists the kernels that ran); `MXMOE_HIP_LIBRARY` points here at it
-//! (tests/backend_ops.rs `hip_backend_on_emulated_amd_gpus`).
+//! Without the GPUs, `hip/test/hip_emu.cpp` builds a stand-in for `libamdhip64.so` that runs the
+//! kernels on the CPU as an MI350 or MI300 (`MXMOE_HIP_EMU_ARCH=gfx950|gfx942`), and
+//! `hip/test/cuda_emu.cpp` one for the CUDA driver as an H200 (sm_90);
+//! `MXMOE_HIP_EMU_STATS=1` makes either list the kernels that ran, and `MXMOE_HIP_LIBRARY`
+//! points here at them (tests/backend_ops.rs `hip_backend_on_emulated_gpus`, scripts/hip_emu.sh).
 //!
 //! Over 700 lines, one seam short of a split: the symbol table, the device (allocation pool,
 //! page-locked staging, copies) and the module/launch calls all go through the same function

@@ -546,24 +546,44 @@ mod tests {
         assert!(!text.contains("FAILED"), "{text}");
     }
 
-    /// The kernel table of the CPU stand-in for libamdhip64.so (hip/test/hip_emu.cpp, through
-    /// hip/test/amd_kernels.inc) is every kernel the AMD code objects export: `NAMES`,
-    /// `NAMES_MORE` and gfx950's `NAMES_GFX950`, no more, no fewer.
+    /// The kernel tables of the CPU stand-ins for the drivers are every kernel the code objects
+    /// export: hip/test/amd_kernels.inc (hip/test/hip_emu.cpp) `NAMES`, `NAMES_MORE` and gfx950's
+    /// `NAMES_GFX950`; hip/test/nv_kernels.inc (hip/test/cuda_emu.cpp) the PTX's `NAMES`,
+    /// `NAMES_MORE`, `NAMES_GEMV_MMA`, `NAMES_V2` and `NAMES_MMA`; no more, no fewer.
     #[test]
-    fn hip_emu_kernel_table_matches_the_names() {
+    fn emu_kernel_tables_match_the_names() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let inc = std::fs::read_to_string(root.join("hip/test/amd_kernels.inc")).unwrap();
-        let listed: Vec<&str> = inc
-            .lines()
-            .filter_map(|l| l.strip_prefix("K(")?.strip_suffix(')'))
-            .collect();
-        let want: Vec<&str> = NAMES
+        let listed = |file: &str| -> Vec<String> {
+            std::fs::read_to_string(root.join(file))
+                .unwrap()
+                .lines()
+                .filter_map(|l| Some(l.strip_prefix("K(")?.strip_suffix(')')?.to_string()))
+                .collect()
+        };
+        let amd: Vec<String> = NAMES
             .iter()
             .chain(NAMES_MORE.iter())
             .chain(NAMES_GFX950.iter())
-            .copied()
+            .map(|s| s.to_string())
             .collect();
-        assert_eq!(listed, want, "hip/test/amd_kernels.inc");
+        let nv: Vec<String> = NAMES
+            .iter()
+            .chain(NAMES_MORE.iter())
+            .chain(NAMES_GEMV_MMA.iter())
+            .chain(NAMES_V2.iter())
+            .chain(NAMES_MMA.iter())
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            listed("hip/test/amd_kernels.inc"),
+            amd,
+            "hip/test/amd_kernels.inc"
+        );
+        assert_eq!(
+            listed("hip/test/nv_kernels.inc"),
+            nv,
+            "hip/test/nv_kernels.inc"
+        );
     }
 
     /// build.rs recompiles the kernels when any file they are built from changes: its SOURCES

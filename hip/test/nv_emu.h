@@ -1,0 +1,180 @@
+// nv_emu.h: the host twins under which the HIP kernel source (hip/mxmoe.cu) compiles and runs on
+// the CPU as NVIDIA's sm_90 target sees it (MX_NV, 32-lane warps, __CUDA_ARCH__ 900), for
+// hip/test/cuda_emu.cpp (a stand-in for the CUDA driver, libcuda.so.1). The target-independent
+// part (ids, barriers, shuffles, fibers) is hip/test/emu_core.h; here are the PTX instructions
+// the kernels use in inline assembly, each from the PTX ISA's definition:
+//
+//   - mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 ("Matrix Fragments for mma.m16n8k16
+//     with floating point type": with g = lane / 4, t = lane % 4, A a0..a7 at rows g (a0, a1,
+//     a4, a5) and g + 8 (a2, a3, a6, a7), columns 2t, 2t + 1 (a0..a3) and 2t + 8, 2t + 9
+//     (a4..a7), two per register in that order; B b0..b3 at k 2t, 2t + 1, 2t + 8, 2t + 9 of
+//     column g; C c0..c3 at rows g (c0, c1) and g + 8, columns 2t, 2t + 1): the 32 lanes meet,
+//     each computes its C elements from every lane's registers (products exact, the sum in
+//     double, rounded to f32 once per instruction);
+//   - ldmatrix.sync.aligned.m8n8.{x2,x4}.shared.b16: lanes 8j .. 8j + 7 give the row addresses of
+//     matrix j; lane l receives, of each matrix, the 32 bits at row l / 4, bytes 4 (l % 4);
+//   - cp.async (16 and 8 bytes, zero fill when the source size is 0): done at once (the data
+//     arrive earlier than on the GPU, which every wait allows); commit / wait do nothing;
+//   - fma.rn.bf16x2, cvt.rn.bf16x2.f32, max / min.bf16x2 (round to nearest even, subnormals
+//     kept), vote.sync.any, bar.red.or (a block barrier with an OR), ld.shared.v4, the
+//     %dynamic_smem_size register (the launch's dynamic shared memory, emu_dsmem here), and the
+//     FP4 pair extraction of hip/gemm_mma.h's fp4_bf16_pair_raw in plain shifts and masks;
+//   - redux.sync (hip/route_warp.h) is not needed: under MX_HOST_EMU the kernels take its
+//     shuffle butterfly, which gives the same values.
+#pragma once
+#define MX_NV 1
+#define WARP 32
+#define GM_HOST_EMU 1  // hip/gemv_mma.h: its bf16 primitives come from here
+#include "emu_core.h"
+#define __CUDA_ARCH__ 900
+
+typedef u32 uint4v __attribute__((ext_vector_type(4)));  // as hip/mxmoe.cu
+
+// ---- dynamic shared memory (sm_90's per-block limit) -----------------------------------------
+alignas(16) static unsigned char emu_dsmem[232448];
+static u32 emu_dsmem_bytes;
+MX_DEVICE u32 dynamic_smem_bytes() { return emu_dsmem_bytes; }
+
+// ---- bf16 arithmetic ---------------------------------------------------------------------------
+static float emu_bf16f(u32 bits) { return u2f((bits & 0xFFFFu) << 16); }
+static u32 emu_bf16_rne(float x) {
+  u32 b = f2u(x);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return ((b | 0x00400000u) >> 16) & 0xFFFFu;
+  return ((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16) & 0xFFFFu;
+}
+// fma.rn.bf16x2: one rounding of the exact a * b + c.
+MX_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) {
+  u32 d = 0;
+  for (u32 h = 0; h < 2u; ++h) {
+    double r = (double)emu_bf16f(a >> (16 * h)) * (double)emu_bf16f(b >> (16 * h)) + (double)emu_bf16f(c >> (16 * h));
+    // a bf16 x bf16 product and a bf16 sum are exact in double but for far-apart exponents; the
+    // f32 step rounds once more only there, where the operands here never go.
+    d |= emu_bf16_rne((float)r) << (16 * h);
+  }
+  return d;
+}
+MX_DEVICE u32 bf16x2_fma(u32 a, u32 b, u32 c) { return fma_bf16x2(a, b, c); }
+// cvt.rn.bf16x2.f32 d, hi, lo: {lo, hi}.
+MX_DEVICE u32 bf16x2_pack(float lo, float hi) { return emu_bf16_rne(lo) | (emu_bf16_rne(hi) << 16); }
+// max.bf16x2 then min.bf16x2 with the finite bf16 range (a NaN operand yields the other one).
+MX_DEVICE u32 bf16x2_clamp(u32 v) {
+  u32 d = 0;
+  for (u32 h = 0; h < 2u; ++h) {
+    float x = emu_bf16f(v >> (16 * h)), lim = emu_bf16f(0x7F7Fu);
+    float y = x != x ? -lim : std::fmin(std::fmax(x, -lim), lim);
+    d |= emu_bf16_rne(y) << (16 * h);
+  }
+  return d;
+}
+MX_DEVICE uint4v gm_opaque(uint4v v) { return v; }
+MX_DEVICE uint4v lds128(const void* p) { return *(const uint4v*)p; }
+// hip/gemm_mma.h fp4_bf16_pair_raw<J>, the PTX's shifts and masks in C.
+template <u32 J>
+MX_DEVICE u32 fp4_bf16_pair_raw(u32 v) {
+  if (J < 3u) return (v << (3u * J)) & 0x81C081C0u;
+  return ((v >> 6) & 0x01800180u) | ((v >> 5) & 0x00400040u) | ((v << 5) & 0x80008000u);
+}
+
+// ---- warp and block collectives ------------------------------------------------------------------
+static u32 g_wx[32][32][6];
+static const void* g_wp[32][32];
+MX_DEVICE bool warp_any(bool b) {
+  u32 w = g_tid / 32u, l = g_tid % 32u;
+  g_wx[w][l][0] = b;
+  half_sync();
+  bool r = false;
+  for (u32 i = 0; i < 32u; ++i) r = r || g_wx[w][i][0] != 0u;
+  half_sync();
+  return r;
+}
+MX_DEVICE bool mm_warp_any(bool b) { return warp_any(b); }
+static u32 g_block_any;
+MX_DEVICE bool mm_block_any(bool b) {
+  sync_threads();
+  if (g_tid == 0u) g_block_any = 0u;
+  sync_threads();
+  if (b) g_block_any = 1u;
+  sync_threads();
+  bool r = g_block_any != 0u;
+  sync_threads();
+  return r;
+}
+
+// ---- mma.sync m16n8k16 and ldmatrix --------------------------------------------------------------
+static void emu_mma16816(float* c, const u32* a, const u32* b) {
+  u32 w = g_tid / 32u, l = g_tid % 32u;
+  for (u32 i = 0; i < 4u; ++i) g_wx[w][l][i] = a[i];
+  g_wx[w][l][4] = b[0];
+  g_wx[w][l][5] = b[1];
+  half_sync();
+  float A[16][16], B[16][8];
+  for (u32 L = 0; L < 32u; ++L) {
+    u32 g = L / 4u, t = L % 4u;
+    const u32* r = g_wx[w][L];
+    for (u32 e = 0; e < 2u; ++e) {
+      A[g][2u * t + e] = emu_bf16f(r[0] >> (16 * e));
+      A[g + 8u][2u * t + e] = emu_bf16f(r[1] >> (16 * e));
+      A[g][2u * t + 8u + e] = emu_bf16f(r[2] >> (16 * e));
+      A[g + 8u][2u * t + 8u + e] = emu_bf16f(r[3] >> (16 * e));
+      B[2u * t + e][g] = emu_bf16f(r[4] >> (16 * e));
+      B[2u * t + 8u + e][g] = emu_bf16f(r[5] >> (16 * e));
+    }
+  }
+  half_sync();
+  u32 g = l / 4u, t = l % 4u;
+  for (u32 i = 0; i < 4u; ++i) {
+    u32 row = g + (i >= 2u ? 8u : 0u), col = 2u * t + (i & 1u);
+    double s = 0.0;
+    for (u32 k = 0; k < 16u; ++k) s += (double)A[row][k] * (double)B[k][col];
+    c[i] = (float)((double)c[i] + s);
+  }
+}
+// hip/mx_fragment.h's NVIDIA fragment functions (templates: the fragment types come later).
+template <class C, class A, class B>
+MX_DEVICE void mma(C& c, const A& a, const B& b) {
+  emu_mma16816(c.v, a.r, b.r);
+}
+// hip/gemm_mma.h mma_ab.
+template <class C>
+MX_DEVICE void mma_ab(C& c, const u32* a, u32 b0, u32 b1) {
+  u32 b[2] = {b0, b1};
+  emu_mma16816(c.v, a, b);
+}
+static void emu_ldmatrix(u32* out, u32 nmat, const void* p) {
+  u32 w = g_tid / 32u, l = g_tid % 32u;
+  g_wp[w][l] = p;
+  half_sync();
+  for (u32 j = 0; j < nmat; ++j) out[j] = *(const u32*)((const unsigned char*)g_wp[w][8u * j + l / 4u] + 4u * (l % 4u));
+  half_sync();
+}
+template <class A>
+MX_DEVICE void load_a(A& a, const u16* sA, u32 lda, u32 lane) {
+  emu_ldmatrix(a.r, 4u, sA + (lane & 15u) * lda + (lane >> 4) * 8u);
+}
+template <class B>
+MX_DEVICE void load_b(B& b, const u16* sB, u32 ldb, u32 lane) {
+  emu_ldmatrix(b.r, 2u, sB + (lane & 7u) * ldb + ((lane >> 3) & 1u) * 8u);
+}
+template <class B>
+MX_DEVICE void load_b2(B& b0, B& b1, const u16* sB, u32 ldb, u32 lane) {
+  u32 r[4];
+  emu_ldmatrix(r, 4u, sB + ((lane & 7u) + ((lane >> 4) << 3)) * ldb + ((lane >> 3) & 1u) * 8u);
+  b0.r[0] = r[0];
+  b0.r[1] = r[1];
+  b1.r[0] = r[2];
+  b1.r[1] = r[3];
+}
+
+// ---- cp.async --------------------------------------------------------------------------------------
+MX_DEVICE void copy16_async(void* dst, const void* src, bool valid) {
+  if (valid) memcpy(dst, src, 16);
+  else memset(dst, 0, 16);
+}
+MX_DEVICE void copy8_async(void* dst, const void* src, bool valid) {
+  if (valid) memcpy(dst, src, 8);
+  else memset(dst, 0, 8);
+}
+MX_DEVICE void copy_commit() {}
+MX_DEVICE void copy_wait_all() {}
+template <int N>
+MX_DEVICE void copy_wait_group() {}
