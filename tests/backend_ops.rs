@@ -161,9 +161,9 @@ fn hip_backend_on_emulated_gpus() {
     // A library name containing "cuda" is driven through the CUDA driver API (driver.rs).
     let nv = build("hip/test/cuda_emu.cpp", "libcuda_emu.so");
     // (library, arch, knobs, kernels that must have run): the defaults on each target, gfx942
-    // with the first routing and GEMV kernels, sm_90 with the GEMM on every MoE case and with
-    // the v2 GEMM and the two-tile GEMV.
-    let runs: [(&std::path::Path, &str, &[(&str, &str)], &[&str]); 6] = [
+    // with the first routing and GEMV kernels, sm_90 with the GEMM on every MoE case, with the
+    // v2 GEMM (and the v3 GEMV: both decode the stored layout) and with the two-tile GEMV.
+    let runs: [(&std::path::Path, &str, &[(&str, &str)], &[&str]); 7] = [
         (
             &amd,
             "gfx950",
@@ -206,8 +206,14 @@ fn hip_backend_on_emulated_gpus() {
         (
             &nv,
             "sm_90",
-            &[("MXMOE_HIP_GEMM", "v2"), ("MXMOE_HIP_GEMV", "mmaw")],
-            &["moe_gemm1_v2_t64_cb4", "moe_gemv1_mmaw_cb4"],
+            &[("MXMOE_HIP_GEMM", "v2"), ("MXMOE_HIP_GEMV", "v3")],
+            &["moe_gemm1_v2_t64_cb4", "moe_gemv1_v3_cb4"],
+        ),
+        (
+            &nv,
+            "sm_90",
+            &[("MXMOE_HIP_GEMV", "mmaw")],
+            &["moe_gemv1_mmaw_cb4"],
         ),
     ];
     let n = check::cases(Suite::Quick).len();

@@ -53,8 +53,10 @@ pub(in crate::backend::hip) fn check_layout(
     }
     Err(BackendError::Device(format!(
         "this layer's MXFP4 codes were uploaded in the {} layout, but this forward runs {} \
-         kernels: MXMOE_HIP_GEMV / MXMOE_HIP_GEMM changed after the layer was prepared; prepare \
-         it again with the same settings (docs/ENVIRONMENT.md)",
+         kernels: either MXMOE_HIP_GEMV / MXMOE_HIP_GEMM changed after the layer was prepared \
+         (prepare it again with the same settings), or they ask for kernels of both layouts (a \
+         matrix-core GEMV decodes only nv4 words, which only MXMOE_HIP_GEMM=auto or mma \
+         prepares; docs/ENVIRONMENT.md)",
         if nv4 { "matrix-core (nv4)" } else { "stored" },
         if mma_kernels { "matrix-core" } else { "other" }
     )))
