@@ -163,7 +163,13 @@ fn hip_backend_on_emulated_gpus() {
     // (library, arch, knobs, kernels that must have run): the defaults on each target, gfx942
     // with the first routing and GEMV kernels, sm_90 with the GEMM on every MoE case, with the
     // v2 GEMM (and the v3 GEMV: both decode the stored layout) and with the two-tile GEMV.
-    let runs: [(&std::path::Path, &str, &[(&str, &str)], &[&str]); 7] = [
+    type Run<'a> = (
+        &'a std::path::Path,
+        &'a str,
+        &'a [(&'a str, &'a str)],
+        &'a [&'a str],
+    );
+    let runs: [Run; 7] = [
         (
             &amd,
             "gfx950",
