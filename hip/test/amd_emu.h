@@ -1,9 +1,10 @@
 // amd_emu.h: the host twins under which the HIP kernel source (hip/mxmoe.cu) compiles and runs on
-// the CPU as the AMD targets see it (the target-independent part is hip/test/emu_core.h): MX_AMD, 64-lane wavefronts, __gfx950__ (the scaled-MFMA
-// kernels), every GPU thread of a block a fiber on the calling OS thread. Included, before hip/mxmoe.cu, by
-// hip/test/amd_gemm_emu.cpp (the GEMMs against a double-precision product) and
-// hip/test/hip_emu.cpp (a stand-in for libamdhip64.so that runs the whole backend). Its NVIDIA
-// counterpart is hip/test/nv_emu.h.
+// the CPU as the AMD targets see it: MX_AMD, 64-lane wavefronts, __gfx950__ (the scaled-MFMA
+// kernels). The target-independent part (thread ids, barriers, shuffles, the fibers that run a
+// block's GPU threads, the OCP decoders) is hip/test/emu_core.h; the NVIDIA counterpart is
+// hip/test/nv_emu.h. Included, before hip/mxmoe.cu, by hip/test/amd_gemm_emu.cpp (the GEMMs
+// against a double-precision product) and hip/test/hip_emu.cpp (a stand-in for libamdhip64.so
+// that runs the whole backend). The two matrix instructions:
 //
 //   - v_mfma_f32_16x16x16_bf16 (`__builtin_amdgcn_mfma_f32_16x16x16bf16_1k`, the fragment
 //     interface of hip/mx_fragment.h on gfx942 / gfx950): the 64 lanes of a wavefront meet at a
@@ -16,10 +17,7 @@
 //     (FP4 16 bytes, FP6 24, FP8 32), one E8M0 scale byte per lane, selected from its 32-bit
 //     scale operand by opsel; the operand formats cbsz (A) / blgp (B): 0 FP8 E4M3, 1 BF8 E5M2,
 //     2 FP6 E2M3, 3 BF6 E3M2, 4 FP4 E2M1 (AMD's CDNA4 ISA guide, LLVM's AMDGPUUsage and its
-//     llvm.amdgcn.mfma.scale.* tests); codes are decoded by this file's own OCP tables;
-//   - thread / block ids, the block barrier, wavefront-wide shuffles by exchange (AMD's
-//     shfl_xor / shfl_idx of hip/mx_compat.h stay within a group of 32 lanes), and a launcher
-//     that runs a block's threads as fibers (hip/test/emu_core.h).
+//     llvm.amdgcn.mfma.scale.* tests); codes are decoded by emu_core.h's own OCP tables.
 #pragma once
 #define MX_AMD 1
 #define WARP 64
