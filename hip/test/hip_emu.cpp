@@ -30,8 +30,9 @@
 namespace {
 
 using emu_rt::Kernel;
+// Never destroyed: the launch counts are printed from a static destructor (Stats) at exit.
 const std::vector<Kernel>& kernels() {
-  static const std::vector<Kernel> table = {
+  static const std::vector<Kernel>& table = *new std::vector<Kernel>{
 #define K(name) {#name, emu_rt::wrap(name), 0},
 #include "amd_kernels.inc"
 #undef K
