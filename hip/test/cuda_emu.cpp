@@ -105,55 +105,19 @@ int cuLaunchKernel(void* f, u32 gx, u32 gy, u32 gz, u32 bx, u32 by, u32 bz, u32 
   emu_dsmem_bytes = shared;
   return emu_rt::launch((const Kernel*)f, gx, gy, gz, bx, by, bz, params) ? kSuccess : kInvalidValue;
 }
-int cuMemAlloc_v2(u64* ptr, size_t bytes) {
-  void* p = emu_rt::alloc(bytes);
-  if (!p) return kOutOfMemory;
-  *ptr = (u64)(uintptr_t)p;
-  return kSuccess;
-}
-int cuMemFree_v2(u64 ptr) {
-  free((void*)(uintptr_t)ptr);
-  return kSuccess;
-}
-int cuMemHostAlloc(void** p, size_t bytes, unsigned) {
-  *p = emu_rt::alloc(bytes);
-  return *p ? kSuccess : kOutOfMemory;
-}
-int cuMemFreeHost(void* p) {
-  free(p);
-  return kSuccess;
-}
-int cuMemcpyHtoD_v2(u64 dst, const void* src, size_t bytes) {
-  memcpy((void*)(uintptr_t)dst, src, bytes);
-  return kSuccess;
-}
-int cuMemcpyHtoDAsync_v2(u64 dst, const void* src, size_t bytes, void*) { return cuMemcpyHtoD_v2(dst, src, bytes); }
-int cuMemcpyDtoH_v2(void* dst, u64 src, size_t bytes) {
-  memcpy(dst, (const void*)(uintptr_t)src, bytes);
-  return kSuccess;
-}
-int cuMemsetD32_v2(u64 dst, u32 value, size_t count) {
-  u32* p = (u32*)(uintptr_t)dst;
-  for (size_t i = 0; i < count; ++i) p[i] = value;
-  return kSuccess;
-}
-int cuEventCreate(void** e, unsigned) {
-  *e = new double(0.0);
-  return kSuccess;
-}
-int cuEventRecord(void* e, void*) {
-  *(double*)e = emu_rt::now_ms();
-  return kSuccess;
-}
+int cuMemAlloc_v2(u64* ptr, size_t bytes) { return emu_rt::dev_alloc(ptr, bytes); }
+int cuMemFree_v2(u64 ptr) { return emu_rt::dev_free(ptr); }
+int cuMemHostAlloc(void** p, size_t bytes, unsigned) { return emu_rt::host_alloc(p, bytes); }
+int cuMemFreeHost(void* p) { return emu_rt::host_free(p); }
+int cuMemcpyHtoD_v2(u64 dst, const void* src, size_t bytes) { return emu_rt::htod(dst, src, bytes); }
+int cuMemcpyHtoDAsync_v2(u64 dst, const void* src, size_t bytes, void*) { return emu_rt::htod(dst, src, bytes); }
+int cuMemcpyDtoH_v2(void* dst, u64 src, size_t bytes) { return emu_rt::dtoh(dst, src, bytes); }
+int cuMemsetD32_v2(u64 dst, u32 value, size_t count) { return emu_rt::memset32(dst, value, count); }
+int cuEventCreate(void** e, unsigned) { return emu_rt::event_create(e); }
+int cuEventRecord(void* e, void*) { return emu_rt::event_record(e); }
 int cuEventSynchronize(void*) { return kSuccess; }
-int cuEventElapsedTime(float* ms, void* a, void* b) {
-  *ms = (float)(*(double*)b - *(double*)a);
-  return kSuccess;
-}
-int cuEventDestroy_v2(void* e) {
-  delete (double*)e;
-  return kSuccess;
-}
+int cuEventElapsedTime(float* ms, void* a, void* b) { return emu_rt::event_elapsed(ms, a, b); }
+int cuEventDestroy_v2(void* e) { return emu_rt::event_destroy(e); }
 int cuGetErrorString(int e, const char** s) {
   switch (e) {
     case kSuccess: *s = "CUDA_SUCCESS"; break;

@@ -62,9 +62,56 @@ inline void print_stats(const std::vector<Kernel>& table, const char* device) {
     if (k.launches) fprintf(stderr, "  %-36s %llu\n", k.name, (unsigned long long)k.launches);
 }
 
+// ---- memory and events, for both APIs (0 = success, 2 = out of memory in HIP and CUDA alike) ----
+// Device memory is host memory: a device pointer is the host address.
 inline void* alloc(size_t bytes) { return aligned_alloc(256, (bytes + 255) / 256 * 256 + 256); }
-inline double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+inline int dev_alloc(u64* ptr, size_t bytes) {
+  void* p = alloc(bytes);
+  if (!p) return 2;
+  *ptr = (u64)(uintptr_t)p;
+  return 0;
+}
+inline int dev_free(u64 ptr) {
+  free((void*)(uintptr_t)ptr);
+  return 0;
+}
+inline int host_alloc(void** p, size_t bytes) {
+  *p = alloc(bytes);
+  return *p ? 0 : 2;
+}
+inline int host_free(void* p) {
+  free(p);
+  return 0;
+}
+inline int htod(u64 dst, const void* src, size_t bytes) {
+  memcpy((void*)(uintptr_t)dst, src, bytes);
+  return 0;
+}
+inline int dtoh(void* dst, u64 src, size_t bytes) {
+  memcpy(dst, (const void*)(uintptr_t)src, bytes);
+  return 0;
+}
+inline int memset32(u64 dst, u32 value, size_t count) {
+  u32* p = (u32*)(uintptr_t)dst;
+  for (size_t i = 0; i < count; ++i) p[i] = value;
+  return 0;
+}
+// Events: the wall-clock time of the record call (everything before it has run).
+inline int event_create(void** e) {
+  *e = new double(0.0);
+  return 0;
+}
+inline int event_record(void* e) {
+  *(double*)e = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return 0;
+}
+inline int event_elapsed(float* ms, void* a, void* b) {
+  *ms = (float)(*(double*)b - *(double*)a);
+  return 0;
+}
+inline int event_destroy(void* e) {
+  delete (double*)e;
+  return 0;
 }
 
 }  // namespace emu_rt

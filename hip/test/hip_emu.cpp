@@ -117,57 +117,20 @@ int hipModuleLaunchKernel(void* f, u32 gx, u32 gy, u32 gz, u32 bx, u32 by, u32 b
   if (extra) return kInvalidValue;
   return emu_rt::launch((const Kernel*)f, gx, gy, gz, bx, by, bz, params) ? kSuccess : kInvalidValue;
 }
-int hipMalloc(u64* ptr, size_t bytes) {
-  void* p = emu_rt::alloc(bytes);
-  if (!p) return kOutOfMemory;
-  *ptr = (u64)(uintptr_t)p;
-  return kSuccess;
-}
-int hipFree(u64 ptr) {
-  free((void*)(uintptr_t)ptr);
-  return kSuccess;
-}
-int hipHostMalloc(void** p, size_t bytes, unsigned) {
-  *p = emu_rt::alloc(bytes);
-  return *p ? kSuccess : kOutOfMemory;
-}
-int hipHostFree(void* p) {
-  free(p);
-  return kSuccess;
-}
-int hipMemcpyHtoD(u64 dst, const void* src, size_t bytes) {
-  memcpy((void*)(uintptr_t)dst, src, bytes);
-  return kSuccess;
-}
-int hipMemcpyHtoDAsync(u64 dst, const void* src, size_t bytes, void*) { return hipMemcpyHtoD(dst, src, bytes); }
-int hipMemcpyDtoH(void* dst, u64 src, size_t bytes) {
-  memcpy(dst, (const void*)(uintptr_t)src, bytes);
-  return kSuccess;
-}
-int hipMemsetD32(u64 dst, u32 value, size_t count) {
-  u32* p = (u32*)(uintptr_t)dst;
-  for (size_t i = 0; i < count; ++i) p[i] = value;
-  return kSuccess;
-}
+int hipMalloc(u64* ptr, size_t bytes) { return emu_rt::dev_alloc(ptr, bytes); }
+int hipFree(u64 ptr) { return emu_rt::dev_free(ptr); }
+int hipHostMalloc(void** p, size_t bytes, unsigned) { return emu_rt::host_alloc(p, bytes); }
+int hipHostFree(void* p) { return emu_rt::host_free(p); }
+int hipMemcpyHtoD(u64 dst, const void* src, size_t bytes) { return emu_rt::htod(dst, src, bytes); }
+int hipMemcpyHtoDAsync(u64 dst, const void* src, size_t bytes, void*) { return emu_rt::htod(dst, src, bytes); }
+int hipMemcpyDtoH(void* dst, u64 src, size_t bytes) { return emu_rt::dtoh(dst, src, bytes); }
+int hipMemsetD32(u64 dst, u32 value, size_t count) { return emu_rt::memset32(dst, value, count); }
 int hipDeviceSynchronize() { return kSuccess; }
-// Events: the time of the record call (everything before it has run).
-int hipEventCreateWithFlags(void** e, unsigned) {
-  *e = new double(0.0);
-  return kSuccess;
-}
-int hipEventRecord(void* e, void*) {
-  *(double*)e = emu_rt::now_ms();
-  return kSuccess;
-}
+int hipEventCreateWithFlags(void** e, unsigned) { return emu_rt::event_create(e); }
+int hipEventRecord(void* e, void*) { return emu_rt::event_record(e); }
 int hipEventSynchronize(void*) { return kSuccess; }
-int hipEventElapsedTime(float* ms, void* a, void* b) {
-  *ms = (float)(*(double*)b - *(double*)a);
-  return kSuccess;
-}
-int hipEventDestroy(void* e) {
-  delete (double*)e;
-  return kSuccess;
-}
+int hipEventElapsedTime(float* ms, void* a, void* b) { return emu_rt::event_elapsed(ms, a, b); }
+int hipEventDestroy(void* e) { return emu_rt::event_destroy(e); }
 const char* hipGetErrorString(int e) {
   switch (e) {
     case kSuccess: return "hipSuccess";
