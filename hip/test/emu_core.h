@@ -120,7 +120,11 @@ static u32 code_at(const u32* w, u32 j, u32 cb) {
 // Blocks run one after another, so the kernels' `static` locals (MX_SHARED) are their shared
 // memory. x86-64 switches contexts with the few instructions below (callee-saved registers and
 // the stack pointer, System V ABI); elsewhere with ucontext.
-#if defined(__x86_64__)
+// MX_EMU_UCONTEXT=1 takes the portable path on x86-64 too (to test it).
+#if defined(__x86_64__) && !defined(MX_EMU_UCONTEXT)
+#define MX_EMU_ASM_SWITCH 1
+#endif
+#if defined(MX_EMU_ASM_SWITCH)
 extern "C" void mxemu_switch(void** save_sp, void* load_sp);
 asm(R"(
   .text
@@ -157,14 +161,14 @@ static const char* kernel_name = "?";
 struct Fiber {
   int state = kDone;
   std::vector<unsigned char> stack;
-#if defined(__x86_64__)
+#if defined(MX_EMU_ASM_SWITCH)
   void* sp = nullptr;
 #else
   ucontext_t ctx;
 #endif
 };
 static std::vector<Fiber> fibers;
-#if defined(__x86_64__)
+#if defined(MX_EMU_ASM_SWITCH)
 static void* sched_sp;
 #else
 static ucontext_t sched_ctx;
@@ -172,7 +176,7 @@ static ucontext_t sched_ctx;
 static const std::function<void()>* job;
 
 static void to_scheduler() {
-#if defined(__x86_64__)
+#if defined(MX_EMU_ASM_SWITCH)
   mxemu_switch(&fibers[g_tid].sp, sched_sp);
 #else
   swapcontext(&fibers[g_tid].ctx, &sched_ctx);
@@ -188,7 +192,7 @@ static void start(u32 t) {
   Fiber& f = fibers[t];
   f.state = kRunnable;
   if (f.stack.empty()) f.stack.resize(kStack);
-#if defined(__x86_64__)
+#if defined(MX_EMU_ASM_SWITCH)
   uintptr_t top = ((uintptr_t)f.stack.data() + f.stack.size()) & ~(uintptr_t)15;
   void** sp = (void**)(top - 8 * sizeof(void*));
   for (int i = 0; i < 6; ++i) sp[i] = nullptr;  // r15 .. rbp
@@ -205,7 +209,7 @@ static void start(u32 t) {
 }
 static void resume(u32 t) {
   g_tid = t;
-#if defined(__x86_64__)
+#if defined(MX_EMU_ASM_SWITCH)
   mxemu_switch(&sched_sp, fibers[t].sp);
 #else
   swapcontext(&sched_ctx, &fibers[t].ctx);
