@@ -113,14 +113,14 @@ static u32 code_at(const u32* w, u32 j, u32 cb) {
 // The GPU threads of a block are fibers (user-level contexts with their own stacks) on the
 // calling OS thread. The scheduler runs every runnable fiber in thread order until it waits at a
 // barrier or leaves the kernel; then it releases each wavefront whose live lanes all wait at the
-// wavefront barrier (an MFMA) and each half wavefront whose live lanes all wait at a shuffle,
-// else the block when every live thread waits at the
+// wavefront barrier (an MFMA) and each group of 32 lanes (an NVIDIA warp, half an AMD wavefront)
+// whose live lanes all wait at a shuffle, else the block when every live thread waits at the
 // block barrier; a thread that has left the kernel no longer counts (as on the GPU). Anything
-// else is a deadlock (lanes of a wavefront at different barriers), reported as an error.
-// Blocks run one after another, so the kernels' `static` locals (MX_SHARED) are their shared
-// memory. x86-64 switches contexts with the few instructions below (callee-saved registers and
-// the stack pointer, System V ABI); elsewhere with ucontext.
-// MX_EMU_UCONTEXT=1 takes the portable path on x86-64 too (to test it).
+// else is a deadlock (lanes of a group at different barriers), reported as an error. Blocks run
+// one after another, so the kernels' `static` locals (MX_SHARED) are their shared memory.
+// x86-64 switches contexts with the few instructions below (the callee-saved general registers
+// and the stack pointer of the System V ABI; the kernels leave MXCSR and the x87 control word
+// alone); elsewhere, or with MX_EMU_UCONTEXT defined (to test that path), with ucontext.
 #if defined(__x86_64__) && !defined(MX_EMU_UCONTEXT)
 #define MX_EMU_ASM_SWITCH 1
 #endif
