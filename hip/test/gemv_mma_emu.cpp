@@ -54,32 +54,7 @@ MX_DEVICE void atomic_max_u32(u32* p, u32 v) { __atomic_fetch_max(p, v, __ATOMIC
 MX_DEVICE uint4v load_stream16(const void* p) { return *(const uint4v*)p; }
 MX_DEVICE u32 load_stream_u8(const void* p) { return *(const u8*)p; }
 
-static float bf16f(u32 bits) { return u2f((bits & 0xFFFFu) << 16); }
-static u32 bf16_rne(float x) {
-  u32 b = f2u(x);
-  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return ((b | 0x00400000u) >> 16) & 0xFFFFu;
-  return ((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16) & 0xFFFFu;
-}
-MX_DEVICE u32 bf16x2_fma(u32 a, u32 b, u32 c) {
-  u32 d = 0;
-  for (u32 h = 0; h < 2u; ++h) {
-    float r = std::fma(bf16f(a >> (16 * h)), bf16f(b >> (16 * h)), bf16f(c >> (16 * h)));
-    d |= bf16_rne(r) << (16 * h);  // exact products here: the f32 fma is not rounded
-  }
-  return d;
-}
-MX_DEVICE u32 bf16x2_pack(float lo, float hi) { return bf16_rne(lo) | (bf16_rne(hi) << 16); }
-MX_DEVICE uint4v gm_opaque(uint4v v) { return v; }
-// max.bf16x2 / min.bf16x2 with the finite bf16 range (a NaN operand yields the other one).
-MX_DEVICE u32 bf16x2_clamp(u32 v) {
-  u32 d = 0;
-  for (u32 h = 0; h < 2u; ++h) {
-    float x = bf16f(v >> (16 * h)), lim = bf16f(0x7F7Fu);
-    float y = x != x ? -lim : std::fmin(std::fmax(x, -lim), lim);
-    d |= bf16_rne(y) << (16 * h);
-  }
-  return d;
-}
+#include "bf16_twins.h"
 
 struct FragA { u32 r[4]; };
 struct FragB { u32 r[2]; };

@@ -35,38 +35,9 @@ alignas(16) static unsigned char emu_dsmem[232448];
 static u32 emu_dsmem_bytes;
 MX_DEVICE u32 dynamic_smem_bytes() { return emu_dsmem_bytes; }
 
-// ---- bf16 arithmetic ---------------------------------------------------------------------------
-static float emu_bf16f(u32 bits) { return u2f((bits & 0xFFFFu) << 16); }
-static u32 emu_bf16_rne(float x) {
-  u32 b = f2u(x);
-  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return ((b | 0x00400000u) >> 16) & 0xFFFFu;
-  return ((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16) & 0xFFFFu;
-}
-// fma.rn.bf16x2: one rounding of the exact a * b + c.
-MX_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) {
-  u32 d = 0;
-  for (u32 h = 0; h < 2u; ++h) {
-    double r = (double)emu_bf16f(a >> (16 * h)) * (double)emu_bf16f(b >> (16 * h)) + (double)emu_bf16f(c >> (16 * h));
-    // a bf16 x bf16 product and a bf16 sum are exact in double but for far-apart exponents; the
-    // f32 step rounds once more only there, where the operands here never go.
-    d |= emu_bf16_rne((float)r) << (16 * h);
-  }
-  return d;
-}
-MX_DEVICE u32 bf16x2_fma(u32 a, u32 b, u32 c) { return fma_bf16x2(a, b, c); }
-// cvt.rn.bf16x2.f32 d, hi, lo: {lo, hi}.
-MX_DEVICE u32 bf16x2_pack(float lo, float hi) { return emu_bf16_rne(lo) | (emu_bf16_rne(hi) << 16); }
-// max.bf16x2 then min.bf16x2 with the finite bf16 range (a NaN operand yields the other one).
-MX_DEVICE u32 bf16x2_clamp(u32 v) {
-  u32 d = 0;
-  for (u32 h = 0; h < 2u; ++h) {
-    float x = emu_bf16f(v >> (16 * h)), lim = emu_bf16f(0x7F7Fu);
-    float y = x != x ? -lim : std::fmin(std::fmax(x, -lim), lim);
-    d |= emu_bf16_rne(y) << (16 * h);
-  }
-  return d;
-}
-MX_DEVICE uint4v gm_opaque(uint4v v) { return v; }
+// ---- bf16 arithmetic (hip/test/bf16_twins.h) ----------------------------------------------------
+#include "bf16_twins.h"
+MX_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) { return bf16x2_fma(a, b, c); }
 MX_DEVICE uint4v lds128(const void* p) { return *(const uint4v*)p; }
 // hip/gemm_mma.h fp4_bf16_pair_raw<J>, the PTX's shifts and masks in C.
 template <u32 J>
@@ -112,12 +83,12 @@ static void emu_mma16816(float* c, const u32* a, const u32* b) {
     u32 g = L / 4u, t = L % 4u;
     const u32* r = g_wx[w][L];
     for (u32 e = 0; e < 2u; ++e) {
-      A[g][2u * t + e] = emu_bf16f(r[0] >> (16 * e));
-      A[g + 8u][2u * t + e] = emu_bf16f(r[1] >> (16 * e));
-      A[g][2u * t + 8u + e] = emu_bf16f(r[2] >> (16 * e));
-      A[g + 8u][2u * t + 8u + e] = emu_bf16f(r[3] >> (16 * e));
-      B[2u * t + e][g] = emu_bf16f(r[4] >> (16 * e));
-      B[2u * t + 8u + e][g] = emu_bf16f(r[5] >> (16 * e));
+      A[g][2u * t + e] = bf16f(r[0] >> (16 * e));
+      A[g + 8u][2u * t + e] = bf16f(r[1] >> (16 * e));
+      A[g][2u * t + 8u + e] = bf16f(r[2] >> (16 * e));
+      A[g + 8u][2u * t + 8u + e] = bf16f(r[3] >> (16 * e));
+      B[2u * t + e][g] = bf16f(r[4] >> (16 * e));
+      B[2u * t + 8u + e][g] = bf16f(r[5] >> (16 * e));
     }
   }
   half_sync();
