@@ -18,11 +18,34 @@ pub(in crate::backend::hip) fn nv4_layout(
     code_bits: u32,
     mma_gemm: bool,
 ) -> Result<bool, BackendError> {
-    Ok(nvidia
-        && code_bits == 4
-        && mma_gemm
-        && gemv_is_mma(gemv_variant_for(true)?)
-        && matches!(gemm_version()?, GemmVersion::Auto | GemmVersion::Mma))
+    if !nvidia || code_bits != 4 {
+        return Ok(false);
+    }
+    let gemv = gemv_variant_for(true)?;
+    let gemm = gemm_version()?;
+    let set = std::env::var("MXMOE_HIP_GEMV").is_ok_and(|v| !v.is_empty());
+    if let Some(why) = knob_conflict(gemv, set, gemm) {
+        return Err(BackendError::Device(why));
+    }
+    Ok(mma_gemm && gemv_is_mma(gemv) && matches!(gemm, GemmVersion::Auto | GemmVersion::Mma))
+}
+
+/// Knobs that ask for kernels of both layouts, refused when the layer is prepared rather than
+/// at its first forward: an mma* GEMV named by `MXMOE_HIP_GEMV` (`set`) decodes only nv4 words,
+/// which `MXMOE_HIP_GEMM=v1` / `v2` never prepare.
+fn knob_conflict(gemv: &str, set: bool, gemm: GemmVersion) -> Option<String> {
+    let g = match gemm {
+        GemmVersion::V1 => "v1",
+        GemmVersion::V2 => "v2",
+        GemmVersion::Auto | GemmVersion::Mma => return None,
+    };
+    (set && gemv_is_mma(gemv)).then(|| {
+        format!(
+            "MXMOE_HIP_GEMV={gemv} decodes MXFP4 weights in the matrix-core (nv4) layout, which \
+             only the mma GEMM shares, but MXMOE_HIP_GEMM={g} decodes them as stored: unset one \
+             of the two (docs/ENVIRONMENT.md)"
+        )
+    })
 }
 
 /// The MXFP4 GEMV for a prepared layer: `gemv_variant_for`, except that a layer in the stored
@@ -81,6 +104,16 @@ mod tests {
         assert_eq!(gemv_variant_for_layer(false, false).unwrap(), "v3");
         assert!(check_layout(true, false).is_err() && check_layout(false, true).is_err());
         assert!(check_layout(true, true).is_ok() && check_layout(false, false).is_ok());
+        assert!(knob_conflict("mmaw", true, GemmVersion::V2).is_some());
+        assert!(knob_conflict("mmab", true, GemmVersion::V1).is_some());
+        assert!(knob_conflict("mmaw", false, GemmVersion::V2).is_none()); // the default, not named
+        assert!(knob_conflict("v3", true, GemmVersion::V2).is_none());
+        assert!(knob_conflict("mmaw", true, GemmVersion::Mma).is_none());
+        let why = knob_conflict("mmaw", true, GemmVersion::V2).unwrap();
+        assert!(
+            why.contains("MXMOE_HIP_GEMM=v2") && !why.contains("  "),
+            "{why}"
+        );
         let msg = check_layout(true, false).unwrap_err().to_string();
         assert!(
             msg.contains("matrix-core (nv4) layout") && !msg.contains("  "),
