@@ -13,8 +13,8 @@
 //! * The host side of every op (feature `hip`), each file with its own `impl HipBackend`: `real`
 //!   ([`HipBackend`] itself: device and code object, `supports`, `notes`, the launch helpers),
 //!   `single_ops` (quantize, dequantize, QDQ, routing on their own), `layer` ([`HipLayer`]: a
-//!   layer's weights uploaded once), `moe` (the MoE forward's launch sequence; `host_profile`
-//!   times its host phases).
+//!   layer's weights uploaded once), `moe` (the MoE forward's launch sequence; `moe_experts` its
+//!   expert stage: GEMV, MX GEMM, bf16 GEMM; `host_profile` times its host phases).
 //! * `choice` (feature `hip`): which kernels and shapes those run, per op family (route, GEMV,
 //!   GEMM, code layout), and the `MXMOE_HIP_*` knobs that override them.
 //!
@@ -38,6 +38,8 @@ mod layer;
 mod mma_layout;
 #[cfg(feature = "hip")]
 mod moe;
+#[cfg(feature = "hip")]
+mod moe_experts;
 #[cfg(feature = "hip")]
 mod real;
 #[cfg(feature = "hip")]

@@ -1,18 +1,17 @@
-//! The MoE forward of a prepared layer (`HipBackend::moe`): one function that stages every pass
-//! in order on the device's stream: the inputs' upload, routing and the expert lists (fused or
-//! separate: `choice/route.rs` `route_plan`), the input QDQ or bf16 conversion, the expert
-//! stage (the grouped GEMV for few token-expert pairs per expert, the gfx950 scaled-MFMA MX
-//! GEMM, or the bf16 GEMM v1 / v2 / mma), the combine, and one copy back of the output, ids and
-//! weights. `choice/` decides every kernel and shape; `real.rs` holds the launch helpers.
-//!
-//! Size (~630 lines): `moe` is ~580 of them. Its seam is the expert stage: the GEMV, the gfx950
-//! MX GEMM and the bf16 GEMM branches could each move to a function taking the forward's
-//! buffers; not done yet.
+//! The MoE forward of a prepared layer (`HipBackend::moe`): every pass in order on the device's
+//! stream: the inputs' upload, routing and the expert lists (fused or separate: `choice/route.rs`
+//! `route_plan`), the input QDQ or bf16 conversion, the expert stage (`moe_experts.rs`: the
+//! grouped GEMV for few token-expert pairs per expert, the gfx950 scaled-MFMA MX GEMM, or the
+//! bf16 GEMM v1 / v2 / mma), the combine, and one copy back of the output, ids and weights.
+//! `choice/` decides every kernel and shape ([`ExpertPlan`] gathers the expert stage's
+//! decisions); [`Launcher`] launches and optionally times each kernel; `real.rs` holds the
+//! launch helpers.
 
 use super::choice::*;
 use super::driver::Event;
 use super::host_profile::HostProfile;
 use super::layer::HipLayer;
+use super::moe_experts::ExpertArgs;
 use super::real::{args, f32_bytes, HipBackend};
 use crate::backend::wgpu::route as wroute;
 use crate::backend::{ops, BackendError, PassTimes, Timing};
@@ -22,7 +21,7 @@ use std::ffi::c_void;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct MoeParams {
+pub(super) struct MoeParams {
     m: u32,
     top_k: u32,
     hidden: u32,
@@ -47,32 +46,65 @@ fn all_bf16(x: &[f32]) -> bool {
     x.iter().all(|v| v.to_bits() & 0xFFFF == 0)
 }
 
-impl HipBackend {
-    /// One forward of a prepared layer; GPU time per kernel or for the whole forward (events)
-    /// as `timing` asks.
-    pub fn moe(
-        &self,
-        g: &HipLayer,
-        hidden: &[f32],
-        logits: &[f32],
-        opts: MoeOptions,
-        timing: Timing,
-    ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
+/// The kernel launches of one forward, each between two events when the forward is timed per
+/// pass (`Timing::Passes`).
+pub(super) struct Launcher<'a> {
+    hip: &'a HipBackend,
+    timed: bool,
+    marks: Vec<(String, Event, Event)>,
+}
+
+impl Launcher<'_> {
+    /// Launch kernel `k` as pass `label`. `block`: threads per block, and for kernels with
+    /// dynamic shared memory (the v2 GEMM) its bytes in the high half (`with_shared`).
+    pub(super) fn run(
+        &mut self,
+        label: &str,
+        k: &str,
+        grid: (u32, u32),
+        block: u64,
+        a: &mut [*mut c_void],
+    ) -> Result<(), BackendError> {
+        let (block, shared) = (block as u32, (block >> 32) as u32);
+        if self.timed {
+            let (s, e) = (self.hip.dev.event()?, self.hip.dev.event()?);
+            s.record()?;
+            self.hip.launch_shared(k, grid, block, shared, a)?;
+            e.record()?;
+            self.marks.push((label.to_string(), s, e));
+            Ok(())
+        } else {
+            self.hip.launch_shared(k, grid, block, shared, a)
+        }
+    }
+}
+
+/// The expert stage's decisions for one forward: which kernels (GEMV or which GEMM), their
+/// tile and the fused combine.
+pub(super) struct ExpertPlan {
+    /// The GEMV variant for these weights (MXFP4: `MXMOE_HIP_GEMV` or the device's default).
+    pub gv: &'static str,
+    /// Bits per weight code.
+    pub cb: u32,
+    /// The grouped GEMV (else a GEMM).
+    pub gemv: bool,
+    /// gemv2 does the combine (decode sizes).
+    pub fuse_combine: bool,
+    /// The bf16 GEMM on `mma.sync` (MXFP4 weights, NVIDIA).
+    pub use_mma: bool,
+    /// The v2 / mma GEMM's tile of pair rows (None: v1, the GEMV or the MX GEMM).
+    pub v2_tm: Option<usize>,
+    /// Pair rows per tile of the lists.
+    pub tile_m: usize,
+}
+
+impl ExpertPlan {
+    fn choose(hip: &HipBackend, g: &HipLayer, m: usize, na: usize) -> Result<Self, BackendError> {
         let l = &g.config;
-        let timed = timing == Timing::Passes;
-        // Timing::Host: the host time of the upload (waited for), the forward (setup, launches,
-        // synchronize) and the readback.
-        let t_start = std::time::Instant::now();
-        let m = ops::validate_moe(l, hidden, logits)?;
-        ops::validate_route(&l.router, logits, l.n_experts, None)?;
-        let _guard = self.guard()?;
-        let prof = HostProfile::start();
-        let (h, inter, k, el) = (l.hidden, l.inter, l.router.top_k, l.local_experts);
-        let na = m * k;
-        // The GEMV for these weights (MXFP4: MXMOE_HIP_GEMV or the device's default).
+        let el = l.local_experts;
         let cb = l.scheme.weight.spec().code_bits;
         let gv = if cb == 4 {
-            gemv_variant_for_layer(!self.dev.arch.starts_with("gfx"), g.nv4)?
+            gemv_variant_for_layer(!hip.dev.arch.starts_with("gfx"), g.nv4)?
         } else {
             "v1"
         };
@@ -90,7 +122,7 @@ impl HipBackend {
         // tile_m). mma takes MXFP4 weights only; other formats run what auto picks.
         let version = gemm_version()?;
         if matches!(version, GemmVersion::V2 | GemmVersion::Mma) {
-            if let Err(e) = &self.v2 {
+            if let Err(e) = &hip.v2 {
                 let v = if version == GemmVersion::V2 {
                     "v2"
                 } else {
@@ -99,11 +131,11 @@ impl HipBackend {
                 return Err(BackendError::Device(format!("MXMOE_HIP_GEMM={v}: {e}")));
             }
         }
-        let bf16_gemm = !gemv && self.scaled_mfma(l).is_none();
+        let bf16_gemm = !gemv && hip.scaled_mfma(l).is_none();
         let fp4 = l.scheme.weight == MxFormat::Fp4E2M1;
         let use_mma = bf16_gemm
             && fp4
-            && self.v2.is_ok()
+            && hip.v2.is_ok()
             && match version {
                 GemmVersion::Mma => true,
                 GemmVersion::Auto => auto_uses_mma(na, el),
@@ -113,7 +145,7 @@ impl HipBackend {
             && !use_mma
             && match version {
                 GemmVersion::V1 => false,
-                GemmVersion::Auto | GemmVersion::Mma => self.v2.is_ok() && auto_uses_v2(na, el),
+                GemmVersion::Auto | GemmVersion::Mma => hip.v2.is_ok() && auto_uses_v2(na, el),
                 GemmVersion::V2 => true,
             };
         // The codes' layout must be the one these kernels decode (hip/nv4.h).
@@ -128,6 +160,41 @@ impl HipBackend {
             (false, Some(t)) => t,
             (false, None) => GEMM_TILE,
         };
+        Ok(ExpertPlan {
+            gv,
+            cb,
+            gemv,
+            fuse_combine,
+            use_mma,
+            v2_tm,
+            tile_m,
+        })
+    }
+}
+
+impl HipBackend {
+    /// One forward of a prepared layer; GPU time per kernel or for the whole forward (events)
+    /// as `timing` asks.
+    pub fn moe(
+        &self,
+        g: &HipLayer,
+        hidden: &[f32],
+        logits: &[f32],
+        opts: MoeOptions,
+        timing: Timing,
+    ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
+        let l = &g.config;
+        // Timing::Host: the host time of the upload (waited for), the forward (setup, launches,
+        // synchronize) and the readback.
+        let t_start = std::time::Instant::now();
+        let m = ops::validate_moe(l, hidden, logits)?;
+        ops::validate_route(&l.router, logits, l.n_experts, None)?;
+        let _guard = self.guard()?;
+        let prof = HostProfile::start();
+        let (h, inter, k, el) = (l.hidden, l.inter, l.router.top_k, l.local_experts);
+        let na = m * k;
+        let plan = ExpertPlan::choose(self, g, m, na)?;
+        let (gemv, tile_m) = (plan.gemv, plan.tile_m);
         let max_tiles = crate::moe::budget::max_tiles(na, el, tile_m);
         let dev = &self.dev;
         // The results in one buffer, read back in one copy: the output, the ids, the weights.
@@ -170,31 +237,15 @@ impl HipBackend {
             round_bf16: (opts.intermediate == Intermediate::Bf16) as u32,
             tile_m: tile_m as u32,
         };
-        let mut marks: Vec<(String, Event, Event)> = Vec::new();
-        // `block`: threads per block, and for kernels with dynamic shared memory (the v2 GEMM)
-        // its bytes in the high half (`with_shared`).
-        let mut run = |label: &str,
-                       k: &str,
-                       grid: (u32, u32),
-                       block: u64,
-                       a: &mut [*mut c_void]|
-         -> Result<(), BackendError> {
-            let (block, shared) = (block as u32, (block >> 32) as u32);
-            if timed {
-                let (s, e) = (dev.event()?, dev.event()?);
-                s.record()?;
-                self.launch_shared(k, grid, block, shared, a)?;
-                e.record()?;
-                marks.push((label.to_string(), s, e));
-                Ok(())
-            } else {
-                self.launch_shared(k, grid, block, shared, a)
-            }
+        let mut run = Launcher {
+            hip: self,
+            timed: timing == Timing::Passes,
+            marks: Vec::new(),
         };
         let rp = wroute::params(&l.router, m, l.n_experts, g.route_bias.is_some());
         let rb = g.route_bias.as_ref().unwrap_or(&g.dummy).ptr;
         let map = g.map.as_ref().unwrap_or(&g.dummy).ptr;
-        let plan = route_plan(
+        let route = route_plan(
             route_variant()?,
             RouterShape::of(&rp),
             m,
@@ -214,14 +265,14 @@ impl HipBackend {
             weight_only
         };
         let conv_kernel = if weight_only {
-            route_with_conversion(&plan, !gemv)
+            route_with_conversion(&route, !gemv)
         } else {
             None
         };
         let gemv_bf16 = gemv
-            && gemv_takes_bf16(gv)
+            && gemv_takes_bf16(plan.gv)
             && (m >= MMAB_CONVERT_MIN_TOKENS || conv_kernel.is_some() || !weight_only);
-        let x_p8 = gemv_bf16 || (!gemv && use_mma);
+        let x_p8 = gemv_bf16 || (!gemv && plan.use_mma);
         // MX activations: the input QDQ writes the bf16 layout itself (mx_qdq_lanes_p8), no
         // f32 copy and no conversion kernel.
         let qdq_p8 = x_p8 && xq.is_some();
@@ -261,12 +312,12 @@ impl HipBackend {
         }
         let (xbh, xbl) = xb.as_ref().map_or((0u64, 0u64), |(b, lo)| (b.ptr, *lo));
         let hk = h as u32;
-        match plan {
+        match route {
             RoutePlan::Fused { kernel, threads } => match &route_conv {
                 // Decode: routing and the lists in one block (moe_route_lists*: hip/lists.h, v6's
                 // route_warp.h, route_lists_w3.h, p8_fused.h), with the conversion: one more
                 // block per `threads` groups of 8 values.
-                Some(kx) => run(
+                Some(kx) => run.run(
                     "route+lists",
                     kx,
                     (1 + (m * h / 8).div_ceil(threads as usize) as u32, 1),
@@ -276,7 +327,7 @@ impl HipBackend {
                         hidden_p, xbh, xbl, hk
                     ),
                 )?,
-                None => run(
+                None => run.run(
                     "route+lists",
                     &kernel,
                     (1, 1),
@@ -294,14 +345,14 @@ impl HipBackend {
             } => {
                 let grid = ((m as u32).div_ceil(per_block), 1);
                 match &route_conv {
-                    Some(kx) => run(
+                    Some(kx) => run.run(
                         "route",
                         kx,
                         grid,
                         threads,
                         &mut args!(rp, logits_p, rb, ids_p, topw_p, hidden_p, xbh, xbl, hk),
                     )?,
-                    None => run(
+                    None => run.run(
                         "route",
                         &route,
                         grid,
@@ -309,7 +360,7 @@ impl HipBackend {
                         &mut args!(rp, logits_p, rb, ids_p, topw_p),
                     )?,
                 }
-                run(
+                run.run(
                     "moe/lists",
                     &lists,
                     (1, 1),
@@ -327,7 +378,7 @@ impl HipBackend {
                 } else {
                     ("mx_qdq_lanes", xq.ptr)
                 };
-                run(
+                run.run(
                     "moe/input_qdq",
                     kq,
                     ((nb as usize * BLOCK).div_ceil(256) as u32, 1),
@@ -341,7 +392,7 @@ impl HipBackend {
         // The conversion where neither the route kernel nor the input QDQ did it.
         if x_p8 && route_conv.is_none() && !qdq_p8 {
             let (r, kk) = (m as u32, h as u32);
-            run(
+            run.run(
                 "moe/to_bf16",
                 "mx_to_bf16_p8",
                 (r, 1),
@@ -349,223 +400,35 @@ impl HipBackend {
                 &mut args!(x_in, xbh, xbl, r, kk),
             )?;
         }
-        let b13 = g.bias13.as_ref().unwrap_or(&g.dummy).ptr;
-        let b2 = g.bias2.as_ref().unwrap_or(&g.dummy).ptr;
-        let mt = max_tiles as u32;
-        let (g1, g2) = ((mt, (inter / 32) as u32), (mt, h.div_ceil(64) as u32));
+        let ea = ExpertArgs {
+            g,
+            p,
+            m,
+            na,
+            max_tiles,
+            rows: rows.ptr,
+            slot: slot.ptr,
+            tiles: tiles.ptr,
+            a2: a2.ptr,
+            y2: y2.ptr,
+            topw: topw_p,
+            out: out_p,
+            hidden: hidden_p,
+            x_in,
+            xb: xb.as_ref().map(|_| (xbh, xbl)),
+            x_split,
+            converted: route_conv.is_some() || qdq_p8,
+            bf16_intermediate: opts.intermediate == Intermediate::Bf16,
+        };
         if gemv {
-            // hip/gemv.h gemv_body, hip/gemv_mma.h: 32 intermediate columns / `rows2` output
-            // rows per block.
-            // Weight-only schemes take f32 activations as bf16 hi + lo, unless they are bf16
-            // values (a bf16 model's hidden states; the intermediates when rounded to bf16):
-            // then lo is +0 and the hi-only kernel gives the same bits with half the MMAs.
-            let split = [
-                x_split,
-                weight_only && opts.intermediate != Intermediate::Bf16,
-            ];
-            let (mut k1, k2, rows2) = gemv_kernels(gv, cb, split);
-            let rows2 = gemv2_rows(gv, rows2, max_tiles, h, dev.sms)?;
-            let k2 = gemv2_kernel_rows(&k2, gv, rows2);
-            if gemv_takes_bf16(gv) {
-                let (k, convert) = mmab_gemv1(&k1, m, route_conv.is_some() || qdq_p8);
-                let k = gemv1_occupancy(&k, max_tiles, inter, dev.sms);
-                debug_assert_eq!(convert, xb.is_some());
-                k1 = k;
-            }
-            let g2 = (mt, h.div_ceil(rows2) as u32);
-            let none = 0u64;
-            // mmab: the hidden states as bf16 in mx_to_bf16_p8's order (hi, then lo and its
-            // row flags when split), gemv1 writes a2 that way (hi, lo: two bytes each of the
-            // four a2 has per value).
-            let x1 = if xb.is_some() { xbh } else { x_in };
-            run(
-                "moe/gemv1",
-                &k1,
-                g1,
-                256,
-                &mut args!(
-                    p, rows.ptr, tiles.ptr, x1, g.w13.ptr, g.s13.ptr, a2.ptr, b13, topw_p, none,
-                    none, none
-                ),
-            )?;
-            // Decode: the combine runs in gemv2's last block per column block (counters).
-            let counters = if fuse_combine { g.counters.ptr } else { 0 };
-            run(
-                "moe/gemv2",
-                &k2,
-                g2,
-                256,
-                &mut args!(
-                    p, rows.ptr, tiles.ptr, a2.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p,
-                    slot.ptr, counters, out_p
-                ),
-            )?;
+            self.gemv_stage(&mut run, &plan, &ea)?;
         } else if let Some(mx) = self.scaled_mfma(l) {
-            // gfx950: the scaled MFMA multiplies the MX codes of the weights and of the
-            // activations (quantized here with the activation format and scale mode).
-            let (k1, k2) = (format!("moe_gemm1_mx_{mx}"), format!("moe_gemm2_mx_{mx}"));
-            let af = l
-                .scheme
-                .activation
-                .expect("scaled_mfma needs MX activations");
-            let (fi, mi) = (af.id(), l.act_scale_mode.id());
-            let cba = af.spec().code_bits as usize;
-            let nb1 = (m * h / BLOCK) as u32;
-            let xc = dev.alloc(nb1 as usize * cba * 4)?;
-            let xs = dev.alloc(nb1 as usize)?;
-            run(
-                "moe/quantize_x",
-                "mx_quantize",
-                (nb1.div_ceil(256), 1),
-                256,
-                &mut args!(hidden_p, xc.ptr, xs.ptr, nb1, fi, mi),
-            )?;
-            run(
-                "moe/gemm1",
-                &k1,
-                g1,
-                256,
-                &mut args!(
-                    p, rows.ptr, tiles.ptr, xc.ptr, xs.ptr, g.w13.ptr, g.s13.ptr, a2.ptr, b13,
-                    topw_p
-                ),
-            )?;
-            let nb2 = (na * inter / BLOCK) as u32;
-            let ac = dev.alloc(nb2 as usize * cba * 4)?;
-            let asc = dev.alloc(nb2 as usize)?;
-            run(
-                "moe/quantize_a",
-                "mx_quantize",
-                (nb2.div_ceil(256), 1),
-                256,
-                &mut args!(a2.ptr, ac.ptr, asc.ptr, nb2, fi, mi),
-            )?;
-            run(
-                "moe/gemm2",
-                &k2,
-                g2,
-                256,
-                &mut args!(
-                    p, rows.ptr, tiles.ptr, ac.ptr, asc.ptr, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p
-                ),
-            )?;
+            self.mx_gemm_stage(&mut run, &mx, &ea)?;
         } else {
-            // Activations as bf16 for the matrix cores: exact for QDQ'd values; hi + lo for the
-            // unquantized activations of weight-only schemes (`split`).
-            let split = l.scheme.activation.is_none();
-            let sfx = if split { "_split" } else { "" };
-            let (k1, k2) = match v2_tm {
-                // mma: the same arguments, grid (128 weight rows a block) and tile list
-                // contract (hip/gemm_mma.h), activations from mx_to_bf16_p8.
-                // MXMOE_HIP_MMA_VARIANT picks a variant (measurements).
-                Some(tm) if use_mma => {
-                    let bf16_acts = opts.intermediate == Intermediate::Bf16;
-                    let vs = mma_suffix(mma_variant_for(split, tm, bf16_acts)?);
-                    (
-                        format!("moe_gemm1_mma_t{tm}{sfx}{vs}_cb4"),
-                        format!("moe_gemm2_mma_t{tm}{sfx}{vs}_cb4"),
-                    )
-                }
-                // The same arguments, grid and tile list contract as v1 (hip/gemm_v2.h
-                // gemm_v2_body), tiles of tm pair rows.
-                Some(tm) => (
-                    format!("moe_gemm1_v2_t{tm}{sfx}_cb{cb}"),
-                    format!("moe_gemm2_v2_t{tm}{sfx}_cb{cb}"),
-                ),
-                None => (
-                    format!("moe_gemm1{sfx}_cb{cb}"),
-                    format!("moe_gemm2{sfx}_cb{cb}"),
-                ),
-            };
-            let block = match (&self.v2, v2_tm) {
-                (Ok(v2), Some(_)) => {
-                    let smem = |k: &str| {
-                        v2.get(k).copied().ok_or_else(|| {
-                            BackendError::Device(format!("kernel {k} is not in the code object"))
-                        })
-                    };
-                    // gemm1 and gemm2 of a variant share the layout (one PTX constant).
-                    let (s1, s2) = (smem(&k1)?, smem(&k2)?);
-                    debug_assert_eq!(s1, s2);
-                    let threads = if use_mma { MMA_THREADS } else { V2_THREADS };
-                    with_shared(threads, s1.max(s2))
-                }
-                _ => gemm_threads(&dev.arch) as u64,
-            };
-            // x = column block, y = tile slot (hip/gemm_v1.h: L2 reuse); grid y is at most 65535.
-            if mt > 65535 {
-                return Err(BackendError::Device(format!(
-                    "HIP GEMM: {na} token-expert pairs need {mt} row tiles, more than the 65535 \
-                     one launch takes; split the batch"
-                )));
-            }
-            let (g1, g2) = (
-                (inter.div_ceil(GEMM_N / 2) as u32, mt),
-                (h.div_ceil(GEMM_N) as u32, mt),
-            );
-            // mma: one u32 per row after the lo values (hip/gemm_mma.h mx_to_bf16_p8: whether
-            // some lo of the row is not +0; tiles of rows without one skip the lo MMAs).
-            let flags = |rows: usize| if use_mma { rows * 4 } else { 0 };
-            // The hidden states as bf16: mma in mx_to_bf16_p8's layout, converted above (`xb`:
-            // by the route kernel or mx_to_bf16_p8); v1 / v2 here, one thread a value.
-            let xv12 = if use_mma {
-                None
-            } else {
-                let n = m * h;
-                let xh = dev.alloc(2 * n)?;
-                let xl = if split { Some(dev.alloc(2 * n)?) } else { None };
-                let xlp = xl.as_ref().map_or(0u64, |b| b.ptr);
-                run(
-                    "moe/to_bf16",
-                    "mx_to_bf16",
-                    ((n as u64).div_ceil(256) as u32, 1),
-                    256,
-                    &mut args!(x_in, xh.ptr, xlp, n as u64),
-                )?;
-                Some((xh, xl))
-            };
-            let (xhp, xlp) = match &xv12 {
-                Some((xh, xl)) => (xh.ptr, xl.as_ref().map_or(0u64, |b| b.ptr)),
-                None => (xbh, xbl),
-            };
-            // gemm2's bf16 activations: hi, then (split) lo and the row flags, in one buffer.
-            // The mma gemm1 writes them itself (hip/gemm_v1.h gemm_p8_store); v1 / v2 write f32
-            // and a conversion kernel follows.
-            let n2 = na * inter * 2;
-            let ab = dev.alloc(if split { 2 * n2 + flags(na) } else { n2 })?;
-            let (ahp, alp) = (ab.ptr, if split { ab.ptr + n2 as u64 } else { 0u64 });
-            let out1 = if use_mma { ahp } else { a2.ptr };
-            run(
-                "moe/gemm1",
-                &k1,
-                g1,
-                block,
-                &mut args!(
-                    p, rows.ptr, tiles.ptr, xhp, xlp, g.w13.ptr, g.s13.ptr, out1, b13, topw_p
-                ),
-            )?;
-            if !use_mma {
-                let n = (na * inter) as u64;
-                run(
-                    "moe/to_bf16",
-                    "mx_to_bf16",
-                    (n.div_ceil(256) as u32, 1),
-                    256,
-                    &mut args!(a2.ptr, ahp, alp, n),
-                )?;
-            }
-            run(
-                "moe/gemm2",
-                &k2,
-                g2,
-                block,
-                &mut args!(
-                    p, rows.ptr, tiles.ptr, ahp, alp, g.w2.ptr, g.s2.ptr, y2.ptr, b2, topw_p
-                ),
-            )?;
+            self.bf16_gemm_stage(&mut run, &plan, &ea)?;
         }
-        if !fuse_combine {
-            run(
+        if !plan.fuse_combine {
+            run.run(
                 "moe/combine",
                 "moe_combine",
                 ((m * h).div_ceil(256) as u32, 1),
@@ -587,9 +450,9 @@ impl HipBackend {
         let t_rb0 = std::time::Instant::now();
         let times = if let Some((s, e)) = &span {
             Some(vec![("forward".to_string(), s.elapsed_to(e)?)])
-        } else if timed {
+        } else if run.timed {
             let mut t = Vec::new();
-            for (label, s, e) in &marks {
+            for (label, s, e) in &run.marks {
                 t.push((label.clone(), s.elapsed_to(e)?));
             }
             Some(t)
