@@ -108,4 +108,66 @@ MX_DEVICE bool p8_convert_block(u32 rows, u32 k, const float* x, u16* xh, u16* x
 ROUTE_LISTS_X(4)
 ROUTE_LISTS_X(8)
 ROUTE_LISTS_X(32)
+
+// One token of a weight-only scheme with a softmax router (gpt-oss): gemv1 routes the token
+// itself, so no route kernel runs before it (`moe_gemv1_mmab_rt_<NQ>[_split]_cb4`, replacing
+// moe_route_lists_w2x_<NQ> + moe_gemv1_mmab[_split]_cb4). Every block: warp 0 routes the token
+// and builds its lists (route_warp_simple, lists_one_token_warp: the same functions as w2x, so
+// the same bits) into shared memory while warps 1..7 convert the hidden states to
+// mx_to_bf16_p8's layout in shared memory (hi, then lo when SPLIT); one barrier; block (0, 0)
+// copies the routing and the lists out for gemv2, the combine and the caller; then mmab's gemv1
+// on the shared copies. Hidden sizes up to RT_MAX_K (the host checks).
+#define RT_MAX_K 4096u
+template <u32 NQ, bool SPLIT>
+MX_DEVICE void gemv1_routed(const RouteParams& rp, const MoeParams& p, const float* logits,
+                            i32* ids, float* weights, const i32* expert_map, u32* pair_of_row,
+                            i32* row_of_pair, u32* tiles, const float* x, const u32* wcodes,
+                            const u8* wscales, u32* out, const float* bias) {
+  MX_SHARED u32 s_tiles[1u + 3u * 32u];
+  MX_SHARED u32 s_por[32];
+  MX_SHARED i32 s_rop[32];
+  MX_SHARED i32 s_ids[32];
+  MX_SHARED float s_w[32];
+  MX_SHARED uint4v s_x[2u * RT_MAX_K / 8u];
+  u32 tid = tid_x(), k = rp.top_k, hk = p.hidden;
+  u16* xh = (u16*)s_x;
+  if (tid < 32u) {
+    i32 sel = route_warp_simple<NQ>(rp, 0u, tid, logits, s_ids, s_w);
+    lists_one_token_warp(p, tid, k, sel, expert_map, s_por, s_rop, s_tiles);
+  } else {
+    for (u32 gi = tid - 32u; gi < hk / 8u; gi += GM_THREADS - 32u)
+      p8_group(x, xh, SPLIT ? xh + hk : nullptr, gi);
+  }
+  sync_threads();
+  if (bid_x() == 0u && bid_y() == 0u) {
+    u32 nv = s_tiles[0];
+    if (tid < k) {
+      ids[tid] = s_ids[tid];
+      weights[tid] = s_w[tid];
+      row_of_pair[tid] = s_rop[tid];
+    }
+    if (tid < nv) pair_of_row[tid] = s_por[tid];
+    if (tid < 1u + 3u * nv) tiles[tid] = s_tiles[tid];
+  }
+  gemv_mma_body<SPLIT, 2u, true>(p, true, s_por, s_tiles, (const float*)s_x, wcodes, wscales, out,
+                                 bias, s_w, s_rop, nullptr, nullptr);
+}
+#define GEMV1_ROUTED(NQ)                                                                          \
+  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv1_mmab_rt_##NQ##_cb4(                                 \
+      RouteParams rp, MoeParams p, const float* logits, i32* ids, float* weights,                 \
+      const i32* expert_map, u32* pair_of_row, i32* row_of_pair, u32* tiles, const float* x,      \
+      const u32* wcodes, const u8* wscales, u32* out, const float* bias) {                        \
+    gemv1_routed<NQ, false>(rp, p, logits, ids, weights, expert_map, pair_of_row, row_of_pair,    \
+                            tiles, x, wcodes, wscales, out, bias);                                \
+  }                                                                                               \
+  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv1_mmab_rt_##NQ##_split_cb4(                           \
+      RouteParams rp, MoeParams p, const float* logits, i32* ids, float* weights,                 \
+      const i32* expert_map, u32* pair_of_row, i32* row_of_pair, u32* tiles, const float* x,      \
+      const u32* wcodes, const u8* wscales, u32* out, const float* bias) {                        \
+    gemv1_routed<NQ, true>(rp, p, logits, ids, weights, expert_map, pair_of_row, row_of_pair,     \
+                           tiles, x, wcodes, wscales, out, bias);                                 \
+  }
+GEMV1_ROUTED(4)
+GEMV1_ROUTED(8)
+GEMV1_ROUTED(32)
 #endif

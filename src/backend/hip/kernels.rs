@@ -200,9 +200,9 @@ pub const V2_TILES: [usize; 3] = [16, 32, 64];
 /// of a layer's MXFP4 codes into the layout the matrix-core kernels decode (`mx_nv4_repack`,
 /// hip/nv4.h), and v6's warp routing with that conversion of the hidden states folded in
 /// (`mx_route_wx_<nq>`; the fused few-token route + lists with the conversion in blocks of
-/// their own, `moe_route_lists_w2x_<nq>` / `w3x`), and the input QDQ writing that layout
-/// (`mx_qdq_lanes_p8`).
-pub const NAMES_MMA: [&str; 36] = [
+/// their own, `moe_route_lists_w2x_<nq>` / `w3x`), the input QDQ writing that layout
+/// (`mx_qdq_lanes_p8`), and mmab's gemv1 routing one token itself (`moe_gemv1_mmab_rt_<nq>`).
+pub const NAMES_MMA: [&str; 42] = [
     "moe_gemm1_mma_t64_cb4",
     "moe_gemm2_mma_t64_cb4",
     "moe_gemm1_mma_t64_split_cb4",
@@ -239,6 +239,12 @@ pub const NAMES_MMA: [&str; 36] = [
     "moe_route_lists_w3x_8",
     "moe_route_lists_w3x_32",
     "mx_qdq_lanes_p8",
+    "moe_gemv1_mmab_rt_4_cb4",
+    "moe_gemv1_mmab_rt_4_split_cb4",
+    "moe_gemv1_mmab_rt_8_cb4",
+    "moe_gemv1_mmab_rt_8_split_cb4",
+    "moe_gemv1_mmab_rt_32_cb4",
+    "moe_gemv1_mmab_rt_32_split_cb4",
 ];
 
 /// The dynamic shared memory (bytes) a v2 or mma GEMM launch must give: the PTX constant

@@ -11,7 +11,7 @@ use super::choice::*;
 use super::driver::Event;
 use super::host_profile::HostProfile;
 use super::layer::HipLayer;
-use super::moe_experts::ExpertArgs;
+use super::moe_experts::{ExpertArgs, RoutedGemv1};
 use super::real::{args, f32_bytes, HipBackend};
 use crate::backend::wgpu::route as wroute;
 use crate::backend::{ops, BackendError, PassTimes, Timing};
@@ -264,12 +264,20 @@ impl HipBackend {
         } else {
             weight_only
         };
-        let conv_kernel = if weight_only {
+        // One token through mmab: gemv1 routes it itself (no route kernel, no conversion).
+        let routed = match &route {
+            RoutePlan::Fused { kernel, .. } if gemv => {
+                routed_gemv1(kernel, plan.gv, m, weight_only, h, x_split)
+            }
+            _ => None,
+        };
+        let conv_kernel = if weight_only && routed.is_none() {
             route_with_conversion(&route, !gemv)
         } else {
             None
         };
         let gemv_bf16 = gemv
+            && routed.is_none()
             && gemv_takes_bf16(plan.gv)
             && (m >= MMAB_CONVERT_MIN_TOKENS || conv_kernel.is_some() || !weight_only);
         let x_p8 = gemv_bf16 || (!gemv && plan.use_mma);
@@ -313,6 +321,7 @@ impl HipBackend {
         let (xbh, xbl) = xb.as_ref().map_or((0u64, 0u64), |(b, lo)| (b.ptr, *lo));
         let hk = h as u32;
         match route {
+            _ if routed.is_some() => {}
             RoutePlan::Fused { kernel, threads } => match &route_conv {
                 // Decode: routing and the lists in one block (moe_route_lists*: hip/lists.h, v6's
                 // route_warp.h, route_lists_w3.h, p8_fused.h), with the conversion: one more
@@ -419,6 +428,13 @@ impl HipBackend {
             x_split,
             converted: route_conv.is_some() || qdq_p8,
             bf16_intermediate: opts.intermediate == Intermediate::Bf16,
+            routed: routed.map(|kernel| RoutedGemv1 {
+                kernel,
+                rp,
+                logits: logits_p,
+                ids: ids_p,
+                map,
+            }),
         };
         if gemv {
             self.gemv_stage(&mut run, &plan, &ea)?;

@@ -42,6 +42,19 @@ pub(super) struct ExpertArgs<'a> {
     pub converted: bool,
     /// The intermediates are rounded to bf16 (`Intermediate::Bf16`).
     pub bf16_intermediate: bool,
+    /// gemv1 routes the token itself (`choice/gemv.rs` `routed_gemv1`): no route kernel ran.
+    pub routed: Option<RoutedGemv1>,
+}
+
+/// What gemv1 needs to route one token itself (hip/p8_fused.h gemv1_routed): the route
+/// kernel's arguments.
+pub(super) struct RoutedGemv1 {
+    pub kernel: String,
+    pub rp: [u32; 12],
+    pub logits: u64,
+    /// Where the routing goes (the ids; the weights are `ExpertArgs::topw`) and the expert map.
+    pub ids: u64,
+    pub map: u64,
 }
 
 impl ExpertArgs<'_> {
@@ -75,7 +88,7 @@ impl HipBackend {
         let (mut k1, k2, rows2) = gemv_kernels(gv, plan.cb, split);
         let rows2 = gemv2_rows(gv, rows2, a.max_tiles, h, self.dev.sms)?;
         let k2 = gemv2_kernel_rows(&k2, gv, rows2);
-        if gemv_takes_bf16(gv) {
+        if gemv_takes_bf16(gv) && a.routed.is_none() {
             let (k, convert) = mmab_gemv1(&k1, a.m, a.converted);
             let k = gemv1_occupancy(&k, a.max_tiles, inter, self.dev.sms);
             debug_assert_eq!(convert, a.xb.is_some());
@@ -88,15 +101,30 @@ impl HipBackend {
         // has per value).
         let x1 = a.xb.map_or(a.x_in, |(hi, _)| hi);
         let (b13, b2) = (a.bias13(), a.bias2());
-        run.run(
-            "moe/gemv1",
-            &k1,
-            g1,
-            256,
-            &mut args!(
-                p, a.rows, a.tiles, x1, g.w13.ptr, g.s13.ptr, a.a2, b13, a.topw, none, none, none
-            ),
-        )?;
+        if let Some(r) = &a.routed {
+            // Routing, the lists and the conversion in every block of gemv1.
+            run.run(
+                "moe/gemv1",
+                &r.kernel,
+                g1,
+                256,
+                &mut args!(
+                    r.rp, p, r.logits, r.ids, a.topw, r.map, a.rows, a.slot, a.tiles, a.hidden,
+                    g.w13.ptr, g.s13.ptr, a.a2, b13
+                ),
+            )?;
+        } else {
+            run.run(
+                "moe/gemv1",
+                &k1,
+                g1,
+                256,
+                &mut args!(
+                    p, a.rows, a.tiles, x1, g.w13.ptr, g.s13.ptr, a.a2, b13, a.topw, none, none,
+                    none
+                ),
+            )?;
+        }
         // Decode: the combine runs in gemv2's last block per column block (counters).
         let counters = if plan.fuse_combine { g.counters.ptr } else { 0 };
         run.run(

@@ -148,6 +148,32 @@ pub(in crate::backend::hip) fn mmab_gemv1(
     }
 }
 
+/// Hidden sizes up to which mmab's gemv1 can route one token itself (hip/p8_fused.h RT_MAX_K:
+/// the bf16 hidden states, hi and lo, in 16 KB of shared memory).
+pub(in crate::backend::hip) const ROUTED_GEMV1_MAX_HIDDEN: usize = 4096;
+
+/// The gemv1 that routes one token itself (`moe_gemv1_mmab_rt_<nq>[_split]_cb4`, hip/p8_fused.h
+/// gemv1_routed), where the forward would run the one-warp route + lists kernel
+/// `moe_route_lists_w2_<nq>` (a softmax router) before mmab's gemv1 of one token of a
+/// weight-only scheme: one kernel launch and one dependency less. `split`: the hidden states
+/// need bf16 hi + lo. None where it does not apply or `MXMOE_HIP_GEMV_ROUTED=0`.
+pub(in crate::backend::hip) fn routed_gemv1(
+    route_kernel: &str,
+    variant: &str,
+    tokens: usize,
+    weight_only: bool,
+    hidden: usize,
+    split: bool,
+) -> Option<String> {
+    if std::env::var("MXMOE_HIP_GEMV_ROUTED").as_deref() == Ok("0") {
+        return None;
+    }
+    let nq = route_kernel.strip_prefix("moe_route_lists_w2_")?;
+    let ok = variant == "mmab" && tokens == 1 && weight_only && hidden <= ROUTED_GEMV1_MAX_HIDDEN;
+    let sfx = if split { "_split" } else { "" };
+    ok.then(|| format!("moe_gemv1_mmab_rt_{nq}{sfx}_cb4"))
+}
+
 /// Whether a GEMV variant is a matrix-core one (hip/gemv_mma.h, NVIDIA only, tiles of 8 pairs).
 pub(in crate::backend::hip) fn gemv_is_mma(variant: &str) -> bool {
     variant.starts_with("mma")
@@ -272,6 +298,39 @@ pub(in crate::backend::hip) fn gemv_pairs_for(variant: &str) -> f64 {
 mod tests {
     use super::*;
     use crate::backend::hip::kernels;
+
+    /// The routed gemv1 replaces exactly the one-token softmax route kernel before mmab, names
+    /// kernels the NVIDIA code object has, and nothing else.
+    #[test]
+    fn routed_gemv1_where_it_applies() {
+        let r = |k: &str, v: &str, t: usize, wo: bool, h: usize, sp: bool| {
+            routed_gemv1(k, v, t, wo, h, sp)
+        };
+        for nq in ["4", "8", "32"] {
+            let k = format!("moe_route_lists_w2_{nq}");
+            let name = r(&k, "mmab", 1, true, 2880, true).unwrap();
+            assert_eq!(name, format!("moe_gemv1_mmab_rt_{nq}_split_cb4"));
+            assert!(kernels::NAMES_MMA.contains(&name.as_str()), "{name}");
+            let name = r(&k, "mmab", 1, true, 4096, false).unwrap();
+            assert!(kernels::NAMES_MMA.contains(&name.as_str()), "{name}");
+        }
+        let k = "moe_route_lists_w2_4";
+        assert_eq!(r(k, "mmab", 2, true, 2880, true), None, "one token only");
+        assert_eq!(
+            r(k, "mmab", 1, false, 2880, true),
+            None,
+            "MX activations: input QDQ first"
+        );
+        assert_eq!(r(k, "mmab", 1, true, 4128, true), None, "shared memory");
+        assert_eq!(r(k, "v3", 1, true, 2880, true), None, "mmab only");
+        assert_eq!(r(k, "mma", 1, true, 2880, true), None, "mmab only");
+        assert_eq!(
+            r("moe_route_lists_w2g_8", "mmab", 1, true, 2880, true),
+            None,
+            "sigmoid"
+        );
+        assert_eq!(r("moe_route_lists_w3_4", "mmab", 1, true, 2880, true), None);
+    }
 
     /// Every GEMV variant names kernels the code objects have (the mma ones in the NVIDIA list),
     /// with its tile height and gemv2 block rows.
