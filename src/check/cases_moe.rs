@@ -110,8 +110,58 @@ pub fn route_cases() -> Vec<Case> {
             },
         },
     ));
+    v.extend(wide_route_cases());
     v.extend(sigmoid_sweep_cases());
     v.extend(adversarial_route_cases());
+    v
+}
+
+/// Wide routers: more than 128 experts (HIP's warp routing holds 8 keys a lane up to 256
+/// experts, 32 up to 1024, the most any GPU router takes): softmax and top-k softmax at 256 and
+/// 1024 experts, and a grouped sigmoid router of 1024 experts in 8 groups of 128 with a
+/// correction bias (weights bit for bit). Seeds such that every case selects one of the last 32
+/// experts (the keys of each lane's last register; `wide_router_cases_select_the_last_experts`).
+fn wide_route_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (e, k) in [(256usize, 8usize), (1024, 16)] {
+        for scoring in [Scoring::Softmax, Scoring::TopkSoftmax] {
+            let router = RouterConfig {
+                scoring,
+                top_k: k,
+                renormalize: scoring == Scoring::Softmax,
+                ..RouterConfig::default()
+            };
+            v.push(route_case(
+                Tier::Quick,
+                RouteCase {
+                    router,
+                    n_experts: e,
+                    m: 5,
+                    input: RouteInput::Synth {
+                        seed: 5 + e as u64,
+                        ties: true,
+                        correction_bias: None,
+                    },
+                },
+            ));
+        }
+    }
+    v.push(
+        route_case(
+            Tier::Quick,
+            RouteCase {
+                router: deepseek_router(8, 8, 4),
+                n_experts: 1024,
+                m: 5,
+                input: RouteInput::Synth {
+                    seed: 7,
+                    ties: false,
+                    correction_bias: Some(11),
+                },
+            },
+        )
+        .weights_bit_exact(),
+    );
     v
 }
 
@@ -334,6 +384,19 @@ pub fn moe_cases() -> Vec<Case> {
     let mut s = spec(Scheme::OCP_MX[3], Activation::SwigluOai, 4, 64, 96, 2);
     s.bias = true;
     v.push(moe_case(q, &LayerSpec::new(s), 160, 83));
+    // Weight-only 8-bit codes (MXFP8 and MXINT8 weights, f32 activations): the bf16 GEMM
+    // with hi + lo activations (HIP `moe_gemm{1,2}_split_cb8`, on gfx950 as well, whose scaled
+    // MFMA takes MX activations only), 8.5 pairs per expert (above the 4 up to which NVIDIA
+    // takes the v2 GEMM: v1 there too).
+    for (w, act, seed) in [
+        (MxFormat::Fp8E4M3, Activation::Silu, 97u64),
+        (MxFormat::Int8, Activation::SwigluOai, 101),
+    ] {
+        let mut s = spec(Scheme::new(w, None), act, 4, 64, 64, 2);
+        s.bias = act == Activation::SwigluOai;
+        s.seed = seed;
+        v.push(moe_case(q, &LayerSpec::new(s), 17, seed));
+    }
     // Large weights (x 2^4 before quantization: many 32-blocks get E8M0 scale bytes above 128,
     // the rest not): HIP's mma GEMM decodes a step whose scale bytes are all <= 128 with one
     // bf16 multiply by 2^(s - 1) and any other with two (hip/gemm_mma.h); the synthetic weights
@@ -393,6 +456,7 @@ pub fn moe_cases() -> Vec<Case> {
         v.push(moe_case(q, &l, m, 71));
     }
     v.extend(deepseek_shaped(q));
+    v.extend(wide_routers(q));
     // The scheme matrix at a larger size.
     v.extend(scheme_matrix(Tier::Full, 512, 384, 32));
     v
@@ -427,6 +491,55 @@ fn deepseek_shaped(tier: Tier) -> Vec<Case> {
     v
 }
 
+/// MoE layers with wide routers (more than 128 experts; small weights, H = I = 64, of random
+/// codes and scales: `packed`, as quantizing f32 weights of 1024 experts took about a second of
+/// CPU per build): a gpt-oss-style router (top-k then softmax, weight-only MXFP4, swigluoai
+/// with biases) of 256 experts, top-4, and of 1024, top-8; a DeepSeek-style one (sigmoid,
+/// correction bias, groups, scaling 2.5; MXFP4) of 256 experts in 8 groups of 32 and of 1024
+/// in 32 groups of 32 (the most groups HIP's sigmoid block kernels take), top-8, routing
+/// weights bit for bit. M = 1 (HIP: one token's route and lists in one warp or block), 5 (the
+/// top-k softmax: the fused few-token block) and 17 (the router on its own, then the lists).
+/// One batch seed per router (14, 2) such that every case selects one of the last 32 experts
+/// (`wide_router_cases_select_the_last_experts`).
+fn wide_routers(tier: Tier) -> Vec<Case> {
+    let mut v = Vec::new();
+    for (e, k) in [(256usize, 4usize), (1024, 8)] {
+        let mut s = spec(
+            Scheme::new(MxFormat::Fp4E2M1, None),
+            Activation::SwigluOai,
+            e,
+            64,
+            64,
+            k,
+        );
+        s.bias = true;
+        s.router.scoring = Scoring::TopkSoftmax;
+        s.router.renormalize = false;
+        s.seed = 200 + k as u64;
+        let l = LayerSpec {
+            packed: true,
+            ..LayerSpec::new(s)
+        };
+        for m in [1usize, 5, 17] {
+            v.push(moe_case(tier, &l, m, 14));
+        }
+    }
+    for (e, g) in [(256usize, 8usize), (1024, 32)] {
+        let mut s = spec(Scheme::OCP_MX[0], Activation::Silu, e, 64, 64, 8);
+        s.router = deepseek_router(8, g, 4);
+        s.seed = 210 + g as u64;
+        let l = LayerSpec {
+            correction_bias: Some(31),
+            packed: true,
+            ..LayerSpec::new(s)
+        };
+        for m in [1usize, 17] {
+            v.push(moe_case(tier, &l, m, 2).weights_bit_exact());
+        }
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,5 +571,42 @@ mod tests {
             }
         }
         assert_eq!(large, 2);
+    }
+
+    /// The wide-router cases do what their comments say: every one selects (on the CPU) one of
+    /// its last 32 experts, whose keys a GPU warp router of 8 or 32 keys a lane holds in its
+    /// last register (with 1024 experts, a kernel that dropped that register failed only the
+    /// cases that select one of them).
+    #[test]
+    fn wide_router_cases_select_the_last_experts() {
+        let mut n = 0;
+        for case in wide_route_cases()
+            .into_iter()
+            .chain(wide_routers(Tier::Quick))
+        {
+            let (router, e, logits, bias) = match &case.kind {
+                Kind::Route(rc) => (rc.router.clone(), rc.n_experts, rc.logits(), rc.bias()),
+                Kind::Moe(mc) => {
+                    let layer = mc.layer.build().unwrap();
+                    (
+                        layer.config.router.clone(),
+                        mc.layer.n_experts(),
+                        mc.batch(0).1,
+                        layer.weights.e_score_correction_bias.clone(),
+                    )
+                }
+                _ => unreachable!("{}", case.id),
+            };
+            assert!(e > 128, "{}", case.id);
+            let r = crate::moe::route::route(&router, &logits, e, bias.as_deref()).unwrap();
+            assert!(
+                r.topk_ids.iter().any(|&i| i as usize >= e - 32),
+                "{}: selects none of the last 32 experts: {:?}",
+                case.id,
+                r.topk_ids
+            );
+            n += 1;
+        }
+        assert_eq!(n, 15);
     }
 }

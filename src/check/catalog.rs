@@ -279,7 +279,8 @@ pub struct LayerSpec {
     /// Experts `a..b` of the correction bias (with `correction_bias`) all get 0.05: equal keys
     /// for saturated sigmoids.
     pub equal_bias: Option<(usize, usize)>,
-    /// Random codes and scales (fast, for model shapes) instead of quantized f32 weights.
+    /// Random codes and scales instead of quantized f32 weights (fast: model shapes, and the
+    /// catalog's wide-router layers of up to 1024 experts, whose ids say `-packed`).
     pub packed: bool,
     /// A name that replaces the size part of ids (model shapes).
     pub name: Option<&'static str>,
@@ -331,6 +332,9 @@ impl LayerSpec {
         }
         if self.act_scale_mode != ScaleMode::Even {
             t += &format!("-act{}", self.act_scale_mode);
+        }
+        if self.packed {
+            t += "-packed";
         }
         t
     }
