@@ -107,7 +107,8 @@ fn invalid_inputs_are_errors() {
 /// quick catalog then runs through the real backend (device open, code-object choice, kernel
 /// names, launch geometry, the weight layouts) with `mxmoe check --backend hip`, against the CPU
 /// reference as on any GPU: every case must pass, and the kernels named must have run (the
-/// scaled-MFMA GEMMs on gfx950, the bf16 MFMA GEMMs on both AMD targets, the matrix-core GEMV
+/// scaled-MFMA GEMMs on gfx950, the bf16 MFMA GEMMs on both AMD targets, the warp routing of
+/// every width (routers of up to 128, 256 and 1024 experts) on all three, the matrix-core GEMV
 /// and GEMM on sm_90, and the older kernels behind the knobs). Not the hardware: that the GPUs
 /// follow their vendors' documents, and the compilers' code, stay unchecked here (CI
 /// disassembles the AMD objects; the NVIDIA kernels ran on an H200, docs/MEASURED.md).
@@ -169,23 +170,37 @@ fn hip_backend_on_emulated_gpus() {
         &'a [(&'a str, &'a str)],
         &'a [&'a str],
     );
+    // Both AMD targets by default: the bf16 GEMM of weight-only 8-bit codes and the warp
+    // routing of the wide routers (8 and 32 keys a lane: more than 128 and 256 experts; the
+    // grouped sigmoid router of 1024 experts).
+    let amd_default = [
+        "moe_gemm1_split_cb8",
+        "moe_gemm2_split_cb8",
+        "moe_route_lists_w2_8",
+        "moe_route_lists_w2_32",
+        "moe_route_lists_w3_8",
+        "moe_route_lists_w3_32",
+        "mx_route_w_8",
+        "mx_route_w_32",
+        "moe_route_lists_w2g_8",
+        "moe_route_lists_w2g_32",
+        "mx_route_wg_32",
+    ];
+    let gfx950: Vec<&str> = [
+        "moe_gemm1_mx_fp4_fp4",
+        "moe_gemm2_mx_fp6e2m3_fp6e2m3",
+        "moe_gemm1_split_cb4",
+    ]
+    .into_iter()
+    .chain(amd_default)
+    .collect();
+    let gfx942: Vec<&str> = ["moe_gemm1_cb4", "moe_gemm2_split_cb6", "moe_gemm1_cb8"]
+        .into_iter()
+        .chain(amd_default)
+        .collect();
     let runs: [Run; 7] = [
-        (
-            &amd,
-            "gfx950",
-            &[],
-            &[
-                "moe_gemm1_mx_fp4_fp4",
-                "moe_gemm2_mx_fp6e2m3_fp6e2m3",
-                "moe_gemm1_split_cb4",
-            ],
-        ),
-        (
-            &amd,
-            "gfx942",
-            &[],
-            &["moe_gemm1_cb4", "moe_gemm2_split_cb6", "moe_gemm1_cb8"],
-        ),
+        (&amd, "gfx950", &[], &gfx950),
+        (&amd, "gfx942", &[], &gfx942),
         (
             &amd,
             "gfx942",
@@ -201,6 +216,22 @@ fn hip_backend_on_emulated_gpus() {
                 "moe_gemm1_mma_t64_cb4",
                 "mx_nv4_repack",
                 "moe_route_lists_w2x_4",
+                // weight-only 8-bit codes at 8.5 pairs per expert: v1 (v2 up to 4)
+                "moe_gemm1_split_cb8",
+                "moe_gemm2_split_cb8",
+                // the wide routers (the simple ones of weight-only MXFP4 layers with the
+                // bf16 conversion folded in)
+                "moe_route_lists_w2x_8",
+                "moe_route_lists_w2x_32",
+                "moe_route_lists_w3x_8",
+                "moe_route_lists_w3x_32",
+                "mx_route_wx_8",
+                "mx_route_wx_32",
+                "mx_route_w_8",
+                "mx_route_w_32",
+                "moe_route_lists_w2g_8",
+                "moe_route_lists_w2g_32",
+                "mx_route_wg_32",
             ],
         ),
         (
@@ -295,7 +326,8 @@ fn catalog_ids_are_unique_and_stable() {
     // The former wgpu-only exactness tests, now cases on every backend, with routing weights
     // bit for bit: the sigmoid sweep (a sparse one in quick, the dense one in full), the
     // adversarial DeepSeek routing (7 routers x 5 biases x 2 scorings x 2 renormalize), the
-    // DeepSeek-V3-shaped layer.
+    // DeepSeek-V3-shaped layer; and the grouped sigmoid routers of the wide-router cases
+    // (256 and 1024 experts).
     let bit_exact = |c: &&Case| {
         matches!(
             c.expect,
@@ -327,6 +359,11 @@ fn catalog_ids_are_unique_and_stable() {
             "moe/w_mxfp4_a_mxfp4/silu/e64-h64-i64-k8-sigmoid-g8of4-x2.5-cbias-eq8to16/m9-saturated",
             true,
         ),
+        ("route/sigmoid/e1024-k8-g8of4-x2.5-cbias/m5", true),
+        (
+            "moe/w_mxfp4_a_mxfp4/silu/e1024-h64-i64-k8-sigmoid-g32of4-x2.5-cbias-packed/m17",
+            true,
+        ),
     ] {
         let c = full.iter().find(|c| c.id == id);
         assert!(
@@ -341,7 +378,7 @@ fn catalog_ids_are_unique_and_stable() {
             .count()
     };
     assert_eq!(adversarial(&quick), 140);
-    assert_eq!(full.iter().filter(bit_exact).count(), 146);
+    assert_eq!(full.iter().filter(bit_exact).count(), 151);
     // Every case states an expectation that fits its kind.
     for c in &full {
         let ok = match (&c.kind, &c.expect) {
