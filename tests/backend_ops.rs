@@ -215,14 +215,15 @@ fn hip_backend_on_emulated_gpus() {
                 "moe_gemv1_mmab_cb4",
                 "moe_gemm1_mma_t64_cb4",
                 "mx_nv4_repack",
-                "moe_route_lists_w2x_4",
+                // one token of a weight-only layer with a softmax router: gemv1 routes it
+                "moe_gemv1_mmab_rt_4_split_cb4",
                 // weight-only 8-bit codes at 8.5 pairs per expert: v1 (v2 up to 4)
                 "moe_gemm1_split_cb8",
                 "moe_gemm2_split_cb8",
                 // the wide routers (the simple ones of weight-only MXFP4 layers with the
                 // bf16 conversion folded in)
-                "moe_route_lists_w2x_8",
-                "moe_route_lists_w2x_32",
+                "moe_gemv1_mmab_rt_8_split_cb4",
+                "moe_gemv1_mmab_rt_32_split_cb4",
                 "moe_route_lists_w3x_8",
                 "moe_route_lists_w3x_32",
                 "mx_route_wx_8",
@@ -237,8 +238,19 @@ fn hip_backend_on_emulated_gpus() {
         (
             &nv,
             "sm_90",
-            &[("MXMOE_HIP_GEMV_PAIRS", "0")],
-            &["moe_gemm1_mma_t16_split_cb4", "moe_gemm2_v2_t16_cb8"],
+            // the GEMM from 5 tokens; up to 4 the GEMV, whose gemv1 here does not route
+            // (the one-token route + lists kernels with the conversion folded in run instead)
+            &[
+                ("MXMOE_HIP_GEMV_PAIRS", "0"),
+                ("MXMOE_HIP_GEMV_ROUTED", "0"),
+            ],
+            &[
+                "moe_gemm1_mma_t16_split_cb4",
+                "moe_gemm2_v2_t16_cb8",
+                "moe_route_lists_w2x_4",
+                "moe_route_lists_w2x_8",
+                "moe_route_lists_w2x_32",
+            ],
         ),
         (
             &nv,
