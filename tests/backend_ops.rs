@@ -217,6 +217,8 @@ fn hip_backend_on_emulated_gpus() {
                 "mx_nv4_repack",
                 // one token of a weight-only layer with a softmax router: gemv1 routes it
                 "moe_gemv1_mmab_rt_4_split_cb4",
+                // the same with bf16 hidden states (hi only)
+                "moe_gemv1_mmab_rt_4_cb4",
                 // weight-only 8-bit codes at 8.5 pairs per expert: v1 (v2 up to 4)
                 "moe_gemm1_split_cb8",
                 "moe_gemm2_split_cb8",

@@ -443,7 +443,19 @@ pub fn moe_cases() -> Vec<Case> {
     ] {
         let mut s = spec(scheme, act, 8, 64, 96, 2);
         s.bias = true;
-        v.push(moe_case_opts(q, &LayerSpec::new(s), 17, vec![5], bf16));
+        v.push(moe_case_opts(
+            q,
+            &LayerSpec::new(s.clone()),
+            17,
+            vec![5],
+            bf16,
+        ));
+        // One token of bf16 hidden states, weight-only: HIP's gemv1 routing the token itself
+        // with hi-only activations (`moe_gemv1_mmab_rt_4_cb4`; f32 hidden states take the
+        // split kernel).
+        if scheme.activation.is_none() {
+            v.push(moe_case_opts(q, &LayerSpec::new(s), 1, vec![5], bf16));
+        }
     }
     // DeepSeek-V3: sigmoid + correction bias + groups + scaling factor.
     let mut s = spec(Scheme::OCP_MX[0], Activation::Silu, 16, 64, 64, 4);
