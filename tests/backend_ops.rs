@@ -198,7 +198,7 @@ fn hip_backend_on_emulated_gpus() {
         .into_iter()
         .chain(amd_default)
         .collect();
-    let runs: [Run; 7] = [
+    let runs: [Run; 9] = [
         (&amd, "gfx950", &[], &gfx950),
         (&amd, "gfx942", &[], &gfx942),
         (
@@ -206,6 +206,34 @@ fn hip_backend_on_emulated_gpus() {
             "gfx942",
             &[("MXMOE_HIP_ROUTE", "v1"), ("MXMOE_HIP_GEMV", "v1")],
             &["moe_lists", "moe_route_lists", "moe_gemv1_cb4"],
+        ),
+        // The older routing and GEMV variants, reachable only through their knobs (so the
+        // AMD code objects have no kernel that never ran).
+        (
+            &amd,
+            "gfx942",
+            &[("MXMOE_HIP_ROUTE", "v3"), ("MXMOE_HIP_GEMV", "v2c")],
+            &[
+                "moe_gemv1_v2c_cb4",
+                "moe_gemv2_v2c_cb4",
+                "mx_route_v2",
+                "mx_route_v3",
+                "moe_lists_v2",
+                "moe_route_lists_v2",
+                "moe_route_lists_v3",
+            ],
+        ),
+        (
+            &amd,
+            "gfx942",
+            &[("MXMOE_HIP_ROUTE", "v4"), ("MXMOE_HIP_GEMV", "v2")],
+            &[
+                "moe_gemv1_v2_cb4",
+                "moe_gemv2_v2_cb4",
+                "mx_route_v4",
+                "moe_route_lists_v4",
+                "moe_route_lists_w1",
+            ],
         ),
         (
             &nv,
