@@ -152,21 +152,17 @@ MX_DEVICE void gemv1_routed(const RouteParams& rp, const MoeParams& p, const flo
   gemv_mma_body<SPLIT, 2u, true>(p, true, s_por, s_tiles, (const float*)s_x, wcodes, wscales, out,
                                  bias, s_w, s_rop, nullptr, nullptr);
 }
-#define GEMV1_ROUTED(NQ)                                                                          \
-  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv1_mmab_rt_##NQ##_cb4(                                 \
+#define GEMV1_ROUTED_K(NQ, SPLIT, SFX)                                                            \
+  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv1_mmab_rt_##NQ##SFX##_cb4(                            \
       RouteParams rp, MoeParams p, const float* logits, i32* ids, float* weights,                 \
       const i32* expert_map, u32* pair_of_row, i32* row_of_pair, u32* tiles, const float* x,      \
       const u32* wcodes, const u8* wscales, u32* out, const float* bias) {                        \
-    gemv1_routed<NQ, false>(rp, p, logits, ids, weights, expert_map, pair_of_row, row_of_pair,    \
+    gemv1_routed<NQ, SPLIT>(rp, p, logits, ids, weights, expert_map, pair_of_row, row_of_pair,    \
                             tiles, x, wcodes, wscales, out, bias);                                \
-  }                                                                                               \
-  MX_KERNEL_OCC(GM_THREADS, 3) void moe_gemv1_mmab_rt_##NQ##_split_cb4(                           \
-      RouteParams rp, MoeParams p, const float* logits, i32* ids, float* weights,                 \
-      const i32* expert_map, u32* pair_of_row, i32* row_of_pair, u32* tiles, const float* x,      \
-      const u32* wcodes, const u8* wscales, u32* out, const float* bias) {                        \
-    gemv1_routed<NQ, true>(rp, p, logits, ids, weights, expert_map, pair_of_row, row_of_pair,     \
-                           tiles, x, wcodes, wscales, out, bias);                                 \
   }
+#define GEMV1_ROUTED(NQ)          \
+  GEMV1_ROUTED_K(NQ, false, )     \
+  GEMV1_ROUTED_K(NQ, true, _split)
 GEMV1_ROUTED(4)
 GEMV1_ROUTED(8)
 GEMV1_ROUTED(32)
