@@ -22,8 +22,8 @@
 //! (the route and lists kernels' shared arrays).
 
 use super::choice::{
-    gemm_version, gemv_pairs, gemv_pairs_for, gemv_variant_for, route_variant, GemmVersion,
-    AUTO_V2_MAX_MEAN_PAIRS,
+    gemm_version, gemv_pairs, gemv_pairs_for, gemv_variant_for, route_variant,
+    routed_gemv1_enabled, GemmVersion, AUTO_V2_MAX_MEAN_PAIRS,
 };
 use super::driver::{DevBuf, Device, Driver};
 use super::kernels;
@@ -235,6 +235,18 @@ impl HipBackend {
                 route_variant().unwrap_or("(MXMOE_HIP_ROUTE invalid)")
             ),
         ];
+        if matches!(
+            gemv_variant_for(!self.dev.arch.starts_with("gfx")),
+            Ok("mmab")
+        ) {
+            v.push(if routed_gemv1_enabled() {
+                "one token of a weight-only scheme with a softmax router: gemv1 routes it \
+                 itself, no route kernel (MXMOE_HIP_GEMV_ROUTED=0: the route kernel first)"
+                    .into()
+            } else {
+                "one token: the route kernel before gemv1 (MXMOE_HIP_GEMV_ROUTED=0)".into()
+            });
+        }
         if self.dev.arch == "gfx950" {
             v.push("MX-float schemes: v_mfma_scale_f32_16x16x128_f8f6f4 on the MX codes".into());
         }

@@ -152,6 +152,11 @@ pub(in crate::backend::hip) fn mmab_gemv1(
 /// the bf16 hidden states, hi and lo, in 16 KB of shared memory).
 pub(in crate::backend::hip) const ROUTED_GEMV1_MAX_HIDDEN: usize = 4096;
 
+/// Whether mmab's gemv1 may route one token itself (`MXMOE_HIP_GEMV_ROUTED=0`: never).
+pub(in crate::backend::hip) fn routed_gemv1_enabled() -> bool {
+    std::env::var("MXMOE_HIP_GEMV_ROUTED").as_deref() != Ok("0")
+}
+
 /// The gemv1 that routes one token itself (`moe_gemv1_mmab_rt_<nq>[_split]_cb4`, hip/p8_fused.h
 /// gemv1_routed), where the forward would run the one-warp route + lists kernel
 /// `moe_route_lists_w2_<nq>` (a softmax router) before mmab's gemv1 of one token of a
@@ -165,7 +170,7 @@ pub(in crate::backend::hip) fn routed_gemv1(
     hidden: usize,
     split: bool,
 ) -> Option<String> {
-    if std::env::var("MXMOE_HIP_GEMV_ROUTED").as_deref() == Ok("0") {
+    if !routed_gemv1_enabled() {
         return None;
     }
     let nq = route_kernel.strip_prefix("moe_route_lists_w2_")?;
