@@ -22,6 +22,9 @@ use mxmoe::moe::{MoeOutput, RouterConfig, Routing, Scoring};
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
+#[cfg(feature = "hip")]
+mod host_cxx;
+
 static BACKENDS: OnceLock<Vec<Opened>> = OnceLock::new();
 
 fn backends() -> &'static [Opened] {
@@ -117,21 +120,7 @@ fn invalid_inputs_are_errors() {
 fn hip_backend_on_emulated_gpus() {
     use std::process::Command;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cxx = [
-        "clang++-19",
-        "clang++-20",
-        "clang++-21",
-        "clang++-22",
-        "clang++",
-    ]
-    .into_iter()
-    .find(|c| {
-        Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
-    .expect("no clang++ found (apt-get install clang-19; scripts/test.sh installs it)");
+    let cxx = host_cxx::host_cxx();
     let dir = tempfile::tempdir().unwrap();
     let build = |src: &str, lib: &str| {
         let path = dir.path().join(lib);

@@ -7,6 +7,9 @@ use super::*;
 use std::collections::BTreeMap;
 use std::process::Command;
 
+#[path = "../../../../tests/host_cxx/mod.rs"]
+mod host_cxx;
+
 fn hot(name: &str) -> bool {
     name.starts_with("moe_gemm") || name.starts_with("moe_gemv")
 }
@@ -156,21 +159,7 @@ fn ptx_gemv_mma_uses_mma_sync_on_registers() {
 /// returns its standard output after checking that it exited with status 0.
 fn run_cpu_emulation(name: &str, flags: &[&str]) -> String {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cxx = [
-        "clang++-19",
-        "clang++-20",
-        "clang++-21",
-        "clang++-22",
-        "clang++",
-    ]
-    .into_iter()
-    .find(|c| {
-        Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
-    .expect("no clang++ found (apt-get install clang-19)");
+    let cxx = host_cxx::host_cxx();
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join(name);
     let out = Command::new(cxx)
