@@ -1,8 +1,9 @@
 //! Build script: with feature `hip`, compile the HIP kernels under `hip/` ahead of time with clang
 //! and leave the binaries in OUT_DIR for `src/backend/hip/kernels.rs` to embed:
 //!
-//! * PTX for NVIDIA (`-x cuda --cuda-gpu-arch=sm_90`, and sm_80 for Ampere / Ada), loaded through
-//!   the CUDA driver, which JIT-compiles it for the GPU at hand;
+//! * PTX for NVIDIA (`-x cuda --cuda-gpu-arch=sm_90a` for the H100 / H200: arch-specific, for the
+//!   wgmma GEMM; and sm_80 for Ampere / Ada and newer than Hopper), loaded through the CUDA
+//!   driver, which JIT-compiles it for the GPU at hand;
 //! * code objects for AMD gfx942 (MI300X / MI300A / MI325X) and gfx950 (MI350 / MI355)
 //!   (`-x hip --offload-arch=...`), loaded through HIP's module API.
 //!
@@ -19,7 +20,7 @@ use std::process::Command;
 
 /// hip/mxmoe.cu and every file under hip/ it includes (a change to any rebuilds the kernels); the
 /// test `build_rs_lists_every_hip_source` (src/backend/hip/kernels.rs) checks the list.
-const SOURCES: [&str; 23] = [
+const SOURCES: [&str; 24] = [
     "hip/mxmoe.cu",
     "hip/mx_compat.h",
     "hip/mx_formats.h",
@@ -40,6 +41,7 @@ const SOURCES: [&str; 23] = [
     "hip/gemm_v1.h",
     "hip/gemm_v2.h",
     "hip/gemm_mma.h",
+    "hip/gemm_wgmma.h",
     "hip/p8_fused.h",
     "hip/gemm_mx.h",
     "hip/combine.h",
@@ -63,7 +65,7 @@ const COMMON: &[&str] = &["-O3", "-std=c++17", "-Wall", "-Wno-unused-function"];
 const TARGETS: [Target; 4] = [
     Target {
         name: "sm90",
-        args: &["-x", "cuda", "--cuda-gpu-arch=sm_90", "--cuda-device-only", "-nocudainc", "-nocudalib", "-S"],
+        args: &["-x", "cuda", "--cuda-gpu-arch=sm_90a", "--cuda-device-only", "-nocudainc", "-nocudalib", "-S"],
         ext: "ptx",
         candidates: &["clang-19", "clang-20", "clang-21", "clang-22", "clang"],
         install: "clang-19 (apt-get install clang-19 lld-19)",

@@ -25,6 +25,7 @@
 //                     exact in bf16; unquantized activations are split hi + lo)
 //   gemm_v2.h         moe_gemm{1,2}_v2_* (NVIDIA; MXMOE_HIP_GEMM=v2)
 //   gemm_mma.h        moe_gemm{1,2}_mma_* (NVIDIA swap-AB), mx_to_bf16_p8, mx_nv4_repack
+//   gemm_wgmma.h      moe_gemm{1,2}_mma_*_wg_cb4 (the same on wgmma.mma_async, sm_90a only)
 //   p8_fused.h        mx_qdq_lanes_p8, mx_route_wx_*, moe_route_lists_w{2,3}x_* (NVIDIA)
 //   gemm_mx.h         moe_gemm{1,2}_mx_<w>_<a> (gfx950: v_mfma_scale_f32_16x16x128_f8f6f4)
 //   combine.h         moe_combine                                    shaders/moe_combine.wgsl
@@ -49,6 +50,7 @@ typedef float float4v __attribute__((ext_vector_type(4)));
 #include "gemm_v1.h"
 #include "gemm_v2.h"
 #include "gemm_mma.h"  // the swap-AB GEMM (NVIDIA; MXMOE_HIP_GEMM=mma)
+#include "gemm_wgmma.h"  // the same on wgmma (sm_90a; MXMOE_HIP_MMA_VARIANT=wg)
 #include "p8_fused.h"
 #include "gemm_mx.h"
 #include "combine.h"

@@ -32,6 +32,7 @@ typedef unsigned char u8;
 // ---- the GPU's thread ids, barriers and shuffles (blocks of up to 1024 threads, 16 wavefronts) --
 static u32 g_tid;  // the GPU thread running now (the scheduler below sets it)
 static u32 g_bx, g_by, g_bdim;
+static u64 g_block_serial;  // one more for every block launched (per-block state of the twins)
 static void emu_wait(int kind);
 MX_DEVICE u32 tid_x() { return g_tid; }
 MX_DEVICE u32 bid_x() { return g_bx; }
@@ -233,6 +234,7 @@ static void emu_launch(u32 n, u32 bx, u32 by, const std::function<void()>& f) {
   g_bx = bx;
   g_by = by;
   g_bdim = n;
+  ++g_block_serial;
   job = &f;
   for (u32 t = 0; t < n; ++t) start(t);
   for (;;) {

@@ -19,6 +19,14 @@
 //     kept), vote.sync.any, bar.red.or (a block barrier with an OR), ld.shared.v4, the
 //     %dynamic_smem_size register (the launch's dynamic shared memory, emu_dsmem here), and the
 //     FP4 pair extraction of hip/gemm_mma.h's fp4_bf16_pair_raw in plain shifts and masks;
+//   - wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 with A in registers and B through a
+//     matrix descriptor (hip/gemm_wgmma.h; PTX ISA "Asynchronous Warpgroup Level Matrix
+//     Multiply-Accumulate"): per warp of the warpgroup the m16n8k16 A fragment (rows 16 (warp %
+//     4) .. + 15) and D as N / 8 m16n8 C fragments (d[4j + c]); B K-major without swizzle: core
+//     matrices of 8 rows (n) x 16 bytes (8 k), k core c of n group j at the descriptor's address
+//     + j x SBO + c x LBO (bits 0-13, 32-45, 16-29, each >> 4). A warp's rows depend on its own A
+//     only, so each warp computes its 16 rows when it issues (done at once; fence, commit, wait
+//     and fence.proxy.async do nothing); the descriptor's addresses are offsets in emu_dsmem;
 //   - redux.sync (hip/route_warp.h) is not needed: under MX_HOST_EMU the kernels take its
 //     shuffle butterfly, which gives the same values.
 #pragma once
@@ -27,6 +35,7 @@
 #define GM_HOST_EMU 1  // hip/gemv_mma.h: its bf16 primitives come from here
 #include "emu_core.h"
 #define __CUDA_ARCH__ 900
+#define __CUDA_ARCH_FEAT_SM90_ALL 1  // the sm_90a kernels too (hip/gemm_wgmma.h)
 
 typedef u32 uint4v __attribute__((ext_vector_type(4)));  // as hip/mxmoe.cu
 
@@ -134,6 +143,82 @@ MX_DEVICE void load_b2(B& b0, B& b1, const u16* sB, u32 ldb, u32 lane) {
   b0.r[1] = r[1];
   b1.r[0] = r[2];
   b1.r[1] = r[3];
+}
+
+// ---- wgmma (hip/gemm_wgmma.h) ------------------------------------------------------------------
+MX_DEVICE void wg_fence() {}
+MX_DEVICE void wg_commit() {}
+template <int N>
+MX_DEVICE void wg_wait() {}
+MX_DEVICE void wg_fence_proxy() {}
+MX_DEVICE void wg_sts128(void* p, u32 a, u32 b, u32 c, u32 d) {
+  u32 v[4] = {a, b, c, d};
+  memcpy(p, v, 16);
+}
+MX_DEVICE uint4v wg_ld16(const void* p) { return *(const uint4v*)p; }
+MX_DEVICE u32 wg_smem(const void* p) { return (u32)((const unsigned char*)p - emu_dsmem); }
+MX_DEVICE void wg_reg(u32&) {}
+MX_DEVICE void wg_reg(float&) {}
+// wgmma is .sync.aligned over the warpgroup: its four warps must execute the same instruction.
+// The kernels pass `site` (a number per static wgmma of the source and template instance); the
+// k-th wgmma of every warp of a warpgroup must have the same site and descriptor, else the
+// emulation stops (a divergent branch around wgmma is undefined behaviour on the GPU, and the
+// GPU gave wrong sums for one, session 12).
+static u64 g_wg_serial;
+static std::vector<std::pair<u32, unsigned long long>> g_wg_log[8];
+static u32 g_wg_count[32];
+static void emu_wg_check(u32 site, unsigned long long desc) {
+  if (g_tid % 32u != 0u) return;
+  if (g_wg_serial != g_block_serial) {
+    g_wg_serial = g_block_serial;
+    for (auto& v : g_wg_log) v.clear();
+    for (u32& c : g_wg_count) c = 0u;
+  }
+  u32 warp = g_tid / 32u, n = g_wg_count[warp]++;
+  auto& log = g_wg_log[warp / 4u];
+  if (n == log.size()) {
+    log.push_back({site, desc});
+  } else if (log[n].first != site || log[n].second != desc) {
+    fprintf(stderr, "nv_emu: wgmma #%u of warp %u: site %u desc %llx, another warp of its warpgroup: site %u desc %llx\n",
+            n, warp, site, desc, log[n].first, log[n].second);
+    std::_Exit(5);
+  }
+}
+template <u32 N>
+MX_DEVICE void wgmma_bf16(float* d, const u32* a, unsigned long long desc, u32 site) {
+  emu_wg_check(site, desc);
+  u32 w = g_tid / 32u, l = g_tid % 32u;
+  for (u32 i = 0; i < 4u; ++i) g_wx[w][l][i] = a[i];
+  half_sync();
+  float A[16][16];
+  for (u32 L = 0; L < 32u; ++L) {
+    u32 g = L / 4u, t = L % 4u;
+    const u32* r = g_wx[w][L];
+    for (u32 e = 0; e < 2u; ++e) {
+      A[g][2u * t + e] = bf16f(r[0] >> (16 * e));
+      A[g + 8u][2u * t + e] = bf16f(r[1] >> (16 * e));
+      A[g][2u * t + 8u + e] = bf16f(r[2] >> (16 * e));
+      A[g + 8u][2u * t + 8u + e] = bf16f(r[3] >> (16 * e));
+    }
+  }
+  half_sync();
+  u32 start = (u32)(desc & 0x3FFFu) << 4, lbo = (u32)((desc >> 16) & 0x3FFFu) << 4,
+      sbo = (u32)((desc >> 32) & 0x3FFFu) << 4;
+  if ((desc >> 62) != 0u) abort();  // only the unswizzled layout is modelled
+  u32 g = l / 4u, t = l % 4u;
+  for (u32 j = 0; j < N / 8u; ++j)
+    for (u32 c = 0; c < 4u; ++c) {
+      u32 row = g + (c >= 2u ? 8u : 0u), n = 8u * j + 2u * t + (c & 1u);
+      double s = 0.0;
+      for (u32 k = 0; k < 16u; ++k) {
+        u32 off = start + (n / 8u) * sbo + (k / 8u) * lbo + (n % 8u) * 16u + (k % 8u) * 2u;
+        if (off + 2u > sizeof(emu_dsmem)) abort();
+        u16 b;
+        memcpy(&b, emu_dsmem + off, 2);
+        s += (double)A[row][k] * (double)bf16f(b);
+      }
+      d[4u * j + c] = (float)((double)d[4u * j + c] + s);
+    }
 }
 
 // ---- cp.async --------------------------------------------------------------------------------------

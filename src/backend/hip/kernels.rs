@@ -4,13 +4,16 @@
 //! The tests on the embedded code objects (PTX, AMD disassembly, ptxas, the CPU emulations) are
 //! `kernels/tests.rs`.
 
-/// PTX for NVIDIA compute capability 9.x and up (NUL-terminated for cuModuleLoadData).
+/// PTX for NVIDIA compute capability 9.0 (H100, H200), built for `sm_90a` so that it can hold
+/// the wgmma GEMMs ([`NAMES_WGMMA`]); arch-specific PTX runs on 9.0 only (NUL-terminated for
+/// cuModuleLoadData).
 pub static PTX_SM90: &[u8] = concat!(
     include_str!(concat!(env!("OUT_DIR"), "/mxmoe_sm90.ptx")),
     "\0"
 )
 .as_bytes();
-/// PTX for compute capability 8.x (Ampere, Ada).
+/// PTX for compute capability 8.x (Ampere, Ada) and for 10.x and newer (the sm_90a PTX does not
+/// run there; PTX of an older target is compiled forward by the driver).
 pub static PTX_SM80: &[u8] = concat!(
     include_str!(concat!(env!("OUT_DIR"), "/mxmoe_sm80.ptx")),
     "\0"
@@ -26,7 +29,7 @@ pub static BUILT_WITH: &str = include_str!(concat!(env!("OUT_DIR"), "/mxmoe_hip_
 /// Every code object: (target name, bytes).
 pub fn all() -> [(&'static str, &'static [u8]); 4] {
     [
-        ("sm_90 PTX", PTX_SM90),
+        ("sm_90a PTX", PTX_SM90),
         ("sm_80 PTX", PTX_SM80),
         ("gfx942", GFX942),
         ("gfx950", GFX950),
@@ -41,11 +44,11 @@ pub fn for_arch(arch: &str) -> Result<(&'static str, &'static [u8]), String> {
             .parse()
             .map_err(|_| format!("unknown NVIDIA architecture {arch}"))?;
         return match cc {
-            90.. => Ok(("sm_90 PTX", PTX_SM90)),
-            80..=89 => Ok(("sm_80 PTX", PTX_SM80)),
+            90 => Ok(("sm_90a PTX", PTX_SM90)),
+            80.. => Ok(("sm_80 PTX", PTX_SM80)),
             _ => Err(format!(
                 "no code object for {arch}: the kernels use bf16 mma.sync (sm_80 and newer); \
-                 built: sm_80 and sm_90 PTX, gfx942, gfx950"
+                 built: sm_80 and sm_90a PTX, gfx942, gfx950"
             )),
         };
     }
@@ -53,7 +56,7 @@ pub fn for_arch(arch: &str) -> Result<(&'static str, &'static [u8]), String> {
         "gfx942" => Ok(("gfx942", GFX942)),
         "gfx950" => Ok(("gfx950", GFX950)),
         _ => Err(format!(
-            "no code object for {arch} (built: gfx942, gfx950, sm_80 and sm_90 PTX); add the \
+            "no code object for {arch} (built: gfx942, gfx950, sm_80 and sm_90a PTX); add the \
              target to build.rs"
         )),
     }
@@ -245,6 +248,23 @@ pub const NAMES_MMA: [&str; 42] = [
     "moe_gemv1_mmab_rt_8_split_cb4",
     "moe_gemv1_mmab_rt_32_cb4",
     "moe_gemv1_mmab_rt_32_split_cb4",
+];
+
+/// sm_90a only (the H100 / H200 PTX): the mma GEMM on wgmma.mma_async (hip/gemm_wgmma.h,
+/// `MXMOE_HIP_MMA_VARIANT=wg`), `moe_gemm{1,2}_mma_t<pair cols>[_split]_wg_cb4`.
+pub const NAMES_WGMMA: [&str; 12] = [
+    "moe_gemm1_mma_t64_wg_cb4",
+    "moe_gemm2_mma_t64_wg_cb4",
+    "moe_gemm1_mma_t64_split_wg_cb4",
+    "moe_gemm2_mma_t64_split_wg_cb4",
+    "moe_gemm1_mma_t32_wg_cb4",
+    "moe_gemm2_mma_t32_wg_cb4",
+    "moe_gemm1_mma_t32_split_wg_cb4",
+    "moe_gemm2_mma_t32_split_wg_cb4",
+    "moe_gemm1_mma_t16_wg_cb4",
+    "moe_gemm2_mma_t16_wg_cb4",
+    "moe_gemm1_mma_t16_split_wg_cb4",
+    "moe_gemm2_mma_t16_split_wg_cb4",
 ];
 
 /// The dynamic shared memory (bytes) a v2 or mma GEMM launch must give: the PTX constant

@@ -215,7 +215,15 @@ impl HipBackend {
             // (hip/gemm_mma.h), activations from mx_to_bf16_p8. MXMOE_HIP_MMA_VARIANT picks a
             // variant (measurements).
             Some(tm) if use_mma => {
-                let vs = mma_suffix(mma_variant_for(split, tm, a.bf16_intermediate)?);
+                let v = mma_variant_for(split, tm, a.bf16_intermediate)?;
+                if v == "wg" && dev.arch != "sm_90" {
+                    return Err(BackendError::Device(format!(
+                        "MXMOE_HIP_MMA_VARIANT=wg: the wgmma GEMM needs compute capability 9.0 \
+                         (H100 / H200; its sm_90a PTX runs nowhere else), this device is {}",
+                        dev.arch
+                    )));
+                }
+                let vs = mma_suffix(v);
                 (
                     format!("moe_gemm1_mma_t{tm}{sfx}{vs}_cb4"),
                     format!("moe_gemm2_mma_t{tm}{sfx}{vs}_cb4"),

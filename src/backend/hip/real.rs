@@ -148,6 +148,13 @@ impl HipBackend {
             names.extend(kernels::NAMES_MMA);
             names.extend(kernels::NAMES_GEMV_MMA);
         }
+        // The wgmma GEMM: only in the sm_90a PTX, which only compute capability 9.0 loads.
+        let wgmma: &[&'static str] = if dev.arch == "sm_90" {
+            &kernels::NAMES_WGMMA
+        } else {
+            &[]
+        };
+        names.extend(wgmma);
         let funcs: std::collections::HashMap<&'static str, usize> = dev
             .load_module(image, &names)
             .map_err(|e| BackendError::Unavailable {
@@ -167,6 +174,7 @@ impl HipBackend {
                         .iter()
                         .filter(|n| n.starts_with("moe_gemm")),
                 )
+                .chain(wgmma)
                 .map(|&n| {
                     let bytes = kernels::v2_smem(image, n)
                         .ok_or_else(|| format!("{co}: no shared-memory size for {n}"))?;

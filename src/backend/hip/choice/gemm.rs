@@ -76,8 +76,9 @@ pub(in crate::backend::hip) const MMA_THREADS: u32 = 256;
 /// The mma GEMM's kernel variants (`MXMOE_HIP_MMA_VARIANT`, hip/gemm_mma.h `V`): `""` (the
 /// default: pair groups without guards where a warp's columns all hold pairs and the tile is
 /// not a split 32 / 64-pair one, and split tiles whose activations are all bf16-representable
-/// skip the lo MMAs) and `v0` (session 5's kernel, for comparisons).
-pub(in crate::backend::hip) const MMA_VARIANTS: [&str; 2] = ["", "v0"];
+/// skip the lo MMAs), `v0` (session 5's kernel, for comparisons) and `wg` (the same GEMM on
+/// Hopper's wgmma.mma_async, hip/gemm_wgmma.h: sm_90a PTX only, so compute capability 9.0).
+pub(in crate::backend::hip) const MMA_VARIANTS: [&str; 3] = ["", "v0", "wg"];
 
 /// The mma GEMM variant `MXMOE_HIP_MMA_VARIANT` asks for (one of [`MMA_VARIANTS`]; unset or
 /// empty: the default).
@@ -89,7 +90,7 @@ pub(in crate::backend::hip) fn mma_variant() -> Result<&'static str, BackendErro
         .copied()
         .ok_or_else(|| {
             BackendError::Device(format!(
-                "MXMOE_HIP_MMA_VARIANT={v}: expected v0 (or unset: the default; \
+                "MXMOE_HIP_MMA_VARIANT={v}: expected v0 or wg (or unset: the default; \
                  docs/ENVIRONMENT.md)"
             ))
         })
@@ -197,13 +198,19 @@ mod tests {
                     let sfx = mma_suffix(v);
                     for k in [1, 2] {
                         let n = format!("moe_gemm{k}_mma_t{tm}{split}{sfx}_cb4");
-                        assert!(kernels::NAMES_MMA.contains(&n.as_str()), "{n}");
+                        let list: &[&str] = if v == "wg" {
+                            &kernels::NAMES_WGMMA
+                        } else {
+                            &kernels::NAMES_MMA
+                        };
+                        assert!(list.contains(&n.as_str()), "{n}");
                     }
                 }
             }
         }
         assert_eq!(mma_suffix(""), "");
         assert_eq!(mma_suffix("v0"), "_v0");
+        assert_eq!(mma_suffix("wg"), "_wg");
         // the default per stage (MXMOE_HIP_MMA_VARIANT unset in tests): v0 only for split
         // 32 / 64-pair tiles of f32 activations
         if std::env::var("MXMOE_HIP_MMA_VARIANT").is_err() {

@@ -61,13 +61,31 @@ fn ptx_gemms_use_mma_sync_and_no_local_memory() {
             .keys()
             .filter(|n| n.starts_with("moe_gemm"))
             .collect();
+        let wg = if what == "sm_90" { NAMES_WGMMA.len() } else { 0 };
         assert_eq!(
             gemms.len(),
-            12 + NAMES_V2.len() + mma_gemm_count(),
+            12 + NAMES_V2.len() + mma_gemm_count() + wg,
             "{what}: {gemms:?}"
         );
         for (n, t) in &entries {
-            if n.starts_with("moe_gemm") {
+            if n.starts_with("moe_gemm") && n.contains("_wg_") {
+                // The wgmma GEMM (sm_90a only): weights decoded in registers as the mma
+                // GEMM's, B from shared memory through descriptors, published to the async
+                // proxy, no mma.sync.
+                assert_eq!(what, "sm_90", "{n} in the {what} PTX");
+                for want in [
+                    "wgmma.mma_async.sync.aligned.m64n",
+                    "wgmma.commit_group.sync.aligned",
+                    "wgmma.wait_group.sync.aligned",
+                    "fence.proxy.async.shared::cta",
+                    "ld.global.nc",
+                    "fma.rn.bf16x2",
+                    "st.shared.v4.u32",
+                ] {
+                    assert!(t.contains(want), "{what}: {n} has no {want}");
+                }
+                assert!(!t.contains("mma.sync"), "{what}: {n} has mma.sync");
+            } else if n.starts_with("moe_gemm") {
                 assert!(
                     t.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
                     "{what}: {n} has no bf16 mma.sync"
@@ -245,7 +263,7 @@ fn amd_gemms_run_on_the_cpu_emulation() {
 /// The kernel tables of the CPU stand-ins for the drivers are every kernel the code objects
 /// export: hip/test/amd_kernels.inc (hip/test/hip_emu.cpp) `NAMES`, `NAMES_MORE` and gfx950's
 /// `NAMES_GFX950`; hip/test/nv_kernels.inc (hip/test/cuda_emu.cpp) the PTX's `NAMES`,
-/// `NAMES_MORE`, `NAMES_GEMV_MMA`, `NAMES_V2` and `NAMES_MMA`; no more, no fewer.
+/// `NAMES_MORE`, `NAMES_GEMV_MMA`, `NAMES_V2`, `NAMES_MMA` and `NAMES_WGMMA`; no more, no fewer.
 #[test]
 fn emu_kernel_tables_match_the_names() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -268,6 +286,7 @@ fn emu_kernel_tables_match_the_names() {
         .chain(NAMES_GEMV_MMA.iter())
         .chain(NAMES_V2.iter())
         .chain(NAMES_MMA.iter())
+        .chain(NAMES_WGMMA.iter())
         .map(|s| s.to_string())
         .collect();
     assert_eq!(
@@ -366,6 +385,16 @@ fn ptx_mma_gemms_declare_their_shared_memory() {
         }
     }
     assert_eq!(v2_smem(PTX_SM90, "mx_to_bf16_p8"), None);
+    // The wgmma GEMM (hip/gemm_wgmma.h WgShape): max(3 slots x (hi[, lo]) x pair cols x 256
+    // bytes, the same epilogue tile); sm_90a only.
+    let wg = |tp: u32, split: bool| (3 * if split { 2 } else { 1 } * tp * 256).max(tp * 129 * 4);
+    assert_eq!(wg(64, true), 98_304);
+    for n in NAMES_WGMMA {
+        let got = v2_smem(PTX_SM90, n).unwrap_or_else(|| panic!("no smem for {n}"));
+        let tp: u32 = n.split_once("_mma_t").unwrap().1.split('_').next().unwrap().parse().unwrap();
+        assert_eq!(got, wg(tp, n.contains("_split")), "{n}");
+        assert_eq!(v2_smem(PTX_SM80, n), None, "{n} in the sm_80 PTX");
+    }
 }
 
 /// ptxas (CUDA toolkit; `MXMOE_PTXAS` names one) on the sm_90 PTX: the mma GEMMs fit in 128
@@ -380,7 +409,7 @@ fn ptxas_mma_gemms_fit_without_spills() {
     let src = dir.join("sm90.ptx");
     std::fs::write(&src, &PTX_SM90[..PTX_SM90.len() - 1]).unwrap();
     let out = Command::new(&ptxas)
-        .args(["-arch=sm_90", "-O3", "-v", "-o"])
+        .args(["-arch=sm_90a", "-O3", "-v", "-o"])
         .arg(dir.join("sm90.cubin"))
         .arg(&src)
         .output();
@@ -402,7 +431,7 @@ fn ptxas_mma_gemms_fit_without_spills() {
     let mut seen = 0;
     for part in log.split("Compiling entry function '").skip(1) {
         let name = part.split('\'').next().unwrap();
-        if !NAMES_MMA.contains(&name) || !name.starts_with("moe_gemm") {
+        if !(NAMES_MMA.contains(&name) || NAMES_WGMMA.contains(&name)) || !name.starts_with("moe_gemm") {
             continue;
         }
         seen += 1;
@@ -444,7 +473,7 @@ fn ptxas_mma_gemms_fit_without_spills() {
     }
     assert_eq!(
         seen,
-        mma_gemm_count(),
+        mma_gemm_count() + NAMES_WGMMA.len(),
         "ptxas reported {seen} mma GEMMs:\n{log}"
     );
 }
