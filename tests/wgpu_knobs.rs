@@ -818,8 +818,8 @@ fn moe_timed_forward() {
             ]
         );
         assert_eq!(gemm.routing.topk_ids, plain.routing.topk_ids);
-        // The forward as one span (first pass's beginning to last pass's end): one entry, the
-        // same output, a positive time.
+        // The forward as one span (the untimed recording's one compute pass between two
+        // timestamps): one entry, the same output, a positive time.
         let (spanned, span) = b
             .moe_timing(&g, &hs, &logits, opts, Timing::Forward)
             .unwrap();

@@ -517,11 +517,27 @@ impl WgpuBackend {
         path: MoePath,
         timed: bool,
     ) -> Result<(MoeOutput, Option<(PassTimes, f64)>), BackendError> {
+        self.forward_mode(layer, hidden, logits, opts, path, timed, false)
+    }
+
+    /// [`Self::forward_timed`], or with `span` the GPU span of the untimed recording (one
+    /// compute pass between two timestamps).
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    fn forward_mode(
+        &self,
+        layer: &GpuLayer,
+        hidden: &[f32],
+        logits: &[f32],
+        opts: MoeOptions,
+        path: MoePath,
+        timed: bool,
+        span: bool,
+    ) -> Result<(MoeOutput, Option<(PassTimes, f64)>), BackendError> {
         let timed = timed && self.has_timestamps();
-        let mode = if timed {
-            moe::FwdTiming::Gpu
-        } else {
-            moe::FwdTiming::Off
+        let mode = match (timed, span) {
+            (true, true) => moe::FwdTiming::Span,
+            (true, false) => moe::FwdTiming::Gpu,
+            _ => moe::FwdTiming::Off,
         };
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
         let (o, t, span) = moe::forward(&self.ctx, layer, hidden, logits, opts, path, mode)?;
@@ -529,8 +545,8 @@ impl WgpuBackend {
     }
 
     /// [`WgpuBackend::moe`] timed as `timing` asks: per pass, or the forward as one span (the
-    /// first pass's beginning to the last one's end, the gaps between passes included), one
-    /// entry `("forward", ms)`; `None` without TIMESTAMP_QUERY. [`Timing::Host`]: the host time
+    /// untimed recording's one compute pass between two timestamps: every dispatch and the
+    /// barriers between them, as an untimed forward runs), one entry `("forward", ms)`; `None` without TIMESTAMP_QUERY. [`Timing::Host`]: the host time
     /// of the upload, the forward and the readback, each ended by a wait (every adapter).
     pub fn moe_timing(
         &self,
@@ -545,7 +561,7 @@ impl WgpuBackend {
             Timing::Passes => self.moe(layer, hidden, logits, opts, true),
             Timing::Forward => {
                 let (o, t) =
-                    self.forward_timed(layer, hidden, logits, opts, MoePath::Auto, true)?;
+                    self.forward_mode(layer, hidden, logits, opts, MoePath::Auto, true, true)?;
                 Ok((o, t.map(|(_, span)| vec![("forward".to_string(), span)])))
             }
             Timing::Host => {

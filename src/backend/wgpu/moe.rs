@@ -79,10 +79,13 @@ pub const MAX_LOCAL_EXPERTS: usize = 1024;
 /// dispatch's bindings and records a barrier before a dispatch that reads or writes what an
 /// earlier one wrote: storage read-write is not an "ordered" use on Vulkan, wgpu-hal
 /// `get_ordered_buffer_usages`, so the passes' order and visibility are those of separate
-/// passes); timed, one pass per dispatch with its two timestamps (each pass's GPU time).
+/// passes); timed per pass, one pass per dispatch with its two timestamps (each pass's GPU
+/// time); timed as a span (`span`), the untimed recording, its one pass with a timestamp at
+/// its beginning and its end (what a forward costs as it runs untimed).
 struct Recorder<'a> {
     enc: &'a mut wgpu::CommandEncoder,
     timer: Option<&'a mut Timer>,
+    span: bool,
     one: Option<wgpu::ComputePass<'static>>,
 }
 
@@ -100,20 +103,20 @@ impl Recorder<'_> {
             p.dispatch_workgroups(x, y, 1);
         };
         match self.timer.as_deref_mut() {
-            Some(t) => run(
+            Some(t) if !self.span => run(
                 &mut self.enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some(label),
                     timestamp_writes: t.writes(label),
                 }),
             ),
-            None => {
+            t => {
                 // The pass no longer borrows the encoder (forget_lifetime); it is ended when the
                 // recorder is dropped, before the encoder records anything else.
                 let enc = &mut *self.enc;
                 run(self.one.get_or_insert_with(|| {
                     enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: Some("moe"),
-                        timestamp_writes: None,
+                        timestamp_writes: t.and_then(|t| t.writes("forward")),
                     })
                     .forget_lifetime()
                 }))
@@ -122,13 +125,17 @@ impl Recorder<'_> {
     }
 }
 
-/// What a forward measures: nothing, the GPU (timestamps per pass and the span), or the host
-/// time of its phases ([`crate::backend::Timing::Host`]: each phase ends with a wait, and the
-/// times come back as `("upload" | "forward" | "readback", ms)`).
+/// What a forward measures: nothing, the GPU (timestamps per pass and the span from the first
+/// pass's beginning to the last one's end), the GPU span of the untimed recording (`Span`: its
+/// one compute pass between two timestamps, so no pass boundary or timestamp of the
+/// measurement's own sits between the dispatches), or the host time of its phases
+/// ([`crate::backend::Timing::Host`]: each phase ends with a wait, and the times come back as
+/// `("upload" | "forward" | "readback", ms)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FwdTiming {
     Off,
     Gpu,
+    Span,
     Host,
 }
 
@@ -158,7 +165,7 @@ pub fn forward(
     path: MoePath,
     timing: FwdTiming,
 ) -> Result<FwdResult, BackendError> {
-    let timed = timing == FwdTiming::Gpu;
+    let timed = matches!(timing, FwdTiming::Gpu | FwdTiming::Span);
     let host = timing == FwdTiming::Host;
     let l = &g.config;
     // Batch shapes (the layer itself was validated at upload).
@@ -239,6 +246,7 @@ pub fn forward(
         c: &c,
         nl,
         nh,
+        span: timing == FwdTiming::Span,
     };
     let ran = if host {
         // Timing::Host: the upload, the passes and the readback, each a submission of its own,
@@ -273,6 +281,7 @@ pub fn forward(
             match timing {
                 FwdTiming::Off => "",
                 FwdTiming::Gpu => " timed",
+                FwdTiming::Span => " timed span",
                 FwdTiming::Host => " host phases",
             }
         )
@@ -361,6 +370,8 @@ struct Fwd<'a> {
     /// Bytes of the logits and of the hidden states (the inputs' copies).
     nl: u64,
     nh: u64,
+    /// The timer (if any) takes the span of the one untimed pass (FwdTiming::Span).
+    span: bool,
 }
 
 impl Fwd<'_> {
@@ -387,6 +398,7 @@ impl Fwd<'_> {
             let mut rec = Recorder {
                 enc: &mut enc,
                 timer,
+                span: self.span,
                 one: None,
             };
             self.dispatches(&mut rec);
