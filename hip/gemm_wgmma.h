@@ -1,11 +1,21 @@
 // gemm_wgmma.h: the mma GEMM (hip/gemm_mma.h) on Hopper's asynchronous warpgroup MMA
 // (`wgmma.mma_async`, sm_90a only: the sm_90 PTX target is built as sm_90a, build.rs;
-// MXMOE_HIP_MMA_VARIANT=wg, docs/hip-gemm-mma.md "wgmma"). Same kernel contract as the mma
-// GEMM: the same arguments, grid (128 weight rows a block), tiles, activations (mx_to_bf16_p8's
+// MXMOE_HIP_MMA_VARIANT=wg256, and by default for 64-pair stages of K >= 2560 on compute
+// capability 9.0; docs/hip-gemm-mma.md "wgmma"; session 9's first versions, on 128-row blocks
+// and slower than mma.sync, are in docs/h200-2026-12-01s9-wg). Same kernel contract as the mma
+// GEMM but for the block: the same arguments, tiles, activations (mx_to_bf16_p8's
 // bf16 hi / lo in p8 order, row flags), weights (MXFP4 in the nv4 layout), A fragments (the
 // weights decoded in registers exactly as gemm_mma_body does, the same k permutation) and
 // epilogue (v1's gemm_epilogue on the same f32 tile), so the same products in another summation
-// order. What changes is the B side and the MMA:
+// order. What changes is the block, the B side and the MMA:
+//
+//   - The block: MW = 256 weight rows (four warpgroups, 512 threads, one block per SM at <= 128
+//     registers), the grid's x over 256-row blocks (gemm1: 128 intermediate columns), so each
+//     staged activation tile feeds twice the MMAs of the mma GEMM's 128-row block. Nsight
+//     Compute found both the mma GEMM and this one on 128-row blocks bound by the L1 data pipe's
+//     wavefronts (76-79 %, the tensor pipe at 30-37 %), to which the activation tile re-read by
+//     every column block is the largest contributor (docs/h100-2026-12-06s12-wgmma); on 128-row
+//     blocks this kernel was slower than mma.sync everywhere, on 256 it is faster at long K.
 //
 //   - mma.sync (m16n8k16) is a synchronous per-warp instruction: gemm_mma_body issues TP / 8
 //     MMAs per k16 and warp, each behind a 16-byte shared load of its B registers, and ncu saw
@@ -41,6 +51,11 @@
 //   - One wgmma group per word (2 MMAs, 4 with lo), at most two in flight per warpgroup
 //     (wait_group 1 after each commit): the registers of A (decoded) and D stay untouched
 //     while their MMAs run (volatile asm operand fences fix the order around the async ops).
+//   - wgmma is .sync.aligned over the warpgroup: its four warps must issue the same wgmma
+//     instructions. So the decode path (one or two bf16 multiplies, by the scale bytes) is
+//     chosen for the whole block at the barrier that ends the step before (bar.red.or), not per
+//     warp as in gemm_mma_body: a per-warp choice gave wrong sums on the H100, and the CPU
+//     emulation checks the warpgroup's wgmma sequence since (hip/test/nv_emu.h emu_wg_check).
 // The products are the same exact bf16 x bf16 products as gemm_mma_body's; the tensor cores
 // accumulate in f32 (the order differs from mma.sync's: the sums agree within f32 rounding).
 #pragma once
@@ -113,34 +128,38 @@ MX_DEVICE u64 wg_desc(u32 addr, u32 lbo, u32 sbo) {
   return (u64)((addr >> 4) & 0x3FFFu) | ((u64)((lbo >> 4) & 0x3FFFu) << 16) | ((u64)((sbo >> 4) & 0x3FFFu) << 32);
 }
 
-template <u32 TP, bool SPLIT>
+// MW: weight rows per block (128: 2 warpgroups, 256 threads, the mma GEMM's grid; 256: 4
+// warpgroups, 512 threads, each staged activation tile feeding twice the rows).
+template <u32 TP, bool SPLIT, u32 MW = 128u>
 struct WgShape {
+  static constexpr u32 NT = 2u * MW;               // threads: one warp per 16 weight rows
   static constexpr u32 SLOTS = 3u;
   static constexpr u32 KC = TP * 16u;              // bytes of one k core column (TP core rows)
   static constexpr u32 TILE = 16u * KC;            // one array of a slot: the step's 128 k
   static constexpr u32 STAGE = (SPLIT ? 2u : 1u) * TILE;
   static constexpr u32 PIPE = SLOTS * STAGE;
-  static constexpr u32 LDC = MM_ROWS + 1u;
+  static constexpr u32 LDC = MW + 1u;
   static constexpr u32 EPI = TP * LDC * 4u;
   static constexpr u32 SMEM = PIPE > EPI ? PIPE : EPI;
   static constexpr u32 ITEMS = (SPLIT ? 2u : 1u) * TP * 4u;  // (array, pair, word) per step
-  static constexpr u32 NI = (ITEMS + MM_THREADS - 1u) / MM_THREADS;
+  static constexpr u32 NI = (ITEMS + NT - 1u) / NT;
   static constexpr u32 ND = TP / 2u;                 // f32 accumulators per thread
   static constexpr u32 WD = 1u;                      // weight steps in flight (registers)
   static_assert(TP == 16u || TP == 32u || TP == 64u, "pair tiles (wgmma n16 / n32 / n64)");
+  static_assert(MW == 128u || MW == 256u, "two or four warpgroups");
   static_assert((TP * 4u) % 32u == 0u, "a warp's items lie in one array");
   static_assert(SMEM <= 227u * 1024u, "sm_90's per-block limit");
 };
 
-template <u32 TP, bool SPLIT>
+template <u32 TP, bool SPLIT, u32 MW>
 MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                             const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
                             u32* out, const float* bias, const float* topw) {
-  typedef WgShape<TP, SPLIT> S;
+  typedef WgShape<TP, SPLIT, MW> S;
   typedef MmW<1u> W;
   if (dynamic_smem_bytes() < S::SMEM) __builtin_trap();
   MX_SHARED u64 xoff[TP];
-  MX_SHARED u32 rowmax[TP * (MM_ROWS / 64u)];
+  MX_SHARED u32 rowmax[TP * (MW / 64u)];
   unsigned char* ring = mm_dsmem;
   float* sC = (float*)mm_dsmem;
   u32 tid = tid_x(), lane = tid % 32u, warp = tid / 32u, g = lane >> 2, t = lane & 3u;
@@ -149,20 +168,20 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
   u32 h = p.hidden, inter = p.inter;
   u32 K = is1 ? h : inter, kblocks = K / 32u, steps = (kblocks + 3u) / 4u;
   u32 nrows = is1 ? 2u * inter : h;
-  u32 jb = is1 ? bid_x() * (MM_ROWS / 2u) : bid_x() * MM_ROWS;
-  for (u32 r = tid; r < TP; r += MM_THREADS) {
+  u32 jb = is1 ? bid_x() * (MW / 2u) : bid_x() * MW;
+  for (u32 r = tid; r < TP; r += S::NT) {
     u64 o = ~0ull;
     if (r < cnt) o = is1 ? (u64)(pair_of_row[start + r] / p.top_k) * K : (u64)(start + r) * K;
     xoff[r] = o;
   }
-  for (u32 r = tid; r < TP * (MM_ROWS / 64u); r += MM_THREADS) rowmax[r] = 0u;
+  for (u32 r = tid; r < TP * (MW / 64u); r += S::NT) rowmax[r] = 0u;
   // This lane's weight rows: tile rows 16 warp + g and + 8 (gemm_mma_body with FM = 1).
   u32 wb[2];
 #pragma unroll
   for (u32 i = 0; i < 2u; ++i) {
     u32 tr = 16u * warp + g + 8u * i;
-    u32 row = weight_row(p, is1, tr, jb, MM_ROWS / 2u);
-    bool ok = is1 ? weight_row_ok(p, tr, jb, MM_ROWS / 2u) : row < nrows;
+    u32 row = weight_row(p, is1, tr, jb, MW / 2u);
+    bool ok = is1 ? weight_row_ok(p, tr, jb, MW / 2u) : row < nrows;
     wb[i] = ok ? e * nrows + row : ~0u;
   }
   sync_threads();
@@ -172,7 +191,7 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
   auto sload = [&](u32 st) __attribute__((always_inline)) {
 #pragma unroll
     for (u32 n = 0; n < S::NI; ++n) {
-      u32 i = tid + MM_THREADS * n;
+      u32 i = tid + S::NT * n;
       u32 j = i % (4u * TP), r = 8u * (j / 32u) + j % 8u, w = (j / 8u) % 4u;
       const u16* src = (i >= 4u * TP) ? xl : xh;
       u64 xo = i < S::ITEMS ? xoff[r] : ~0ull;
@@ -188,7 +207,7 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
     unsigned char* base = ring + (st % S::SLOTS) * S::STAGE;
 #pragma unroll
     for (u32 n = 0; n < S::NI; ++n) {
-      u32 i = tid + MM_THREADS * n;
+      u32 i = tid + S::NT * n;
       if (i < S::ITEMS) {
         u32 j = i % (4u * TP), r = 8u * (j / 32u) + j % 8u, w = (j / 8u) % 4u;
         unsigned char* d = base + (i / (4u * TP)) * S::TILE + 4u * w * S::KC + r * 16u;
@@ -309,12 +328,12 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
     for (u32 c = 0; c < 4u; ++c)
       sC[(8u * j + 2u * t + (c & 1u)) * S::LDC + 16u * warp + g + (c >= 2u ? 8u : 0u)] = d[4u * j + c];
   sync_threads();
-  gemm_epilogue<TP, MM_ROWS, MM_THREADS, true>(p, is1, e, start, cnt, jb, sC, rowmax, pair_of_row, out, bias, topw);
+  gemm_epilogue<TP, MW, S::NT, true>(p, is1, e, start, cnt, jb, sC, rowmax, pair_of_row, out, bias, topw);
 }
 
 // The split kernel (weight-only schemes): tiles whose activation rows are all bf16-representable
 // run the hi-only body (gemm_mma_split's lo skip, bit-exact for the same reason).
-template <u32 TP>
+template <u32 TP, u32 MW>
 MX_DEVICE void gemm_wg_split(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
                              u32* out, const float* bias, const float* topw) {
@@ -323,35 +342,41 @@ MX_DEVICE void gemm_wg_split(const MoeParams& p, bool is1, const u32* pair_of_ro
   u32 K = is1 ? p.hidden : p.inter, rows = is1 ? p.m : p.m * p.top_k;
   const u32* lo_rows = (const u32*)(xl + (u64)rows * K);
   bool nz = false;
-  for (u32 r = tid_x(); r < cnt; r += MM_THREADS)
+  for (u32 r = tid_x(); r < cnt; r += 2u * MW)
     nz = nz || lo_rows[is1 ? pair_of_row[start + r] / p.top_k : start + r] != 0u;
   if (!mm_block_any(nz))
-    gemm_wg_body<TP, false>(p, is1, pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw);
+    gemm_wg_body<TP, false, MW>(p, is1, pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw);
   else
-    gemm_wg_body<TP, true>(p, is1, pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw);
+    gemm_wg_body<TP, true, MW>(p, is1, pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw);
 }
 
-// moe_gemm{1,2}_mma_t<TP>[_split]_wg_cb4 and their dynamic shared memory (the mma GEMM's naming:
-// variant "wg" of MXMOE_HIP_MMA_VARIANT, src/backend/hip/choice/gemm.rs).
-#define GEMM_WG_VARIANT(TP, SPLIT, SFX, OCC)                                                    \
-  extern "C" __attribute__((device, used)) const u32 moe_gemm_mma_t##TP##SFX##_wg_cb4_smem =    \
-      WgShape<TP, SPLIT>::SMEM;                                                                 \
-  MX_KERNEL_OCC(MM_THREADS, OCC) void moe_gemm1_mma_t##TP##SFX##_wg_cb4(GEMM_BF16_ARGS) {        \
+// moe_gemm{1,2}_mma_t<TP>[_split]<VS>_cb4 and their dynamic shared memory (the mma GEMM's naming:
+// variant "wg256" of MXMOE_HIP_MMA_VARIANT, src/backend/hip/choice/gemm.rs: MW = 256, 512
+// threads, grid x over 256-row blocks). MW = 128 (the mma GEMM's grid, "wg") was measured
+// slower than mma.sync everywhere on the H100 (gpt-oss-120b 2048 tokens 7.0 vs 4.0 ms,
+// DeepSeek-R1 9.4 vs 8.6; docs/h100-2026-12-06s12-wgmma), as session 9's versions were on
+// the H200 (docs/h200-2026-12-01s9-wg); no kernel is built with it.
+#define GEMM_WG_VARIANT(TP, SPLIT, SFX, MW, VS)                                                  \
+  extern "C" __attribute__((device, used)) const u32 moe_gemm_mma_t##TP##SFX##VS##_cb4_smem =   \
+      WgShape<TP, SPLIT, MW>::SMEM;                                                             \
+  MX_KERNEL_OCC(2u * MW, 256u / MW) void moe_gemm1_mma_t##TP##SFX##VS##_cb4(GEMM_BF16_ARGS) {   \
     if (SPLIT)                                                                                  \
-      gemm_wg_split<TP>(p, true, GEMM_BF16_PASS);                                               \
+      gemm_wg_split<TP, MW>(p, true, GEMM_BF16_PASS);                                           \
     else                                                                                        \
-      gemm_wg_body<TP, false>(p, true, GEMM_BF16_PASS);                                         \
+      gemm_wg_body<TP, false, MW>(p, true, GEMM_BF16_PASS);                                     \
   }                                                                                             \
-  MX_KERNEL_OCC(MM_THREADS, OCC) void moe_gemm2_mma_t##TP##SFX##_wg_cb4(GEMM_BF16_ARGS) {        \
+  MX_KERNEL_OCC(2u * MW, 256u / MW) void moe_gemm2_mma_t##TP##SFX##VS##_cb4(GEMM_BF16_ARGS) {   \
     if (SPLIT)                                                                                  \
-      gemm_wg_split<TP>(p, false, GEMM_BF16_PASS);                                              \
+      gemm_wg_split<TP, MW>(p, false, GEMM_BF16_PASS);                                          \
     else                                                                                        \
-      gemm_wg_body<TP, false>(p, false, GEMM_BF16_PASS);                                        \
+      gemm_wg_body<TP, false, MW>(p, false, GEMM_BF16_PASS);                                    \
   }
-GEMM_WG_VARIANT(64, false, , 2)
-GEMM_WG_VARIANT(64, true, _split, 2)
-GEMM_WG_VARIANT(32, false, , 2)
-GEMM_WG_VARIANT(32, true, _split, 2)
-GEMM_WG_VARIANT(16, false, , 2)
-GEMM_WG_VARIANT(16, true, _split, 2)
+#define GEMM_WG_TILES(MW, VS)                  \
+  GEMM_WG_VARIANT(64, false, , MW, VS)         \
+  GEMM_WG_VARIANT(64, true, _split, MW, VS)    \
+  GEMM_WG_VARIANT(32, false, , MW, VS)         \
+  GEMM_WG_VARIANT(32, true, _split, MW, VS)    \
+  GEMM_WG_VARIANT(16, false, , MW, VS)         \
+  GEMM_WG_VARIANT(16, true, _split, MW, VS)
+GEMM_WG_TILES(256u, _wg256)
 #endif  // MX_NV && __CUDA_ARCH_FEAT_SM90_ALL

@@ -112,7 +112,8 @@ fn invalid_inputs_are_errors() {
 /// reference as on any GPU: every case must pass, and the kernels named must have run (the
 /// scaled-MFMA GEMMs on gfx950, the bf16 MFMA GEMMs on both AMD targets, the warp routing of
 /// every width (routers of up to 128, 256 and 1024 experts) on all three, the matrix-core GEMV
-/// and GEMM on sm_90, and the older kernels behind the knobs). Not the hardware: that the GPUs
+/// and GEMM on sm_90, the wgmma GEMM (sm_90a) with the GEMM forced, and the
+/// older kernels behind the knobs). Not the hardware: that the GPUs
 /// follow their vendors' documents, and the compilers' code, stay unchecked here (CI
 /// disassembles the AMD objects; the NVIDIA kernels ran on an H200, docs/MEASURED.md).
 #[cfg(feature = "hip")]
@@ -187,7 +188,7 @@ fn hip_backend_on_emulated_gpus() {
         .into_iter()
         .chain(amd_default)
         .collect();
-    let runs: [Run; 9] = [
+    let runs: [Run; 10] = [
         (&amd, "gfx950", &[], &gfx950),
         (&amd, "gfx942", &[], &gfx942),
         (
@@ -282,6 +283,23 @@ fn hip_backend_on_emulated_gpus() {
             "sm_90",
             &[("MXMOE_HIP_GEMV", "mmaw")],
             &["moe_gemv1_mmaw_cb4"],
+        ),
+        // The wgmma GEMM (sm_90a; hip/gemm_wgmma.h) on every MoE case (the emulation also
+        // checks that a warpgroup's warps issue the same wgmma instructions).
+        (
+            &nv,
+            "sm_90",
+            &[
+                ("MXMOE_HIP_GEMV_PAIRS", "0"),
+                ("MXMOE_HIP_MMA_VARIANT", "wg256"),
+            ],
+            &[
+                "moe_gemm1_mma_t64_wg256_cb4",
+                "moe_gemm2_mma_t64_split_wg256_cb4",
+                "moe_gemm1_mma_t32_wg256_cb4",
+                "moe_gemm1_mma_t16_wg256_cb4",
+                "moe_gemm2_mma_t16_split_wg256_cb4",
+            ],
         ),
     ];
     let n = check::cases(Suite::Quick).len();

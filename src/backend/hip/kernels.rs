@@ -251,20 +251,21 @@ pub const NAMES_MMA: [&str; 42] = [
 ];
 
 /// sm_90a only (the H100 / H200 PTX): the mma GEMM on wgmma.mma_async (hip/gemm_wgmma.h,
-/// `MXMOE_HIP_MMA_VARIANT=wg`), `moe_gemm{1,2}_mma_t<pair cols>[_split]_wg_cb4`.
+/// `MXMOE_HIP_MMA_VARIANT=wg256`), `moe_gemm{1,2}_mma_t<pair cols>[_split]_wg256_cb4` (blocks
+/// of 256 weight rows and 512 threads).
 pub const NAMES_WGMMA: [&str; 12] = [
-    "moe_gemm1_mma_t64_wg_cb4",
-    "moe_gemm2_mma_t64_wg_cb4",
-    "moe_gemm1_mma_t64_split_wg_cb4",
-    "moe_gemm2_mma_t64_split_wg_cb4",
-    "moe_gemm1_mma_t32_wg_cb4",
-    "moe_gemm2_mma_t32_wg_cb4",
-    "moe_gemm1_mma_t32_split_wg_cb4",
-    "moe_gemm2_mma_t32_split_wg_cb4",
-    "moe_gemm1_mma_t16_wg_cb4",
-    "moe_gemm2_mma_t16_wg_cb4",
-    "moe_gemm1_mma_t16_split_wg_cb4",
-    "moe_gemm2_mma_t16_split_wg_cb4",
+    "moe_gemm1_mma_t64_wg256_cb4",
+    "moe_gemm2_mma_t64_wg256_cb4",
+    "moe_gemm1_mma_t64_split_wg256_cb4",
+    "moe_gemm2_mma_t64_split_wg256_cb4",
+    "moe_gemm1_mma_t32_wg256_cb4",
+    "moe_gemm2_mma_t32_wg256_cb4",
+    "moe_gemm1_mma_t32_split_wg256_cb4",
+    "moe_gemm2_mma_t32_split_wg256_cb4",
+    "moe_gemm1_mma_t16_wg256_cb4",
+    "moe_gemm2_mma_t16_wg256_cb4",
+    "moe_gemm1_mma_t16_split_wg256_cb4",
+    "moe_gemm2_mma_t16_split_wg256_cb4",
 ];
 
 /// The dynamic shared memory (bytes) a v2 or mma GEMM launch must give: the PTX constant

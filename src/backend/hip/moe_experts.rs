@@ -210,51 +210,50 @@ impl HipBackend {
         let (use_mma, mt) = (plan.use_mma, a.max_tiles as u32);
         let split = a.weight_only();
         let sfx = if split { "_split" } else { "" };
-        let (k1, k2) = match plan.v2_tm {
-            // mma: the same arguments, grid (128 weight rows a block) and tile list contract
-            // (hip/gemm_mma.h), activations from mx_to_bf16_p8. MXMOE_HIP_MMA_VARIANT picks a
-            // variant (measurements).
-            Some(tm) if use_mma => {
-                let v = mma_variant_for(split, tm, a.bf16_intermediate)?;
-                if v == "wg" && dev.arch != "sm_90" {
-                    return Err(BackendError::Device(format!(
-                        "MXMOE_HIP_MMA_VARIANT=wg: the wgmma GEMM needs compute capability 9.0 \
-                         (H100 / H200; its sm_90a PTX runs nowhere else), this device is {}",
-                        dev.arch
-                    )));
+        // Per stage (gemm1: K = hidden, gemm2: K = inter): its kernel, and the weight rows of
+        // its blocks (the grid's x; 128, or 256 for the wgmma GEMM's wg256).
+        let stage = |k: usize, n: u32| -> Result<(String, usize), BackendError> {
+            Ok(match plan.v2_tm {
+                // mma: the same arguments, grid (128 weight rows a block) and tile list
+                // contract (hip/gemm_mma.h), activations from mx_to_bf16_p8.
+                // MXMOE_HIP_MMA_VARIANT picks a variant (measurements), else mma_variant_for.
+                Some(tm) if use_mma => {
+                    let wgmma = dev.arch == "sm_90";
+                    let v = mma_variant_for(split, tm, a.bf16_intermediate, k, wgmma)?;
+                    if v.starts_with("wg") && !wgmma {
+                        return Err(BackendError::Device(format!(
+                            "MXMOE_HIP_MMA_VARIANT={v}: the wgmma GEMM needs compute capability \
+                             9.0 (H100 / H200; its sm_90a PTX runs nowhere else), this device is {}",
+                            dev.arch
+                        )));
+                    }
+                    let vs = mma_suffix(v);
+                    (format!("moe_gemm{n}_mma_t{tm}{sfx}{vs}_cb4"), mma_block_rows(v))
                 }
-                let vs = mma_suffix(v);
-                (
-                    format!("moe_gemm1_mma_t{tm}{sfx}{vs}_cb4"),
-                    format!("moe_gemm2_mma_t{tm}{sfx}{vs}_cb4"),
-                )
-            }
-            // The same arguments, grid and tile list contract as v1 (hip/gemm_v2.h
-            // gemm_v2_body), tiles of tm pair rows.
-            Some(tm) => (
-                format!("moe_gemm1_v2_t{tm}{sfx}_cb{cb}"),
-                format!("moe_gemm2_v2_t{tm}{sfx}_cb{cb}"),
-            ),
-            None => (
-                format!("moe_gemm1{sfx}_cb{cb}"),
-                format!("moe_gemm2{sfx}_cb{cb}"),
-            ),
+                // The same arguments, grid and tile list contract as v1 (hip/gemm_v2.h
+                // gemm_v2_body), tiles of tm pair rows.
+                Some(tm) => (format!("moe_gemm{n}_v2_t{tm}{sfx}_cb{cb}"), GEMM_N),
+                None => (format!("moe_gemm{n}{sfx}_cb{cb}"), GEMM_N),
+            })
         };
-        let block = match (&self.v2, plan.v2_tm) {
-            (Ok(v2), Some(_)) => {
-                let smem = |k: &str| {
-                    v2.get(k).copied().ok_or_else(|| {
+        let ((k1, rows1), (k2, rows2)) = (stage(h, 1)?, stage(inter, 2)?);
+        let block = |k: &str, rows: usize| -> Result<u64, BackendError> {
+            Ok(match (&self.v2, plan.v2_tm) {
+                (Ok(v2), Some(_)) => {
+                    let smem = v2.get(k).copied().ok_or_else(|| {
                         BackendError::Device(format!("kernel {k} is not in the code object"))
-                    })
-                };
-                // gemm1 and gemm2 of a variant share the layout (one PTX constant).
-                let (s1, s2) = (smem(&k1)?, smem(&k2)?);
-                debug_assert_eq!(s1, s2);
-                let threads = if use_mma { MMA_THREADS } else { V2_THREADS };
-                with_shared(threads, s1.max(s2))
-            }
-            _ => gemm_threads(&dev.arch) as u64,
+                    })?;
+                    let threads = if use_mma {
+                        MMA_THREADS * (rows / GEMM_N) as u32
+                    } else {
+                        V2_THREADS
+                    };
+                    with_shared(threads, smem)
+                }
+                _ => gemm_threads(&dev.arch) as u64,
+            })
         };
+        let (block1, block2) = (block(&k1, rows1)?, block(&k2, rows2)?);
         // x = column block, y = tile slot (hip/gemm_v1.h: L2 reuse); grid y is at most 65535.
         if mt > 65535 {
             return Err(BackendError::Device(format!(
@@ -263,8 +262,8 @@ impl HipBackend {
             )));
         }
         let (g1, g2) = (
-            (inter.div_ceil(GEMM_N / 2) as u32, mt),
-            (h.div_ceil(GEMM_N) as u32, mt),
+            (inter.div_ceil(rows1 / 2) as u32, mt),
+            (h.div_ceil(rows2) as u32, mt),
         );
         // mma: one u32 per row after the lo values (hip/gemm_mma.h mx_to_bf16_p8: whether some
         // lo of the row is not +0; tiles of rows without one skip the lo MMAs).
@@ -308,7 +307,7 @@ impl HipBackend {
             "moe/gemm1",
             &k1,
             g1,
-            block,
+            block1,
             &mut args!(p, a.rows, a.tiles, xhp, xlp, g.w13.ptr, g.s13.ptr, out1, b13, a.topw),
         )?;
         if !use_mma {
@@ -325,7 +324,7 @@ impl HipBackend {
             "moe/gemm2",
             &k2,
             g2,
-            block,
+            block2,
             &mut args!(p, a.rows, a.tiles, ahp, alp, g.w2.ptr, g.s2.ptr, a.y2, b2, a.topw),
         )
     }

@@ -76,9 +76,20 @@ pub(in crate::backend::hip) const MMA_THREADS: u32 = 256;
 /// The mma GEMM's kernel variants (`MXMOE_HIP_MMA_VARIANT`, hip/gemm_mma.h `V`): `""` (the
 /// default: pair groups without guards where a warp's columns all hold pairs and the tile is
 /// not a split 32 / 64-pair one, and split tiles whose activations are all bf16-representable
-/// skip the lo MMAs), `v0` (session 5's kernel, for comparisons) and `wg` (the same GEMM on
-/// Hopper's wgmma.mma_async, hip/gemm_wgmma.h: sm_90a PTX only, so compute capability 9.0).
-pub(in crate::backend::hip) const MMA_VARIANTS: [&str; 3] = ["", "v0", "wg"];
+/// skip the lo MMAs), `v0` (session 5's kernel, for comparisons) and `wg256` (the same GEMM on
+/// Hopper's wgmma.mma_async on blocks of 256 weight rows and 512 threads, [`mma_block_rows`];
+/// hip/gemm_wgmma.h: sm_90a PTX only, so compute capability 9.0).
+pub(in crate::backend::hip) const MMA_VARIANTS: [&str; 3] = ["", "v0", "wg256"];
+
+/// Weight rows per block of mma variant `variant` (the grid's x covers the weight rows in blocks
+/// of this many; threads = 2 x rows): 256 for `wg256`, else 128 (`GEMM_N`).
+pub(in crate::backend::hip) fn mma_block_rows(variant: &str) -> usize {
+    if variant == "wg256" {
+        256
+    } else {
+        128
+    }
+}
 
 /// The mma GEMM variant `MXMOE_HIP_MMA_VARIANT` asks for (one of [`MMA_VARIANTS`]; unset or
 /// empty: the default).
@@ -90,13 +101,23 @@ pub(in crate::backend::hip) fn mma_variant() -> Result<&'static str, BackendErro
         .copied()
         .ok_or_else(|| {
             BackendError::Device(format!(
-                "MXMOE_HIP_MMA_VARIANT={v}: expected v0 or wg (or unset: the default; \
+                "MXMOE_HIP_MMA_VARIANT={v}: expected v0 or wg256 (or unset: the default; \
                  docs/ENVIRONMENT.md)"
             ))
         })
 }
 
-/// The mma variant a stage runs: `MXMOE_HIP_MMA_VARIANT` when set; else session 5's kernel (`v0`)
+/// The smallest K (the stage's reduction length) at which a 64-pair mma stage runs `wg256` on
+/// compute capability 9.0. Measured on the H100 (docs/h100-2026-12-06s12-wgmma, one call,
+/// alternating rounds), GPU ms per stage at 64 pairs per expert, mma vs wg256: gpt-oss-120b
+/// (K = 2880) gemm1 2.539 vs 2.453, gemm2 1.328 vs 1.302, with bf16 activations 2.292 vs 1.962
+/// and 1.213 vs 1.027; DeepSeek-R1 gemm1 (K = 7168) 4.904 vs 4.799, gemm2 (K = 2048) 3.302 vs
+/// 3.604. At 16-pair tiles wg256 lost everywhere (gpt-oss 256 tokens 0.966 vs 1.19 ms).
+pub(in crate::backend::hip) const WG256_MIN_K: usize = 2560;
+
+/// The mma variant a stage runs: `MXMOE_HIP_MMA_VARIANT` when set; else, on compute
+/// capability 9.0 (`wgmma`), `wg256` for 64-pair tiles of a stage whose K is at least
+/// [`WG256_MIN_K`]; else session 5's kernel (`v0`)
 /// for split (hi + lo) tiles of 32 or 64 pairs unless the forward's activations are bf16 values
 /// (`bf16_acts`: bf16 intermediates, Intermediate::Bf16), the default otherwise. On the H200 the
 /// default's lo-skip check made the split 64-pair kernels 14 % slower on f32 activations
@@ -107,11 +128,15 @@ pub(in crate::backend::hip) fn mma_variant_for(
     split: bool,
     tile_m: usize,
     bf16_acts: bool,
+    k: usize,
+    wgmma: bool,
 ) -> Result<&'static str, BackendError> {
     if std::env::var("MXMOE_HIP_MMA_VARIANT").is_ok_and(|v| !v.is_empty()) {
         return mma_variant();
     }
-    Ok(if split && tile_m >= 32 && !bf16_acts {
+    Ok(if wgmma && tile_m == 64 && k >= WG256_MIN_K {
+        "wg256"
+    } else if split && tile_m >= 32 && !bf16_acts {
         "v0"
     } else {
         ""
@@ -198,7 +223,7 @@ mod tests {
                     let sfx = mma_suffix(v);
                     for k in [1, 2] {
                         let n = format!("moe_gemm{k}_mma_t{tm}{split}{sfx}_cb4");
-                        let list: &[&str] = if v == "wg" {
+                        let list: &[&str] = if v.starts_with("wg") {
                             &kernels::NAMES_WGMMA
                         } else {
                             &kernels::NAMES_MMA
@@ -210,21 +235,29 @@ mod tests {
         }
         assert_eq!(mma_suffix(""), "");
         assert_eq!(mma_suffix("v0"), "_v0");
-        assert_eq!(mma_suffix("wg"), "_wg");
-        // the default per stage (MXMOE_HIP_MMA_VARIANT unset in tests): v0 only for split
-        // 32 / 64-pair tiles of f32 activations
+        assert_eq!(mma_suffix("wg256"), "_wg256");
+        assert_eq!((mma_block_rows("wg256"), mma_block_rows("v0"), mma_block_rows("")), (256, 128, 128));
+        // the default per stage (MXMOE_HIP_MMA_VARIANT unset in tests): wg256 on compute
+        // capability 9.0 for 64-pair tiles of K >= 2560, else v0 only for split 32 / 64-pair
+        // tiles of f32 activations
         if std::env::var("MXMOE_HIP_MMA_VARIANT").is_err() {
-            for (split, tm, bf16, want) in [
-                (true, 64, false, "v0"),
-                (true, 32, false, "v0"),
-                (true, 16, false, ""),
-                (true, 64, true, ""),
-                (false, 64, false, ""),
+            for (split, tm, bf16, k, wgmma, want) in [
+                (true, 64, false, 2880, false, "v0"),
+                (true, 32, false, 2880, true, "v0"),
+                (true, 16, false, 2880, true, ""),
+                (true, 64, true, 2880, false, ""),
+                (false, 64, false, 7168, false, ""),
+                // compute capability 9.0: wg256 for 64-pair tiles of long stages
+                (true, 64, false, 2880, true, "wg256"),
+                (true, 64, true, 2880, true, "wg256"),
+                (false, 64, false, 7168, true, "wg256"),
+                (false, 64, false, 2048, true, ""),
+                (true, 64, false, 2048, true, "v0"),
             ] {
                 assert_eq!(
-                    mma_variant_for(split, tm, bf16).unwrap(),
+                    mma_variant_for(split, tm, bf16, k, wgmma).unwrap(),
                     want,
-                    "{split} {tm} {bf16}"
+                    "{split} {tm} {bf16} {k} {wgmma}"
                 );
             }
         }

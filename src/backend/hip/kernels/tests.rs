@@ -68,7 +68,7 @@ fn ptx_gemms_use_mma_sync_and_no_local_memory() {
             "{what}: {gemms:?}"
         );
         for (n, t) in &entries {
-            if n.starts_with("moe_gemm") && n.contains("_wg_") {
+            if n.starts_with("moe_gemm") && n.contains("_wg256_") {
                 // The wgmma GEMM (sm_90a only): weights decoded in registers as the mma
                 // GEMM's, B from shared memory through descriptors, published to the async
                 // proxy, no mma.sync.
@@ -387,12 +387,16 @@ fn ptx_mma_gemms_declare_their_shared_memory() {
     assert_eq!(v2_smem(PTX_SM90, "mx_to_bf16_p8"), None);
     // The wgmma GEMM (hip/gemm_wgmma.h WgShape): max(3 slots x (hi[, lo]) x pair cols x 256
     // bytes, the same epilogue tile); sm_90a only.
-    let wg = |tp: u32, split: bool| (3 * if split { 2 } else { 1 } * tp * 256).max(tp * 129 * 4);
-    assert_eq!(wg(64, true), 98_304);
+    // wg256: the epilogue tile of 256 weight rows, [pairs][257] f32.
+    let wg = |tp: u32, split: bool, rows: u32| {
+        (3 * if split { 2 } else { 1 } * tp * 256).max(tp * (rows + 1) * 4)
+    };
+    assert_eq!(wg(64, true, 128), 98_304);
+    assert_eq!(wg(64, false, 256), 65_792);
     for n in NAMES_WGMMA {
         let got = v2_smem(PTX_SM90, n).unwrap_or_else(|| panic!("no smem for {n}"));
         let tp: u32 = n.split_once("_mma_t").unwrap().1.split('_').next().unwrap().parse().unwrap();
-        assert_eq!(got, wg(tp, n.contains("_split")), "{n}");
+        assert_eq!(got, wg(tp, n.contains("_split"), 256), "{n}");
         assert_eq!(v2_smem(PTX_SM80, n), None, "{n} in the sm_80 PTX");
     }
 }
