@@ -230,6 +230,46 @@ struct MmW {
   u32 s[2u * FM];
 };
 
+// Step st's weights of a lane (lane t of its quad): block 4 st + t of each of its 2 FM weight
+// rows wb[i] (e x rows + row; ~0: past the matrix), zero codes and scale 127 past the matrix or
+// K (+0). gemm_mma_body and hip/gemm_wgmma.h's gemm_wg_body.
+template <u32 FM>
+MX_DEVICE void mm_fetch(MmW<FM>& r, const u32* wb, u32 st, u32 t, u32 kblocks, const u32* wcodes,
+                        const u8* wscales) {
+  u32 b = 4u * st + t;
+#pragma unroll
+  for (u32 i = 0; i < 2u * FM; ++i) {
+    bool ok = wb[i] != ~0u && b < kblocks;
+    mx_u32x4 v = {0u, 0u, 0u, 0u};
+    u32 s = 127u;
+    if (ok) {
+      u64 blk = (u64)wb[i] * kblocks + b;
+      v = load_stream16(wcodes + blk * 4u);
+      s = load_stream_u8(wscales + blk);
+    }
+    r.w[i][0] = v.x;
+    r.w[i][1] = v.y;
+    r.w[i][2] = v.z;
+    r.w[i][3] = v.w;
+    r.s[i] = s;
+  }
+}
+
+// The multipliers of scale byte s for mm_dec: one fma by 2^(s - 1) (m1; exact: raw x 2^(s - 1) =
+// code x 2^(s - 127)), or with TWO (some scale byte > 128, where 2^(s - 1) is no bf16) by 2^126
+// and then by the scale as a bf16 (m2).
+template <bool TWO>
+MX_DEVICE void mm_mults(u32 s, u32& m1, u32& m2) {
+  m1 = TWO ? MM_BF16X2_2P126 : ((s + 126u) << 7) * 0x10001u;
+  m2 = e8m0_bf16x2(s);
+}
+// Codes J and J + 4 of the nv4 word v times their block's scale, as bf16x2 (exact).
+template <bool TWO, u32 J>
+MX_DEVICE u32 mm_dec(u32 v, u32 m1, u32 m2) {
+  u32 r = fma_bf16x2(fp4_bf16_pair_raw<J>(v), m1, MM_BF16X2_NEG0);
+  return TWO ? fma_bf16x2(r, m2, MM_BF16X2_NEG0) : r;
+}
+
 template <u32 TP, bool SPLIT, u32 FM, u32 V>
 MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
@@ -294,25 +334,8 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     }
   };
   // Step st's weights of this lane (zero codes and scale 127 past the matrix or K: +0).
-  auto fetch = [&](u32 st, W& r) __attribute__((always_inline)) {
-    u32 b = 4u * st + t;
-#pragma unroll
-    for (u32 i = 0; i < 2u * FM; ++i) {
-      bool ok = wb[i] != ~0u && b < kblocks;
-      mx_u32x4 v = {0u, 0u, 0u, 0u};
-      u32 s = 127u;
-      if (ok) {
-        u64 blk = (u64)wb[i] * kblocks + b;
-        v = load_stream16(wcodes + blk * 4u);
-        s = load_stream_u8(wscales + blk);
-      }
-      r.w[i][0] = v.x;
-      r.w[i][1] = v.y;
-      r.w[i][2] = v.z;
-      r.w[i][3] = v.w;
-      r.s[i] = s;
-    }
-  };
+  auto fetch = [&](u32 st, W& r)
+                   __attribute__((always_inline)) { mm_fetch<FM>(r, wb, st, t, kblocks, wcodes, wscales); };
 
   FragC acc[FM][S::MNF];
 #pragma unroll
@@ -350,13 +373,9 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     const unsigned char* bs = ring + (s % S::STAGES) * S::STAGE;
     u32 m1[2u * FM], m2[2u * FM];
 #pragma unroll
-    for (u32 i = 0; i < 2u * FM; ++i) {
-      m1[i] = TWO ? MM_BF16X2_2P126 : ((wr.s[i] + 126u) << 7) * 0x10001u;
-      m2[i] = e8m0_bf16x2(wr.s[i]);
-    }
+    for (u32 i = 0; i < 2u * FM; ++i) mm_mults<TWO>(wr.s[i], m1[i], m2[i]);
     auto dec = [&](u32 v, u32 i, auto jc) __attribute__((always_inline)) -> u32 {
-      u32 r = fma_bf16x2(fp4_bf16_pair_raw<decltype(jc)::value>(v), m1[i], MM_BF16X2_NEG0);
-      return TWO ? fma_bf16x2(r, m2[i], MM_BF16X2_NEG0) : r;
+      return mm_dec<TWO, decltype(jc)::value>(v, m1[i], m2[i]);
     };
 #pragma unroll
     for (u32 w = 0; w < 4u; ++w) {

@@ -219,25 +219,8 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
     }
   };
   // Step st's weights of this lane (zero codes and scale 127 past the matrix or K: +0).
-  auto fetch = [&](u32 st, W& r) __attribute__((always_inline)) {
-    u32 b = 4u * st + t;
-#pragma unroll
-    for (u32 i = 0; i < 2u; ++i) {
-      bool ok = wb[i] != ~0u && b < kblocks;
-      mx_u32x4 v = {0u, 0u, 0u, 0u};
-      u32 s = 127u;
-      if (ok) {
-        u64 blk = (u64)wb[i] * kblocks + b;
-        v = load_stream16(wcodes + blk * 4u);
-        s = load_stream_u8(wscales + blk);
-      }
-      r.w[i][0] = v.x;
-      r.w[i][1] = v.y;
-      r.w[i][2] = v.z;
-      r.w[i][3] = v.w;
-      r.s[i] = s;
-    }
-  };
+  auto fetch = [&](u32 st, W& r)
+                   __attribute__((always_inline)) { mm_fetch<1u>(r, wb, st, t, kblocks, wcodes, wscales); };
   float d[S::ND];
 #pragma unroll
   for (u32 c = 0; c < S::ND; ++c) d[c] = 0.0f;
@@ -247,13 +230,9 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
     constexpr bool TWO = decltype(two)::value;
     u32 m1[2], m2[2];
 #pragma unroll
-    for (u32 i = 0; i < 2u; ++i) {
-      m1[i] = TWO ? MM_BF16X2_2P126 : ((wr.s[i] + 126u) << 7) * 0x10001u;
-      m2[i] = e8m0_bf16x2(wr.s[i]);
-    }
+    for (u32 i = 0; i < 2u; ++i) mm_mults<TWO>(wr.s[i], m1[i], m2[i]);
     auto dec = [&](u32 v, u32 i, auto jc) __attribute__((always_inline)) -> u32 {
-      u32 r = fma_bf16x2(fp4_bf16_pair_raw<decltype(jc)::value>(v), m1[i], MM_BF16X2_NEG0);
-      return TWO ? fma_bf16x2(r, m2[i], MM_BF16X2_NEG0) : r;
+      return mm_dec<TWO, decltype(jc)::value>(v, m1[i], m2[i]);
     };
     const u32 slot = ring_addr + (s % S::SLOTS) * S::STAGE;
 #pragma unroll

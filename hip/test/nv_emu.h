@@ -81,13 +81,10 @@ MX_DEVICE bool mm_block_any(bool b) {
 }
 
 // ---- mma.sync m16n8k16 and ldmatrix --------------------------------------------------------------
-static void emu_mma16816(float* c, const u32* a, const u32* b) {
-  u32 w = g_tid / 32u, l = g_tid % 32u;
-  for (u32 i = 0; i < 4u; ++i) g_wx[w][l][i] = a[i];
-  g_wx[w][l][4] = b[0];
-  g_wx[w][l][5] = b[1];
-  half_sync();
-  float A[16][16], B[16][8];
+// The 16 x 16 bf16 A fragment the 32 lanes of warp w put in g_wx[w][lane][0..3] (PTX ISA: lane
+// (g, t) holds rows g, g + 8 x k 2t, 2t + 1 (registers 0, 1) and k 2t + 8, 2t + 9 (2, 3)); the
+// same for mma.sync m16n8k16 and each warp's rows of wgmma m64nNk16.
+static void emu_a_frag(u32 w, float A[16][16]) {
   for (u32 L = 0; L < 32u; ++L) {
     u32 g = L / 4u, t = L % 4u;
     const u32* r = g_wx[w][L];
@@ -96,6 +93,21 @@ static void emu_mma16816(float* c, const u32* a, const u32* b) {
       A[g + 8u][2u * t + e] = bf16f(r[1] >> (16 * e));
       A[g][2u * t + 8u + e] = bf16f(r[2] >> (16 * e));
       A[g + 8u][2u * t + 8u + e] = bf16f(r[3] >> (16 * e));
+    }
+  }
+}
+static void emu_mma16816(float* c, const u32* a, const u32* b) {
+  u32 w = g_tid / 32u, l = g_tid % 32u;
+  for (u32 i = 0; i < 4u; ++i) g_wx[w][l][i] = a[i];
+  g_wx[w][l][4] = b[0];
+  g_wx[w][l][5] = b[1];
+  half_sync();
+  float A[16][16], B[16][8];
+  emu_a_frag(w, A);
+  for (u32 L = 0; L < 32u; ++L) {
+    u32 g = L / 4u, t = L % 4u;
+    const u32* r = g_wx[w][L];
+    for (u32 e = 0; e < 2u; ++e) {
       B[2u * t + e][g] = bf16f(r[4] >> (16 * e));
       B[2u * t + 8u + e][g] = bf16f(r[5] >> (16 * e));
     }
@@ -191,16 +203,7 @@ MX_DEVICE void wgmma_bf16(float* d, const u32* a, unsigned long long desc, u32 s
   for (u32 i = 0; i < 4u; ++i) g_wx[w][l][i] = a[i];
   half_sync();
   float A[16][16];
-  for (u32 L = 0; L < 32u; ++L) {
-    u32 g = L / 4u, t = L % 4u;
-    const u32* r = g_wx[w][L];
-    for (u32 e = 0; e < 2u; ++e) {
-      A[g][2u * t + e] = bf16f(r[0] >> (16 * e));
-      A[g + 8u][2u * t + e] = bf16f(r[1] >> (16 * e));
-      A[g][2u * t + 8u + e] = bf16f(r[2] >> (16 * e));
-      A[g + 8u][2u * t + 8u + e] = bf16f(r[3] >> (16 * e));
-    }
-  }
+  emu_a_frag(w, A);
   half_sync();
   u32 start = (u32)(desc & 0x3FFFu) << 4, lbo = (u32)((desc >> 16) & 0x3FFFu) << 4,
       sbo = (u32)((desc >> 32) & 0x3FFFu) << 4;

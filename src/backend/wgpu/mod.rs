@@ -501,29 +501,16 @@ impl WgpuBackend {
         path: MoePath,
         timed: bool,
     ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
-        let (o, t) = self.forward_timed(layer, hidden, logits, opts, path, timed)?;
+        let (o, t) = self.forward_timed(layer, hidden, logits, opts, path, timed, false)?;
         Ok((o, t.map(|(passes, _)| passes)))
     }
 
-    /// One forward under the op lock; with `timed` (and TIMESTAMP_QUERY) its passes' times and
-    /// the span from the first pass's beginning to the last one's end (ms).
-    #[allow(clippy::type_complexity)]
-    fn forward_timed(
-        &self,
-        layer: &GpuLayer,
-        hidden: &[f32],
-        logits: &[f32],
-        opts: MoeOptions,
-        path: MoePath,
-        timed: bool,
-    ) -> Result<(MoeOutput, Option<(PassTimes, f64)>), BackendError> {
-        self.forward_mode(layer, hidden, logits, opts, path, timed, false)
-    }
-
-    /// [`Self::forward_timed`], or with `span` the GPU span of the untimed recording (one
-    /// compute pass between two timestamps).
+    /// One forward under the op lock; with `timed` (and TIMESTAMP_QUERY) its passes' times
+    /// (each dispatch its own timestamped pass) and the span from the first pass's beginning to
+    /// the last one's end (ms), or with `span` too the GPU span of the untimed recording (one
+    /// compute pass between two timestamps) as its one time.
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
-    fn forward_mode(
+    fn forward_timed(
         &self,
         layer: &GpuLayer,
         hidden: &[f32],
@@ -561,7 +548,7 @@ impl WgpuBackend {
             Timing::Passes => self.moe(layer, hidden, logits, opts, true),
             Timing::Forward => {
                 let (o, t) =
-                    self.forward_mode(layer, hidden, logits, opts, MoePath::Auto, true, true)?;
+                    self.forward_timed(layer, hidden, logits, opts, MoePath::Auto, true, true)?;
                 Ok((o, t.map(|(_, span)| vec![("forward".to_string(), span)])))
             }
             Timing::Host => {
