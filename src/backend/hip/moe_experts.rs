@@ -228,7 +228,10 @@ impl HipBackend {
                         )));
                     }
                     let vs = mma_suffix(v);
-                    (format!("moe_gemm{n}_mma_t{tm}{sfx}{vs}_cb4"), mma_block_rows(v))
+                    (
+                        format!("moe_gemm{n}_mma_t{tm}{sfx}{vs}_cb4"),
+                        mma_block_rows(v),
+                    )
                 }
                 // The same arguments, grid and tile list contract as v1 (hip/gemm_v2.h
                 // gemm_v2_body), tiles of tm pair rows.

@@ -103,12 +103,12 @@ impl Recorder<'_> {
             p.dispatch_workgroups(x, y, 1);
         };
         match self.timer.as_deref_mut() {
-            Some(t) if !self.span => run(
-                &mut self.enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            Some(t) if !self.span => run(&mut self.enc.begin_compute_pass(
+                &wgpu::ComputePassDescriptor {
                     label: Some(label),
                     timestamp_writes: t.writes(label),
-                }),
-            ),
+                },
+            )),
             t => {
                 // The pass no longer borrows the encoder (forget_lifetime); it is ended when the
                 // recorder is dropped, before the encoder records anything else.

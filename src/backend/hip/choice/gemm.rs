@@ -236,7 +236,14 @@ mod tests {
         assert_eq!(mma_suffix(""), "");
         assert_eq!(mma_suffix("v0"), "_v0");
         assert_eq!(mma_suffix("wg256"), "_wg256");
-        assert_eq!((mma_block_rows("wg256"), mma_block_rows("v0"), mma_block_rows("")), (256, 128, 128));
+        assert_eq!(
+            (
+                mma_block_rows("wg256"),
+                mma_block_rows("v0"),
+                mma_block_rows("")
+            ),
+            (256, 128, 128)
+        );
         // the default per stage (MXMOE_HIP_MMA_VARIANT unset in tests): wg256 on compute
         // capability 9.0 for 64-pair tiles of K >= 2560, else v0 only for split 32 / 64-pair
         // tiles of f32 activations

@@ -61,7 +61,11 @@ fn ptx_gemms_use_mma_sync_and_no_local_memory() {
             .keys()
             .filter(|n| n.starts_with("moe_gemm"))
             .collect();
-        let wg = if what == "sm_90" { NAMES_WGMMA.len() } else { 0 };
+        let wg = if what == "sm_90" {
+            NAMES_WGMMA.len()
+        } else {
+            0
+        };
         assert_eq!(
             gemms.len(),
             12 + NAMES_V2.len() + mma_gemm_count() + wg,
@@ -395,7 +399,15 @@ fn ptx_mma_gemms_declare_their_shared_memory() {
     assert_eq!(wg(64, false, 256), 65_792);
     for n in NAMES_WGMMA {
         let got = v2_smem(PTX_SM90, n).unwrap_or_else(|| panic!("no smem for {n}"));
-        let tp: u32 = n.split_once("_mma_t").unwrap().1.split('_').next().unwrap().parse().unwrap();
+        let tp: u32 = n
+            .split_once("_mma_t")
+            .unwrap()
+            .1
+            .split('_')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(got, wg(tp, n.contains("_split"), 256), "{n}");
         assert_eq!(v2_smem(PTX_SM80, n), None, "{n} in the sm_80 PTX");
     }
@@ -435,7 +447,9 @@ fn ptxas_mma_gemms_fit_without_spills() {
     let mut seen = 0;
     for part in log.split("Compiling entry function '").skip(1) {
         let name = part.split('\'').next().unwrap();
-        if !(NAMES_MMA.contains(&name) || NAMES_WGMMA.contains(&name)) || !name.starts_with("moe_gemm") {
+        if !(NAMES_MMA.contains(&name) || NAMES_WGMMA.contains(&name))
+            || !name.starts_with("moe_gemm")
+        {
             continue;
         }
         seen += 1;
