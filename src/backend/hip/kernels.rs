@@ -126,7 +126,7 @@ pub const NAMES_MORE: [&str; 33] = [
     "mx_route_wg_32",
 ];
 
-/// NVIDIA only (sm_80 / sm_90 PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma`, the
+/// NVIDIA only (sm_80 / sm_90a PTX): the matrix-core decode GEMV (`MXMOE_HIP_GEMV=mma`, the
 /// default there; hip/gemv_mma.h), `moe_gemv{1,2}_mma[_split]_cb4` (`_split`: f32 activations as
 /// bf16 hi + lo), `mmaw`'s (`MXMOE_HIP_GEMV=mmaw`: two 16-row tiles per warp) and `mmab`'s
 /// (`MXMOE_HIP_GEMV=mmab`: mmaw on bf16 activations from mx_to_bf16_p8; its gemv1 of one to three
@@ -153,7 +153,7 @@ pub const NAMES_GEMV_MMA: [&str; 17] = [
     "moe_gemv1_mmab4_cb4",
 ];
 
-/// NVIDIA only (sm_80 / sm_90 PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
+/// NVIDIA only (sm_80 / sm_90a PTX): the v2 grouped GEMM (`MXMOE_HIP_GEMM=v2`, docs/hip-gemm-v2.md),
 /// `moe_gemm{1,2}_v2_t<pair rows>[_split]_cb<code bits>`.
 pub const NAMES_V2: [&str; 36] = [
     "moe_gemm1_v2_t64_cb4",

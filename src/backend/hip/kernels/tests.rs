@@ -413,9 +413,11 @@ fn ptx_mma_gemms_declare_their_shared_memory() {
     }
 }
 
-/// ptxas (CUDA toolkit; `MXMOE_PTXAS` names one) on the sm_90 PTX: the mma GEMMs fit in 128
-/// registers (their launch bounds ask for 2 blocks of 256 threads per multiprocessor) with
-/// no spills (the default split kernels: at most 8 bytes, outside the K loop). Without ptxas it reports SKIPPED (CI has none), and fails instead with
+/// ptxas (CUDA toolkit; `MXMOE_PTXAS` names one) on the sm_90a PTX: the mma GEMMs fit in 128
+/// registers (their launch bounds ask for 2 blocks of 256 threads per multiprocessor, the
+/// wgmma ones 1 of 512) with no spills (the default split kernels: at most 8 bytes, outside the
+/// K loop; the wgmma split 64-pair ones 48). Without ptxas it reports SKIPPED (CI has none), and
+/// fails instead with
 /// `MXMOE_REQUIRE_PTXAS=1`.
 #[test]
 fn ptxas_mma_gemms_fit_without_spills() {
@@ -479,12 +481,15 @@ fn ptxas_mma_gemms_fit_without_spills() {
         // outside the K loop (its prologue and epilogue, seen in the SASS); no more.
         // With the nv4 decode (hip/nv4.h: fewer instructions, so ptxas keeps more decoded
         // pairs in flight) ptxas 12.9 also spills 4-8 bytes in the 64-pair hi-only ones.
-        let allowed =
-            if (name.contains("_split") && !name.contains("_v0")) || name.contains("_t64_cb4") {
-                8
-            } else {
-                0
-            };
+        // The wgmma GEMM's split 64-pair kernels (hip/gemm_wgmma.h, two staging items a thread:
+        // 32 registers) spill 20-44 bytes with ptxas 12.9; the others none.
+        let allowed = if name.contains("_t64_split_wg256") {
+            48
+        } else if (name.contains("_split") && !name.contains("_v0")) || name.contains("_t64_cb4") {
+            8
+        } else {
+            0
+        };
         assert!(spills <= allowed, "{name}: {spills} bytes of spill stores");
         assert!(regs <= 128, "{name}: {regs} registers");
         eprintln!("{name}: {regs} registers, {spills} bytes of spill stores");
