@@ -23,7 +23,7 @@
 
 use super::choice::{
     gemm_version, gemv_pairs, gemv_pairs_for, gemv_variant_for, route_variant,
-    routed_gemv1_enabled, GemmVersion, AUTO_V2_MAX_MEAN_PAIRS,
+    routed_gemv1_enabled, GemmVersion, AUTO_V2_MAX_MEAN_PAIRS, WG256_MIN_K,
 };
 use super::driver::{DevBuf, Device, Driver};
 use super::kernels;
@@ -257,6 +257,14 @@ impl HipBackend {
         }
         if self.dev.arch == "gfx950" {
             v.push("MX-float schemes: v_mfma_scale_f32_16x16x128_f8f6f4 on the MX codes".into());
+        }
+        if self.dev.arch == "sm_90" {
+            v.push(format!(
+                "MXFP4 prefill GEMM on compute capability 9.0: wgmma.mma_async on 256-row blocks \
+                 for 64-pair tiles of stages with K >= {WG256_MIN_K}, mma.sync elsewhere \
+                 (MXMOE_HIP_MMA_VARIANT={})",
+                std::env::var("MXMOE_HIP_MMA_VARIANT").unwrap_or_else(|_| "unset".into())
+            ));
         }
         match gemm_version() {
             Ok(GemmVersion::Auto) => v.push(match &self.v2 {
