@@ -255,6 +255,28 @@ MX_DEVICE void mm_fetch(MmW<FM>& r, const u32* wb, u32 st, u32 t, u32 kblocks, c
   }
 }
 
+// A tile's prologue, shared by gemm_mma_body and hip/gemm_wgmma.h's gemm_wg_body (NT threads):
+// xoff[r] = where tile row r's K activations start (the token's row for gemm1, the pair's for
+// gemm2; ~0 past the tile's cnt rows), and the epilogue's row maxima (TP x NB) zeroed.
+template <u32 TP, u32 NB, u32 NT>
+MX_DEVICE void mm_tile_rows(const MoeParams& p, bool is1, const u32* pair_of_row, u32 start, u32 cnt,
+                            u32 K, u64* xoff, u32* rowmax) {
+  for (u32 r = tid_x(); r < TP; r += NT) {
+    u64 o = ~0ull;
+    if (r < cnt) o = is1 ? (u64)(pair_of_row[start + r] / p.top_k) * K : (u64)(start + r) * K;
+    xoff[r] = o;
+  }
+  for (u32 r = tid_x(); r < TP * NB; r += NT) rowmax[r] = 0u;
+}
+// Block tile row tr's row in the weight tensor of expert e: e x nrows + row (~0: past the matrix;
+// u32 to save registers, the block index is formed in 64 bits at each load); ic: the block's
+// intermediate columns (gemm1).
+MX_DEVICE u32 mm_weight_row(const MoeParams& p, bool is1, u32 e, u32 tr, u32 jb, u32 ic, u32 nrows) {
+  u32 row = weight_row(p, is1, tr, jb, ic);
+  bool ok = is1 ? weight_row_ok(p, tr, jb, ic) : row < nrows;
+  return ok ? e * nrows + row : ~0u;
+}
+
 // The multipliers of scale byte s for mm_dec: one fma by 2^(s - 1) (m1; exact: raw x 2^(s - 1) =
 // code x 2^(s - 127)), or with TWO (some scale byte > 128, where 2^(s - 1) is no bf16) by 2^126
 // and then by the scale as a bf16 (m2).
@@ -296,23 +318,12 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   u32 K = is1 ? h : inter, kblocks = K / 32u, steps = (kblocks + 3u) / 4u;
   u32 nrows = is1 ? 2u * inter : h;
   u32 jb = is1 ? bid_x() * (MM_ROWS / 2u) : bid_x() * MM_ROWS;
-  for (u32 r = tid; r < TP; r += MM_THREADS) {
-    u64 o = ~0ull;
-    if (r < cnt) o = is1 ? (u64)(pair_of_row[start + r] / p.top_k) * K : (u64)(start + r) * K;
-    xoff[r] = o;
-  }
-  for (u32 r = tid; r < TP * (MM_ROWS / 64u); r += MM_THREADS) rowmax[r] = 0u;
-  // This lane's weight rows (tile rows 16 (FM rg + m) + g, + 8): their row in the weight
-  // tensor, e x rows + row (~0: past the matrix; u32 to save registers: the block index is
-  // formed in 64 bits at each load).
+  mm_tile_rows<TP, MM_ROWS / 64u, MM_THREADS>(p, is1, pair_of_row, start, cnt, K, xoff, rowmax);
+  // This lane's weight rows (tile rows 16 (FM rg + m) + g, + 8) in the weight tensor.
   u32 wb[2u * FM];
 #pragma unroll
-  for (u32 i = 0; i < 2u * FM; ++i) {
-    u32 tr = 16u * (FM * rg + i / 2u) + g + 8u * (i % 2u);
-    u32 row = weight_row(p, is1, tr, jb, MM_ROWS / 2u);
-    bool ok = is1 ? weight_row_ok(p, tr, jb, MM_ROWS / 2u) : row < nrows;
-    wb[i] = ok ? e * nrows + row : ~0u;
-  }
+  for (u32 i = 0; i < 2u * FM; ++i)
+    wb[i] = mm_weight_row(p, is1, e, 16u * (FM * rg + i / 2u) + g + 8u * (i % 2u), jb, MM_ROWS / 2u, nrows);
   sync_threads();
   // Activation chunks of this thread: rows tid / 16 + 16 c, chunk tid % 16 (8 bf16); the rows'
   // offsets are read from shared memory at each issue (registers are the scarce resource).

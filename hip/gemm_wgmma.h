@@ -169,21 +169,11 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
   u32 K = is1 ? h : inter, kblocks = K / 32u, steps = (kblocks + 3u) / 4u;
   u32 nrows = is1 ? 2u * inter : h;
   u32 jb = is1 ? bid_x() * (MW / 2u) : bid_x() * MW;
-  for (u32 r = tid; r < TP; r += S::NT) {
-    u64 o = ~0ull;
-    if (r < cnt) o = is1 ? (u64)(pair_of_row[start + r] / p.top_k) * K : (u64)(start + r) * K;
-    xoff[r] = o;
-  }
-  for (u32 r = tid; r < TP * (MW / 64u); r += S::NT) rowmax[r] = 0u;
+  mm_tile_rows<TP, MW / 64u, S::NT>(p, is1, pair_of_row, start, cnt, K, xoff, rowmax);
   // This lane's weight rows: tile rows 16 warp + g and + 8 (gemm_mma_body with FM = 1).
   u32 wb[2];
 #pragma unroll
-  for (u32 i = 0; i < 2u; ++i) {
-    u32 tr = 16u * warp + g + 8u * i;
-    u32 row = weight_row(p, is1, tr, jb, MW / 2u);
-    bool ok = is1 ? weight_row_ok(p, tr, jb, MW / 2u) : row < nrows;
-    wb[i] = ok ? e * nrows + row : ~0u;
-  }
+  for (u32 i = 0; i < 2u; ++i) wb[i] = mm_weight_row(p, is1, e, 16u * warp + g + 8u * i, jb, MW / 2u, nrows);
   sync_threads();
   // Staging item n of this thread: i = tid + 256 n < ITEMS; array i / (4 TP), and within it
   // (j = i % (4 TP)) pair 8 (j / 32) + j % 8, word (j / 8) % 4.

@@ -501,15 +501,21 @@ impl WgpuBackend {
         path: MoePath,
         timed: bool,
     ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
-        let (o, t) = self.forward_timed(layer, hidden, logits, opts, path, timed, false)?;
+        let mode = if timed {
+            moe::FwdTiming::Gpu
+        } else {
+            moe::FwdTiming::Off
+        };
+        let (o, t) = self.forward_timed(layer, hidden, logits, opts, path, mode)?;
         Ok((o, t.map(|(passes, _)| passes)))
     }
 
-    /// One forward under the op lock; with `timed` (and TIMESTAMP_QUERY) its passes' times
-    /// (each dispatch its own timestamped pass) and the span from the first pass's beginning to
-    /// the last one's end (ms), or with `span` too the GPU span of the untimed recording (one
-    /// compute pass between two timestamps) as its one time.
-    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    /// One forward under the op lock, measured as `mode` says: [`moe::FwdTiming::Gpu`] its
+    /// passes' times (each dispatch its own timestamped pass) and the span from the first pass's
+    /// beginning to the last one's end (ms); [`moe::FwdTiming::Span`] the GPU span of the untimed
+    /// recording (one compute pass between two timestamps) as its one time; both `None` without
+    /// TIMESTAMP_QUERY; [`moe::FwdTiming::Host`] the host phases.
+    #[allow(clippy::type_complexity)]
     fn forward_timed(
         &self,
         layer: &GpuLayer,
@@ -517,24 +523,23 @@ impl WgpuBackend {
         logits: &[f32],
         opts: MoeOptions,
         path: MoePath,
-        timed: bool,
-        span: bool,
+        mode: moe::FwdTiming,
     ) -> Result<(MoeOutput, Option<(PassTimes, f64)>), BackendError> {
-        let timed = timed && self.has_timestamps();
-        let mode = match (timed, span) {
-            (true, true) => moe::FwdTiming::Span,
-            (true, false) => moe::FwdTiming::Gpu,
-            _ => moe::FwdTiming::Off,
+        use moe::FwdTiming::{Gpu, Off, Span};
+        let mode = match mode {
+            Gpu | Span if !self.has_timestamps() => Off,
+            m => m,
         };
         let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
         let (o, t, span) = moe::forward(&self.ctx, layer, hidden, logits, opts, path, mode)?;
-        Ok((o, timed.then_some((t, span))))
+        Ok((o, (mode != Off).then_some((t, span))))
     }
 
     /// [`WgpuBackend::moe`] timed as `timing` asks: per pass, or the forward as one span (the
     /// untimed recording's one compute pass between two timestamps: every dispatch and the
-    /// barriers between them, as an untimed forward runs), one entry `("forward", ms)`; `None` without TIMESTAMP_QUERY. [`Timing::Host`]: the host time
-    /// of the upload, the forward and the readback, each ended by a wait (every adapter).
+    /// barriers between them, as an untimed forward runs), one entry `("forward", ms)`; `None`
+    /// without TIMESTAMP_QUERY. [`Timing::Host`]: the host time of the upload, the forward and
+    /// the readback, each ended by a wait (every adapter).
     pub fn moe_timing(
         &self,
         layer: &GpuLayer,
@@ -543,26 +548,19 @@ impl WgpuBackend {
         opts: MoeOptions,
         timing: Timing,
     ) -> Result<(MoeOutput, Option<PassTimes>), BackendError> {
+        let auto = MoePath::Auto;
         match timing {
             Timing::Off => self.moe(layer, hidden, logits, opts, false),
             Timing::Passes => self.moe(layer, hidden, logits, opts, true),
             Timing::Forward => {
                 let (o, t) =
-                    self.forward_timed(layer, hidden, logits, opts, MoePath::Auto, true, true)?;
+                    self.forward_timed(layer, hidden, logits, opts, auto, moe::FwdTiming::Span)?;
                 Ok((o, t.map(|(_, span)| vec![("forward".to_string(), span)])))
             }
             Timing::Host => {
-                let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-                let (o, t, _) = moe::forward(
-                    &self.ctx,
-                    layer,
-                    hidden,
-                    logits,
-                    opts,
-                    MoePath::Auto,
-                    moe::FwdTiming::Host,
-                )?;
-                Ok((o, Some(t)))
+                let (o, t) =
+                    self.forward_timed(layer, hidden, logits, opts, auto, moe::FwdTiming::Host)?;
+                Ok((o, t.map(|(phases, _)| phases)))
             }
         }
     }
