@@ -134,6 +134,36 @@ MX_KERNEL(256) void mx_nv4_repack(u32* w, u64 n) {
   if (i < n) w[i] = nv4_word(w[i]);
 }
 
+// The same words, and the scale bytes, copied from the stored order (experts x nrows x kblocks
+// 32-blocks) into the nv4 rows order (hip/nv4.h Nv4Rows; MXMOE_HIP_NV4_ROWS), once at upload:
+// one thread per destination block, zero codes and scale 127 (+0) in the padding (rows past
+// nrows, blocks past kblocks).
+MX_KERNEL(256) void mx_nv4_rows(const u32* w, const u8* s, u32* wd, u8* sd, u32 experts, u32 nrows,
+                                u32 kblocks) {
+  Nv4Rows l = nv4_rows(1u, nrows, kblocks);
+  u64 i = (u64)bid_x() * 256u + tid_x();
+  if (i >= (u64)experts * l.es) return;
+  u64 e = i / l.es;
+  u32 rem = (u32)(i - e * l.es);
+  u32 grp = rem / l.rg, q = rem % l.rg;  // q = step x 64 + row x 4 + t
+  u32 row = 16u * grp + (q % 64u) / 4u, b = 4u * (q / 64u) + q % 4u;
+  mx_u32x4 v = {0u, 0u, 0u, 0u};
+  u32 sc = 127u;
+  if (row < nrows && b < kblocks) {
+    u64 src = ((u64)e * nrows + row) * kblocks + b;
+    v.x = nv4_word(w[4u * src]);
+    v.y = nv4_word(w[4u * src + 1u]);
+    v.z = nv4_word(w[4u * src + 2u]);
+    v.w = nv4_word(w[4u * src + 3u]);
+    sc = s[src];
+  }
+  wd[4u * i] = v.x;
+  wd[4u * i + 1u] = v.y;
+  wd[4u * i + 2u] = v.z;
+  wd[4u * i + 3u] = v.w;
+  sd[i] = (u8)sc;
+}
+
 // The CPU emulation (hip/test/nv_emu.h) gives its own twins of the PTX functions below.
 #if !defined(MX_HOST_EMU)
 // d = a * b + c on bf16 pairs (PTX ISA: fma.rn.bf16x2, sm_80+).
@@ -231,10 +261,11 @@ struct MmW {
 };
 
 // Step st's weights of a lane (lane t of its quad): block 4 st + t of each of its 2 FM weight
-// rows wb[i] (e x rows + row; ~0: past the matrix), zero codes and scale 127 past the matrix or
-// K (+0). gemm_mma_body and hip/gemm_wgmma.h's gemm_wg_body.
+// rows wb[i] (nv4_row_off within the expert whose codes and scales start at wcodes, wscales;
+// ~0: past the matrix), zero codes and scale 127 past the matrix or K (+0); bq: the layout's
+// step stride (hip/nv4.h Nv4Rows). gemm_mma_body and hip/gemm_wgmma.h's gemm_wg_body.
 template <u32 FM>
-MX_DEVICE void mm_fetch(MmW<FM>& r, const u32* wb, u32 st, u32 t, u32 kblocks, const u32* wcodes,
+MX_DEVICE void mm_fetch(MmW<FM>& r, const u32* wb, u32 st, u32 t, u32 kblocks, u32 bq, const u32* wcodes,
                         const u8* wscales) {
   u32 b = 4u * st + t;
 #pragma unroll
@@ -243,8 +274,8 @@ MX_DEVICE void mm_fetch(MmW<FM>& r, const u32* wb, u32 st, u32 t, u32 kblocks, c
     mx_u32x4 v = {0u, 0u, 0u, 0u};
     u32 s = 127u;
     if (ok) {
-      u64 blk = (u64)wb[i] * kblocks + b;
-      v = load_stream16(wcodes + blk * 4u);
+      u32 blk = wb[i] + st * bq + t;  // (an expert's blocks fit 32 bits)
+      v = load_stream16(wcodes + (u64)blk * 4u);
       s = load_stream_u8(wscales + blk);
     }
     r.w[i][0] = v.x;
@@ -268,13 +299,13 @@ MX_DEVICE void mm_tile_rows(const MoeParams& p, bool is1, const u32* pair_of_row
   }
   for (u32 r = tid_x(); r < TP * NB; r += NT) rowmax[r] = 0u;
 }
-// Block tile row tr's row in the weight tensor of expert e: e x nrows + row (~0: past the matrix;
-// u32 to save registers, the block index is formed in 64 bits at each load); ic: the block's
-// intermediate columns (gemm1).
-MX_DEVICE u32 mm_weight_row(const MoeParams& p, bool is1, u32 e, u32 tr, u32 jb, u32 ic, u32 nrows) {
+// Block tile row tr's offset in its expert's weight blocks (hip/nv4.h nv4_row_off; ~0: past
+// the matrix; u32 to save registers); ic: the block's intermediate columns (gemm1).
+MX_DEVICE u32 mm_weight_row(const MoeParams& p, bool is1, const Nv4Rows& lay, u32 tr, u32 jb, u32 ic,
+                            u32 nrows) {
   u32 row = weight_row(p, is1, tr, jb, ic);
   bool ok = is1 ? weight_row_ok(p, tr, jb, ic) : row < nrows;
-  return ok ? e * nrows + row : ~0u;
+  return ok ? nv4_row_off(lay, row) : ~0u;
 }
 
 // The multipliers of scale byte s for mm_dec: one fma by 2^(s - 1) (m1; exact: raw x 2^(s - 1) =
@@ -319,11 +350,14 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   u32 nrows = is1 ? 2u * inter : h;
   u32 jb = is1 ? bid_x() * (MM_ROWS / 2u) : bid_x() * MM_ROWS;
   mm_tile_rows<TP, MM_ROWS / 64u, MM_THREADS>(p, is1, pair_of_row, start, cnt, K, xoff, rowmax);
-  // This lane's weight rows (tile rows 16 (FM rg + m) + g, + 8) in the weight tensor.
+  // This lane's weight rows (tile rows 16 (FM rg + m) + g, + 8) in the expert's blocks.
+  const Nv4Rows lay = nv4_rows(p.wrows, nrows, kblocks);
+  const u32* wce = wcodes + e * lay.es * 4u;
+  const u8* wse = wscales + e * lay.es;
   u32 wb[2u * FM];
 #pragma unroll
   for (u32 i = 0; i < 2u * FM; ++i)
-    wb[i] = mm_weight_row(p, is1, e, 16u * (FM * rg + i / 2u) + g + 8u * (i % 2u), jb, MM_ROWS / 2u, nrows);
+    wb[i] = mm_weight_row(p, is1, lay, 16u * (FM * rg + i / 2u) + g + 8u * (i % 2u), jb, MM_ROWS / 2u, nrows);
   sync_threads();
   // Activation chunks of this thread: rows tid / 16 + 16 c, chunk tid % 16 (8 bf16); the rows'
   // offsets are read from shared memory at each issue (registers are the scarce resource).
@@ -346,7 +380,7 @@ MX_DEVICE void gemm_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   };
   // Step st's weights of this lane (zero codes and scale 127 past the matrix or K: +0).
   auto fetch = [&](u32 st, W& r)
-                   __attribute__((always_inline)) { mm_fetch<FM>(r, wb, st, t, kblocks, wcodes, wscales); };
+                   __attribute__((always_inline)) { mm_fetch<FM>(r, wb, st, t, kblocks, lay.bq, wce, wse); };
 
   FragC acc[FM][S::MNF];
 #pragma unroll

@@ -171,9 +171,12 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
   u32 jb = is1 ? bid_x() * (MW / 2u) : bid_x() * MW;
   mm_tile_rows<TP, MW / 64u, S::NT>(p, is1, pair_of_row, start, cnt, K, xoff, rowmax);
   // This lane's weight rows: tile rows 16 warp + g and + 8 (gemm_mma_body with FM = 1).
+  const Nv4Rows lay = nv4_rows(p.wrows, nrows, kblocks);
+  const u32* wce = wcodes + e * lay.es * 4u;
+  const u8* wse = wscales + e * lay.es;
   u32 wb[2];
 #pragma unroll
-  for (u32 i = 0; i < 2u; ++i) wb[i] = mm_weight_row(p, is1, e, 16u * warp + g + 8u * i, jb, MW / 2u, nrows);
+  for (u32 i = 0; i < 2u; ++i) wb[i] = mm_weight_row(p, is1, lay, 16u * warp + g + 8u * i, jb, MW / 2u, nrows);
   sync_threads();
   // Staging item n of this thread: i = tid + 256 n < ITEMS; array i / (4 TP), and within it
   // (j = i % (4 TP)) pair 8 (j / 32) + j % 8, word (j / 8) % 4.
@@ -210,7 +213,7 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
   };
   // Step st's weights of this lane (zero codes and scale 127 past the matrix or K: +0).
   auto fetch = [&](u32 st, W& r)
-                   __attribute__((always_inline)) { mm_fetch<1u>(r, wb, st, t, kblocks, wcodes, wscales); };
+                   __attribute__((always_inline)) { mm_fetch<1u>(r, wb, st, t, kblocks, lay.bq, wce, wse); };
   float d[S::ND];
 #pragma unroll
   for (u32 c = 0; c < S::ND; ++c) d[c] = 0.0f;

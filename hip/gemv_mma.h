@@ -233,7 +233,8 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
   u32 K = is1 ? h : inter, kblocks = K / 32u;
   u32 nrows = is1 ? 2u * inter : h;
   u32 jb = is1 ? bid_y() * 32u : bid_y() * ROWS;
-  u64 ebase = (u64)e * nrows * kblocks;  // the expert's first 32-block
+  Nv4Rows lay = nv4_rows(p.wrows, nrows, kblocks);  // the codes' row order (hip/nv4.h)
+  u64 ebase = e * lay.es;  // the expert's first 32-block
   const uint4v* wc = (const uint4v*)wcodes + ebase;  // one 16-byte word per 32-block
   const u8* ws = wscales + ebase;
   // Rows 16 r + g + 8 hh of the block; a row outside the matrix reads row 0 with factor 0.
@@ -246,7 +247,7 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
       u32 wr = r0 + 16u * r + g + 8u * hh;
       u32 row = weight_row(p, is1, wr, jb);
       bool ok = is1 ? weight_row_ok(p, wr, jb) : row < nrows;
-      roff[r][hh] = ok ? row * kblocks : 0u;
+      roff[r][hh] = ok ? nv4_row_off(lay, row) : 0u;
       okmask |= ok ? 1u << (2u * r + hh) : 0u;
     }
   // Column g of B: pair g of the tile (zero past the tile's pairs).
@@ -272,7 +273,7 @@ MX_DEVICE void gemv_mma_body(const MoeParams& p, bool is1, const u32* pair_of_ro
     for (u32 r = 0; r < R; ++r)
 #pragma unroll
       for (u32 hh = 0; hh < 2u; ++hh) {
-        u32 ix = roff[r][hh] + b;
+        u32 ix = roff[r][hh] + nv4_blk_off(lay, b);
         wv[r][hh] = load_stream16(wc + ix);
         sv[r][hh] = load_stream_u8(ws + ix);
       }

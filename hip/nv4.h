@@ -36,3 +36,41 @@ MX_DEVICE u32 nv4_pair(u32 v, u32 j) {
   if (j < 3u) return (v << (3u * j)) & 0x81C081C0u;
   return ((v >> 6) & 0x01800180u) | ((v >> 5) & 0x00400040u) | ((v << 5) & 0x80008000u);
 }
+
+// Where a 32-block's 16 code bytes (and its scale byte) sit in a layer's weight tensor on the
+// NVIDIA matrix-core path, in units of 32-blocks from the tensor's start. Two row orders
+// (MoeParams wrows, src/backend/hip/choice/layout.rs):
+//   - stored (wrows 0): expert e, row r, block b at (e x nrows + r) x kblocks + b;
+//   - rows (wrows 1, "nv4 rows"): the 16-row groups' 4-block steps contiguous, in the order
+//     the GEMV and GEMM lanes take them (lane (g, t) of a warp loads rows g and g + 8 of a
+//     16-row group, block 4s + t: gemv_mma.h, gemm_mma.h): [expert][row / 16][b / 4][row % 16]
+//     [b % 4], rows padded to a multiple of 16 and blocks to one of 4 (mx_nv4_rows fills the
+//     padding with zero codes and scale 127). A warp's 16-byte load of one half (rows g, 8 + g)
+//     then reads 512 consecutive bytes (the stored order: 8 rows x 64 bytes, 8 lines), its scale
+//     load 32 consecutive bytes (8 lines).
+// off = row_off(r) + blk_off(b) within an expert whose first block is e x es: row_off(r) = (r / 16)
+// x rg + (r % 16) x rr, blk_off(b) = (b / 4) x bq + b % 4 (stored: rg = 16 kblocks, rr =
+// kblocks, bq = 4, es = nrows x kblocks; rows: rg = 64 S, rr = 4, bq = 64, es = 16 ceil(nrows /
+// 16) x 4 S with S = ceil(kblocks / 4)).
+struct Nv4Rows {
+  u32 rg, rr, bq;
+  u64 es;
+};
+MX_DEVICE Nv4Rows nv4_rows(u32 wrows, u32 nrows, u32 kblocks) {
+  Nv4Rows l;
+  if (wrows) {
+    u32 s = (kblocks + 3u) / 4u;
+    l.rg = 64u * s;
+    l.rr = 4u;
+    l.bq = 64u;
+    l.es = (u64)((nrows + 15u) / 16u) * 64u * s;
+  } else {
+    l.rg = 16u * kblocks;
+    l.rr = kblocks;
+    l.bq = 4u;
+    l.es = (u64)nrows * kblocks;
+  }
+  return l;
+}
+MX_DEVICE u32 nv4_row_off(const Nv4Rows& l, u32 r) { return (r >> 4) * l.rg + (r & 15u) * l.rr; }
+MX_DEVICE u32 nv4_blk_off(const Nv4Rows& l, u32 b) { return (b >> 2) * l.bq + (b & 3u); }

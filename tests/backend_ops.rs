@@ -260,11 +260,15 @@ fn hip_backend_on_emulated_gpus() {
             "sm_90",
             // the GEMM from 5 tokens; up to 4 the GEMV, whose gemv1 here does not route
             // (the one-token route + lists kernels with the conversion folded in run instead)
+            // (and the codes in the nv4 rows order: hip/nv4.h Nv4Rows)
             &[
                 ("MXMOE_HIP_GEMV_PAIRS", "0"),
                 ("MXMOE_HIP_GEMV_ROUTED", "0"),
+                ("MXMOE_HIP_NV4_ROWS", "1"),
             ],
             &[
+                "mx_nv4_rows",
+                "moe_gemv1_mmab_cb4",
                 "moe_gemm1_mma_t16_split_cb4",
                 "moe_gemm2_v2_t16_cb8",
                 "moe_route_lists_w2x_4",
@@ -285,15 +289,18 @@ fn hip_backend_on_emulated_gpus() {
             &["moe_gemv1_mmaw_cb4"],
         ),
         // The wgmma GEMM (sm_90a; hip/gemm_wgmma.h) on every MoE case (the emulation also
-        // checks that a warpgroup's warps issue the same wgmma instructions).
+        // checks that a warpgroup's warps issue the same wgmma instructions), on codes in the
+        // nv4 rows order.
         (
             &nv,
             "sm_90",
             &[
                 ("MXMOE_HIP_GEMV_PAIRS", "0"),
                 ("MXMOE_HIP_MMA_VARIANT", "wg256"),
+                ("MXMOE_HIP_NV4_ROWS", "1"),
             ],
             &[
+                "mx_nv4_rows",
                 "moe_gemm1_mma_t64_wg256_cb4",
                 "moe_gemm2_mma_t64_split_wg256_cb4",
                 "moe_gemm1_mma_t32_wg256_cb4",

@@ -68,6 +68,7 @@ struct RouteParams {
 struct MoeParams {
   u32 m, top_k, hidden, inter, n_experts, e_local, has_map, has_bias13, has_bias2, on_input;
   u32 weight_fmt, act_fmt, act_mode, activation, round_bf16, tile_m;
+  u32 wrows;  // the MXFP4 codes' row order on the matrix-core path (hip/nv4.h Nv4Rows)
 };
 MX_DEVICE u32 key_ord(float v) {
   u32 b = f2u(v);

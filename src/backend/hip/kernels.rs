@@ -201,11 +201,12 @@ pub const V2_TILES: [usize; 3] = [16, 32, 64];
 /// hip/gemm_mma.h, docs/hip-gemm-mma.md), `moe_gemm{1,2}_mma_t<pair cols>[_split]_cb4`, and the
 /// conversion to bf16 in the order its B fragments take (`mx_to_bf16_p8`), and the rearrangement
 /// of a layer's MXFP4 codes into the layout the matrix-core kernels decode (`mx_nv4_repack`,
-/// hip/nv4.h), and v6's warp routing with that conversion of the hidden states folded in
+/// hip/nv4.h; with the rows in the order the kernels' lanes load them, `mx_nv4_rows`), and v6's
+/// warp routing with that conversion of the hidden states folded in
 /// (`mx_route_wx_<nq>`; the fused few-token route + lists with the conversion in blocks of
 /// their own, `moe_route_lists_w2x_<nq>` / `w3x`), the input QDQ writing that layout
 /// (`mx_qdq_lanes_p8`), and mmab's gemv1 routing one token itself (`moe_gemv1_mmab_rt_<nq>`).
-pub const NAMES_MMA: [&str; 42] = [
+pub const NAMES_MMA: [&str; 43] = [
     "moe_gemm1_mma_t64_cb4",
     "moe_gemm2_mma_t64_cb4",
     "moe_gemm1_mma_t64_split_cb4",
@@ -232,6 +233,7 @@ pub const NAMES_MMA: [&str; 42] = [
     "moe_gemm2_mma_t16_split_v0_cb4",
     "mx_to_bf16_p8",
     "mx_nv4_repack",
+    "mx_nv4_rows",
     "mx_route_wx_4",
     "mx_route_wx_8",
     "mx_route_wx_32",

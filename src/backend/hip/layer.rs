@@ -4,11 +4,12 @@
 //! the nv4 layout where every kernel that may read them decodes it (`choice/layout.rs`
 //! `nv4_layout`; hip/nv4.h), rearranged once on the device.
 
-use super::choice::{nv4_layout, GEMV2_OUT_ROWS, GEMV_OUT_ROWS};
+use super::choice::{nv4_layout, nv4_rows, GEMV2_OUT_ROWS, GEMV_OUT_ROWS};
 use super::driver::DevBuf;
 use super::real::{args, f32_bytes, unsupported, HipBackend};
 use crate::backend::wgpu::route as wroute;
 use crate::backend::{BackendError, Op, Support};
+use crate::format::{MxTensor, BLOCK};
 use crate::moe::{MoeConfig, MoeLayer};
 
 /// A layer's weights on the device.
@@ -28,6 +29,8 @@ pub struct HipLayer {
     pub(super) counters: DevBuf,
     /// The MXFP4 codes are in the nv4 layout (hip/nv4.h; choice/layout.rs nv4_layout).
     pub(super) nv4: bool,
+    /// ... and their blocks in the rows order (hip/nv4.h `Nv4Rows`; choice/layout.rs nv4_rows).
+    pub(super) nv4_rows: bool,
 }
 
 impl HipLayer {
@@ -60,28 +63,50 @@ impl HipBackend {
             layer.config.scheme.weight.spec().code_bits,
             self.v2.is_ok(),
         )?;
-        // nv4: the code words rearranged in place once (hip/gemm_mma.h mx_nv4_repack).
-        let codes = |d: &[u8]| -> Result<DevBuf, BackendError> {
-            let b = up(d)?;
-            if nv4 {
-                let n = (d.len() / 4) as u64;
+        let rows = nv4 && nv4_rows()?;
+        // nv4: the code words rearranged in place once (hip/gemm_mma.h mx_nv4_repack); with
+        // the rows order, copied with the scales into buffers of that order (mx_nv4_rows; the
+        // stored copies are freed on return).
+        let tensor = |t: &MxTensor| -> Result<(DevBuf, DevBuf), BackendError> {
+            let (codes, scales) = (up(&t.data)?, up(&t.scales)?);
+            if !nv4 {
+                return Ok((codes, scales));
+            }
+            if !rows {
+                let n = (t.data.len() / 4) as u64;
                 self.launch(
                     "mx_nv4_repack",
                     (n.div_ceil(256) as u32, 1),
                     256,
-                    &mut args!(b.ptr, n),
+                    &mut args!(codes.ptr, n),
                 )?;
+                return Ok((codes, scales));
             }
-            Ok(b)
+            let (experts, nrows, kblocks) = nv4_rows_shape(t)?;
+            let blocks = experts * nrows.next_multiple_of(16) * kblocks.next_multiple_of(4);
+            let (wd, sd) = (self.dev.alloc(16 * blocks)?, self.dev.alloc(blocks)?);
+            let (e, r, k) = (experts as u32, nrows as u32, kblocks as u32);
+            self.launch(
+                "mx_nv4_rows",
+                (blocks.div_ceil(256) as u32, 1),
+                256,
+                &mut args!(codes.ptr, scales.ptr, wd.ptr, sd.ptr, e, r, k),
+            )?;
+            // The stored copies go back to the device once the copy has run.
+            self.dev.synchronize()?;
+            Ok((wd, sd))
         };
+        let (w13, s13) = tensor(&w.w13)?;
+        let (w2, s2) = tensor(&w.w2)?;
         Ok(HipLayer {
             config: layer.config.clone(),
             correction_bias: w.e_score_correction_bias.is_some(),
             nv4,
-            w13: codes(&w.w13.data)?,
-            s13: up(&w.w13.scales)?,
-            w2: codes(&w.w2.data)?,
-            s2: up(&w.w2.scales)?,
+            nv4_rows: rows,
+            w13,
+            s13,
+            w2,
+            s2,
             bias13: opt(w.w13_bias.as_deref())?,
             bias2: opt(w.w2_bias.as_deref())?,
             map: w
@@ -105,4 +130,25 @@ impl HipBackend {
             },
         })
     }
+}
+
+/// An expert tensor's (experts, rows, 32-blocks per row) for `mx_nv4_rows`, whose indices are
+/// 32-bit within an expert (hip/nv4.h `Nv4Rows`).
+fn nv4_rows_shape(t: &MxTensor) -> Result<(usize, usize, usize), BackendError> {
+    let &[experts, nrows, k] = t.shape.as_slice() else {
+        return Err(BackendError::Device(format!(
+            "an expert weight tensor of shape {:?}: expected [experts, rows, K]",
+            t.shape
+        )));
+    };
+    let kblocks = k / BLOCK;
+    let per_expert = nrows.next_multiple_of(16) as u64 * kblocks.next_multiple_of(4) as u64;
+    if per_expert >= 1 << 32 || experts as u64 * per_expert > (u32::MAX as u64) * 256 {
+        return Err(BackendError::Device(format!(
+            "an expert weight tensor of shape {:?} is too large for MXMOE_HIP_NV4_ROWS=1 \
+             (32-bit block indices per expert): unset it",
+            t.shape
+        )));
+    }
+    Ok((experts, nrows, kblocks))
 }

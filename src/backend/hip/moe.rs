@@ -38,6 +38,8 @@ pub(super) struct MoeParams {
     activation: u32,
     round_bf16: u32,
     tile_m: u32,
+    /// The MXFP4 codes in the nv4 rows order (hip/nv4.h Nv4Rows; `HipLayer::nv4_rows`).
+    wrows: u32,
 }
 
 /// Whether every value is a bf16 value (its low 16 bits zero: bf16 -> f32 is exact, so the
@@ -236,6 +238,7 @@ impl HipBackend {
             activation: l.activation.id(),
             round_bf16: (opts.intermediate == Intermediate::Bf16) as u32,
             tile_m: tile_m as u32,
+            wrows: g.nv4_rows as u32,
         };
         let mut run = Launcher {
             hip: self,

@@ -30,6 +30,17 @@ pub(in crate::backend::hip) fn nv4_layout(
     Ok(mma_gemm && gemv_is_mma(gemv) && matches!(gemm, GemmVersion::Auto | GemmVersion::Mma))
 }
 
+/// Whether an nv4 layer's blocks go up in the rows order (hip/nv4.h `Nv4Rows`: each 16-row
+/// group's 4-block steps contiguous, in the order the matrix-core GEMV's and GEMM's lanes load
+/// them, so that a warp's 16-byte load reads 512 consecutive bytes instead of 8 rows x 64, and
+/// its scale load 32 instead of 8 x 4), copied by `mx_nv4_rows` at upload:
+/// `MXMOE_HIP_NV4_ROWS` = `0` (the default: the stored row order) or `1`. Not measured yet on
+/// a GPU (written in session 13 without device time; the CPU emulation checks it); the default
+/// stays the stored order until a device measures the two.
+pub(in crate::backend::hip) fn nv4_rows() -> Result<bool, BackendError> {
+    Ok(super::env_variant("MXMOE_HIP_NV4_ROWS", &["0", "1"])? == "1")
+}
+
 /// Knobs that ask for kernels of both layouts, refused when the layer is prepared rather than
 /// at its first forward: an mma* GEMV named by `MXMOE_HIP_GEMV` (`set`) decodes only nv4 words,
 /// which `MXMOE_HIP_GEMM=v1` / `v2` never prepare.
