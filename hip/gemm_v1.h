@@ -46,11 +46,13 @@
 
 MX_DEVICE u32 bf16_bits_rne(float x) { return f2u(bf16_round(x)) >> 16; }
 
-// Element i (row-major, pairs x inter) of gemm1's output as mx_to_bf16_p8 stores it: bf16 hi
-// at its place in its group of 8 (0, 4, 1, 5, 2, 6, 3, 7) and, for weight-only schemes (hi +
-// lo), the bf16 of v - hi (0 where hi is Inf or NaN) pairs x inter elements further.
-MX_DEVICE void gemm_p8_store(const MoeParams& p, u16* o, u64 i, float v) {
-  u64 pos = p8_pos(i);
+// Element (row, j) (row-major, pairs x inter) of gemm1's output as mx_to_bf16_p8 stores it:
+// bf16 hi at its place in its group of 8 (0, 4, 1, 5, 2, 6, 3, 7), or in the c16 order
+// (p.xc2: gemm2 is the wgmma GEMM of MXMOE_HIP_MMA_VARIANT=wg256c; gemv_epilogue.h c16_pos),
+// and, for weight-only schemes (hi + lo), the bf16 of v - hi (0 where hi is Inf or NaN) pairs x
+// inter elements further.
+MX_DEVICE void gemm_p8_store(const MoeParams& p, u16* o, u32 row, u32 j, float v) {
+  u64 pos = p.xc2 ? (u64)row * p.inter + c16_pos(j, p.inter) : p8_pos((u64)row * p.inter + j);
   u32 hb = bf16_bits_rne(v);
   o[pos] = (u16)hb;
   if (p.act_fmt == FMT_NONE) {
@@ -200,7 +202,7 @@ MX_DEVICE void gemm_epilogue(const MoeParams& p, bool is1, u32 e, u32 start, u32
         if (p.act_fmt != FMT_NONE) o = intermediate_qdq(p, o, byte);
         if (j < inter) {
           if (XBO)
-            gemm_p8_store(p, (u16*)out, (u64)(start + r) * inter + j, u2f(o));
+            gemm_p8_store(p, (u16*)out, start + r, j, u2f(o));
           else
             out[(u64)(start + r) * inter + j] = o;
         }

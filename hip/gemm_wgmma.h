@@ -129,12 +129,15 @@ MX_DEVICE u64 wg_desc(u32 addr, u32 lbo, u32 sbo) {
 }
 
 // MW: weight rows per block (128: 2 warpgroups, 256 threads, the mma GEMM's grid; 256: 4
-// warpgroups, 512 threads, each staged activation tile feeding twice the rows).
-template <u32 TP, bool SPLIT, u32 MW = 128u>
+// warpgroups, 512 threads, each staged activation tile feeding twice the rows). C16: the
+// activations come in the c16 order (gemv_epilogue.h c16_pos) and go to shared memory by
+// cp.async as they are (one 16-byte chunk = one core row), each k core column padded by 16
+// bytes so that the 16 chunks of a pair row's step land in 8 distinct bank groups.
+template <u32 TP, bool SPLIT, u32 MW = 128u, bool C16 = false>
 struct WgShape {
   static constexpr u32 NT = 2u * MW;               // threads: one warp per 16 weight rows
   static constexpr u32 SLOTS = 3u;
-  static constexpr u32 KC = TP * 16u;              // bytes of one k core column (TP core rows)
+  static constexpr u32 KC = TP * 16u + (C16 ? 16u : 0u);  // bytes of one k core column (TP core rows)
   static constexpr u32 TILE = 16u * KC;            // one array of a slot: the step's 128 k
   static constexpr u32 STAGE = (SPLIT ? 2u : 1u) * TILE;
   static constexpr u32 PIPE = SLOTS * STAGE;
@@ -143,6 +146,8 @@ struct WgShape {
   static constexpr u32 SMEM = PIPE > EPI ? PIPE : EPI;
   static constexpr u32 ITEMS = (SPLIT ? 2u : 1u) * TP * 4u;  // (array, pair, word) per step
   static constexpr u32 NI = (ITEMS + NT - 1u) / NT;
+  static constexpr u32 CITEMS = (SPLIT ? 2u : 1u) * TP * 16u;  // C16: (array, pair, chunk) per step
+  static constexpr u32 CN = (CITEMS + NT - 1u) / NT;
   static constexpr u32 ND = TP / 2u;                 // f32 accumulators per thread
   static constexpr u32 WD = 1u;                      // weight steps in flight (registers)
   static_assert(TP == 16u || TP == 32u || TP == 64u, "pair tiles (wgmma n16 / n32 / n64)");
@@ -151,11 +156,11 @@ struct WgShape {
   static_assert(SMEM <= 227u * 1024u, "sm_90's per-block limit");
 };
 
-template <u32 TP, bool SPLIT, u32 MW>
+template <u32 TP, bool SPLIT, u32 MW, bool C16>
 MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                             const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
                             u32* out, const float* bias, const float* topw) {
-  typedef WgShape<TP, SPLIT, MW> S;
+  typedef WgShape<TP, SPLIT, MW, C16> S;
   typedef MmW<1u> W;
   if (dynamic_smem_bytes() < S::SMEM) __builtin_trap();
   MX_SHARED u64 xoff[TP];
@@ -211,6 +216,35 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
       }
     }
   };
+  // C16: step st's chunks into their slot by cp.async (the caller commits): item i = (array,
+  // pair r, chunk kc), kc = i % 16 (16 lanes read a pair's 256 bytes; 8 lanes write 8 bank
+  // groups); zeros past the tile's pairs. The last step of K % 128 != 0 (kb < 4 blocks,
+  // chunks of kb words) goes word by word, zeros for the words of blocks past K.
+  auto cissue = [&](u32 st) __attribute__((always_inline)) {
+    unsigned char* base = ring + (st % S::SLOTS) * S::STAGE;
+    u32 kb = kblocks - 4u * st;
+#pragma unroll
+    for (u32 n = 0; n < S::CN; ++n) {
+      u32 i = tid + S::NT * n;
+      if (S::CITEMS % S::NT == 0u || i < S::CITEMS) {
+        u32 kc = i % 16u, r = (i / 16u) % TP;
+        const u16* src = i >= 16u * TP ? xl : xh;
+        unsigned char* d = base + (i / (16u * TP)) * S::TILE + kc * S::KC + r * 16u;
+        u64 xo = xoff[r];
+        bool v = xo != ~0ull;
+        const u16* sp = src + (v ? xo + (u64)st * MM_BK : 0ull);
+        if (kb >= 4u) {
+          copy16_async(d, sp + 8u * kc, v);
+        } else {
+#pragma unroll
+          for (u32 q = 0; q < 4u; ++q) {
+            bool ok = v && q < kb;
+            copy4_async(d + 4u * q, ok ? sp + 2u * kb * kc + 2u * q : src, ok);
+          }
+        }
+      }
+    }
+  };
   // Step st's weights of this lane (zero codes and scale 127 past the matrix or K: +0).
   auto fetch = [&](u32 st, W& r)
                    __attribute__((always_inline)) { mm_fetch<1u>(r, wb, st, t, kblocks, lay.bq, wce, wse); };
@@ -262,9 +296,15 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
 #pragma unroll
   for (u32 dd = 0; dd < S::WD; ++dd)
     if (dd < steps) fetch(dd, wr[dd]);
-  sload(0u);
-  sstore(0u);
-  if (1u < steps) sload(1u);
+  if constexpr (C16) {
+    cissue(0u);
+    copy_commit();
+    copy_wait_all();
+  } else {
+    sload(0u);
+    sstore(0u);
+    if (1u < steps) sload(1u);
+  }
   wg_fence_proxy();
   // Which decode a step runs is decided for the whole block (wgmma is .aligned over the
   // warpgroup: its warps must run the same instructions, so no warp may branch on its own
@@ -277,14 +317,24 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
       u32 s = s0 + dd;
       if (s < steps) {
         if (s + S::WD < steps) fetch(s + S::WD, wr[(dd + S::WD) % R]);
+        // C16: step s + 1's copies into its slot (last read by step s - 2, which every
+        // warpgroup finished before the barrier that ended step s - 1), in flight during
+        // step s's MMAs.
+        if constexpr (C16) {
+          if (s + 1u < steps) cissue(s + 1u);
+          copy_commit();
+        }
         if (two)
           step(s, wr[dd], MmB<true>());
         else
           step(s, wr[dd], MmB<false>());
-        // Step s + 1's activations into its slot (last read by step s - 2, which every
-        // warpgroup finished before the barrier that ended step s - 1), step s + 2's loads.
-        if (s + 1u < steps) sstore(s + 1u);
-        if (s + 2u < steps) sload(s + 2u);
+        if constexpr (C16) {
+          copy_wait_all();
+        } else {
+          // Step s + 1's activations into its slot (the same slot rule), step s + 2's loads.
+          if (s + 1u < steps) sstore(s + 1u);
+          if (s + 2u < steps) sload(s + 2u);
+        }
         wg_fence_proxy();
         two = mm_block_any(s + 1u < steps && big_of(wr[(dd + 1u) % R]));
       }
@@ -305,7 +355,7 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
 
 // The split kernel (weight-only schemes): tiles whose activation rows are all bf16-representable
 // run the hi-only body (gemm_mma_split's lo skip, bit-exact for the same reason).
-template <u32 TP, u32 MW>
+template <u32 TP, u32 MW, bool C16>
 MX_DEVICE void gemm_wg_split(const MoeParams& p, bool is1, const u32* pair_of_row, const u32* tiles,
                              const u16* xh, const u16* xl, const u32* wcodes, const u8* wscales,
                              u32* out, const float* bias, const float* topw) {
@@ -317,9 +367,9 @@ MX_DEVICE void gemm_wg_split(const MoeParams& p, bool is1, const u32* pair_of_ro
   for (u32 r = tid_x(); r < cnt; r += 2u * MW)
     nz = nz || lo_rows[is1 ? pair_of_row[start + r] / p.top_k : start + r] != 0u;
   if (!mm_block_any(nz))
-    gemm_wg_body<TP, false, MW>(p, is1, pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw);
+    gemm_wg_body<TP, false, MW, C16>(p, is1, pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw);
   else
-    gemm_wg_body<TP, true, MW>(p, is1, pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw);
+    gemm_wg_body<TP, true, MW, C16>(p, is1, pair_of_row, tiles, xh, xl, wcodes, wscales, out, bias, topw);
 }
 
 // moe_gemm{1,2}_mma_t<TP>[_split]<VS>_cb4 and their dynamic shared memory (the mma GEMM's naming:
@@ -328,27 +378,44 @@ MX_DEVICE void gemm_wg_split(const MoeParams& p, bool is1, const u32* pair_of_ro
 // slower than mma.sync everywhere on the H100 (gpt-oss-120b 2048 tokens 7.0 vs 4.0 ms,
 // DeepSeek-R1 9.4 vs 8.6; docs/h100-2026-12-06s12-wgmma), as session 9's versions were on
 // the H200 (docs/h200-2026-12-01s9-wg); no kernel is built with it.
-#define GEMM_WG_VARIANT(TP, SPLIT, SFX, MW, VS)                                                  \
+#define GEMM_WG_VARIANT(TP, SPLIT, SFX, MW, C16, VS)                                             \
   extern "C" __attribute__((device, used)) const u32 moe_gemm_mma_t##TP##SFX##VS##_cb4_smem =   \
-      WgShape<TP, SPLIT, MW>::SMEM;                                                             \
+      WgShape<TP, SPLIT, MW, C16>::SMEM;                                                        \
   MX_KERNEL_OCC(2u * MW, 256u / MW) void moe_gemm1_mma_t##TP##SFX##VS##_cb4(GEMM_BF16_ARGS) {   \
     if (SPLIT)                                                                                  \
-      gemm_wg_split<TP, MW>(p, true, GEMM_BF16_PASS);                                           \
+      gemm_wg_split<TP, MW, C16>(p, true, GEMM_BF16_PASS);                                      \
     else                                                                                        \
-      gemm_wg_body<TP, false, MW>(p, true, GEMM_BF16_PASS);                                     \
+      gemm_wg_body<TP, false, MW, C16>(p, true, GEMM_BF16_PASS);                                \
   }                                                                                             \
   MX_KERNEL_OCC(2u * MW, 256u / MW) void moe_gemm2_mma_t##TP##SFX##VS##_cb4(GEMM_BF16_ARGS) {   \
     if (SPLIT)                                                                                  \
-      gemm_wg_split<TP, MW>(p, false, GEMM_BF16_PASS);                                          \
+      gemm_wg_split<TP, MW, C16>(p, false, GEMM_BF16_PASS);                                     \
     else                                                                                        \
-      gemm_wg_body<TP, false, MW>(p, false, GEMM_BF16_PASS);                                    \
+      gemm_wg_body<TP, false, MW, C16>(p, false, GEMM_BF16_PASS);                               \
   }
-#define GEMM_WG_TILES(MW, VS)                  \
-  GEMM_WG_VARIANT(64, false, , MW, VS)         \
-  GEMM_WG_VARIANT(64, true, _split, MW, VS)    \
-  GEMM_WG_VARIANT(32, false, , MW, VS)         \
-  GEMM_WG_VARIANT(32, true, _split, MW, VS)    \
-  GEMM_WG_VARIANT(16, false, , MW, VS)         \
-  GEMM_WG_VARIANT(16, true, _split, MW, VS)
-GEMM_WG_TILES(256u, _wg256)
+#define GEMM_WG_TILES(MW, C16, VS)                  \
+  GEMM_WG_VARIANT(64, false, , MW, C16, VS)         \
+  GEMM_WG_VARIANT(64, true, _split, MW, C16, VS)    \
+  GEMM_WG_VARIANT(32, false, , MW, C16, VS)         \
+  GEMM_WG_VARIANT(32, true, _split, MW, C16, VS)    \
+  GEMM_WG_VARIANT(16, false, , MW, C16, VS)         \
+  GEMM_WG_VARIANT(16, true, _split, MW, C16, VS)
+GEMM_WG_TILES(256u, false, _wg256)
+// wg256c (MXMOE_HIP_MMA_VARIANT=wg256c): the activations in the c16 order, copied by cp.async
+// (gemm1's from mx_p8_to_c16, gemm2's written so by gemm1's epilogue, MoeParams xc2).
+GEMM_WG_TILES(256u, true, _wg256c)
+
+// The hidden states' bf16 hi (and lo, with the row flags after it) from mx_to_bf16_p8's order
+// into the c16 order (gemv_epilogue.h c16_pos) for a wg256c gemm1: one block per row of K.
+MX_KERNEL(256) void mx_p8_to_c16(const u16* hi, const u16* lo, u16* dhi, u16* dlo, u32 rows, u32 K) {
+  u32 row = bid_x();
+  if (row >= rows) return;
+  u64 base = (u64)row * K;
+  for (u32 k = tid_x(); k < K; k += 256u) {
+    u64 src = base + p8_pos(k), dst = base + c16_pos(k, K);
+    dhi[dst] = hi[src];
+    if (lo) dlo[dst] = lo[src];
+  }
+  if (lo && tid_x() == 0u) ((u32*)(dlo + (u64)rows * K))[row] = ((const u32*)(lo + (u64)rows * K))[row];
+}
 #endif  // MX_NV && __CUDA_ARCH_FEAT_SM90_ALL

@@ -11,6 +11,20 @@ MX_DEVICE u64 p8_pos(u64 i) {
   return (i & ~7ull) | (q < 4u ? 2u * q : 2u * (q - 4u) + 1u);
 }
 
+// Where element k of a row of K values (K a multiple of 32) goes in the c16 layout that
+// MXMOE_HIP_MMA_VARIANT=wg256c's wgmma GEMM copies into shared memory without touching it
+// (hip/gemm_wgmma.h): per 128-k step (the GEMM's K step, four 32-blocks t), k = 128 s + 32 t +
+// 8 w + m + 4 h (w, m < 4, h < 2) is half h of u32 word t of the step's 16-byte chunk 4 w + m,
+// which is one core-matrix row of the GEMM's B operand (the four words of a chunk come from the
+// four blocks: the k permutation of gemm_mma.h's lanes, which own one block each). A last step
+// of kb < 4 blocks (K not a multiple of 128) keeps the order with chunks of kb words.
+MX_DEVICE u32 c16_pos(u32 k, u32 K) {
+  u32 s = k / 128u, r = k % 128u, t = r / 32u, w = (r / 8u) % 4u, j = r % 8u;
+  u32 kb = K / 32u - 4u * s;
+  kb = kb < 4u ? kb : 4u;
+  return 128u * s + (4u * w + j % 4u) * 2u * kb + 2u * t + j / 4u;
+}
+
 // gemv1's epilogue for one (pair t, intermediate column j) of a block, shared by gemv.h's
 // GEMV and the matrix-core one (gemv_mma.h): the gate and up sums gv / uv, the bias, the
 // router weight on the input, the activation, and the intermediate QDQ over the block's 32

@@ -102,6 +102,13 @@ MX_DEVICE void copy8_async(void* dst, const void* src, bool valid) {
                : "r"(smem_addr(dst)), "l"(src), "r"(valid ? 8u : 0u)
                : "memory");
 }
+// 4 bytes (.ca; the wgmma GEMM's last K step of the c16 layout, hip/gemm_wgmma.h).
+MX_DEVICE void copy4_async(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+               :
+               : "r"(smem_addr(dst)), "l"(src), "r"(valid ? 4u : 0u)
+               : "memory");
+}
 template <int N>
 MX_DEVICE void copy_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");

@@ -188,7 +188,7 @@ fn hip_backend_on_emulated_gpus() {
         .into_iter()
         .chain(amd_default)
         .collect();
-    let runs: [Run; 10] = [
+    let runs: [Run; 11] = [
         (&amd, "gfx950", &[], &gfx950),
         (&amd, "gfx942", &[], &gfx942),
         (
@@ -289,23 +289,40 @@ fn hip_backend_on_emulated_gpus() {
             &["moe_gemv1_mmaw_cb4"],
         ),
         // The wgmma GEMM (sm_90a; hip/gemm_wgmma.h) on every MoE case (the emulation also
-        // checks that a warpgroup's warps issue the same wgmma instructions), on codes in the
-        // nv4 rows order.
+        // checks that a warpgroup's warps issue the same wgmma instructions).
         (
             &nv,
             "sm_90",
             &[
                 ("MXMOE_HIP_GEMV_PAIRS", "0"),
                 ("MXMOE_HIP_MMA_VARIANT", "wg256"),
-                ("MXMOE_HIP_NV4_ROWS", "1"),
             ],
             &[
-                "mx_nv4_rows",
                 "moe_gemm1_mma_t64_wg256_cb4",
                 "moe_gemm2_mma_t64_split_wg256_cb4",
                 "moe_gemm1_mma_t32_wg256_cb4",
                 "moe_gemm1_mma_t16_wg256_cb4",
                 "moe_gemm2_mma_t16_split_wg256_cb4",
+            ],
+        ),
+        // The same on activations in the c16 order copied by cp.async (wg256c; gemm1's
+        // converted by mx_p8_to_c16, gemm2's written so by gemm1), codes in the nv4 rows order.
+        (
+            &nv,
+            "sm_90",
+            &[
+                ("MXMOE_HIP_GEMV_PAIRS", "0"),
+                ("MXMOE_HIP_MMA_VARIANT", "wg256c"),
+                ("MXMOE_HIP_NV4_ROWS", "1"),
+            ],
+            &[
+                "mx_nv4_rows",
+                "mx_p8_to_c16",
+                "moe_gemm1_mma_t64_wg256c_cb4",
+                "moe_gemm2_mma_t64_split_wg256c_cb4",
+                "moe_gemm1_mma_t32_wg256c_cb4",
+                "moe_gemm1_mma_t16_wg256c_cb4",
+                "moe_gemm2_mma_t16_split_wg256c_cb4",
             ],
         ),
     ];

@@ -99,6 +99,7 @@ struct MoeParams {
   u32 m, top_k, hidden, inter, n_experts, e_local, has_map, has_bias13, has_bias2, on_input;
   u32 weight_fmt, act_fmt, act_mode, activation, round_bf16, tile_m;
   u32 wrows;  // the MXFP4 codes' row order on the matrix-core path (hip/nv4.h Nv4Rows)
+  u32 xc2;    // gemm2's bf16 activations in the c16 order (gemv_epilogue.h c16_pos)
 };
 MX_DEVICE float bf16_point(const MoeParams&, float x) { return x; }
 MX_DEVICE float activate(const MoeParams& p, float g, float u) {

@@ -233,6 +233,10 @@ MX_DEVICE void copy8_async(void* dst, const void* src, bool valid) {
   if (valid) memcpy(dst, src, 8);
   else memset(dst, 0, 8);
 }
+MX_DEVICE void copy4_async(void* dst, const void* src, bool valid) {
+  if (valid) memcpy(dst, src, 4);
+  else memset(dst, 0, 4);
+}
 MX_DEVICE void copy_commit() {}
 MX_DEVICE void copy_wait_all() {}
 template <int N>

@@ -254,8 +254,10 @@ pub const NAMES_MMA: [&str; 43] = [
 
 /// sm_90a only (the H100 / H200 PTX): the mma GEMM on wgmma.mma_async (hip/gemm_wgmma.h,
 /// `MXMOE_HIP_MMA_VARIANT=wg256`), `moe_gemm{1,2}_mma_t<pair cols>[_split]_wg256_cb4` (blocks
-/// of 256 weight rows and 512 threads).
-pub const NAMES_WGMMA: [&str; 12] = [
+/// of 256 weight rows and 512 threads), the same on activations in the c16 order copied by
+/// cp.async (`wg256c`), and the conversion of gemm1's activations into that order
+/// (`mx_p8_to_c16`).
+pub const NAMES_WGMMA: [&str; 25] = [
     "moe_gemm1_mma_t64_wg256_cb4",
     "moe_gemm2_mma_t64_wg256_cb4",
     "moe_gemm1_mma_t64_split_wg256_cb4",
@@ -268,6 +270,19 @@ pub const NAMES_WGMMA: [&str; 12] = [
     "moe_gemm2_mma_t16_wg256_cb4",
     "moe_gemm1_mma_t16_split_wg256_cb4",
     "moe_gemm2_mma_t16_split_wg256_cb4",
+    "moe_gemm1_mma_t64_wg256c_cb4",
+    "moe_gemm2_mma_t64_wg256c_cb4",
+    "moe_gemm1_mma_t64_split_wg256c_cb4",
+    "moe_gemm2_mma_t64_split_wg256c_cb4",
+    "moe_gemm1_mma_t32_wg256c_cb4",
+    "moe_gemm2_mma_t32_wg256c_cb4",
+    "moe_gemm1_mma_t32_split_wg256c_cb4",
+    "moe_gemm2_mma_t32_split_wg256c_cb4",
+    "moe_gemm1_mma_t16_wg256c_cb4",
+    "moe_gemm2_mma_t16_wg256c_cb4",
+    "moe_gemm1_mma_t16_split_wg256c_cb4",
+    "moe_gemm2_mma_t16_split_wg256c_cb4",
+    "mx_p8_to_c16",
 ];
 
 /// The dynamic shared memory (bytes) a v2 or mma GEMM launch must give: the PTX constant

@@ -40,6 +40,19 @@ pub(super) struct MoeParams {
     tile_m: u32,
     /// The MXFP4 codes in the nv4 rows order (hip/nv4.h Nv4Rows; `HipLayer::nv4_rows`).
     wrows: u32,
+    /// gemm1 writes gemm2's bf16 activations in the c16 order (hip/gemv_epilogue.h c16_pos):
+    /// gemm2 is the `wg256c` wgmma GEMM (`moe_experts.rs` bf16_gemm_stage).
+    xc2: u32,
+}
+
+impl MoeParams {
+    /// The same parameters with gemm2's activations in the c16 order or not.
+    pub(super) fn with_xc2(self, on: bool) -> Self {
+        MoeParams {
+            xc2: on as u32,
+            ..self
+        }
+    }
 }
 
 /// Whether every value is a bf16 value (its low 16 bits zero: bf16 -> f32 is exact, so the
@@ -239,6 +252,7 @@ impl HipBackend {
             round_bf16: (opts.intermediate == Intermediate::Bf16) as u32,
             tile_m: tile_m as u32,
             wrows: g.nv4_rows as u32,
+            xc2: 0,
         };
         let mut run = Launcher {
             hip: self,

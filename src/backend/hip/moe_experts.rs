@@ -210,9 +210,10 @@ impl HipBackend {
         let (use_mma, mt) = (plan.use_mma, a.max_tiles as u32);
         let split = a.weight_only();
         let sfx = if split { "_split" } else { "" };
-        // Per stage (gemm1: K = hidden, gemm2: K = inter): its kernel, and the weight rows of
-        // its blocks (the grid's x; 128, or 256 for the wgmma GEMM's wg256).
-        let stage = |k: usize, n: u32| -> Result<(String, usize), BackendError> {
+        // Per stage (gemm1: K = hidden, gemm2: K = inter): its kernel, the weight rows of its
+        // blocks (the grid's x; 128, or 256 for the wgmma GEMM's wg256 / wg256c), and whether
+        // it reads its activations in the c16 order (wg256c; hip/gemv_epilogue.h c16_pos).
+        let stage = |k: usize, n: u32| -> Result<(String, usize, bool), BackendError> {
             Ok(match plan.v2_tm {
                 // mma: the same arguments, grid (128 weight rows a block) and tile list
                 // contract (hip/gemm_mma.h), activations from mx_to_bf16_p8.
@@ -231,15 +232,16 @@ impl HipBackend {
                     (
                         format!("moe_gemm{n}_mma_t{tm}{sfx}{vs}_cb4"),
                         mma_block_rows(v),
+                        mma_takes_c16(v),
                     )
                 }
                 // The same arguments, grid and tile list contract as v1 (hip/gemm_v2.h
                 // gemm_v2_body), tiles of tm pair rows.
-                Some(tm) => (format!("moe_gemm{n}_v2_t{tm}{sfx}_cb{cb}"), GEMM_N),
-                None => (format!("moe_gemm{n}{sfx}_cb{cb}"), GEMM_N),
+                Some(tm) => (format!("moe_gemm{n}_v2_t{tm}{sfx}_cb{cb}"), GEMM_N, false),
+                None => (format!("moe_gemm{n}{sfx}_cb{cb}"), GEMM_N, false),
             })
         };
-        let ((k1, rows1), (k2, rows2)) = (stage(h, 1)?, stage(inter, 2)?);
+        let ((k1, rows1, c16_1), (k2, rows2, c16_2)) = (stage(h, 1)?, stage(inter, 2)?);
         let block = |k: &str, rows: usize| -> Result<u64, BackendError> {
             Ok(match (&self.v2, plan.v2_tm) {
                 (Ok(v2), Some(_)) => {
@@ -289,7 +291,7 @@ impl HipBackend {
             )?;
             Some((xh, xl))
         };
-        let (xhp, xlp) = match (&xv12, a.xb) {
+        let (mut xhp, mut xlp) = match (&xv12, a.xb) {
             (Some((xh, xl)), _) => (xh.ptr, xl.as_ref().map_or(0u64, |b| b.ptr)),
             (None, Some(xb)) => xb,
             (None, None) => {
@@ -297,6 +299,24 @@ impl HipBackend {
                     "internal: the mma GEMM's bf16 activations were not prepared".into(),
                 ))
             }
+        };
+        // wg256c's gemm1: the hidden states' bf16 (hi, lo and its row flags) in the c16 order,
+        // converted from mx_to_bf16_p8's by one pass (hip/gemm_wgmma.h mx_p8_to_c16).
+        let _xc = if c16_1 {
+            let n = m * h * 2;
+            let b = dev.alloc(if split { 2 * n + flags(m) } else { n })?;
+            let lo = if split { b.ptr + n as u64 } else { 0u64 };
+            run.run(
+                "moe/to_c16",
+                "mx_p8_to_c16",
+                (m as u32, 1),
+                256,
+                &mut args!(xhp, xlp, b.ptr, lo, m as u32, h as u32),
+            )?;
+            (xhp, xlp) = (b.ptr, lo);
+            Some(b)
+        } else {
+            None
         };
         // gemm2's bf16 activations: hi, then (split) lo and the row flags, in one buffer. The
         // mma gemm1 writes them itself (hip/gemm_v1.h gemm_p8_store); v1 / v2 write f32 and a
@@ -306,12 +326,14 @@ impl HipBackend {
         let (ahp, alp) = (ab.ptr, if split { ab.ptr + n2 as u64 } else { 0u64 });
         let out1 = if use_mma { ahp } else { a.a2 };
         let (b13, b2) = (a.bias13(), a.bias2());
+        // gemm1 writes gemm2's activations in the c16 order for a wg256c gemm2.
+        let p1 = p.with_xc2(c16_2);
         run.run(
             "moe/gemm1",
             &k1,
             g1,
             block1,
-            &mut args!(p, a.rows, a.tiles, xhp, xlp, g.w13.ptr, g.s13.ptr, out1, b13, a.topw),
+            &mut args!(p1, a.rows, a.tiles, xhp, xlp, g.w13.ptr, g.s13.ptr, out1, b13, a.topw),
         )?;
         if !use_mma {
             let n = (na * inter) as u64;

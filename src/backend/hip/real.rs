@@ -174,7 +174,7 @@ impl HipBackend {
                         .iter()
                         .filter(|n| n.starts_with("moe_gemm")),
                 )
-                .chain(wgmma)
+                .chain(wgmma.iter().filter(|n| n.starts_with("moe_gemm")))
                 .map(|&n| {
                     let bytes = kernels::v2_smem(image, n)
                         .ok_or_else(|| format!("{co}: no shared-memory size for {n}"))?;
@@ -265,6 +265,18 @@ impl HipBackend {
                  (MXMOE_HIP_MMA_VARIANT={})",
                 std::env::var("MXMOE_HIP_MMA_VARIANT").unwrap_or_else(|_| "unset".into())
             ));
+        }
+        if !self.dev.arch.starts_with("gfx") {
+            v.push(match super::choice::nv4_rows() {
+                Ok(true) => "MXFP4 blocks on the matrix-core path: in the rows order \
+                             (MXMOE_HIP_NV4_ROWS=1: each 16-row group's k steps contiguous, as \
+                             the lanes load them; not measured yet)"
+                    .into(),
+                Ok(false) => "MXFP4 blocks on the matrix-core path: in the stored row order \
+                              (MXMOE_HIP_NV4_ROWS=1: the rows order)"
+                    .into(),
+                Err(e) => e.to_string(),
+            });
         }
         match gemm_version() {
             Ok(GemmVersion::Auto) => v.push(match &self.v2 {

@@ -78,13 +78,23 @@ pub(in crate::backend::hip) const MMA_THREADS: u32 = 256;
 /// not a split 32 / 64-pair one, and split tiles whose activations are all bf16-representable
 /// skip the lo MMAs), `v0` (session 5's kernel, for comparisons) and `wg256` (the same GEMM on
 /// Hopper's wgmma.mma_async on blocks of 256 weight rows and 512 threads, [`mma_block_rows`];
-/// hip/gemm_wgmma.h: sm_90a PTX only, so compute capability 9.0).
-pub(in crate::backend::hip) const MMA_VARIANTS: [&str; 3] = ["", "v0", "wg256"];
+/// hip/gemm_wgmma.h: sm_90a PTX only, so compute capability 9.0), `wg256c` (`wg256` on
+/// activations in the c16 order, [`mma_takes_c16`], copied to shared memory by cp.async as they
+/// are: no register staging; written in session 13 without device time, checked on the CPU
+/// emulation only, not measured yet).
+pub(in crate::backend::hip) const MMA_VARIANTS: [&str; 4] = ["", "v0", "wg256", "wg256c"];
+
+/// Whether mma variant `variant` reads its activations in the c16 order (hip/gemv_epilogue.h
+/// c16_pos; gemm1's converted by `mx_p8_to_c16`, gemm2's written so by gemm1) rather than in
+/// mx_to_bf16_p8's.
+pub(in crate::backend::hip) fn mma_takes_c16(variant: &str) -> bool {
+    variant == "wg256c"
+}
 
 /// Weight rows per block of mma variant `variant` (the grid's x covers the weight rows in blocks
-/// of this many; threads = 2 x rows): 256 for `wg256`, else 128 (`GEMM_N`).
+/// of this many; threads = 2 x rows): 256 for `wg256` and `wg256c`, else 128 (`GEMM_N`).
 pub(in crate::backend::hip) fn mma_block_rows(variant: &str) -> usize {
-    if variant == "wg256" {
+    if variant.starts_with("wg256") {
         256
     } else {
         128
@@ -101,7 +111,7 @@ pub(in crate::backend::hip) fn mma_variant() -> Result<&'static str, BackendErro
         .copied()
         .ok_or_else(|| {
             BackendError::Device(format!(
-                "MXMOE_HIP_MMA_VARIANT={v}: expected v0 or wg256 (or unset: the default; \
+                "MXMOE_HIP_MMA_VARIANT={v}: expected v0, wg256 or wg256c (or unset: the default; \
                  docs/ENVIRONMENT.md)"
             ))
         })

@@ -62,7 +62,10 @@ fn ptx_gemms_use_mma_sync_and_no_local_memory() {
             .filter(|n| n.starts_with("moe_gemm"))
             .collect();
         let wg = if what == "sm_90" {
-            NAMES_WGMMA.len()
+            NAMES_WGMMA
+                .iter()
+                .filter(|n| n.starts_with("moe_gemm"))
+                .count()
         } else {
             0
         };
@@ -72,11 +75,21 @@ fn ptx_gemms_use_mma_sync_and_no_local_memory() {
             "{what}: {gemms:?}"
         );
         for (n, t) in &entries {
-            if n.starts_with("moe_gemm") && n.contains("_wg256_") {
+            if n.starts_with("moe_gemm") && n.contains("_wg256") {
                 // The wgmma GEMM (sm_90a only): weights decoded in registers as the mma
                 // GEMM's, B from shared memory through descriptors, published to the async
-                // proxy, no mma.sync.
+                // proxy, no mma.sync; the activations staged through registers (wg256) or
+                // copied by cp.async (wg256c: 16 bytes, 4 in a last partial K step).
                 assert_eq!(what, "sm_90", "{n} in the {what} PTX");
+                let staging: &[&str] = if n.contains("_wg256c_") {
+                    &[
+                        "cp.async.cg.shared.global",
+                        "cp.async.ca.shared.global",
+                        "cp.async.wait_all",
+                    ]
+                } else {
+                    &["st.shared.v4.u32"]
+                };
                 for want in [
                     "wgmma.mma_async.sync.aligned.m64n",
                     "wgmma.commit_group.sync.aligned",
@@ -84,8 +97,10 @@ fn ptx_gemms_use_mma_sync_and_no_local_memory() {
                     "fence.proxy.async.shared::cta",
                     "ld.global.nc",
                     "fma.rn.bf16x2",
-                    "st.shared.v4.u32",
-                ] {
+                ]
+                .iter()
+                .chain(staging)
+                {
                     assert!(t.contains(want), "{what}: {n} has no {want}");
                 }
                 assert!(!t.contains("mma.sync"), "{what}: {n} has mma.sync");
@@ -392,12 +407,15 @@ fn ptx_mma_gemms_declare_their_shared_memory() {
     // The wgmma GEMM (hip/gemm_wgmma.h WgShape): max(3 slots x (hi[, lo]) x pair cols x 256
     // bytes, the same epilogue tile); sm_90a only.
     // wg256: the epilogue tile of 256 weight rows, [pairs][257] f32.
-    let wg = |tp: u32, split: bool, rows: u32| {
-        (3 * if split { 2 } else { 1 } * tp * 256).max(tp * (rows + 1) * 4)
+    // wg256c: each k core column (pair cols x 16 bytes) padded by 16 bytes.
+    let wg = |tp: u32, split: bool, rows: u32, c16: bool| {
+        let kc = tp * 16 + if c16 { 16 } else { 0 };
+        (3 * if split { 2 } else { 1 } * 16 * kc).max(tp * (rows + 1) * 4)
     };
-    assert_eq!(wg(64, true, 128), 98_304);
-    assert_eq!(wg(64, false, 256), 65_792);
-    for n in NAMES_WGMMA {
+    assert_eq!(wg(64, true, 128, false), 98_304);
+    assert_eq!(wg(64, false, 256, false), 65_792);
+    assert_eq!(wg(64, true, 256, true), 99_840);
+    for n in NAMES_WGMMA.iter().filter(|n| n.starts_with("moe_gemm")) {
         let got = v2_smem(PTX_SM90, n).unwrap_or_else(|| panic!("no smem for {n}"));
         let tp: u32 = n
             .split_once("_mma_t")
@@ -408,7 +426,11 @@ fn ptx_mma_gemms_declare_their_shared_memory() {
             .unwrap()
             .parse()
             .unwrap();
-        assert_eq!(got, wg(tp, n.contains("_split"), 256), "{n}");
+        assert_eq!(
+            got,
+            wg(tp, n.contains("_split"), 256, n.contains("_wg256c_")),
+            "{n}"
+        );
         assert_eq!(v2_smem(PTX_SM80, n), None, "{n} in the sm_80 PTX");
     }
 }
@@ -496,7 +518,11 @@ fn ptxas_mma_gemms_fit_without_spills() {
     }
     assert_eq!(
         seen,
-        mma_gemm_count() + NAMES_WGMMA.len(),
+        mma_gemm_count()
+            + NAMES_WGMMA
+                .iter()
+                .filter(|n| n.starts_with("moe_gemm"))
+                .count(),
         "ptxas reported {seen} mma GEMMs:\n{log}"
     );
 }
