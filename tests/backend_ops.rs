@@ -326,10 +326,32 @@ fn hip_backend_on_emulated_gpus() {
             ],
         ),
     ];
-    let n = check::cases(Suite::Quick).len();
-    for (lib, arch, knobs, must_run) in runs {
+    // (suite, filter, cases): the quick suite, or the full suite's MoE cases of K = 384 / 512
+    // (3-4 K steps of 128: the GEMMs' cp.async rings turn over).
+    let quick = check::cases(Suite::Quick).len();
+    let multi_step = check::cases(Suite::Full)
+        .iter()
+        .filter(|c| c.id.contains("h512"))
+        .count();
+    assert!(
+        multi_step >= 10,
+        "the full suite's h512 MoE cases: {multi_step}"
+    );
+    let check_run = |lib: &std::path::Path,
+                     arch: &str,
+                     (suite, filter, n): (&str, &str, usize),
+                     knobs: &[(&str, &str)],
+                     must_run: &[&str]| {
         let run = Command::new(env!("CARGO_BIN_EXE_mxmoe"))
-            .args(["check", "--backend", "hip", "--suite", "quick"])
+            .args([
+                "check",
+                "--backend",
+                "hip",
+                "--suite",
+                suite,
+                "--filter",
+                filter,
+            ])
             .env("MXMOE_HIP_LIBRARY", lib)
             .env("MXMOE_HIP_EMU_ARCH", arch)
             .env("MXMOE_HIP_EMU_STATS", "1")
@@ -339,7 +361,7 @@ fn hip_backend_on_emulated_gpus() {
             .unwrap();
         let text = String::from_utf8_lossy(&run.stdout);
         let err = String::from_utf8_lossy(&run.stderr);
-        let what = format!("{arch} {knobs:?}");
+        let what = format!("{arch} {suite} {filter:?} {knobs:?}");
         println!("{what}:\n{text}\n{err}");
         assert!(
             run.status.success(),
@@ -365,7 +387,55 @@ fn hip_backend_on_emulated_gpus() {
                 "{what}: {k} did not run:\n{err}"
             );
         }
+    };
+    for (lib, arch, knobs, must_run) in runs {
+        check_run(lib, arch, ("quick", "", quick), knobs, must_run);
     }
+    // The GEMMs' multi-step pipelines with every cp.async landing only at the wait that covers
+    // it (MXMOE_HIP_EMU_CPASYNC=late, hip/test/nv_emu.h: a kernel that reads a ring slot before
+    // waiting for its copies gets the slot's old bytes), and wg256c's also with the copies
+    // landing at once.
+    let late = ("MXMOE_HIP_EMU_CPASYNC", "late");
+    let forced = ("MXMOE_HIP_GEMV_PAIRS", "0");
+    let pipelines: [(&[(&str, &str)], &[&str]); 5] = [
+        (&[late, forced], &["moe_gemm1_mma_t16_cb4"]),
+        (
+            &[late, forced, ("MXMOE_HIP_MMA_VARIANT", "v0")],
+            &["moe_gemm1_mma_t16_v0_cb4"],
+        ),
+        (
+            &[
+                late,
+                forced,
+                ("MXMOE_HIP_GEMM", "v2"),
+                ("MXMOE_HIP_GEMV", "v3"),
+            ],
+            &["moe_gemm1_v2_t16_cb4"],
+        ),
+        (
+            &[late, forced, ("MXMOE_HIP_MMA_VARIANT", "wg256")],
+            &["moe_gemm1_mma_t16_wg256_cb4"],
+        ),
+        (
+            &[
+                late,
+                forced,
+                ("MXMOE_HIP_MMA_VARIANT", "wg256c"),
+                ("MXMOE_HIP_NV4_ROWS", "1"),
+            ],
+            &["moe_gemm1_mma_t16_wg256c_cb4", "mx_p8_to_c16"],
+        ),
+    ];
+    for (knobs, must_run) in pipelines {
+        check_run(&nv, "sm_90", ("full", "h512", multi_step), knobs, must_run);
+    }
+    check_run(
+        &nv,
+        "sm_90",
+        ("full", "h512", multi_step),
+        &[forced, ("MXMOE_HIP_MMA_VARIANT", "wg256c")],
+        &["moe_gemm2_mma_t16_wg256c_cb4"],
+    );
 }
 
 /// Ids are unique over every suite and the model shapes, and the ids reports and scripts refer

@@ -13,8 +13,9 @@
 //     double, rounded to f32 once per instruction);
 //   - ldmatrix.sync.aligned.m8n8.{x2,x4}.shared.b16: lanes 8j .. 8j + 7 give the row addresses of
 //     matrix j; lane l receives, of each matrix, the 32 bits at row l / 4, bytes 4 (l % 4);
-//   - cp.async (16 and 8 bytes, zero fill when the source size is 0): done at once (the data
-//     arrive earlier than on the GPU, which every wait allows); commit / wait do nothing;
+//   - cp.async (16, 8 and 4 bytes, zero fill when the source size is 0): done at once (the data
+//     arrive earlier than on the GPU, which every wait allows), or with MXMOE_HIP_EMU_CPASYNC=late
+//     only at the wait that covers its commit group (the latest the PTX ISA allows);
 //   - fma.rn.bf16x2, cvt.rn.bf16x2.f32, max / min.bf16x2 (round to nearest even, subnormals
 //     kept), vote.sync.any, bar.red.or (a block barrier with an OR), ld.shared.v4, the
 //     %dynamic_smem_size register (the launch's dynamic shared memory, emu_dsmem here), and the
@@ -34,6 +35,8 @@
 #define WARP 32
 #define GM_HOST_EMU 1  // hip/gemv_mma.h: its bf16 primitives come from here
 #include "emu_core.h"
+#include <string>
+#include <vector>
 #define __CUDA_ARCH__ 900
 #define __CUDA_ARCH_FEAT_SM90_ALL 1  // the sm_90a kernels too (hip/gemm_wgmma.h)
 
@@ -225,19 +228,66 @@ MX_DEVICE void wgmma_bf16(float* d, const u32* a, unsigned long long desc, u32 s
 }
 
 // ---- cp.async --------------------------------------------------------------------------------------
-MX_DEVICE void copy16_async(void* dst, const void* src, bool valid) {
-  if (valid) memcpy(dst, src, 16);
-  else memset(dst, 0, 16);
+// Two timings, both allowed by the PTX ISA (a copy lands somewhere between its issue and the
+// wait that covers its group): at once (the default), or, with MXMOE_HIP_EMU_CPASYNC=late, only
+// when the issuing thread waits for its group (cp.async.wait_group N: every committed group but
+// the N newest; wait_all: all, the open group included). Late landing makes a kernel that reads
+// shared memory its copies have not been waited for see the slot's old bytes (wrong sums); at
+// once makes one that overwrites a slot another thread still reads show the new ones. The
+// source bytes are taken at issue (no kernel writes what it copies).
+struct EmuCopy {
+  unsigned char* dst;
+  unsigned char bytes[16];
+  u32 n;
+};
+static std::vector<std::vector<EmuCopy>> g_cp_groups[1024];  // per thread: committed groups, then the open one
+static u64 g_cp_serial = ~0ull;
+static int g_cp_late = -1;
+static bool emu_cp_late() {
+  if (g_cp_late < 0) {
+    const char* v = getenv("MXMOE_HIP_EMU_CPASYNC");
+    g_cp_late = v && std::string(v) == "late";
+  }
+  return g_cp_late != 0;
 }
-MX_DEVICE void copy8_async(void* dst, const void* src, bool valid) {
-  if (valid) memcpy(dst, src, 8);
-  else memset(dst, 0, 8);
+static std::vector<std::vector<EmuCopy>>& emu_cp_mine() {
+  if (g_cp_serial != g_block_serial) {  // a new block: nothing pending
+    g_cp_serial = g_block_serial;
+    for (auto& q : g_cp_groups) q.clear();
+  }
+  auto& q = g_cp_groups[g_tid];
+  if (q.empty()) q.emplace_back();  // the open group
+  return q;
 }
-MX_DEVICE void copy4_async(void* dst, const void* src, bool valid) {
-  if (valid) memcpy(dst, src, 4);
-  else memset(dst, 0, 4);
+static void emu_copy(void* dst, const void* src, bool valid, u32 n) {
+  if (!emu_cp_late()) {
+    if (valid) memcpy(dst, src, n);
+    else memset(dst, 0, n);
+    return;
+  }
+  EmuCopy c{(unsigned char*)dst, {}, n};
+  if (valid) memcpy(c.bytes, src, n);
+  emu_cp_mine().back().push_back(c);
 }
-MX_DEVICE void copy_commit() {}
-MX_DEVICE void copy_wait_all() {}
+// Land the oldest committed groups of this thread until at most `keep` remain (all: the open one too).
+static void emu_cp_land(size_t keep, bool all) {
+  if (!emu_cp_late()) return;
+  auto& q = emu_cp_mine();
+  size_t committed = q.size() - 1u;
+  size_t n = all ? q.size() : (committed > keep ? committed - keep : 0u);
+  for (size_t i = 0; i < n; ++i)
+    for (const EmuCopy& c : q[i]) memcpy(c.dst, c.bytes, c.n);
+  q.erase(q.begin(), q.begin() + (ptrdiff_t)n);
+  if (q.empty()) q.emplace_back();
+}
+MX_DEVICE void copy16_async(void* dst, const void* src, bool valid) { emu_copy(dst, src, valid, 16u); }
+MX_DEVICE void copy8_async(void* dst, const void* src, bool valid) { emu_copy(dst, src, valid, 8u); }
+MX_DEVICE void copy4_async(void* dst, const void* src, bool valid) { emu_copy(dst, src, valid, 4u); }
+MX_DEVICE void copy_commit() {
+  if (emu_cp_late()) emu_cp_mine().emplace_back();
+}
+MX_DEVICE void copy_wait_all() { emu_cp_land(0u, true); }
 template <int N>
-MX_DEVICE void copy_wait_group() {}
+MX_DEVICE void copy_wait_group() {
+  emu_cp_land((size_t)N, false);
+}
