@@ -397,7 +397,8 @@ fn hip_backend_on_emulated_gpus() {
     // landing at once.
     let late = ("MXMOE_HIP_EMU_CPASYNC", "late");
     let forced = ("MXMOE_HIP_GEMV_PAIRS", "0");
-    let pipelines: [(&[(&str, &str)], &[&str]); 5] = [
+    type Pipeline<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
+    let pipelines: [Pipeline; 5] = [
         (&[late, forced], &["moe_gemm1_mma_t16_cb4"]),
         (
             &[late, forced, ("MXMOE_HIP_MMA_VARIANT", "v0")],
