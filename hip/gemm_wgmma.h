@@ -406,16 +406,33 @@ GEMM_WG_TILES(256u, false, _wg256)
 GEMM_WG_TILES(256u, true, _wg256c)
 
 // The hidden states' bf16 hi (and lo, with the row flags after it) from mx_to_bf16_p8's order
-// into the c16 order (gemv_epilogue.h c16_pos) for a wg256c gemm1: one block per row of K.
-MX_KERNEL(256) void mx_p8_to_c16(const u16* hi, const u16* lo, u16* dhi, u16* dlo, u32 rows, u32 K) {
-  u32 row = bid_x();
-  if (row >= rows) return;
-  u64 base = (u64)row * K;
-  for (u32 k = tid_x(); k < K; k += 256u) {
-    u64 src = base + p8_pos(k), dst = base + c16_pos(k, K);
-    dhi[dst] = hi[src];
-    if (lo) dlo[dst] = lo[src];
+// into the c16 order (gemv_epilogue.h c16_pos) for a wg256c gemm1: one thread per chunk (row,
+// 128-k step s, chunk 4w + m), whose word t is word m of p8 group (t, w) (hip/gemm_wgmma.h's
+// header: the same four 4-byte loads the wg256 kernel stages), written as one 16-byte store (kb
+// words in a last step of kb < 4 blocks). Block y = row (grid y up to 65535 rows per launch:
+// the host launches it in slices of rows, `row0`).
+MX_KERNEL(256) void mx_p8_to_c16(const u16* hi, const u16* lo, u16* dhi, u16* dlo, u32 rows, u32 K, u32 row0) {
+  u32 row = row0 + bid_y(), c = bid_x() * 256u + tid_x();
+  u32 steps = (K + 127u) / 128u;
+  if (row >= rows || c >= 16u * steps) return;
+  u32 st = c / 16u, kc = c % 16u, w = kc / 4u, m = kc % 4u;
+  u32 kb = K / 32u - 4u * st;
+  kb = kb < 4u ? kb : 4u;
+  u64 base = (u64)row * K + 128u * st;
+  for (u32 a = 0; a < (lo ? 2u : 1u); ++a) {
+    const u32* src = (const u32*)((a ? lo : hi) + base);
+    u32* dst = (u32*)((a ? dlo : dhi) + base);
+    u32 v[4];
+#pragma unroll
+    for (u32 t = 0; t < 4u; ++t) v[t] = t < kb ? src[16u * t + 4u * w + m] : 0u;
+    if (kb == 4u) {
+      uint4v q = {v[0], v[1], v[2], v[3]};
+      *(uint4v*)(dst + 4u * kc) = q;
+    } else {
+      for (u32 t = 0; t < kb; ++t) dst[kb * kc + t] = v[t];
+    }
   }
-  if (lo && tid_x() == 0u) ((u32*)(dlo + (u64)rows * K))[row] = ((const u32*)(lo + (u64)rows * K))[row];
+  if (lo && c == 0u) ((u32*)(dlo + (u64)rows * K))[row] = ((const u32*)(lo + (u64)rows * K))[row];
 }
+
 #endif  // MX_NV && __CUDA_ARCH_FEAT_SM90_ALL

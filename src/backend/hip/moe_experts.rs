@@ -306,13 +306,19 @@ impl HipBackend {
             let n = m * h * 2;
             let b = dev.alloc(if split { 2 * n + flags(m) } else { n })?;
             let lo = if split { b.ptr + n as u64 } else { 0u64 };
-            run.run(
-                "moe/to_c16",
-                "mx_p8_to_c16",
-                (m as u32, 1),
-                256,
-                &mut args!(xhp, xlp, b.ptr, lo, m as u32, h as u32),
-            )?;
+            // One thread per 16-byte chunk of a row (h / 8 of them, 16 per 128-k step), one
+            // grid row per token, in launches of at most 65535 rows (grid y).
+            let chunks = 16 * h.div_ceil(128) as u32;
+            for row0 in (0..m).step_by(65535) {
+                let n = (m - row0).min(65535) as u32;
+                run.run(
+                    "moe/to_c16",
+                    "mx_p8_to_c16",
+                    (chunks.div_ceil(256), n),
+                    256,
+                    &mut args!(xhp, xlp, b.ptr, lo, m as u32, h as u32, row0 as u32),
+                )?;
+            }
             (xhp, xlp) = (b.ptr, lo);
             Some(b)
         } else {
