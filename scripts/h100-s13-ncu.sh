@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$W/gpu.
 gunzip -c .dev-main/mxmoe.gz > /tmp/mxmoe; chmod +x /tmp/mxmoe; B=/tmp/mxmoe
 export MXMOE_REQUIRE_HIP=1
 NCU=/usr/local/cuda/bin/ncu
-M="--metrics breakdown:l1tex__throughput.avg.pct_of_peak_sustained_elapsed,breakdown:sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,smsp__inst_executed_op_ldgsts.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
+M="--metrics breakdown:l1tex__throughput.avg.pct_of_peak_sustained_elapsed,breakdown:sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,smsp__inst_executed_op_ldgsts.sum,smsp__inst_executed.sum"
 prof() { # name knobs kernel-regex
   left 60 || return
   env $2 timeout 150 $NCU -k "regex:$3" --launch-skip 2 --launch-count 1 $M \
