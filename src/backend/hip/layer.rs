@@ -143,10 +143,10 @@ fn nv4_rows_shape(t: &MxTensor) -> Result<(usize, usize, usize), BackendError> {
     };
     let kblocks = k / BLOCK;
     let per_expert = nrows.next_multiple_of(16) as u64 * kblocks.next_multiple_of(4) as u64;
-    if per_expert >= 1 << 32 || experts as u64 * per_expert > (u32::MAX as u64) * 256 {
+    if per_expert >= 1 << 32 || experts as u64 * per_expert > (i32::MAX as u64) * 256 {
         return Err(BackendError::Device(format!(
             "an expert weight tensor of shape {:?} is too large for MXMOE_HIP_NV4_ROWS=1 \
-             (32-bit block indices per expert): unset it",
+             (32-bit block indices per expert, at most 2^31 blocks of 256 copies): unset it",
             t.shape
         )));
     }
