@@ -398,12 +398,9 @@ fn hip_backend_on_emulated_gpus() {
     let late = ("MXMOE_HIP_EMU_CPASYNC", "late");
     let forced = ("MXMOE_HIP_GEMV_PAIRS", "0");
     type Pipeline<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
-    let pipelines: [Pipeline; 5] = [
+    // (wg256 stages through registers, no cp.async; the mma variants share one ring.)
+    let pipelines: [Pipeline; 3] = [
         (&[late, forced], &["moe_gemm1_mma_t16_cb4"]),
-        (
-            &[late, forced, ("MXMOE_HIP_MMA_VARIANT", "v0")],
-            &["moe_gemm1_mma_t16_v0_cb4"],
-        ),
         (
             &[
                 late,
@@ -412,10 +409,6 @@ fn hip_backend_on_emulated_gpus() {
                 ("MXMOE_HIP_GEMV", "v3"),
             ],
             &["moe_gemm1_v2_t16_cb4"],
-        ),
-        (
-            &[late, forced, ("MXMOE_HIP_MMA_VARIANT", "wg256")],
-            &["moe_gemm1_mma_t16_wg256_cb4"],
         ),
         (
             &[
