@@ -152,3 +152,37 @@ fn nv4_rows_shape(t: &MxTensor) -> Result<(usize, usize, usize), BackendError> {
     }
     Ok((experts, nrows, kblocks))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::MxFormat;
+
+    fn tensor(shape: &[usize]) -> MxTensor {
+        MxTensor {
+            format: MxFormat::Fp4E2M1,
+            shape: shape.to_vec(),
+            data: Vec::new().into(),
+            scales: Vec::new().into(),
+        }
+    }
+
+    /// The rows order's shape: [experts, rows, K] with 32-bit block indices per expert and a
+    /// copy grid the driver takes; anything else is an error naming the shape, not a wrap.
+    #[test]
+    fn nv4_rows_shape_checks_its_limits() {
+        // gpt-oss-120b's w13: 128 experts x 5760 rows x 2880 (90 blocks)
+        assert_eq!(
+            nv4_rows_shape(&tensor(&[128, 5760, 2880])).unwrap(),
+            (128, 5760, 90)
+        );
+        for bad in [
+            &[5760usize, 2880][..],
+            &[1, 1 << 20, 1 << 17], // 2^20 rows x 2^12 blocks = 2^32 per expert
+            &[1 << 14, 1 << 16, 1 << 15], // 2^26 blocks per expert x 2^14 experts: 2^40
+        ] {
+            let e = nv4_rows_shape(&tensor(bad)).unwrap_err().to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+}

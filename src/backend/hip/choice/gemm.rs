@@ -246,14 +246,22 @@ mod tests {
         assert_eq!(mma_suffix(""), "");
         assert_eq!(mma_suffix("v0"), "_v0");
         assert_eq!(mma_suffix("wg256"), "_wg256");
+        assert_eq!(mma_suffix("wg256c"), "_wg256c");
         assert_eq!(
             (
                 mma_block_rows("wg256"),
+                mma_block_rows("wg256c"),
                 mma_block_rows("v0"),
                 mma_block_rows("")
             ),
-            (256, 128, 128)
+            (256, 256, 128, 128)
         );
+        // only wg256c reads the c16 order (its gemm1 input converted, gemm2's written so)
+        let c16: Vec<&str> = MMA_VARIANTS
+            .into_iter()
+            .filter(|v| mma_takes_c16(v))
+            .collect();
+        assert_eq!(c16, ["wg256c"]);
         // the default per stage (MXMOE_HIP_MMA_VARIANT unset in tests): wg256 on compute
         // capability 9.0 for 64-pair tiles of K >= 2560, else v0 only for split 32 / 64-pair
         // tiles of f32 activations
