@@ -222,7 +222,7 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
   // chunks of kb words) goes word by word, zeros for the words of blocks past K.
   auto cissue = [&](u32 st) __attribute__((always_inline)) {
     unsigned char* base = ring + (st % S::SLOTS) * S::STAGE;
-    u32 kb = kblocks - 4u * st;
+    u32 kb = c16_words(st, K);
 #pragma unroll
     for (u32 n = 0; n < S::CN; ++n) {
       u32 i = tid + S::NT * n;
@@ -232,14 +232,14 @@ MX_DEVICE void gemm_wg_body(const MoeParams& p, bool is1, const u32* pair_of_row
         unsigned char* d = base + (i / (16u * TP)) * S::TILE + kc * S::KC + r * 16u;
         u64 xo = xoff[r];
         bool v = xo != ~0ull;
-        const u16* sp = src + (v ? xo + (u64)st * MM_BK : 0ull);
-        if (kb >= 4u) {
-          copy16_async(d, sp + 8u * kc, v);
+        const u16* sp = src + (v ? xo + c16_chunk(st, kc, K) : 0ull);
+        if (kb == 4u) {
+          copy16_async(d, sp, v);
         } else {
 #pragma unroll
           for (u32 q = 0; q < 4u; ++q) {
             bool ok = v && q < kb;
-            copy4_async(d + 4u * q, ok ? sp + 2u * kb * kc + 2u * q : src, ok);
+            copy4_async(d + 4u * q, ok ? sp + 2u * q : src, ok);
           }
         }
       }
@@ -415,21 +415,19 @@ MX_KERNEL(256) void mx_p8_to_c16(const u16* hi, const u16* lo, u16* dhi, u16* dl
   u32 row = row0 + bid_y(), c = bid_x() * 256u + tid_x();
   u32 steps = (K + 127u) / 128u;
   if (row >= rows || c >= 16u * steps) return;
-  u32 st = c / 16u, kc = c % 16u, w = kc / 4u, m = kc % 4u;
-  u32 kb = K / 32u - 4u * st;
-  kb = kb < 4u ? kb : 4u;
-  u64 base = (u64)row * K + 128u * st;
+  u32 st = c / 16u, kc = c % 16u, w = kc / 4u, m = kc % 4u, kb = c16_words(st, K);
+  u64 base = (u64)row * K;
   for (u32 a = 0; a < (lo ? 2u : 1u); ++a) {
-    const u32* src = (const u32*)((a ? lo : hi) + base);
-    u32* dst = (u32*)((a ? dlo : dhi) + base);
+    const u32* src = (const u32*)((a ? lo : hi) + base + 128u * st);
+    u32* dst = (u32*)((a ? dlo : dhi) + base + c16_chunk(st, kc, K));
     u32 v[4];
 #pragma unroll
     for (u32 t = 0; t < 4u; ++t) v[t] = t < kb ? src[16u * t + 4u * w + m] : 0u;
     if (kb == 4u) {
       uint4v q = {v[0], v[1], v[2], v[3]};
-      *(uint4v*)(dst + 4u * kc) = q;
+      *(uint4v*)dst = q;
     } else {
-      for (u32 t = 0; t < kb; ++t) dst[kb * kc + t] = v[t];
+      for (u32 t = 0; t < kb; ++t) dst[t] = v[t];
     }
   }
   if (lo && c == 0u) ((u32*)(dlo + (u64)rows * K))[row] = ((const u32*)(lo + (u64)rows * K))[row];

@@ -18,11 +18,17 @@ MX_DEVICE u64 p8_pos(u64 i) {
 // which is one core-matrix row of the GEMM's B operand (the four words of a chunk come from the
 // four blocks: the k permutation of gemm_mma.h's lanes, which own one block each). A last step
 // of kb < 4 blocks (K not a multiple of 128) keeps the order with chunks of kb words.
+// c16_words: the u32 words of each chunk of step st (4, or kb in a last step of kb < 4
+// blocks); c16_chunk: where chunk kc of step st starts (bf16 values from the row's start).
+// c16_pos, the wgmma GEMM's copies and mx_p8_to_c16 (hip/gemm_wgmma.h) place chunks by them.
+MX_DEVICE u32 c16_words(u32 st, u32 K) {
+  u32 kb = K / 32u - 4u * st;
+  return kb < 4u ? kb : 4u;
+}
+MX_DEVICE u32 c16_chunk(u32 st, u32 kc, u32 K) { return 128u * st + 2u * c16_words(st, K) * kc; }
 MX_DEVICE u32 c16_pos(u32 k, u32 K) {
   u32 s = k / 128u, r = k % 128u, t = r / 32u, w = (r / 8u) % 4u, j = r % 8u;
-  u32 kb = K / 32u - 4u * s;
-  kb = kb < 4u ? kb : 4u;
-  return 128u * s + (4u * w + j % 4u) * 2u * kb + 2u * t + j / 4u;
+  return c16_chunk(s, 4u * w + j % 4u, K) + 2u * t + j / 4u;
 }
 
 // gemv1's epilogue for one (pair t, intermediate column j) of a block, shared by gemv.h's

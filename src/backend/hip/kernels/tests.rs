@@ -36,12 +36,9 @@ fn ptx_entries(ptx: &str) -> BTreeMap<String, String> {
     m
 }
 
-/// The mma GEMM kernels among NAMES_MMA (the rest: its helper kernels).
-fn mma_gemm_count() -> usize {
-    NAMES_MMA
-        .iter()
-        .filter(|n| n.starts_with("moe_gemm"))
-        .count()
+/// The GEMM kernels among `names` (NAMES_MMA, NAMES_WGMMA; the rest: their helper kernels).
+fn gemm_count(names: &[&str]) -> usize {
+    names.iter().filter(|n| n.starts_with("moe_gemm")).count()
 }
 
 #[test]
@@ -62,16 +59,13 @@ fn ptx_gemms_use_mma_sync_and_no_local_memory() {
             .filter(|n| n.starts_with("moe_gemm"))
             .collect();
         let wg = if what == "sm_90" {
-            NAMES_WGMMA
-                .iter()
-                .filter(|n| n.starts_with("moe_gemm"))
-                .count()
+            gemm_count(&NAMES_WGMMA)
         } else {
             0
         };
         assert_eq!(
             gemms.len(),
-            12 + NAMES_V2.len() + mma_gemm_count() + wg,
+            12 + NAMES_V2.len() + gemm_count(&NAMES_MMA) + wg,
             "{what}: {gemms:?}"
         );
         for (n, t) in &entries {
@@ -518,11 +512,7 @@ fn ptxas_mma_gemms_fit_without_spills() {
     }
     assert_eq!(
         seen,
-        mma_gemm_count()
-            + NAMES_WGMMA
-                .iter()
-                .filter(|n| n.starts_with("moe_gemm"))
-                .count(),
+        gemm_count(&NAMES_MMA) + gemm_count(&NAMES_WGMMA),
         "ptxas reported {seen} mma GEMMs:\n{log}"
     );
 }
