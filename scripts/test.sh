@@ -41,6 +41,8 @@ fi
 export MXMOE_REQUIRE_GPU="${MXMOE_REQUIRE_GPU:-1}"
 # Prefer Vulkan (lavapipe or a real GPU) over GL for wgpu.
 export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
+# CI builds once from a clean clone: incremental state would only take disk (1.4 GB) and time.
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"; fi
 log="$(mktemp)"
 set +e
 features=()
