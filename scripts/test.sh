@@ -38,6 +38,40 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# ptxas (CUDA 12.9) and nvdisasm, from NVIDIA's wheels on PyPI (no CUDA install, no GPU), for
+# the tests that compile the sm_90a PTX to SASS: registers and spills of the matrix-core GEMMs,
+# and the hot loops' instruction census (src/backend/hip/kernels/tests.rs, scripts/sass_census.py).
+# Kept under target/cuda-tools; MXMOE_TEST_PTXAS=0 skips them (they then report SKIPPED).
+if [ "${MXMOE_TEST_HIP:-1}" != 0 ] && [ "${MXMOE_TEST_PTXAS:-1}" != 0 ] && [ -z "${MXMOE_PTXAS:-}" ]; then
+  tools="$PWD/target/cuda-tools"
+  if [ ! -x "$tools/ptxas" ] || [ ! -x "$tools/nvdisasm" ]; then
+    echo "scripts/test.sh: fetching ptxas and nvdisasm (NVIDIA's PyPI wheels, ~45 MB)"
+    mkdir -p "$tools/wheels"
+    if python3 -m pip download -q --no-deps --disable-pip-version-check -d "$tools/wheels" \
+         nvidia-cuda-nvcc-cu12==12.9.86 nvidia-cuda-nvdisasm==13.5.37; then
+      python3 - "$tools" <<'PY'
+import glob, os, sys, zipfile
+tools = sys.argv[1]
+for whl in glob.glob(os.path.join(tools, "wheels", "*.whl")):
+    with zipfile.ZipFile(whl) as z:
+        for n in z.namelist():
+            if n.endswith(("/bin/ptxas", "/bin/nvdisasm")):
+                dst = os.path.join(tools, os.path.basename(n))
+                with z.open(n) as src, open(dst, "wb") as out:
+                    out.write(src.read())
+                os.chmod(dst, 0o755)
+PY
+      rm -rf "$tools/wheels"
+    fi
+  fi
+  if [ -x "$tools/ptxas" ] && [ -x "$tools/nvdisasm" ]; then
+    export MXMOE_PTXAS="$tools/ptxas" MXMOE_NVDISASM="$tools/nvdisasm"
+    export MXMOE_REQUIRE_PTXAS="${MXMOE_REQUIRE_PTXAS:-1}"
+  else
+    echo "scripts/test.sh: could not fetch ptxas / nvdisasm; the SASS tests will report SKIPPED" >&2
+  fi
+fi
+
 export MXMOE_REQUIRE_GPU="${MXMOE_REQUIRE_GPU:-1}"
 # Prefer Vulkan (lavapipe or a real GPU) over GL for wgpu.
 export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
