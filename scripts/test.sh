@@ -40,7 +40,7 @@ fi
 
 # ptxas (CUDA 12.9) and nvdisasm, from NVIDIA's wheels on PyPI (no CUDA install, no GPU), for
 # the tests that compile the sm_90a PTX to SASS: registers and spills of the matrix-core GEMMs,
-# and the hot loops' instruction census (src/backend/hip/kernels/tests.rs, scripts/sass_census.py).
+# and the hot loops' instruction census (src/backend/hip/kernels/sass_tests.rs, scripts/sass_census.py).
 # Kept under target/cuda-tools; MXMOE_TEST_PTXAS=0 skips them (they then report SKIPPED).
 if [ "${MXMOE_TEST_HIP:-1}" != 0 ] && [ "${MXMOE_TEST_PTXAS:-1}" != 0 ] && [ -z "${MXMOE_PTXAS:-}" ]; then
   tools="$PWD/target/cuda-tools"

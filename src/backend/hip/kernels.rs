@@ -1,8 +1,8 @@
 //! The kernel binaries build.rs compiled from `hip/mxmoe.cu`, embedded, and the choice of the
 //! one that serves a device.
 //!
-//! The tests on the embedded code objects (PTX, AMD disassembly, ptxas, the CPU emulations) are
-//! `kernels/tests.rs`.
+//! The tests on the embedded code objects (PTX, AMD disassembly, the CPU emulations) are
+//! `kernels/tests.rs`; those on the SASS that ptxas makes of the PTX, `kernels/sass_tests.rs`.
 
 /// PTX for NVIDIA compute capability 9.0 (H100, H200), built for `sm_90a` so that it can hold
 /// the wgmma GEMMs ([`NAMES_WGMMA`]); arch-specific PTX runs on 9.0 only (NUL-terminated for
@@ -332,5 +332,7 @@ pub fn mx_name(f: crate::format::MxFormat) -> Option<&'static str> {
     })
 }
 
+#[cfg(test)]
+mod sass_tests;
 #[cfg(test)]
 mod tests;
