@@ -1,10 +1,20 @@
 // bandwidth_probe.wgsl: the diagnostic kernels of WgpuBackend::bandwidth_probe (an ignored test):
 // a streaming read (vec4<u32> loads, grid-stride), then the gemv's read shape without and with
-// the FP4 table decode. Self-contained (no generated preamble). The results are consumed only
-// through an impossible condition, so the compiler cannot drop the loads.
+// the FP4 table decode; and `copy`, the device copy that WgpuBackend::copy_bandwidth times for
+// `mxmoe bench`'s floor. Self-contained (no generated preamble). The reads' results are consumed
+// only through an impossible condition, so the compiler cannot drop the loads.
 
 @group(0) @binding(0) var<storage, read> src: array<vec4<u32>>;
 @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+@group(0) @binding(2) var<storage, read_write> copy_dst: array<vec4<u32>>;
+
+// Device copy of the whole buffer (16-byte loads and stores, grid-stride).
+@compute @workgroup_size(256)
+fn copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let n = min(arrayLength(&src), arrayLength(&copy_dst));
+    let stride = nwg.x * 256u;
+    for (var i = gid.x; i < n; i = i + stride) { copy_dst[i] = src[i]; }
+}
 
 // Streaming read of the whole buffer.
 @compute @workgroup_size(256)

@@ -391,6 +391,48 @@ fn hip_backend_on_emulated_gpus() {
     for (lib, arch, knobs, must_run) in runs {
         check_run(lib, arch, ("quick", "", quick), knobs, must_run);
     }
+    // `mxmoe bench`'s floor on each driver API: the device-to-device copy (cuMemcpyDtoD_v2 /
+    // hipMemcpyDtoD), timed by events and its output checked, is the default floor bandwidth.
+    for (lib, arch) in [(&amd, "gfx950"), (&nv, "sm_90")] {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("bench.json");
+        let run = Command::new(env!("CARGO_BIN_EXE_mxmoe"))
+            .args([
+                "bench",
+                "--backend",
+                "hip",
+                "--shape",
+                "custom",
+                "--experts",
+                "4",
+                "--hidden",
+                "64",
+                "--inter",
+                "64",
+                "--top-k",
+                "2",
+                "--tokens",
+                "1",
+                "--iters",
+                "1",
+                "--json",
+            ])
+            .arg(&json)
+            .env("MXMOE_HIP_LIBRARY", lib)
+            .env("MXMOE_HIP_EMU_ARCH", arch)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&run.stdout);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(run.status.success(), "{arch} bench:\n{text}\n{err}");
+        assert!(
+            text.contains("GB/s (measured on this device: a device-to-device copy"),
+            "{arch} bench floor:\n{text}"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let g = v[0]["floor_gbps"].as_f64().unwrap();
+        assert!(g.is_finite() && g > 0.0, "{arch}: floor_gbps {g}");
+    }
     // The GEMMs' multi-step pipelines with every cp.async landing only at the wait that covers
     // it (MXMOE_HIP_EMU_CPASYNC=late, hip/test/nv_emu.h: a kernel that reads a ring slot before
     // waiting for its copies gets the slot's old bytes), and wg256c's also with the copies

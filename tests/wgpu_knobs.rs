@@ -949,6 +949,7 @@ fn bench_reports_host_phases() {
         iters: 2,
         rotate: 2,
         hbm_gbps: 1000.0,
+        floor_source: "test".into(),
         check: true,
         gemv_layouts: Vec::new(),
         bf16_activations: false,
@@ -1056,6 +1057,22 @@ fn bandwidth_probe() {
         .unwrap_or(16);
     let r = b.bandwidth_probe(mib << 20, 5).unwrap();
     eprintln!("bandwidth probe, {mib} MiB: {r:.1?}");
+}
+
+/// `mxmoe bench`'s floor: the adapter's copy bandwidth, measured by a compute pass that really
+/// copies (the kernel's output is checked against its input inside `copy_bandwidth`), timed,
+/// and plausible: above 0.1 GB/s and below 100 TB/s.
+#[test]
+fn copy_bandwidth_is_measured_on_the_adapter() {
+    let b = gpu!("copy_bandwidth_is_measured_on_the_adapter");
+    match b.copy_bandwidth(8 << 20, 1, 3).unwrap() {
+        Some((gbps, copied)) => {
+            eprintln!("copy bandwidth: {gbps:.1} GB/s over {copied} bytes");
+            assert!(gbps > 0.1 && gbps < 1e5, "{gbps} GB/s");
+            assert!(copied >= 8 << 20, "{copied}");
+        }
+        None => eprintln!("SKIPPED: the adapter has no timestamp queries"),
+    }
 }
 
 /// `mxmoe info`'s adapter list: non-empty when a backend opened, and it names the chosen one.

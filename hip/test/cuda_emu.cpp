@@ -112,6 +112,7 @@ int cuMemFreeHost(void* p) { return emu_rt::host_free(p); }
 int cuMemcpyHtoD_v2(u64 dst, const void* src, size_t bytes) { return emu_rt::htod(dst, src, bytes); }
 int cuMemcpyHtoDAsync_v2(u64 dst, const void* src, size_t bytes, void*) { return emu_rt::htod(dst, src, bytes); }
 int cuMemcpyDtoH_v2(void* dst, u64 src, size_t bytes) { return emu_rt::dtoh(dst, src, bytes); }
+int cuMemcpyDtoD_v2(u64 dst, u64 src, size_t bytes) { return emu_rt::dtod(dst, src, bytes); }
 int cuMemsetD32_v2(u64 dst, u32 value, size_t count) { return emu_rt::memset32(dst, value, count); }
 int cuEventCreate(void** e, unsigned) { return emu_rt::event_create(e); }
 int cuEventRecord(void* e, void*) { return emu_rt::event_record(e); }

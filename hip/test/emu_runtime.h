@@ -91,6 +91,10 @@ inline int dtoh(void* dst, u64 src, size_t bytes) {
   memcpy(dst, (const void*)(uintptr_t)src, bytes);
   return 0;
 }
+inline int dtod(u64 dst, u64 src, size_t bytes) {
+  memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, bytes);
+  return 0;
+}
 inline int memset32(u64 dst, u32 value, size_t count) {
   u32* p = (u32*)(uintptr_t)dst;
   for (size_t i = 0; i < count; ++i) p[i] = value;

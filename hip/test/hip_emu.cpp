@@ -124,6 +124,7 @@ int hipHostFree(void* p) { return emu_rt::host_free(p); }
 int hipMemcpyHtoD(u64 dst, const void* src, size_t bytes) { return emu_rt::htod(dst, src, bytes); }
 int hipMemcpyHtoDAsync(u64 dst, const void* src, size_t bytes, void*) { return emu_rt::htod(dst, src, bytes); }
 int hipMemcpyDtoH(void* dst, u64 src, size_t bytes) { return emu_rt::dtoh(dst, src, bytes); }
+int hipMemcpyDtoD(u64 dst, u64 src, size_t bytes) { return emu_rt::dtod(dst, src, bytes); }
 int hipMemsetD32(u64 dst, u32 value, size_t count) { return emu_rt::memset32(dst, value, count); }
 int hipDeviceSynchronize() { return kSuccess; }
 int hipEventCreateWithFlags(void** e, unsigned) { return emu_rt::event_create(e); }

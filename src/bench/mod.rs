@@ -1,7 +1,8 @@
 //! Benchmark harness: bytes/FLOPs accounting, the weight-read floor, JSON results.
 //!
-//! Counting first (docs/PERF.md): a MoE layer at M tokens must read the packed weights + scales
-//! of every expert its tokens touch at least once; at `hbm_gbps` that is the time floor.
+//! Counting first: a MoE layer at M tokens must read the packed weights + scales
+//! of every expert its tokens touch at least once; at `hbm_gbps` (the device's measured copy
+//! bandwidth, or `--hbm-gbps`) that is the time floor.
 //!
 //! Measuring right: a GPU drops its clock within half a second of idling (the H200 from 1980 to
 //! 345 MHz), so every token count first **warms up** with back-to-back forwards for at least
@@ -85,8 +86,11 @@ pub struct BenchResult {
     pub prepare_bytes: u64,
     /// Time floor: weight_bytes / floor_gbps (ms).
     pub floor_ms: f64,
-    /// The memory bandwidth the floor assumes (GB/s): `--hbm-gbps`, not measured.
+    /// The memory bandwidth the floor divides by (GB/s): this device's copy bandwidth
+    /// measured by `mxmoe bench`, or `--hbm-gbps`.
     pub floor_gbps: f64,
+    /// Where `floor_gbps` comes from, in words (how it was measured, or `from --hbm-gbps`).
+    pub floor_source: String,
     /// Achieved weight-read bandwidth (GB/s) over GPU time (else wall time).
     pub gbps: f64,
     pub tflops: f64,
@@ -228,7 +232,9 @@ pub struct BenchParams {
     pub tokens: Vec<usize>,
     pub iters: usize,
     pub rotate: usize,
+    /// The bandwidth the floor divides by (GB/s) and where it comes from, in words.
     pub hbm_gbps: f64,
+    pub floor_source: String,
     pub check: bool,
     /// wgpu only: decode GEMV layouts to compare on the same prepared layer, each over all
     /// token counts. Empty: the backend's own choice.
@@ -493,6 +499,7 @@ pub fn run(
                 prepare_bytes,
                 floor_ms,
                 floor_gbps: p.hbm_gbps,
+                floor_source: p.floor_source.clone(),
                 gbps: bytes / (t * 1e-3) / 1e9,
                 tflops: flops / (t * 1e-3) / 1e12,
                 ratio_to_floor: t / floor_ms,

@@ -14,8 +14,31 @@ use mxmoe::moe::presets::Preset;
 use mxmoe::scheme::Scheme;
 use std::path::PathBuf;
 
-/// The floor's default bandwidth (GB/s): the WGSL streaming read measured on an H200.
-const DEFAULT_HBM_GBPS: f64 = 4550.0;
+/// The floor's bandwidth where this device's cannot be measured (wgpu without timestamp
+/// queries), GB/s: the WGSL streaming read measured on an H200.
+const FALLBACK_HBM_GBPS: f64 = 4550.0;
+
+/// `--hbm-gbps`: a bandwidth in GB/s, or `measure` (this device's copy bandwidth).
+#[derive(Clone, Copy, Debug)]
+enum FloorBandwidth {
+    Measure,
+    Gbps(f64),
+}
+
+impl std::str::FromStr for FloorBandwidth {
+    type Err = String;
+    fn from_str(v: &str) -> Result<Self, String> {
+        if v.trim() == "measure" {
+            return Ok(FloorBandwidth::Measure);
+        }
+        match v.trim().parse::<f64>() {
+            Ok(g) if g.is_finite() && g > 0.0 => Ok(FloorBandwidth::Gbps(g)),
+            _ => Err(format!(
+                "'{v}' is neither a positive bandwidth in GB/s nor `measure`"
+            )),
+        }
+    }
+}
 
 /// Time a MoE layer on a backend at several token counts; JSON with ratios to the floor.
 #[derive(Args)]
@@ -24,7 +47,9 @@ const DEFAULT_HBM_GBPS: f64 = 4550.0;
 Shapes: gpt-oss-120b (128 experts, H = I = 2880, top-4, swigluoai, w_mxfp4), deepseek-r1 (256 experts,\n\
 H 7168, I 2048, top-8, w_mxfp4_a_mxfp4), or custom with --experts/--hidden/--inter/--top-k. Weights are\n\
 random finite codes with plausible scales. The floor is the packed bytes of the experts the tokens\n\
-touch divided by --hbm-gbps (default 4550: the WGSL streaming read measured on an H200).\n\n\
+touch divided by --hbm-gbps: by default (`measure`) this device's copy bandwidth, measured before the\n\
+benchmark (read + write of a 256 MiB copy on a GPU, 64-128 MiB on a CPU or CPU adapter; where it cannot\n\
+be measured, 4550 GB/s, the WGSL streaming read measured on an H200), or the GB/s given.\n\n\
 Each point warms up (>= 1 s back to back), then times wall (submit + GPU + readback), GPU time (the forward\n\
 as one span of timestamps / events, gaps between kernels included), in a third phase each pass on its own\n\
 (the `passes` breakdown) and in a fourth the host phases (wgpu, HIP): `up` the activations' upload, `fwd`\n\
@@ -59,9 +84,10 @@ pub struct BenchArgs {
     /// Distinct token batches cycled through (defeats L2 reuse between iterations).
     #[arg(long, default_value_t = 8)]
     rotate: usize,
-    /// Memory bandwidth used for the floor, GB/s.
-    #[arg(long, default_value_t = DEFAULT_HBM_GBPS)]
-    hbm_gbps: f64,
+    /// Memory bandwidth the floor divides by: GB/s, or `measure` (this device's copy
+    /// bandwidth, measured before the benchmark).
+    #[arg(long, default_value = "measure", value_name = "GBPS|measure")]
+    hbm_gbps: FloorBandwidth,
     /// Skip the correctness check against the CPU reference.
     #[arg(long)]
     no_check: bool,
@@ -112,12 +138,6 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                 .map_err(|_| anyhow!("--tokens: '{t}' is not a number"))
         })
         .collect::<Result<_>>()?;
-    if !(a.hbm_gbps.is_finite() && a.hbm_gbps > 0.0) {
-        bail!(
-            "--hbm-gbps: {} is not a positive bandwidth in GB/s",
-            a.hbm_gbps
-        );
-    }
     if tokens.contains(&0) || a.iters == 0 {
         bail!("--tokens values and --iters must be at least 1");
     }
@@ -151,12 +171,13 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             })
             .collect::<Result<_>>()?,
     };
-    let p = BenchParams {
+    let mut p = BenchParams {
         gemv_layouts,
         tokens,
         iters: a.iters,
         rotate: a.rotate,
-        hbm_gbps: a.hbm_gbps,
+        hbm_gbps: FALLBACK_HBM_GBPS,
+        floor_source: String::new(),
         check: !a.no_check,
         bf16_activations: a.bf16_activations,
     };
@@ -165,6 +186,32 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         adapter: a.adapter.clone(),
     };
     let b = ba.open()?;
+    (p.hbm_gbps, p.floor_source) = match a.hbm_gbps {
+        FloorBandwidth::Gbps(g) => (g, "from --hbm-gbps".into()),
+        FloorBandwidth::Measure => {
+            eprintln!(
+                "bench: measuring the copy bandwidth of {} for the floor",
+                b.name()
+            );
+            match b.copy_bandwidth() {
+                Ok(Some(m)) => m,
+                r => {
+                    let why = match r {
+                        Err(e) => format!("the copy failed: {e}"),
+                        _ => "no timestamp queries on this adapter".into(),
+                    };
+                    eprintln!("bench: the floor's bandwidth was not measured: {why}");
+                    (
+                        FALLBACK_HBM_GBPS,
+                        format!(
+                            "not measured ({why}): the WGSL streaming read measured on an \
+                             NVIDIA H200; set --hbm-gbps to this device's bandwidth"
+                        ),
+                    )
+                }
+            }
+        }
+    };
     eprintln!(
         "bench: {} {} on {} [{}]",
         spec.tag(),
@@ -173,7 +220,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         b.adapter()
     );
     let res = mxmoe::bench::run(&b, &spec, &p, |s| eprintln!("  {s}"))?;
-    println!("{}", floor_words(a.hbm_gbps));
+    println!("{}", floor_words(p.hbm_gbps, &p.floor_source));
     print_table(&res);
     if let Some(path) = &a.json {
         io::write_atomic(path, serde_json::to_string_pretty(&res)?.as_bytes())?;
@@ -199,15 +246,9 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// The bandwidth the floor assumes, and where the figure comes from (it is not measured here).
-fn floor_words(gbps: f64) -> String {
-    let source = if gbps == DEFAULT_HBM_GBPS {
-        "the default: the WGSL streaming read measured on an NVIDIA H200, not this adapter; \
-         set --hbm-gbps to this device's bandwidth"
-    } else {
-        "from --hbm-gbps"
-    };
-    format!("floor: packed bytes of the touched experts / {gbps} GB/s ({source})")
+/// The bandwidth the floor divides by, and where the figure comes from.
+fn floor_words(gbps: f64, source: &str) -> String {
+    format!("floor: packed bytes of the touched experts / {gbps:.0} GB/s ({source})")
 }
 
 fn print_table(res: &[BenchResult]) {

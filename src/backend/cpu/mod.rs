@@ -12,6 +12,33 @@ impl CpuBackend {
     pub fn adapter(&self) -> String {
         format!("{} threads (rayon)", rayon::current_num_threads())
     }
+
+    /// `mxmoe bench`'s floor: the host's memory copy bandwidth (GB/s, read + write) over
+    /// `bytes`, copied in 1 MiB chunks on every rayon thread: `warm` untimed copies, then the
+    /// median of `reps` timed ones.
+    pub fn copy_bandwidth(&self, bytes: usize, warm: usize, reps: usize) -> f64 {
+        use rayon::prelude::*;
+        const CHUNK: usize = 1 << 20;
+        let src = vec![0x5Au8; bytes.max(CHUNK)];
+        let mut dst = vec![0u8; src.len()];
+        let mut copy = || {
+            dst.par_chunks_mut(CHUNK)
+                .zip(src.par_chunks(CHUNK))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+        };
+        for _ in 0..warm {
+            copy();
+        }
+        let mut gbps: Vec<f64> = (0..reps.max(1))
+            .map(|_| {
+                let t = std::time::Instant::now();
+                copy();
+                2.0 * src.len() as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9
+            })
+            .collect();
+        gbps.sort_by(f64::total_cmp);
+        gbps[gbps.len() / 2]
+    }
     pub fn supports(&self, op: &Op) -> Support {
         match op {
             Op::Quantize { .. }

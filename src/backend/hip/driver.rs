@@ -62,6 +62,9 @@ struct Fns {
     /// A copy to the device that returns at once (page-locked host memory; the null stream, in
     /// order with the kernels).
     htod_async: Option<unsafe extern "C" fn(u64, *const c_void, usize, Ptr) -> R>,
+    /// A device-to-device copy (cuMemcpyDtoD_v2 / hipMemcpyDtoD: dst, src, bytes); optional
+    /// (only `mxmoe bench`'s measured floor uses it).
+    dtod: Option<unsafe extern "C" fn(u64, u64, usize) -> R>,
     /// Set a function attribute (cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) /
     /// hipFuncSetAttribute(const void*, hipFuncAttribute, int)); optional (only the v2 GEMM,
     /// whose dynamic shared memory passes 48 KB, needs it).
@@ -252,6 +255,7 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             host_alloc: opt!(lib, "cuMemHostAlloc"),
             host_free: opt!(lib, "cuMemFreeHost"),
             htod_async: opt!(lib, "cuMemcpyHtoDAsync_v2"),
+            dtod: opt!(lib, "cuMemcpyDtoD_v2"),
             func_set_attribute: opt!(lib, "cuFuncSetAttribute"),
             cu_error_string: opt!(lib, "cuGetErrorString"),
             cu_attribute: opt!(lib, "cuDeviceGetAttribute"),
@@ -285,6 +289,7 @@ unsafe fn bind(lib: &Library, v: Vendor) -> Result<Fns, String> {
             host_alloc: opt!(lib, "hipHostMalloc"),
             host_free: opt!(lib, "hipHostFree"),
             htod_async: opt!(lib, "hipMemcpyHtoDAsync"),
+            dtod: opt!(lib, "hipMemcpyDtoD"),
             func_set_attribute: opt!(lib, "hipFuncSetAttribute"),
             cu_error_string: None,
             cu_attribute: None,
@@ -654,6 +659,48 @@ impl Device {
             }
         }
         Ok(b)
+    }
+
+    /// The device's copy bandwidth (GB/s, read + write: 2 x `bytes` per copy) for `mxmoe
+    /// bench`'s floor: `warm` untimed device-to-device copies of `bytes`, then the median of
+    /// `reps` copies each timed by an event pair. None where the driver has no such copy.
+    pub fn copy_bandwidth(
+        self: &Arc<Self>,
+        bytes: usize,
+        warm: usize,
+        reps: usize,
+    ) -> Result<Option<f64>, BackendError> {
+        let Some(dtod) = self.driver.fns.dtod else {
+            return Ok(None);
+        };
+        let src = self.alloc(bytes)?;
+        let dst = self.alloc(bytes)?;
+        src.fill(0x5A5A_5A5A, src.bytes / 4)?;
+        dst.fill(0, dst.bytes / 4)?;
+        let copy = || unsafe {
+            self.driver
+                .check("device copy", dtod(dst.ptr, src.ptr, src.bytes))
+        };
+        for _ in 0..warm {
+            copy()?;
+        }
+        let mut gbps = Vec::with_capacity(reps);
+        for _ in 0..reps.max(1) {
+            let (a, b) = (self.event()?, self.event()?);
+            a.record()?;
+            copy()?;
+            b.record()?;
+            let ms = a.elapsed_to(&b)?.max(1e-6);
+            gbps.push(2.0 * src.bytes as f64 / (ms * 1e-3) / 1e9);
+        }
+        let head = dst.read(4096.min(dst.bytes))?;
+        if head.iter().any(|&b| b != 0x5A) {
+            return Err(BackendError::Device(
+                "copy bandwidth: the device copy's output differs from its input".into(),
+            ));
+        }
+        gbps.sort_by(f64::total_cmp);
+        Ok(Some(gbps[gbps.len() / 2]))
     }
 
     /// Whether the staging buffer is page-locked (asynchronous copies allowed). Before the first

@@ -214,6 +214,18 @@ impl HipBackend {
         )
     }
 
+    /// `mxmoe bench`'s floor: the device-to-device copy bandwidth (GB/s, read + write; see
+    /// `Device::copy_bandwidth`), or None where the driver has no such copy.
+    pub fn copy_bandwidth(
+        &self,
+        bytes: usize,
+        warm: usize,
+        reps: usize,
+    ) -> Result<Option<f64>, BackendError> {
+        let _g = self.guard()?;
+        self.dev.copy_bandwidth(bytes, warm, reps)
+    }
+
     /// Kernel choices, in words (for `info` and bench results).
     pub fn notes(&self) -> Vec<String> {
         let built = kernels::BUILT_WITH

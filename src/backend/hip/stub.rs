@@ -95,6 +95,14 @@ impl HipBackend {
     pub fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+    pub fn copy_bandwidth(
+        &self,
+        _bytes: usize,
+        _warm: usize,
+        _reps: usize,
+    ) -> Result<Option<f64>, BackendError> {
+        Ok(None)
+    }
 }
 
 /// A device the HIP backend could run on (`mxmoe info`); none without the feature.

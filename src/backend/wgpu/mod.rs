@@ -573,6 +573,98 @@ impl WgpuBackend {
             .contains(wgpu::Features::TIMESTAMP_QUERY)
     }
 
+    /// `mxmoe bench`'s floor: the adapter's copy bandwidth (GB/s, read + write: 2 x the bytes
+    /// copied per pass) measured by `copy` of shaders/bandwidth_probe.wgsl (16-byte loads and
+    /// stores, grid-stride) over `bytes` (at most the adapter's storage-binding limit): `warm`
+    /// untimed passes, then the median of `reps` passes timed by timestamps; with the bytes
+    /// copied per pass. None where the device has no timestamp queries.
+    pub fn copy_bandwidth(
+        &self,
+        bytes: u64,
+        warm: u32,
+        reps: u32,
+    ) -> Result<Option<(f64, u64)>, BackendError> {
+        let ctx = &self.ctx;
+        let Some(mut timer) = ctx.timer(reps.max(1)) else {
+            return Ok(None);
+        };
+        let _g = self.ctx.op_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let module = ctx
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("copy_bandwidth"),
+                source: wgpu::ShaderSource::Wgsl(source::BANDWIDTH_PROBE.src.into()),
+            });
+        let pipe = ctx
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("copy_bandwidth"),
+                layout: None,
+                module: &module,
+                entry_point: Some("copy"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        let limit = ctx
+            .limits
+            .max_storage_buffer_binding_size
+            .min(ctx.limits.max_buffer_size);
+        let bytes = (bytes.min(limit) / 16).max(1) * 16;
+        let (src, dst) = (ctx.storage(bytes), ctx.storage(bytes));
+        // The pool may round a buffer up: the kernel copies the smaller one whole.
+        let copied = src.size().min(dst.size()) / 16 * 16;
+        // Word i holds i, so that the check below sees a copy that moved or skipped words.
+        let words: Vec<u32> = (0..(copied / 4) as u32).collect();
+        ctx.queue
+            .write_buffer(&src, 0, bytemuck::cast_slice(&words));
+        drop(words);
+        let bg = ctx.bind(&pipe, &[(0, &src), (2, &dst)]);
+        let groups = 4096u32.min(ctx.limits.max_compute_workgroups_per_dimension);
+        let mut enc = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("copy_bandwidth"),
+            });
+        for i in 0..warm + reps.max(1) {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("copy"),
+                timestamp_writes: if i >= warm {
+                    timer.writes("copy")
+                } else {
+                    None
+                },
+            });
+            pass.set_pipeline(&pipe);
+            pass.set_bind_group(0, &bg, &[]);
+            pass.dispatch_workgroups(groups, 1, 1);
+        }
+        let rb = ctx.resolve_buffer(timer.bytes());
+        timer.resolve(&mut enc, &rb);
+        let head = 4096u64.min(copied);
+        let r = ctx.submit_and_read(enc, &[(&rb, timer.bytes()), (&dst, head)])?;
+        let got: &[u32] = bytemuck::cast_slice(&r[1][..head as usize]);
+        if got.iter().enumerate().any(|(i, &w)| w != i as u32) {
+            return Err(BackendError::Device(
+                "copy bandwidth: the copy kernel's output differs from its input".into(),
+            ));
+        }
+        let mut gbps: Vec<f64> = timer
+            .durations(&r[0], ctx.queue.get_timestamp_period())
+            .into_iter()
+            .map(|(_, ms)| 2.0 * copied as f64 / (ms.max(1e-9) * 1e-3) / 1e9)
+            .collect();
+        if gbps.is_empty() {
+            return Ok(None);
+        }
+        gbps.sort_by(f64::total_cmp);
+        Ok(Some((gbps[gbps.len() / 2], copied)))
+    }
+
+    /// Whether the adapter is a CPU (Mesa lavapipe, WARP, SwiftShader).
+    pub fn is_cpu_adapter(&self) -> bool {
+        self.ctx.info.adapter.device_type == "Cpu"
+    }
+
     /// Diagnostic: GPU-timed streaming read (vec4<u32> loads, grid-stride) of a `bytes` buffer
     /// made like layer weights (`upload_owned`) and of a pooled storage buffer, then the gemv's
     /// read shape over the first (64-row groups of 1440-byte rows, 8 rows x 16-byte blocks per
