@@ -251,60 +251,6 @@ impl Backend {
         }
     }
 
-    /// The memory bandwidth `mxmoe bench`'s floor divides by, measured on this backend's device
-    /// as a copy (GB/s, read + write: twice the bytes copied over the time), with how it was
-    /// measured in words; None where it cannot be (wgpu without timestamp queries). The CPU and
-    /// CPU adapters (lavapipe) copy 64-128 MiB a few times, GPUs 256 MiB (beyond any L2) after
-    /// a warm-up.
-    pub fn copy_bandwidth(&self) -> Result<Option<(f64, String)>, BackendError> {
-        const MIB: usize = 1 << 20;
-        Ok(match self {
-            Backend::Cpu(b) => {
-                let bytes = 128 * MIB;
-                Some((
-                    b.copy_bandwidth(bytes, 1, 3),
-                    format!(
-                        "measured on this machine: a host memory copy on {} threads, read + \
-                         write, median of 3 over {} MiB",
-                        rayon::current_num_threads(),
-                        bytes / MIB
-                    ),
-                ))
-            }
-            Backend::Wgpu(b) => {
-                let (bytes, warm, reps) = if b.is_cpu_adapter() {
-                    (64 * MIB, 1, 3)
-                } else {
-                    (256 * MIB, 5, 9)
-                };
-                b.copy_bandwidth(bytes as u64, warm, reps)?
-                    .map(|(g, copied)| {
-                        (
-                            g,
-                            format!(
-                                "measured on this adapter: a compute-pass copy (16-byte loads and \
-                             stores), read + write, median of {reps} over {} MiB",
-                                copied as f64 / MIB as f64
-                            ),
-                        )
-                    })
-            }
-            Backend::Hip(b) => {
-                let (bytes, reps) = (256 * MIB, 9);
-                b.copy_bandwidth(bytes, 5, reps)?.map(|g| {
-                    (
-                        g,
-                        format!(
-                            "measured on this device: a device-to-device copy, read + write, \
-                             median of {reps} over {} MiB",
-                            bytes / MIB
-                        ),
-                    )
-                })
-            }
-        })
-    }
-
     /// Kernel choices the backend made at start-up, in words (for `info` and bench results).
     pub fn notes(&self) -> Vec<String> {
         match self {

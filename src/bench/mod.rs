@@ -175,6 +175,48 @@ fn min_med_max(v: &[f64]) -> [f64; 3] {
     }
 }
 
+/// The memory bandwidth the floor divides by, measured on `b`'s device as a copy (GB/s, read +
+/// write: twice the bytes copied over the time; the median of the timed repeats), with how it
+/// was measured in words; None where it cannot be (wgpu without timestamp queries). The CPU and
+/// CPU adapters (lavapipe) copy 64-128 MiB a few times, GPUs 256 MiB (beyond any L2) after a
+/// warm-up. Each backend checks its copy's output.
+pub fn floor_bandwidth(b: &Backend) -> Result<Option<(f64, String)>, BackendError> {
+    const MIB: usize = 1 << 20;
+    let (samples, words) = match b {
+        Backend::Cpu(c) => {
+            let bytes = 128 * MIB;
+            let what = format!(
+                "measured on this machine: a host memory copy on {} threads",
+                rayon::current_num_threads()
+            );
+            (Some((c.copy_bandwidth(bytes, 1, 3), bytes as u64)), what)
+        }
+        Backend::Wgpu(w) => {
+            let (bytes, warm, reps) = if w.is_cpu_adapter() {
+                (64 * MIB, 1, 3)
+            } else {
+                (256 * MIB, 5, 9)
+            };
+            let what = "measured on this adapter: a compute-pass copy (16-byte loads and stores)";
+            (w.copy_bandwidth(bytes as u64, warm, reps)?, what.into())
+        }
+        Backend::Hip(h) => {
+            let bytes = 256 * MIB;
+            let what = "measured on this device: a device-to-device copy";
+            let s = h.copy_bandwidth(bytes, 5, 9)?;
+            (s.map(|s| (s, bytes as u64)), what.into())
+        }
+    };
+    Ok(samples.map(|(s, bytes)| {
+        let words = format!(
+            "{words}, read + write, median of {} over {} MiB",
+            s.len(),
+            bytes as f64 / MIB as f64
+        );
+        (median(&s), words)
+    }))
+}
+
 /// Back-to-back forwards until the clock is up and the time steady: windows of `window` runs,
 /// at least [`WARMUP_MIN_S`], until two successive window medians agree within
 /// [`WARMUP_AGREE`] or [`WARMUP_MAX_S`] passed. Returns a description.

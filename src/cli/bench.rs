@@ -193,7 +193,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                 "bench: measuring the copy bandwidth of {} for the floor",
                 b.name()
             );
-            match b.copy_bandwidth() {
+            match mxmoe::bench::floor_bandwidth(&b) {
                 Ok(Some(m)) => m,
                 r => {
                     let why = match r {

@@ -661,15 +661,15 @@ impl Device {
         Ok(b)
     }
 
-    /// The device's copy bandwidth (GB/s, read + write: 2 x `bytes` per copy) for `mxmoe
-    /// bench`'s floor: `warm` untimed device-to-device copies of `bytes`, then the median of
-    /// `reps` copies each timed by an event pair. None where the driver has no such copy.
+    /// The device's copy bandwidth for `mxmoe bench`'s floor: `warm` untimed device-to-device
+    /// copies of `bytes`, then `reps` copies each timed by an event pair, each as GB/s (read +
+    /// write: 2 x `bytes` over the time). None where the driver has no such copy.
     pub fn copy_bandwidth(
         self: &Arc<Self>,
         bytes: usize,
         warm: usize,
         reps: usize,
-    ) -> Result<Option<f64>, BackendError> {
+    ) -> Result<Option<Vec<f64>>, BackendError> {
         let Some(dtod) = self.driver.fns.dtod else {
             return Ok(None);
         };
@@ -699,8 +699,7 @@ impl Device {
                 "copy bandwidth: the device copy's output differs from its input".into(),
             ));
         }
-        gbps.sort_by(f64::total_cmp);
-        Ok(Some(gbps[gbps.len() / 2]))
+        Ok(Some(gbps))
     }
 
     /// Whether the staging buffer is page-locked (asynchronous copies allowed). Before the first

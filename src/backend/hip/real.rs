@@ -214,14 +214,14 @@ impl HipBackend {
         )
     }
 
-    /// `mxmoe bench`'s floor: the device-to-device copy bandwidth (GB/s, read + write; see
-    /// `Device::copy_bandwidth`), or None where the driver has no such copy.
+    /// `mxmoe bench`'s floor: the device-to-device copy bandwidth of each timed copy (GB/s,
+    /// read + write; see `Device::copy_bandwidth`), or None where the driver has no such copy.
     pub fn copy_bandwidth(
         &self,
         bytes: usize,
         warm: usize,
         reps: usize,
-    ) -> Result<Option<f64>, BackendError> {
+    ) -> Result<Option<Vec<f64>>, BackendError> {
         let _g = self.guard()?;
         self.dev.copy_bandwidth(bytes, warm, reps)
     }

@@ -100,7 +100,7 @@ impl HipBackend {
         _bytes: usize,
         _warm: usize,
         _reps: usize,
-    ) -> Result<Option<f64>, BackendError> {
+    ) -> Result<Option<Vec<f64>>, BackendError> {
         Ok(None)
     }
 }
